@@ -1,0 +1,124 @@
+# Copyright 2026 The haste_hf Authors. Apache-2.0.
+"""The group-shared fixed fan-in linear map, the only op of HASTE's sparse tail.
+
+Output slot ``s = k * G + g`` reads the ``F`` features ``supports[k]`` of ``x`` and owns the weights
+``weight[k, g]``:
+
+    out[b, k * G + g] = sum_f weight[k, g, f] * x[b, supports[k, f]]  (+ bias[k * G + g])
+
+`group_sparse_linear` is the single entry point. On CUDA tensors it hands the work to the compiled
+kernels of `haste_hf.kernels` when they are installed and built; everywhere else (and in a checkpoint
+folder exported to the Hub, where `haste_hf` may be absent) the PyTorch path below computes the same
+thing.
+"""
+
+import importlib
+
+import torch
+
+
+# Bounds the transient gathered block `[B, groups, F]` of the PyTorch path to this many elements, so
+# its memory does not grow with the label count.
+_GATHER_CHUNK_ELEMENTS = 1 << 24
+
+
+def _check_inputs(x: torch.Tensor, weight: torch.Tensor, supports: torch.Tensor, bias: torch.Tensor | None):
+    if x.dim() != 2:
+        raise ValueError(f"`x` must be 2-D [batch, features], got shape {tuple(x.shape)}; flatten leading dims first.")
+    if weight.dim() != 3:
+        raise ValueError(f"`weight` must be 3-D [groups, group_size, fan_in], got shape {tuple(weight.shape)}.")
+    num_groups, _, fan_in = weight.shape
+    if supports.shape != (num_groups, fan_in):
+        raise ValueError(
+            f"`supports` must have shape [groups, fan_in] = {(num_groups, fan_in)} to match `weight`, "
+            f"got {tuple(supports.shape)}."
+        )
+    if supports.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"`supports` must be an integer tensor (int32), got {supports.dtype}.")
+    if x.dtype != weight.dtype:
+        raise ValueError(f"`x` ({x.dtype}) and `weight` ({weight.dtype}) must share a dtype; cast one of them.")
+    if len({x.device, weight.device, supports.device}) != 1:
+        raise ValueError(
+            f"`x` ({x.device}), `weight` ({weight.device}) and `supports` ({supports.device}) must be on one device."
+        )
+    if bias is not None and (bias.shape != (num_groups * weight.shape[1],) or bias.dtype != x.dtype):
+        raise ValueError(
+            f"`bias` must be a {x.dtype} vector of length groups * group_size = {num_groups * weight.shape[1]}, "
+            f"got {bias.dtype} of shape {tuple(bias.shape)}."
+        )
+
+
+def _group_chunks(batch_size: int, num_groups: int, fan_in: int):
+    step = max(1, _GATHER_CHUNK_ELEMENTS // max(1, batch_size * fan_in))
+    for start in range(0, num_groups, step):
+        yield slice(start, min(start + step, num_groups))
+
+
+def _forward_reference(x, weight, supports):
+    batch_size = x.shape[0]
+    num_groups, group_size, fan_in = weight.shape
+    out = x.new_empty(batch_size, num_groups, group_size)
+    for chunk in _group_chunks(batch_size, num_groups, fan_in):
+        gathered = x[:, supports[chunk]]  # [B, k, F]
+        out[:, chunk] = torch.einsum("bkf,kgf->bkg", gathered, weight[chunk])
+    return out.view(batch_size, num_groups * group_size)
+
+
+class _GroupSparseLinearFunction(torch.autograd.Function):
+    """Autograd of the PyTorch path. Keeps only `x`, `weight` and `supports` for backward: the gathered
+    features are recomputed chunk by chunk, as cheap as reading them back and far smaller at large L."""
+
+    @staticmethod
+    def forward(ctx, x, weight, supports):
+        ctx.save_for_backward(x, weight, supports)
+        return _forward_reference(x, weight, supports)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, weight, supports = ctx.saved_tensors
+        batch_size = x.shape[0]
+        num_groups, group_size, fan_in = weight.shape
+        grad_out = grad_out.reshape(batch_size, num_groups, group_size)
+        grad_x = torch.zeros_like(x) if ctx.needs_input_grad[0] else None
+        grad_weight = torch.empty_like(weight) if ctx.needs_input_grad[1] else None
+        for chunk in _group_chunks(batch_size, num_groups, fan_in):
+            chunk_grad = grad_out[:, chunk]
+            chunk_supports = supports[chunk]
+            if grad_weight is not None:
+                grad_weight[chunk] = torch.einsum("bkg,bkf->kgf", chunk_grad, x[:, chunk_supports])
+            if grad_x is not None:
+                grad_gathered = torch.einsum("bkg,kgf->bkf", chunk_grad, weight[chunk])
+                grad_x.index_add_(1, chunk_supports.reshape(-1), grad_gathered.reshape(batch_size, -1))
+        return grad_x, grad_weight, None
+
+
+def _compiled_kernels():
+    """`haste_hf.kernels` when it is installed and usable, else None.
+
+    Imported by absolute name on purpose: a checkpoint folder exported with its modeling code carries
+    this file but not the CUDA sources, and must fall back to the PyTorch path there.
+    """
+    try:
+        return importlib.import_module("haste_hf.kernels")
+    except ImportError:
+        return None
+
+
+def group_sparse_linear(
+    x: torch.Tensor, weight: torch.Tensor, supports: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Group-shared fixed fan-in linear map `[B, d] -> [B, K * G]` (see the module docstring).
+
+    Args:
+        x: features `[B, d]`.
+        weight: per-label weights `[K, G, F]` on their group's support, same dtype as `x`.
+        supports: int32 `[K, F]`, the feature indices of each group (distinct within a group, in `[0, d)`).
+        bias: optional `[K * G]`.
+    """
+    _check_inputs(x, weight, supports, bias)
+    kernels = _compiled_kernels() if x.is_cuda else None
+    if kernels is not None and kernels.is_available():
+        out = kernels.group_sparse_linear(x, weight, supports)
+    else:
+        out = _GroupSparseLinearFunction.apply(x, weight, supports)
+    return out if bias is None else out + bias
