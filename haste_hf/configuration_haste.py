@@ -1,0 +1,181 @@
+# Copyright 2026 The haste_hf Authors. Apache-2.0.
+"""Configuration of a HASTE extreme multi-label classifier.
+
+Flat and self-contained (it imports only transformers) so that `register_for_auto_class` can copy it
+into a checkpoint folder that loads with `trust_remote_code=True` where `haste_hf` is not installed.
+"""
+
+from transformers import AutoConfig, PretrainedConfig
+
+
+# Bumped whenever a checkpoint written by this code could not be read correctly by older code.
+HASTE_FORMAT_VERSION = 1
+
+POOLING_MODES = ("cls", "mean", "last_token")
+LOSS_REDUCTIONS = ("sum", "mean")
+
+# Decoder-only families score a text from its last token; everything else averages its tokens, which
+# is also how sentence-transformers checkpoints (the usual starting point for XMC encoders) were trained.
+_DECODER_MODEL_TYPES = {
+    "gpt2", "gpt_neox", "gptj", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
+    "gemma", "gemma2", "gemma3_text", "phi", "phi3", "olmo", "olmo2", "falcon", "opt", "bloom", "smollm3",
+}  # fmt: skip
+
+
+def default_pooling(encoder_config: PretrainedConfig) -> str:
+    """The pooling a HASTE head uses over `encoder_config`'s token states unless told otherwise."""
+    is_decoder = encoder_config.model_type in _DECODER_MODEL_TYPES or getattr(encoder_config, "is_decoder", False)
+    return "last_token" if is_decoder else "mean"
+
+
+class HasteConfig(PretrainedConfig):
+    r"""
+    Configuration of [`HasteForExtremeClassification`]: an encoder, a dense head over the most frequent
+    labels and a group-shared fixed fan-in sparse tail over the rest.
+
+    Output positions are the `head_label_count` head labels, then `tail_group_count * group_size` tail
+    slots; the model's `output_labels` buffer maps them to label ids. Label names are not stored here
+    (a million names would bloat `config.json`); models keep them in `label_names.json`.
+
+    Args:
+        encoder (`PretrainedConfig` or `dict`):
+            Configuration of the wrapped encoder (any `AutoModel`-loadable architecture).
+        label_count (`int`):
+            Number of labels L.
+        head_label_count (`int`, *optional*, defaults to 0):
+            Labels served by the dense head (the most frequent ones). `label_count` makes the whole
+            output layer dense; 0 removes the head.
+        group_size (`int`, *optional*, defaults to 32):
+            Labels per tail group G; they share one support of `fan_in` features. 1 gives per-label
+            fixed fan-in.
+        fan_in (`int`, *optional*, defaults to 64):
+            Features F each tail label connects to. At most the tail's input size.
+        head_projection_dim / tail_projection_dim (`int`, *optional*):
+            Width of the branch's linear projection of the pooled encoder output; `None` feeds the pooled
+            output directly.
+        pooling (`str`, *optional*):
+            `"cls"`, `"mean"` or `"last_token"`. Defaults from the encoder family: `"last_token"` for
+            decoder-only models, `"mean"` otherwise.
+        classifier_dropout (`float`, *optional*, defaults to 0.0):
+            Dropout on the pooled encoder output during training.
+        loss_reduction (`str`, *optional*, defaults to `"sum"`):
+            `"sum"`: binary cross-entropy summed over labels and averaged over the batch (the paper's
+            objective). `"mean"`: averaged over labels too.
+        tail_bias (`bool`, *optional*, defaults to `False`):
+            Whether tail labels have a bias.
+        supports_seed (`int`, *optional*, defaults to 0):
+            Seed of the initial random supports.
+        format_version (`int`, *optional*):
+            Checkpoint format; a checkpoint newer than this package is refused with an upgrade hint.
+    """
+
+    model_type = "haste_xmc"
+    sub_configs = {"encoder": AutoConfig}
+
+    def __init__(
+        self,
+        encoder: PretrainedConfig | dict | None = None,
+        label_count: int = 1,
+        head_label_count: int = 0,
+        group_size: int = 32,
+        fan_in: int = 64,
+        head_projection_dim: int | None = None,
+        tail_projection_dim: int | None = None,
+        pooling: str | None = None,
+        classifier_dropout: float = 0.0,
+        loss_reduction: str = "sum",
+        tail_bias: bool = False,
+        supports_seed: int = 0,
+        format_version: int = HASTE_FORMAT_VERSION,
+        **kwargs,
+    ):
+        if isinstance(encoder, dict):
+            encoder = dict(encoder)
+            if "model_type" not in encoder:
+                raise ValueError("`encoder` given as a dict needs a `model_type` key (e.g. 'bert').")
+            encoder = AutoConfig.for_model(**encoder)
+        elif encoder is None:
+            # Only `PretrainedConfig` machinery (e.g. `to_diff_dict` building a default instance) gets here.
+            encoder = AutoConfig.for_model("bert")
+        self.encoder = encoder
+        self.label_count = label_count
+        self.head_label_count = head_label_count
+        self.group_size = group_size
+        self.fan_in = fan_in
+        self.head_projection_dim = head_projection_dim
+        self.tail_projection_dim = tail_projection_dim
+        self.pooling = pooling if pooling is not None else default_pooling(encoder)
+        self.classifier_dropout = classifier_dropout
+        self.loss_reduction = loss_reduction
+        self.tail_bias = tail_bias
+        self.supports_seed = supports_seed
+        self.format_version = format_version
+        super().__init__(**kwargs)
+        self.validate_haste()
+
+    @property
+    def tail_label_count(self) -> int:
+        return self.label_count - self.head_label_count
+
+    @property
+    def tail_group_count(self) -> int:
+        """Number of tail groups K; the last one is padded when G does not divide the tail."""
+        return -(-self.tail_label_count // self.group_size)
+
+    @property
+    def head_input_dim(self) -> int:
+        return self.head_projection_dim or self.encoder.hidden_size
+
+    @property
+    def tail_input_dim(self) -> int:
+        return self.tail_projection_dim or self.encoder.hidden_size
+
+    def validate_haste(self):
+        """Raises a ValueError naming the offending field and the fix for any invalid combination."""
+
+        def positive_int(name, value, allow_none=False):
+            if value is None and allow_none:
+                return
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"`{name}` must be a positive integer{' or None' if allow_none else ''}, got {value!r}.")
+
+        if self.format_version > HASTE_FORMAT_VERSION:
+            raise ValueError(
+                f"This checkpoint has `format_version` {self.format_version}, but the installed haste_hf reads "
+                f"formats up to {HASTE_FORMAT_VERSION}: upgrade haste_hf (`pip install -U haste_hf`)."
+            )
+        positive_int("label_count", self.label_count)
+        positive_int("group_size", self.group_size)
+        positive_int("fan_in", self.fan_in)
+        positive_int("head_projection_dim", self.head_projection_dim, allow_none=True)
+        positive_int("tail_projection_dim", self.tail_projection_dim, allow_none=True)
+        if isinstance(self.head_label_count, bool) or not isinstance(self.head_label_count, int):
+            raise ValueError(f"`head_label_count` must be an integer, got {self.head_label_count!r}.")
+        if not 0 <= self.head_label_count <= self.label_count:
+            raise ValueError(
+                f"`head_label_count` ({self.head_label_count}) must lie in [0, label_count={self.label_count}]: "
+                "lower it, or raise `label_count`."
+            )
+        if self.tail_label_count and self.fan_in > self.tail_input_dim:
+            raise ValueError(
+                f"`fan_in` ({self.fan_in}) exceeds the tail's input size ({self.tail_input_dim}): a group cannot "
+                "connect to more distinct features than exist. Lower `fan_in` or raise `tail_projection_dim`."
+            )
+        if self.pooling not in POOLING_MODES:
+            raise ValueError(f"`pooling` must be one of {POOLING_MODES}, got {self.pooling!r}.")
+        if self.loss_reduction not in LOSS_REDUCTIONS:
+            raise ValueError(f"`loss_reduction` must be one of {LOSS_REDUCTIONS}, got {self.loss_reduction!r}.")
+        if not 0.0 <= self.classifier_dropout < 1.0:
+            raise ValueError(f"`classifier_dropout` must lie in [0, 1), got {self.classifier_dropout!r}.")
+
+    def get_text_config(self, *args, **kwargs) -> PretrainedConfig:
+        # Token-embedding resizing writes `vocab_size` onto the text config: it must land on the encoder's.
+        return self.encoder
+
+    def to_dict(self):
+        output = super().to_dict()
+        output["encoder"] = self.encoder.to_dict()
+        return output
+
+
+__all__ = ["HASTE_FORMAT_VERSION", "HasteConfig", "default_pooling"]

@@ -1,0 +1,494 @@
+# Copyright 2026 The haste_hf Authors. Apache-2.0.
+"""HASTE extreme multi-label classification over any Hugging Face encoder.
+
+encoder -> pooled h -> P_head h -> dense head logits                     (the most frequent labels)
+                    -> P_tail h -> group-shared fixed fan-in tail logits  (all other labels)
+
+Output positions are the head labels, then the tail slots in group order; `output_labels` maps
+positions to label ids. Training works in position space (targets are mapped to positions, logits are
+never permuted); logits in label order or top-k label ids are produced only for prediction.
+
+This file is flat and imports only torch, transformers and its two siblings, so `register_for_auto_class`
+can export it next to a checkpoint for `trust_remote_code=True` loading without `haste_hf` installed.
+"""
+
+import inspect
+import json
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import AutoConfig, AutoModel, PreTrainedModel
+from transformers import initialization as init
+from transformers.utils import ModelOutput, cached_file
+
+from .configuration_haste import HasteConfig
+from .sparse_ops import group_sparse_linear
+
+
+LABEL_NAMES_FILE = "label_names.json"
+IGNORE_INDEX = -100
+
+# Bounds the `[B, groups * G]` block of tail logits scored at once by `predict_topk`.
+_TOPK_CHUNK_ELEMENTS = 1 << 24
+
+
+@dataclass
+class ExtremeClassifierOutput(ModelOutput):
+    """
+    Args:
+        loss (`torch.FloatTensor` of shape `()`, *optional*): BCE over all labels (see `HasteConfig.loss_reduction`).
+        logits (`torch.FloatTensor` of shape `(batch_size, label_count)`, *optional*): scores in label-id order,
+            returned when no labels are given or when `return_logits=True`.
+        hidden_states, attentions: the encoder's, when asked for.
+    """
+
+    loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
+class TopKOutput(ModelOutput):
+    """
+    Args:
+        label_ids (`torch.LongTensor` of shape `(batch_size, k)`): the k best label ids, best first.
+        scores (`torch.FloatTensor` of shape `(batch_size, k)`): their logits.
+    """
+
+    label_ids: torch.LongTensor | None = None
+    scores: torch.FloatTensor | None = None
+
+
+class GroupSparseLinear(nn.Module):
+    """The sparse tail: `group_count` groups of `group_size` labels, each group reading `fan_in` of the
+    `in_features` inputs through its support (`supports[k]`, distinct int32 indices)."""
+
+    def __init__(self, in_features: int, group_count: int, group_size: int, fan_in: int, bias: bool = False):
+        super().__init__()
+        self.in_features = in_features
+        self.weight = nn.Parameter(torch.empty(group_count, group_size, fan_in))
+        self.bias = nn.Parameter(torch.empty(group_count * group_size)) if bias else None
+        self.register_buffer("supports", torch.empty(group_count, fan_in, dtype=torch.int32))
+
+    @property
+    def out_features(self) -> int:
+        return self.weight.shape[0] * self.weight.shape[1]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return group_sparse_linear(x, self.weight, self.supports, self.bias)
+
+    def forward_groups(self, x: torch.Tensor, groups: slice) -> torch.Tensor:
+        """Logits of the slots of `groups` only."""
+        bias = None if self.bias is None else self.bias[groups.start * self.weight.shape[1] : groups.stop * self.weight.shape[1]]
+        return group_sparse_linear(x, self.weight[groups], self.supports[groups], bias)
+
+    def extra_repr(self) -> str:
+        groups, group_size, fan_in = self.weight.shape
+        return f"in_features={self.in_features}, groups={groups}, group_size={group_size}, fan_in={fan_in}, bias={self.bias is not None}"
+
+
+def random_supports(group_count: int, fan_in: int, in_features: int, seed: int) -> torch.Tensor:
+    """`[group_count, fan_in]` int32 supports, each row `fan_in` distinct features drawn uniformly.
+
+    Drawn on the CPU from `seed` in fixed-size blocks of groups, so the result depends on the seed
+    alone (not on the device, nor on how many groups exist before a given one) and memory stays
+    bounded at millions of groups.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    supports = torch.empty(group_count, fan_in, dtype=torch.int32)
+    block = max(1, (1 << 22) // in_features)
+    for start in range(0, group_count, block):
+        stop = min(start + block, group_count)
+        keys = torch.rand(stop - start, in_features, generator=generator)
+        supports[start:stop] = keys.topk(fan_in, dim=1, sorted=False).indices.sort(dim=1).values.int()
+    return supports
+
+
+def default_output_labels(config: HasteConfig) -> torch.Tensor:
+    """Positions in label-id order: label l at position l, padding slots of the last group -1."""
+    padded = config.head_label_count + config.tail_group_count * config.group_size
+    output_labels = torch.full((padded,), -1, dtype=torch.int64)
+    output_labels[: config.label_count] = torch.arange(config.label_count)
+    return output_labels
+
+
+def output_labels_from_frequencies(
+    config: HasteConfig, label_frequencies, tail_order=None
+) -> torch.Tensor:
+    """Output positions for a model: the `head_label_count` most frequent labels (ties by id), then the
+    tail labels in `tail_order` (an ordering of exactly the tail labels, e.g. a semantic grouping),
+    or by decreasing frequency when `tail_order` is None; padding slots -1."""
+    frequencies = torch.as_tensor(label_frequencies)
+    if frequencies.shape != (config.label_count,):
+        raise ValueError(
+            f"`label_frequencies` must have one count per label ({config.label_count}), got shape {tuple(frequencies.shape)}."
+        )
+    by_frequency = torch.sort(-frequencies.to(torch.float64), stable=True).indices
+    head, tail = by_frequency[: config.head_label_count], by_frequency[config.head_label_count :]
+    if tail_order is not None:
+        tail_order = torch.as_tensor(getattr(tail_order, "order", tail_order), dtype=torch.int64)
+        if tail_order.shape != tail.shape or not torch.equal(tail_order.sort().values, tail.sort().values):
+            raise ValueError(
+                "`label_grouping` must order exactly the tail labels (all labels but the "
+                f"{config.head_label_count} most frequent), each once; got {tail_order.numel()} ids for "
+                f"{tail.numel()} tail labels. Group the tail labels returned by the head/tail split."
+            )
+        tail = tail_order
+    output_labels = default_output_labels(config)
+    output_labels[: config.label_count] = torch.cat([head, tail])
+    return output_labels
+
+
+class HastePreTrainedModel(PreTrainedModel):
+    config_class = HasteConfig
+    base_model_prefix = "encoder"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    # Summed BCE over labels is already per-example: a Trainer must not rescale it for accumulation.
+    accepts_loss_kwargs = False
+
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, GroupSparseLinear):
+            groups, _, fan_in = module.weight.shape
+            bound = 1.0 / math.sqrt(fan_in)
+            init.uniform_(module.weight, -bound, bound)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+            supports = random_supports(groups, fan_in, module.in_features, self.config.supports_seed)
+            init.copy_(module.supports, supports)
+        elif isinstance(module, HasteForExtremeClassification):
+            init.copy_(module.output_labels, default_output_labels(self.config))
+
+
+def _encoder_kwargs(encoder_config) -> dict:
+    """Drops the pooler where the architecture has an optional one: HASTE pools itself, and an unused
+    pooler breaks DDP with gradient checkpointing."""
+    model_class = AutoModel._model_mapping[type(encoder_config)]
+    return {"add_pooling_layer": False} if "add_pooling_layer" in inspect.signature(model_class.__init__).parameters else {}
+
+
+class HasteForExtremeClassification(HastePreTrainedModel):
+    """An encoder with a dense head over the most frequent labels and a group-sparse tail over the rest.
+
+    Build one around a pretrained encoder with [`~HasteForExtremeClassification.from_encoder_pretrained`],
+    load a trained one with `from_pretrained`. `forward` takes labels as padded positive ids `[B, P]`
+    (`-100` padding) or as a dense multi-hot `[B, label_count]`; `predict_topk` scores all labels in
+    chunks without a `[B, label_count]` tensor.
+    """
+
+    def __init__(self, config: HasteConfig):
+        super().__init__(config)
+        self.encoder = AutoModel.from_config(config.encoder, **_encoder_kwargs(config.encoder))
+        hidden = config.encoder.hidden_size
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.head_projection = self.head = self.tail_projection = self.tail = None
+        if config.head_label_count:
+            if config.head_projection_dim:
+                self.head_projection = nn.Linear(hidden, config.head_projection_dim)
+            self.head = nn.Linear(config.head_input_dim, config.head_label_count)
+        if config.tail_label_count:
+            if config.tail_projection_dim:
+                self.tail_projection = nn.Linear(hidden, config.tail_projection_dim)
+            self.tail = GroupSparseLinear(
+                config.tail_input_dim, config.tail_group_count, config.group_size, config.fan_in, config.tail_bias
+            )
+        positions = config.head_label_count + config.tail_group_count * config.group_size
+        self.register_buffer("output_labels", torch.empty(positions, dtype=torch.int64))
+        self.label_names: list[str] | None = None
+        self._label_positions_cache = None
+        self.post_init()
+
+    # ----------------------------------------------------------------------------------------- building
+
+    @classmethod
+    def from_encoder_pretrained(
+        cls,
+        encoder,
+        label_count: int,
+        label_frequencies=None,
+        label_grouping=None,
+        label_names: list[str] | None = None,
+        head_label_count: int | None = None,
+        head_label_fraction: float | None = None,
+        encoder_kwargs: dict | None = None,
+        **config_kwargs,
+    ) -> "HasteForExtremeClassification":
+        """A new HASTE model around a pretrained encoder.
+
+        Args:
+            encoder: a model id or path (loaded with `AutoModel.from_pretrained`) or an encoder model.
+            label_count: number of labels L.
+            label_frequencies: training count of each label `[L]`; the head takes the most frequent.
+                Without it, labels are taken to be ordered by decreasing frequency already.
+            label_grouping: the tail labels in group order (array of ids, or an object with `.order`);
+                by default, decreasing frequency.
+            label_names: optional names of the L labels, saved with the model.
+            head_label_count / head_label_fraction: size of the dense head (give at most one; default 0).
+            encoder_kwargs: extra arguments of `AutoModel.from_pretrained` (e.g. `dtype`, `revision`).
+            **config_kwargs: the other [`HasteConfig`] fields (`group_size`, `fan_in`, ...).
+        """
+        if head_label_count is not None and head_label_fraction is not None:
+            raise ValueError("Give `head_label_count` or `head_label_fraction`, not both.")
+        if head_label_fraction is not None:
+            if not 0.0 <= head_label_fraction <= 1.0:
+                raise ValueError(f"`head_label_fraction` must lie in [0, 1], got {head_label_fraction}.")
+            head_label_count = round(head_label_fraction * label_count)
+        if isinstance(encoder, (str, os.PathLike)):
+            encoder_kwargs = encoder_kwargs or {}
+            encoder_config = AutoConfig.from_pretrained(encoder, **encoder_kwargs)
+            encoder = AutoModel.from_pretrained(encoder, **_encoder_kwargs(encoder_config), **encoder_kwargs)
+        if not isinstance(encoder, PreTrainedModel):
+            raise ValueError(f"`encoder` must be a model id, a path or a PreTrainedModel, got {type(encoder).__name__}.")
+        config = HasteConfig(
+            encoder=encoder.config, label_count=label_count, head_label_count=head_label_count or 0, **config_kwargs
+        )
+        model = cls(config).to(encoder.dtype)
+        model.encoder = encoder
+        if label_frequencies is None:
+            label_frequencies = torch.arange(label_count, 0, -1)
+        model.output_labels.copy_(output_labels_from_frequencies(config, label_frequencies, label_grouping))
+        model.set_label_names(label_names)
+        return model
+
+    def set_label_names(self, label_names: list[str] | None):
+        if label_names is not None and len(label_names) != self.config.label_count:
+            raise ValueError(
+                f"`label_names` has {len(label_names)} entries for {self.config.label_count} labels: give one name per label."
+            )
+        self.label_names = None if label_names is None else [str(name) for name in label_names]
+
+    # ----------------------------------------------------------------------------------------- encoding
+
+    def encode(self, input_ids=None, attention_mask=None, **encoder_kwargs):
+        """Pooled encoder output `[B, hidden]` and the encoder's outputs."""
+        outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **encoder_kwargs)
+        states = outputs[0]
+        if attention_mask is None:
+            attention_mask = torch.ones(states.shape[:2], dtype=torch.long, device=states.device)
+        if self.config.pooling == "cls":
+            pooled = states[:, 0]
+        elif self.config.pooling == "mean":
+            mask = attention_mask.unsqueeze(-1).to(states.dtype)
+            pooled = (states * mask).sum(1) / mask.sum(1).clamp(min=1)
+        else:  # last_token: the last attended position, whichever side the padding is on
+            positions = torch.arange(states.shape[1], device=states.device)
+            last = (attention_mask.bool() * positions).argmax(dim=1)
+            pooled = states[torch.arange(states.shape[0], device=states.device), last]
+        return self.dropout(pooled), outputs
+
+    def _branch_inputs(self, pooled):
+        head_x = self.head_projection(pooled) if self.head_projection is not None else pooled
+        tail_x = self.tail_projection(pooled) if self.tail_projection is not None else pooled
+        return head_x, tail_x
+
+    def position_logits(self, pooled: torch.Tensor) -> torch.Tensor:
+        """Logits over output positions `[B, head_label_count + K * G]` (padding slots included)."""
+        head_x, tail_x = self._branch_inputs(pooled)
+        parts = []
+        if self.head is not None:
+            parts.append(self.head(head_x))
+        if self.tail is not None:
+            parts.append(self.tail(tail_x.to(self.tail.weight.dtype)))
+        return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+
+    # ----------------------------------------------------------------------------------------- labels
+
+    @property
+    def label_positions(self) -> torch.Tensor:
+        """Inverse of `output_labels`: the output position of each label id `[L]` (derived, cached)."""
+        key = (self.output_labels.data_ptr(), self.output_labels._version, self.output_labels.device)
+        if self._label_positions_cache is None or self._label_positions_cache[0] != key:
+            valid = self.output_labels >= 0
+            positions = torch.full((self.config.label_count,), -1, dtype=torch.int64, device=self.output_labels.device)
+            positions[self.output_labels[valid]] = torch.nonzero(valid).squeeze(1)
+            self._label_positions_cache = (key, positions)
+        return self._label_positions_cache[1]
+
+    def _positive_positions(self, labels: torch.Tensor) -> torch.Tensor:
+        """Padded positive label ids `[B, P]` -> their output positions, -1 for padding and repeats."""
+        label_count = self.config.label_count
+        valid = labels != IGNORE_INDEX
+        if bool(((labels < 0) & valid).any()) or bool((labels >= label_count).any()):
+            raise ValueError(
+                f"`labels` holds ids outside [0, {label_count}) other than the padding value {IGNORE_INDEX}: "
+                "pass positive label ids padded with -100, or a dense [batch, label_count] multi-hot."
+            )
+        positions = torch.where(valid, self.label_positions[labels.clamp(min=0)], -1)
+        # A label listed twice is one positive, not two.
+        positions = positions.sort(dim=1, descending=True).values
+        repeated = torch.zeros_like(valid)
+        repeated[:, 1:] = positions[:, 1:] == positions[:, :-1]
+        return positions.masked_fill(repeated, -1)
+
+    def compute_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """BCE over all labels from position logits, with labels as padded ids or a dense multi-hot.
+
+        Uses BCE(z, y) = softplus(z) - y * z, so only the logits of positives are gathered and no dense
+        target is built for padded ids.
+        """
+        config = self.config
+        valid_logits = logits[:, : config.label_count].float()  # padding slots trail the last group
+        loss = F.softplus(valid_logits).sum()
+        if labels.dim() != 2 or labels.shape[0] != logits.shape[0]:
+            raise ValueError(f"`labels` must be 2-D with one row per example, got shape {tuple(labels.shape)}.")
+        if labels.dtype.is_floating_point or labels.dtype == torch.bool:
+            if labels.shape[1] != config.label_count:
+                raise ValueError(
+                    f"A dense multi-hot `labels` needs {config.label_count} columns, got {labels.shape[1]}: "
+                    "pass one column per label, or padded positive ids (int64, -100 padding)."
+                )
+            targets = labels[:, self.output_labels[: config.label_count]].to(valid_logits.dtype)
+            loss = loss - (valid_logits * targets).sum()
+        else:
+            positions = self._positive_positions(labels)
+            positive_logits = valid_logits.gather(1, positions.clamp(min=0))
+            loss = loss - positive_logits.masked_fill(positions < 0, 0.0).sum()
+        denominator = logits.shape[0] * (config.label_count if config.loss_reduction == "mean" else 1)
+        return loss / denominator
+
+    def logits_in_label_order(self, position_logits: torch.Tensor) -> torch.Tensor:
+        """Position logits `[B, positions]` -> `[B, label_count]` in label-id order (for small L)."""
+        return position_logits[:, self.label_positions]
+
+    # ----------------------------------------------------------------------------------------- forward
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        return_logits: bool | None = None,
+        output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> ExtremeClassifierOutput | tuple:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, max_positives)` or `(batch_size, label_count)`, *optional*):
+            Positive label ids padded with -100 (any label count), or a dense float/bool multi-hot.
+        return_logits (`bool`, *optional*):
+            Return logits in label order; defaults to True only when no `labels` are given.
+        """
+        encoder_kwargs = {
+            name: value
+            for name, value in (
+                ("token_type_ids", token_type_ids),
+                ("position_ids", position_ids),
+                ("inputs_embeds", inputs_embeds),
+                ("output_hidden_states", output_hidden_states),
+                ("output_attentions", output_attentions),
+            )
+            if value is not None
+        }
+        pooled, encoder_outputs = self.encode(input_ids, attention_mask, **encoder_kwargs)
+        position_logits = self.position_logits(pooled)
+        loss = self.compute_loss(position_logits, labels) if labels is not None else None
+        if return_logits is None:
+            return_logits = labels is None
+        output = ExtremeClassifierOutput(
+            loss=loss,
+            logits=self.logits_in_label_order(position_logits) if return_logits else None,
+            hidden_states=getattr(encoder_outputs, "hidden_states", None),
+            attentions=getattr(encoder_outputs, "attentions", None),
+        )
+        return output if return_dict is not False else output.to_tuple()
+
+    @torch.no_grad()
+    def predict_topk(self, input_ids=None, attention_mask=None, k: int = 5, **encoder_kwargs) -> TopKOutput:
+        """The `k` best labels of each example, scoring the tail in chunks of groups so that memory stays
+        `O(B * (k + chunk))`, never `O(B * label_count)`."""
+        if not 1 <= k <= self.config.label_count:
+            raise ValueError(f"`k` must lie in [1, label_count={self.config.label_count}], got {k}.")
+        pooled, _ = self.encode(input_ids, attention_mask, **encoder_kwargs)
+        head_x, tail_x = self._branch_inputs(pooled)
+        batch_size = pooled.shape[0]
+        best_scores = torch.full((batch_size, 0), float("-inf"), device=pooled.device)
+        best_positions = torch.empty((batch_size, 0), dtype=torch.int64, device=pooled.device)
+
+        def merge(scores, first_position):
+            nonlocal best_scores, best_positions
+            positions = torch.arange(first_position, first_position + scores.shape[1], device=scores.device)
+            padding = self.output_labels[positions] < 0
+            scores = scores.float().masked_fill(padding, float("-inf"))
+            all_scores = torch.cat([best_scores, scores], dim=1)
+            all_positions = torch.cat([best_positions, positions.expand(batch_size, -1)], dim=1)
+            best_scores, top = all_scores.topk(min(k, all_scores.shape[1]), dim=1)
+            best_positions = all_positions.gather(1, top)
+
+        if self.head is not None:
+            merge(self.head(head_x), 0)
+        if self.tail is not None:
+            tail_x = tail_x.to(self.tail.weight.dtype)
+            groups, group_size = self.tail.weight.shape[:2]
+            step = max(1, _TOPK_CHUNK_ELEMENTS // (batch_size * group_size))
+            for start in range(0, groups, step):
+                chunk = slice(start, min(start + step, groups))
+                merge(self.tail.forward_groups(tail_x, chunk), self.config.head_label_count + start * group_size)
+        return TopKOutput(label_ids=self.output_labels[best_positions], scores=best_scores)
+
+    # ----------------------------------------------------------------------------------------- saving
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """`PreTrainedModel.save_pretrained`, plus the label names, written all-or-nothing: files go to a
+        temporary folder beside `save_directory` and are moved in only once every one was written."""
+        save_directory = os.fspath(save_directory)
+        if os.path.isfile(save_directory):
+            raise ValueError(f"`save_directory` ({save_directory}) is a file: give a folder path.")
+        parent = os.path.dirname(os.path.abspath(save_directory))
+        os.makedirs(parent, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=".haste-save-", dir=parent)
+        try:
+            super().save_pretrained(staging, *args, **kwargs)
+            if self.label_names is not None and kwargs.get("is_main_process", True):
+                with open(os.path.join(staging, LABEL_NAMES_FILE), "w", encoding="utf-8") as f:
+                    json.dump(self.label_names, f, ensure_ascii=False)
+            os.makedirs(save_directory, exist_ok=True)
+            new_files = set(os.listdir(staging))
+            for stale in os.listdir(save_directory):
+                # Weights from an earlier save with other sharding would shadow the new ones.
+                if stale.startswith("model") and stale.endswith((".safetensors", ".safetensors.index.json")) and stale not in new_files:
+                    os.remove(os.path.join(save_directory, stale))
+            for name in new_files:
+                os.replace(os.path.join(staging, name), os.path.join(save_directory, name))
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        hub_kwargs = {name: kwargs[name] for name in ("cache_dir", "revision", "token", "local_files_only", "subfolder") if name in kwargs}
+        names_file = cached_file(
+            pretrained_model_name_or_path,
+            LABEL_NAMES_FILE,
+            _raise_exceptions_for_missing_entries=False,
+            _raise_exceptions_for_connection_errors=False,
+            **hub_kwargs,
+        )
+        if names_file is not None:
+            with open(names_file, encoding="utf-8") as f:
+                model.set_label_names(json.load(f))
+        return model
+
+
+__all__ = [
+    "ExtremeClassifierOutput",
+    "GroupSparseLinear",
+    "HasteForExtremeClassification",
+    "HastePreTrainedModel",
+    "TopKOutput",
+    "output_labels_from_frequencies",
+    "random_supports",
+]

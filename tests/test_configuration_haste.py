@@ -1,0 +1,79 @@
+import pytest
+from tiny_encoders import tiny_encoder_config
+
+from haste_hf import HASTE_FORMAT_VERSION, HasteConfig
+
+
+def make_config(**overrides):
+    fields = dict(encoder=tiny_encoder_config("bert"), label_count=100, head_label_count=5, group_size=4, fan_in=8)
+    fields.update(overrides)
+    return HasteConfig(**fields)
+
+
+def test_derived_sizes():
+    config = make_config(label_count=103, head_label_count=3, group_size=8, tail_projection_dim=16)
+    assert config.tail_label_count == 100
+    assert config.tail_group_count == 13  # the last group holds 4 labels and 4 padding slots
+    assert config.tail_input_dim == 16
+    assert config.head_input_dim == 32
+
+
+def test_round_trip_keeps_encoder_as_sub_config(tmp_path):
+    config = make_config(pooling="cls", loss_reduction="mean", tail_bias=True)
+    config.save_pretrained(tmp_path)
+    loaded = HasteConfig.from_pretrained(tmp_path)
+    assert type(loaded.encoder) is type(config.encoder)
+    assert loaded.to_dict() == config.to_dict()
+    assert loaded.get_text_config() is loaded.encoder
+
+
+@pytest.mark.parametrize(
+    "family, pooling", [("bert", "mean"), ("mpnet", "mean"), ("qwen3", "last_token")]
+)
+def test_pooling_defaults_from_encoder_family(family, pooling):
+    assert make_config(encoder=tiny_encoder_config(family)).pooling == pooling
+
+
+def test_encoder_as_dict():
+    config = make_config(encoder=tiny_encoder_config("roberta").to_dict())
+    assert config.encoder.model_type == "roberta"
+    with pytest.raises(ValueError, match="model_type"):
+        make_config(encoder={"hidden_size": 32})
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        ({"fan_in": 33}, "fan_in"),
+        ({"fan_in": 17, "tail_projection_dim": 16}, "fan_in"),
+        ({"fan_in": 0}, "fan_in"),
+        ({"group_size": 0}, "group_size"),
+        ({"group_size": 2.5}, "group_size"),
+        ({"label_count": 0}, "label_count"),
+        ({"head_label_count": 101}, "head_label_count"),
+        ({"head_label_count": -1}, "head_label_count"),
+        ({"pooling": "max"}, "pooling"),
+        ({"loss_reduction": "none"}, "loss_reduction"),
+        ({"classifier_dropout": 1.0}, "classifier_dropout"),
+        ({"head_projection_dim": 0}, "head_projection_dim"),
+        ({"tail_projection_dim": -4}, "tail_projection_dim"),
+        ({"format_version": HASTE_FORMAT_VERSION + 1}, "format_version"),
+    ],
+)
+def test_invalid_fields_name_the_field(overrides, field):
+    with pytest.raises(ValueError, match=f"`{field}`"):
+        make_config(**overrides)
+
+
+def test_all_dense_model_ignores_fan_in():
+    # No tail, so a fan-in wider than the features is irrelevant.
+    assert make_config(head_label_count=100, fan_in=1000).tail_group_count == 0
+
+
+def test_newer_checkpoint_is_refused_with_upgrade_hint(tmp_path):
+    config = make_config()
+    config.save_pretrained(tmp_path)
+    path = tmp_path / "config.json"
+    path.write_text(path.read_text().replace(f'"format_version": {HASTE_FORMAT_VERSION}', '"format_version": 999'))
+    with pytest.raises(ValueError, match="upgrade haste_hf"):
+        HasteConfig.from_pretrained(tmp_path)
