@@ -1,0 +1,651 @@
+"""Readers for the Extreme Classification Repository formats and the collator used to train on them.
+
+Every reader returns `datasets` objects with a `labels` column (`List(Value("int32"))`, 0-based label ids)
+and, for raw-text formats, a `text` column. Files are read line by line and written to Arrow by
+`Dataset.from_generator`, so a large file never sits in memory as Python objects (only label texts do).
+Malformed input raises `XMCFormatError` (a `ValueError`) naming the file and the 1-based line.
+
+Supported layouts (see `load_xmc_dataset`):
+
+- raw text, JSON lines: `trn.json[.gz]`, `tst.json[.gz]` (`uid`, `title`, `content`, `target_ind`) and
+  `lbl.json[.gz]` (`uid`, `title`);
+- raw text with sparse labels: `trn_X.txt` (one text per line), `trn_X_Y.txt` (header `N L`, lines
+  `l:v l:v ...`), `Y.txt` (one label text per line), and the `tst_` counterparts;
+- bag of words, single file: `train.txt` / `test.txt` (or `*_train.txt` / `*_test.txt`), header `N D L`,
+  lines `l1,l2,... f:v f:v ...` (a line starting with a space has no labels);
+- bag of words, split: `trn_X_Xf.txt` (header `N D`, lines `f:v ...`) with `trn_X_Y.txt`;
+- filters: `filter_labels_train.txt`, `filter_labels_test.txt` (`doc_idx label_idx` per line).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import pyarrow.compute as pc
+import torch
+from datasets import Dataset, DatasetDict, Features, List, NamedSplit, Value, concatenate_datasets
+from datasets.exceptions import DatasetGenerationError
+
+
+if TYPE_CHECKING:
+    import scipy.sparse
+    from transformers import PreTrainedTokenizerBase
+
+
+LABEL_PAD_ID = -100
+TEXT_FEATURES = Features({"text": Value("string"), "labels": List(Value("int32"))})
+LABEL_FEATURES = Features({"labels": List(Value("int32"))})
+
+TextFields = Literal["title", "title_content"]
+_SPLIT_PREFIXES = {"train": "trn", "test": "tst"}
+# Bumped whenever a reader's output for the same file changes, so stale Arrow caches are not reused.
+_READER_VERSION = "1"
+
+
+class XMCFormatError(ValueError):
+    """A data file does not follow its format; the message names the file and the 1-based line."""
+
+    def __init__(self, path: str | Path, line_number: int, message: str):
+        super().__init__(f"{path}, line {line_number}: {message}")
+        self.path = str(path)
+        self.line_number = line_number
+
+
+@dataclass
+class XMCSplit:
+    """One split read from disk: its dataset, the label count the file declares, and optional BoW features."""
+
+    dataset: Dataset
+    num_labels: int
+    features: scipy.sparse.csr_matrix | None = None
+
+
+@dataclass
+class XMCDataset:
+    """A dataset directory loaded by `load_xmc_dataset`.
+
+    Attributes:
+        splits: `train` and, when present, `test`. Columns `text` (raw-text formats) and `labels`.
+        label_texts: one text per label id, or `None` for bag-of-words data.
+        num_labels: size of the label space L.
+        filters: split name -> int64 `[M, 2]` array of `(doc_idx, label_idx)` pairs to exclude from predictions.
+        features: split name -> CSR `[N, D]` bag-of-words features, only when asked for.
+        train_label_frequencies: int64 `[L]` label counts over the training file (before label-text
+            augmentation); use these for propensities, the head/tail split and grouping.
+        num_train_points: number of training points in the file (before augmentation).
+        format: the layout that was read: `json`, `text_sparse`, `bow` or `bow_split`.
+    """
+
+    splits: DatasetDict
+    label_texts: list[str] | None
+    num_labels: int
+    filters: dict[str, np.ndarray] = field(default_factory=dict)
+    features: dict[str, scipy.sparse.csr_matrix] = field(default_factory=dict)
+    train_label_frequencies: np.ndarray | None = None
+    num_train_points: int = 0
+    format: str = "json"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Line-level parsing
+
+
+def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yields `(1-based line number, line without its end of line)`; `.gz` files are decompressed.
+
+    Lines are split on `\\n` only (a stray `\\r` inside a text must not split it) and decoded one at a time so a
+    decoding error can name its line.
+    """
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as handle:
+        for line_number, raw in enumerate(handle, start=1):
+            raw = raw.removesuffix(b"\n").removesuffix(b"\r")
+            try:
+                yield line_number, raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise XMCFormatError(path, line_number, f"not valid UTF-8 ({error.reason})") from None
+
+
+def _parse_header(path: Path, lines: Iterator[tuple[int, str]], names: tuple[str, ...]) -> tuple[int, ...]:
+    expected = " ".join(names)
+    try:
+        _, line = next(lines)
+    except StopIteration:
+        raise XMCFormatError(path, 1, f"empty file, expected a header `{expected}`") from None
+    tokens = line.split()
+    if len(tokens) != len(names) or not all(token.isdigit() for token in tokens):
+        raise XMCFormatError(path, 1, f"bad header {line!r}, expected {len(names)} non-negative integers `{expected}`")
+    return tuple(int(token) for token in tokens)
+
+
+def _parse_label_ids(path: Path, line_number: int, tokens: list[str], num_labels: int) -> list[int]:
+    try:
+        labels = [int(token) for token in tokens]
+    except ValueError:
+        raise XMCFormatError(path, line_number, f"label ids must be integers, got {tokens!r}") from None
+    _check_label_ids(path, line_number, labels, num_labels)
+    return labels
+
+
+def _check_label_ids(path: Path, line_number: int, labels: list[int], num_labels: int) -> None:
+    for label in labels:
+        if not 0 <= label < num_labels:
+            raise XMCFormatError(path, line_number, f"label id {label} is outside [0, {num_labels})")
+    if len(set(labels)) != len(labels):
+        raise XMCFormatError(path, line_number, f"duplicate label ids in {labels}")
+
+
+def _parse_sparse_pairs(path: Path, line_number: int, tokens: list[str], size: int, what: str):
+    """Parses `i:v` tokens into (indices, values), checking `0 <= i < size`."""
+    indices, values = [], []
+    for token in tokens:
+        index, sep, value = token.partition(":")
+        try:
+            if not sep:
+                raise ValueError
+            indices.append(int(index))
+            values.append(float(value))
+        except ValueError:
+            raise XMCFormatError(path, line_number, f"expected `{what}:value`, got {token!r}") from None
+        if not 0 <= indices[-1] < size:
+            raise XMCFormatError(path, line_number, f"{what} {indices[-1]} is outside [0, {size})")
+    return indices, values
+
+
+def _check_row_count(path: Path, rows_seen: int, num_rows: int) -> None:
+    if rows_seen != num_rows:
+        # Rows start on line 2, after the header.
+        raise XMCFormatError(
+            path, rows_seen + 2, f"the header announces {num_rows} rows but the file has {rows_seen} rows"
+        )
+
+
+def _too_many_rows(path: Path, line_number: int, num_rows: int) -> XMCFormatError:
+    return XMCFormatError(path, line_number, f"more rows than the {num_rows} announced in the header")
+
+
+def _split_bow_line(line: str) -> tuple[list[str], list[str]]:
+    """Splits a bag-of-words line into (label tokens, feature tokens)."""
+    tokens = line.split()
+    # A line with no labels starts with a space; tolerate files that drop it and start with a feature.
+    if line[:1].isspace() or not tokens or ":" in tokens[0]:
+        return [], tokens
+    return tokens[0].split(","), tokens[1:]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Row generators (module level, so `Dataset.from_generator` can run and cache them)
+
+
+def _json_rows(path: str, num_labels: int, text_fields: TextFields) -> Iterator[dict[str, Any]]:
+    path = Path(path)
+    for line_number, line in _iter_lines(path):
+        if not line.strip():
+            continue
+        record = _parse_json_record(path, line_number, line)
+        title = record.get("title")
+        if not isinstance(title, str):
+            raise XMCFormatError(path, line_number, "missing or non-string `title`")
+        text = title
+        if text_fields == "title_content":
+            content = record.get("content")
+            if not isinstance(content, str):
+                raise XMCFormatError(path, line_number, "missing or non-string `content` (text_fields='title_content')")
+            text = f"{title} {content}" if content else title
+        labels = record.get("target_ind")
+        if not isinstance(labels, list) or not all(isinstance(l, int) and not isinstance(l, bool) for l in labels):
+            raise XMCFormatError(path, line_number, "`target_ind` must be a list of integer label ids")
+        _check_label_ids(path, line_number, labels, num_labels)
+        yield {"text": text, "labels": labels}
+
+
+def _parse_json_record(path: Path, line_number: int, line: str) -> dict[str, Any]:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise XMCFormatError(path, line_number, f"invalid JSON ({error.msg})") from None
+    if not isinstance(record, dict):
+        raise XMCFormatError(path, line_number, "expected a JSON object")
+    return record
+
+
+def _sparse_label_rows(labels_path: str) -> Iterator[tuple[int, list[int]]]:
+    """Yields `(line number, label ids)` of a `N L` sparse label file; values are parsed but not used."""
+    path = Path(labels_path)
+    lines = _iter_lines(path)
+    num_rows, num_labels = _parse_header(path, lines, ("N", "L"))
+    rows_seen = 0
+    for line_number, line in lines:
+        if rows_seen == num_rows:
+            raise _too_many_rows(path, line_number, num_rows)
+        labels, _ = _parse_sparse_pairs(path, line_number, line.split(), num_labels, "label id")
+        _check_label_ids(path, line_number, labels, num_labels)
+        rows_seen += 1
+        yield line_number, labels
+    _check_row_count(path, rows_seen, num_rows)
+
+
+def _text_sparse_rows(texts_path: str, labels_path: str) -> Iterator[dict[str, Any]]:
+    texts = _iter_lines(Path(texts_path))
+    for _, labels in _sparse_label_rows(labels_path):
+        try:
+            _, text = next(texts)
+        except StopIteration:
+            raise XMCFormatError(
+                texts_path, _line_count(Path(texts_path)) + 1, f"fewer texts than label rows in {labels_path}"
+            ) from None
+        yield {"text": text, "labels": labels}
+    for line_number, _ in texts:
+        raise XMCFormatError(texts_path, line_number, f"more texts than label rows in {labels_path}")
+
+
+def _line_count(path: Path) -> int:
+    return sum(1 for _ in _iter_lines(path))
+
+
+def _sparse_label_only_rows(labels_path: str) -> Iterator[dict[str, Any]]:
+    for _, labels in _sparse_label_rows(labels_path):
+        yield {"labels": labels}
+
+
+def _bow_rows(path: str) -> Iterator[dict[str, Any]]:
+    path = Path(path)
+    lines = _iter_lines(path)
+    num_rows, _, num_labels = _parse_header(path, lines, ("N", "D", "L"))
+    rows_seen = 0
+    for line_number, line in lines:
+        if rows_seen == num_rows:
+            raise _too_many_rows(path, line_number, num_rows)
+        label_tokens, _ = _split_bow_line(line)
+        rows_seen += 1
+        yield {"labels": _parse_label_ids(path, line_number, label_tokens, num_labels)}
+    _check_row_count(path, rows_seen, num_rows)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Dataset construction
+
+
+def _fingerprint(generator_name: str, sources: list[Path], options: dict[str, Any]) -> str:
+    """Cache key of a generated dataset: reader, options and each source file's path, size and mtime."""
+    stats = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in sources]
+    payload = json.dumps([_READER_VERSION, generator_name, stats, options], sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def _generate(generator, gen_kwargs: dict[str, Any], features: Features, split: str, cache_dir) -> Dataset:
+    sources = [Path(value) for key, value in gen_kwargs.items() if key.endswith("path")]
+    for source in sources:
+        if not source.is_file():
+            raise FileNotFoundError(f"{source} does not exist")
+    options = {key: value for key, value in gen_kwargs.items() if not key.endswith("path")}
+    try:
+        return Dataset.from_generator(
+            generator,
+            features=features,
+            gen_kwargs=gen_kwargs,
+            cache_dir=None if cache_dir is None else str(cache_dir),
+            split=NamedSplit(split),
+            fingerprint=_fingerprint(generator.__name__, sources, {**options, "split": split}),
+        )
+    except DatasetGenerationError as error:
+        # `datasets` wraps errors raised inside the generator; surface ours unchanged.
+        if isinstance(error.__cause__, XMCFormatError):
+            raise error.__cause__ from None
+        raise
+
+
+def read_json_label_texts(path: str | Path) -> list[str]:
+    """Reads label texts (`title`) from an `lbl.json[.gz]` file, one label per non-blank line, in id order."""
+    path = Path(path)
+    texts = []
+    for line_number, line in _iter_lines(path):
+        if not line.strip():
+            continue
+        title = _parse_json_record(path, line_number, line).get("title")
+        if not isinstance(title, str):
+            raise XMCFormatError(path, line_number, "missing or non-string `title`")
+        texts.append(title)
+    return texts
+
+
+def read_label_texts(path: str | Path) -> list[str]:
+    """Reads `Y.txt`: one label text per line, in id order."""
+    return [line for _, line in _iter_lines(Path(path))]
+
+
+def read_json_split(
+    path: str | Path,
+    num_labels: int,
+    *,
+    text_fields: TextFields = "title",
+    split: str = "train",
+    cache_dir: str | Path | None = None,
+) -> XMCSplit:
+    """Reads a `trn.json[.gz]`-style file: one JSON object per line with `title`, `content`, `target_ind`.
+
+    Args:
+        num_labels: size of the label space (the number of lines of `lbl.json.gz`); ids must be below it.
+        text_fields: `"title"` uses the title only (title datasets); `"title_content"` uses
+            `title + " " + content` (full-text datasets). Nothing is truncated here: the tokenizer does it.
+    """
+    if text_fields not in ("title", "title_content"):
+        raise ValueError(f"text_fields must be 'title' or 'title_content', got {text_fields!r}")
+    gen_kwargs = {"path": str(path), "num_labels": num_labels, "text_fields": text_fields}
+    return XMCSplit(_generate(_json_rows, gen_kwargs, TEXT_FEATURES, split, cache_dir), num_labels)
+
+
+def read_text_split(
+    texts_path: str | Path, labels_path: str | Path, *, split: str = "train", cache_dir: str | Path | None = None
+) -> XMCSplit:
+    """Reads `trn_X.txt` (one text per line) with `trn_X_Y.txt` (header `N L`, lines `l:v ...`).
+
+    Every listed label is a positive; the values are checked to be numbers but otherwise ignored.
+    """
+    gen_kwargs = {"texts_path": str(texts_path), "labels_path": str(labels_path)}
+    dataset = _generate(_text_sparse_rows, gen_kwargs, TEXT_FEATURES, split, cache_dir)
+    return XMCSplit(dataset, _read_header(Path(labels_path), ("N", "L"))[1])
+
+
+def read_sparse_label_split(
+    labels_path: str | Path, *, split: str = "train", cache_dir: str | Path | None = None
+) -> XMCSplit:
+    """Reads a sparse label file (`trn_X_Y.txt`, header `N L`) into a labels-only dataset."""
+    dataset = _generate(_sparse_label_only_rows, {"labels_path": str(labels_path)}, LABEL_FEATURES, split, cache_dir)
+    return XMCSplit(dataset, _read_header(Path(labels_path), ("N", "L"))[1])
+
+
+def read_bow_file(
+    path: str | Path, *, return_features: bool = False, split: str = "train", cache_dir: str | Path | None = None
+) -> XMCSplit:
+    """Reads a single-file bag-of-words split (header `N D L`, lines `l1,l2 f:v f:v ...`).
+
+    Labels always go into the dataset. Features are parsed (and validated) only with `return_features=True`,
+    in a second pass, into a float32 CSR `[N, D]` matrix.
+    """
+    dataset = _generate(_bow_rows, {"path": str(path)}, LABEL_FEATURES, split, cache_dir)
+    num_labels = _read_header(Path(path), ("N", "D", "L"))[2]
+    features = _read_features(Path(path), bow_labels=True) if return_features else None
+    return XMCSplit(dataset, num_labels, features)
+
+
+def read_sparse_features(path: str | Path) -> scipy.sparse.csr_matrix:
+    """Reads a bag-of-words feature file (`trn_X_Xf.txt`, header `N D`, lines `f:v ...`) into a CSR matrix."""
+    return _read_features(Path(path), bow_labels=False)
+
+
+def _read_header(path: Path, names: tuple[str, ...]) -> tuple[int, ...]:
+    return _parse_header(path, _iter_lines(path), names)
+
+
+def _read_features(path: Path, bow_labels: bool) -> scipy.sparse.csr_matrix:
+    import scipy.sparse
+
+    lines = _iter_lines(path)
+    if bow_labels:
+        num_rows, num_features, _ = _parse_header(path, lines, ("N", "D", "L"))
+    else:
+        num_rows, num_features = _parse_header(path, lines, ("N", "D"))
+    # Typed arrays keep the memory at nnz * (8 + 4) bytes rather than one Python object per entry.
+    indptr, indices, values = array("q", [0]), array("q"), array("f")
+    for line_number, line in lines:
+        if len(indptr) - 1 == num_rows:
+            raise _too_many_rows(path, line_number, num_rows)
+        tokens = _split_bow_line(line)[1] if bow_labels else line.split()
+        row_indices, row_values = _parse_sparse_pairs(path, line_number, tokens, num_features, "feature index")
+        indices.extend(row_indices)
+        values.extend(row_values)
+        indptr.append(len(indices))
+    _check_row_count(path, len(indptr) - 1, num_rows)
+    return scipy.sparse.csr_matrix(
+        (np.frombuffer(values, np.float32), np.frombuffer(indices, np.int64), np.frombuffer(indptr, np.int64)),
+        shape=(num_rows, num_features),
+    )
+
+
+def read_filter_file(
+    path: str | Path, *, num_points: int | None = None, num_labels: int | None = None
+) -> np.ndarray:
+    """Reads `filter_labels_*.txt` (`doc_idx label_idx` per line) into an int64 `[M, 2]` array.
+
+    Each pair is to be excluded from that point's predictions before taking the top k (see
+    `haste_hf.metrics.filter_top_k`). Blank lines are skipped; indices are checked when the bounds are given.
+    """
+    path = Path(path)
+    pairs = array("q")
+    for line_number, line in _iter_lines(path):
+        tokens = line.split()
+        if not tokens:
+            continue
+        if len(tokens) != 2 or not all(token.isdigit() for token in tokens):
+            raise XMCFormatError(path, line_number, f"expected `doc_idx label_idx` (two non-negative ints), got {line!r}")
+        doc, label = int(tokens[0]), int(tokens[1])
+        if num_points is not None and doc >= num_points:
+            raise XMCFormatError(path, line_number, f"doc_idx {doc} is outside [0, {num_points})")
+        if num_labels is not None and label >= num_labels:
+            raise XMCFormatError(path, line_number, f"label_idx {label} is outside [0, {num_labels})")
+        pairs.extend((doc, label))
+    return np.frombuffer(pairs, np.int64).reshape(-1, 2).copy()
+
+
+def label_frequencies(dataset: Dataset, num_labels: int, label_column: str = "labels") -> np.ndarray:
+    """Counts each label's positives over `dataset` (int64 `[num_labels]`), reading Arrow batches."""
+    counts = np.zeros(num_labels, dtype=np.int64)
+    for batch in dataset.with_format("arrow").iter(batch_size=65536):
+        flat = pc.list_flatten(batch.column(label_column)).to_numpy()
+        if flat.size and (flat.min() < 0 or flat.max() >= num_labels):
+            raise ValueError(f"label ids must lie in [0, num_labels={num_labels}), found [{flat.min()}, {flat.max()}]")
+        counts += np.bincount(flat, minlength=num_labels)
+    return counts
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Directory entry point
+
+
+def detect_format(path: str | Path) -> str:
+    """Names the layout of a dataset directory: `json`, `text_sparse`, `bow_split` or `bow` (in that priority)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ValueError(f"{path} is not a directory")
+    if _find(path, ("trn.json.gz", "trn.json")):
+        return "json"
+    if (path / "trn_X_Y.txt").is_file() and (path / "trn_X.txt").is_file():
+        return "text_sparse"
+    if (path / "trn_X_Y.txt").is_file() and (path / "trn_X_Xf.txt").is_file():
+        return "bow_split"
+    if _bow_file(path, "train"):
+        return "bow"
+    raise ValueError(
+        f"cannot tell the format of {path}: expected trn.json[.gz] + lbl.json[.gz] (raw text), trn_X.txt + "
+        "trn_X_Y.txt (raw text + sparse labels), trn_X_Xf.txt + trn_X_Y.txt (split bag of words) or "
+        f"train.txt / *_train.txt (bag of words); found {sorted(p.name for p in path.iterdir())}"
+    )
+
+
+def _find(directory: Path, names: tuple[str, ...]) -> Path | None:
+    return next((directory / name for name in names if (directory / name).is_file()), None)
+
+
+def _bow_file(directory: Path, split: str) -> Path | None:
+    exact = directory / f"{split}.txt"
+    if exact.is_file():
+        return exact
+    matches = sorted(directory.glob(f"*_{split}.txt"))
+    if len(matches) > 1:
+        raise ValueError(f"several bag-of-words {split} files in {directory}: {[m.name for m in matches]}")
+    return matches[0] if matches else None
+
+
+def load_xmc_dataset(
+    path: str | Path,
+    *,
+    format: Literal["auto", "json", "text_sparse", "bow", "bow_split"] = "auto",
+    text_fields: TextFields = "title",
+    add_label_texts: bool = False,
+    return_features: bool = False,
+    cache_dir: str | Path | None = None,
+) -> XMCDataset:
+    """Loads an Extreme Classification Repository dataset directory (train split required, test optional).
+
+    Args:
+        format: the layout; `"auto"` detects it (see `detect_format`).
+        text_fields: for JSON data, `"title"` or `"title_content"` (`title + " " + content`).
+        add_label_texts: append one training point per label, the label's own text with label set `[l]`.
+            `train_label_frequencies` and `num_train_points` still describe the original training file.
+        return_features: also read bag-of-words features into `XMCDataset.features` (BoW formats only).
+        cache_dir: where `datasets` writes the Arrow files (default: the `datasets` cache).
+    """
+    path = Path(path)
+    if format == "auto":
+        format = detect_format(path)
+    if return_features and format not in ("bow", "bow_split"):
+        raise ValueError(f"return_features=True needs a bag-of-words dataset, {path} is {format!r}")
+
+    label_texts, splits, features = None, {}, {}
+    if format == "json":
+        label_file = _find(path, ("lbl.json.gz", "lbl.json"))
+        if label_file is None:
+            raise ValueError(f"{path} has trn.json[.gz] but no lbl.json[.gz] with the label texts")
+        label_texts = read_json_label_texts(label_file)
+        for split, prefix in _SPLIT_PREFIXES.items():
+            source = _find(path, (f"{prefix}.json.gz", f"{prefix}.json"))
+            if source is not None:
+                splits[split] = read_json_split(
+                    source, len(label_texts), text_fields=text_fields, split=split, cache_dir=cache_dir
+                )
+    else:
+        for split, prefix in _SPLIT_PREFIXES.items():
+            labels_file = path / f"{prefix}_X_Y.txt"
+            if format == "text_sparse" and labels_file.is_file():
+                splits[split] = read_text_split(path / f"{prefix}_X.txt", labels_file, split=split, cache_dir=cache_dir)
+            elif format == "bow_split" and labels_file.is_file():
+                splits[split] = read_sparse_label_split(labels_file, split=split, cache_dir=cache_dir)
+                if return_features:
+                    splits[split].features = read_sparse_features(path / f"{prefix}_X_Xf.txt")
+            elif format == "bow" and _bow_file(path, split) is not None:
+                splits[split] = read_bow_file(
+                    _bow_file(path, split), return_features=return_features, split=split, cache_dir=cache_dir
+                )
+        if format == "text_sparse" and (path / "Y.txt").is_file():
+            label_texts = read_label_texts(path / "Y.txt")
+    if "train" not in splits:
+        raise ValueError(f"no training split found in {path} for format {format!r}")
+
+    num_labels = splits["train"].num_labels
+    for split, item in splits.items():
+        if item.num_labels != num_labels:
+            raise ValueError(f"{path}: the {split} split declares {item.num_labels} labels, train {num_labels}")
+        if item.features is not None:
+            features[split] = item.features
+            if item.features.shape[0] != len(item.dataset):
+                raise ValueError(f"{path}: {split} has {item.features.shape[0]} feature rows, {len(item.dataset)} labels")
+    if label_texts is not None and len(label_texts) != num_labels:
+        raise ValueError(f"{path}: {len(label_texts)} label texts for {num_labels} labels")
+
+    filters = {}
+    for split in splits:
+        filter_file = path / f"filter_labels_{split}.txt"
+        if filter_file.is_file():
+            filters[split] = read_filter_file(
+                filter_file, num_points=len(splits[split].dataset), num_labels=num_labels
+            )
+
+    train = splits["train"].dataset
+    frequencies = label_frequencies(train, num_labels)
+    num_train_points = len(train)
+    if add_label_texts:
+        if label_texts is None:
+            raise ValueError(f"add_label_texts=True needs label texts, and {path} ({format}) has none")
+        label_points = Dataset.from_dict(
+            {"text": label_texts, "labels": [[label] for label in range(num_labels)]}, features=TEXT_FEATURES
+        )
+        train = concatenate_datasets([train, label_points])
+
+    return XMCDataset(
+        splits=DatasetDict({"train": train, **{s: item.dataset for s, item in splits.items() if s != "train"}}),
+        label_texts=label_texts,
+        num_labels=num_labels,
+        filters=filters,
+        features=features,
+        train_label_frequencies=frequencies,
+        num_train_points=num_train_points,
+        format=format,
+    )
+
+
+def demo_dataset_path() -> Path:
+    """Directory of the small embedded demo dataset (`debian_tags_mini`, raw-text JSON format)."""
+    return Path(__file__).resolve().parent / "demo_data" / "debian_tags_mini"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Collation
+
+
+def pad_label_ids(label_lists: list[list[int]], pad_id: int = LABEL_PAD_ID) -> torch.Tensor:
+    """Packs per-example positive label ids into an int64 `[B, P]` tensor, padded with `pad_id`.
+
+    P is the largest number of positives in the batch, at least 1 (a batch of label-free points is `[B, 1]`
+    of padding).
+    """
+    width = max(1, max((len(labels) for labels in label_lists), default=0))
+    padded = torch.full((len(label_lists), width), pad_id, dtype=torch.long)
+    for row, labels in enumerate(label_lists):
+        if len(labels):
+            padded[row, : len(labels)] = torch.as_tensor(labels, dtype=torch.long)
+    if (padded[padded != pad_id] < 0).any():
+        raise ValueError("label ids must be non-negative")
+    return padded
+
+
+@dataclass
+class XMCDataCollator:
+    """Tokenizes the `text` column and packs `labels` as padded positive ids `[B, P]` (int64, -100 padding).
+
+    The model expands the ids into its multi-hot targets, so a batch never holds a dense `[B, L]` tensor.
+    With `transformers.Trainer`, set `remove_unused_columns=False`: `text` is not a model argument and would
+    otherwise be removed before it reaches the collator.
+
+    Args:
+        tokenizer: any tokenizer of the encoder.
+        max_length: texts are truncated to this many tokens.
+        padding: passed to the tokenizer (`"longest"` pads to the batch's longest text, `"max_length"` to
+            `max_length`).
+        pad_to_multiple_of: passed to the tokenizer.
+    """
+
+    tokenizer: PreTrainedTokenizerBase
+    max_length: int = 128
+    padding: bool | str = "longest"
+    pad_to_multiple_of: int | None = None
+    text_column: str = "text"
+    label_column: str = "labels"
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        if not features:
+            raise ValueError("cannot collate an empty batch")
+        if self.text_column not in features[0]:
+            raise KeyError(
+                f"examples have no {self.text_column!r} column (keys: {sorted(features[0])}); with Trainer, set "
+                "remove_unused_columns=False so the text reaches the collator"
+            )
+        batch = self.tokenizer(
+            [feature[self.text_column] for feature in features],
+            max_length=self.max_length,
+            truncation=True,
+            padding=self.padding,
+            pad_to_multiple_of=self.pad_to_multiple_of,
+            return_tensors="pt",
+        )
+        if self.label_column in features[0]:
+            batch["labels"] = pad_label_ids([feature[self.label_column] for feature in features])
+        return dict(batch)

@@ -1,0 +1,385 @@
+"""Extreme multi-label ranking metrics computed from top-k predictions, never from a dense `[N, L]` matrix.
+
+Definitions, for a point with true label set y and predictions p_1..p_k (best first), d_r = 1/log2(r+1):
+
+- P@k = |{r <= k : p_r in y}| / k;   R@k = |{r <= k : p_r in y}| / |y|
+- nDCG@k = sum_{r<=k, p_r in y} d_r / IDCG_k(y),   IDCG_k(y) = sum_{r <= min(k, |y|)} d_r
+- PSP@k and PSnDCG@k replace the unit gain of a hit by the inverse propensity q_l = 1/p_l (Jain et al. 2016)
+  and are normalised as pyxclib does: the dataset sum of the scores divided by the dataset sum of the best
+  achievable scores (each point's true labels ranked by q_l). PSnDCG divides each point's (PS)DCG by the
+  unit-gain IDCG_k(y) above (per-point denominator, as pyxclib and napkinxc do) before summing.
+
+Points without true labels are kept by default and score 0 on every metric (pyxclib's convention); they
+then lower P, nDCG and R, and leave the normalised PS metrics unchanged (0 over 0 added to the sums).
+`drop_empty_points=True` removes them from the averages instead.
+
+Predicted ids below 0 (e.g. -1) mean "no prediction" and never hit. Predictions must not repeat an id.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import datasets
+import evaluate
+import numpy as np
+import torch
+
+
+DEFAULT_KS = (1, 3, 5)
+METRIC_NAMES = ("P", "nDCG", "PSP", "PSnDCG", "R")
+
+# (A, B) of Jain et al. (2016), matched as case-insensitive substrings of the dataset name.
+PROPENSITY_PRESETS = {
+    "amazon-670k": (0.6, 2.6),
+    "amazon-3m": (0.6, 2.6),
+    "wikilshtc": (0.5, 0.4),
+    "wikipedia": (0.5, 0.4),
+}
+DEFAULT_PROPENSITY_PARAMETERS = (0.55, 1.5)
+
+
+def propensity_parameters(
+    dataset_name: str | None = None, a: float | None = None, b: float | None = None
+) -> tuple[float, float]:
+    """The (A, B) of the propensity model: explicit values win, else the preset matching `dataset_name`.
+
+    Presets: names containing `Amazon-670K` or `Amazon-3M` -> (0.6, 2.6); `WikiLSHTC` or `Wikipedia` ->
+    (0.5, 0.4); anything else -> (0.55, 1.5). Code bases disagree on the matching rule, so report the values.
+    """
+    preset = DEFAULT_PROPENSITY_PARAMETERS
+    if dataset_name is not None:
+        name = dataset_name.lower()
+        preset = next((value for key, value in PROPENSITY_PRESETS.items() if key in name), preset)
+    return (preset[0] if a is None else float(a), preset[1] if b is None else float(b))
+
+
+@dataclass(frozen=True)
+class Propensity:
+    """Inverse propensities q_l = 1/p_l `[L]` (float64) with the (A, B) that produced them."""
+
+    inverse: np.ndarray
+    a: float
+    b: float
+
+    @classmethod
+    def from_frequencies(
+        cls,
+        label_frequencies: np.ndarray,
+        num_train_points: int,
+        dataset_name: str | None = None,
+        a: float | None = None,
+        b: float | None = None,
+    ) -> Propensity:
+        """q_l = 1 + C (N_l + B)^(-A), C = (ln N - 1)(B + 1)^A, from training counts N_l and N training points."""
+        a, b = propensity_parameters(dataset_name, a, b)
+        counts = np.asarray(label_frequencies, dtype=np.float64)
+        if counts.ndim != 1 or (counts < 0).any():
+            raise ValueError("label_frequencies must be a 1-D array of non-negative training counts")
+        if num_train_points < 1:
+            raise ValueError(f"num_train_points must be positive, got {num_train_points}")
+        c = (math.log(num_train_points) - 1.0) * (b + 1.0) ** a
+        return cls(inverse=1.0 + c * (counts + b) ** (-a), a=a, b=b)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Core computation
+
+
+def _pad_true_labels(true_labels, start: int, stop: int) -> np.ndarray:
+    """Rows `start:stop` of the true labels as an int64 array padded with -1."""
+    if isinstance(true_labels, np.ndarray) and true_labels.ndim == 2:
+        rows = true_labels[start:stop].astype(np.int64, copy=True)
+        rows[rows < 0] = -1
+        return rows
+    rows = [np.asarray(labels, dtype=np.int64).reshape(-1) for labels in true_labels[start:stop]]
+    padded = np.full((len(rows), max([1] + [len(r) for r in rows])), -1, dtype=np.int64)
+    for i, labels in enumerate(rows):
+        if (labels < 0).any():
+            raise ValueError(f"true label ids must be non-negative, point {start + i} has {labels.tolist()}")
+        padded[i, : len(labels)] = labels
+    return padded
+
+
+def _has_repeats(ids: np.ndarray) -> np.ndarray:
+    """Per row: does any non-negative id occur twice?"""
+    ordered = np.sort(ids, axis=1)
+    return ((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)).any(axis=1)
+
+
+def compute_xmc_metrics(
+    top_k_ids: np.ndarray,
+    true_labels: np.ndarray | Sequence[Sequence[int]],
+    *,
+    ks: Sequence[int] = DEFAULT_KS,
+    propensity: Propensity | None = None,
+    drop_empty_points: bool = False,
+    normalize_propensity: bool = True,
+    chunk_size: int = 8192,
+) -> dict[str, float]:
+    """P@k, nDCG@k, R@k and, given `propensity`, PSP@k and PSnDCG@k for every k in `ks`.
+
+    Args:
+        top_k_ids: int `[N, K]` predicted label ids sorted best first, `K >= max(ks)`; negative = no prediction.
+        true_labels: per point, its true label ids: a list of arrays/lists, or an int `[N, P]` array padded
+            with negative values (the -100 padded `labels` of `XMCDataCollator`).
+        propensity: inverse propensities from the training split; adds PSP@k, PSnDCG@k and the
+            `propensity_a`, `propensity_b` used.
+        drop_empty_points: leave points without true labels out of the averages (default: keep them with
+            score 0, as pyxclib does).
+        normalize_propensity: report PSP/PSnDCG as a ratio to the best achievable (pyxclib's convention);
+            `False` gives the plain averages.
+
+    Returns:
+        `{"P@1": ..., "nDCG@1": ..., "PSP@1": ..., "PSnDCG@1": ..., "R@1": ..., ...}` as Python floats.
+    """
+    top_k_ids = np.asarray(top_k_ids)
+    ks = sorted({int(k) for k in ks})
+    if not ks or ks[0] < 1:
+        raise ValueError(f"ks must be positive integers, got {ks}")
+    if top_k_ids.ndim != 2 or not np.issubdtype(top_k_ids.dtype, np.integer):
+        raise ValueError(f"top_k_ids must be an integer [N, K] array, got {top_k_ids.dtype} {top_k_ids.shape}")
+    max_k = ks[-1]
+    if top_k_ids.shape[1] < max_k:
+        raise ValueError(f"top_k_ids has {top_k_ids.shape[1]} columns but max(ks) = {max_k}; predict more labels")
+    num_points = top_k_ids.shape[0]
+    if len(true_labels) != num_points:
+        raise ValueError(f"{num_points} predictions but {len(true_labels)} true label sets")
+    inverse = None if propensity is None else np.asarray(propensity.inverse, dtype=np.float64)
+
+    discounts = 1.0 / np.log2(np.arange(2, max_k + 2))
+    ideal_dcg = np.concatenate([[1.0], np.cumsum(discounts)])  # ideal_dcg[m] = IDCG of m true labels, m>=1
+    k_index = np.asarray(ks) - 1
+    sums = {name: np.zeros(len(ks)) for name in ("P", "nDCG", "R", "PSP", "PSP_best", "PSnDCG", "PSnDCG_best")}
+    counted = 0
+
+    for start in range(0, num_points, chunk_size):
+        stop = min(start + chunk_size, num_points)
+        predicted = top_k_ids[start:stop, :max_k].astype(np.int64)
+        predicted = np.where(predicted < 0, -1, predicted)
+        true = _pad_true_labels(true_labels, start, stop)
+        if _has_repeats(predicted).any():
+            row = start + int(np.flatnonzero(_has_repeats(predicted))[0])
+            raise ValueError(f"point {row} predicts a label twice: {top_k_ids[row, :max_k].tolist()}")
+        if _has_repeats(true).any():
+            row = start + int(np.flatnonzero(_has_repeats(true))[0])
+            raise ValueError(f"point {row} lists a true label twice")
+        if inverse is not None and max(predicted.max(initial=-1), true.max(initial=-1)) >= inverse.shape[0]:
+            raise ValueError(f"label ids must be below the propensity size {inverse.shape[0]}")
+
+        num_true = (true >= 0).sum(axis=1)
+        if drop_empty_points:
+            keep = num_true > 0
+            predicted, true, num_true = predicted[keep], true[keep], num_true[keep]
+        counted += predicted.shape[0]
+        has_true = num_true > 0
+        hits = ((predicted[:, :, None] == true[:, None, :]) & (predicted[:, :, None] >= 0)).any(axis=2)
+        hits_at = np.cumsum(hits, axis=1)[:, k_index]  # [n, len(ks)]
+        # Unit-gain IDCG per point and k; 1 for empty points, whose DCG is 0 anyway.
+        ideal = ideal_dcg[np.minimum(num_true[:, None], np.asarray(ks)[None, :])]
+        ideal[~has_true] = 1.0
+
+        sums["P"] += hits_at.sum(axis=0) / np.asarray(ks)
+        sums["R"] += (hits_at[has_true] / num_true[has_true, None]).sum(axis=0)
+        sums["nDCG"] += (np.cumsum(hits * discounts, axis=1)[:, k_index] / ideal).sum(axis=0)
+        if inverse is not None:
+            gains = np.where(hits, inverse[np.maximum(predicted, 0)], 0.0)
+            best = -np.sort(-np.where(true >= 0, inverse[np.maximum(true, 0)], 0.0), axis=1)
+            best = np.pad(best, ((0, 0), (0, max(0, max_k - best.shape[1]))))[:, :max_k]
+            sums["PSP"] += np.cumsum(gains, axis=1)[:, k_index].sum(axis=0) / np.asarray(ks)
+            sums["PSP_best"] += np.cumsum(best, axis=1)[:, k_index].sum(axis=0) / np.asarray(ks)
+            sums["PSnDCG"] += (np.cumsum(gains * discounts, axis=1)[:, k_index] / ideal).sum(axis=0)
+            sums["PSnDCG_best"] += (np.cumsum(best * discounts, axis=1)[:, k_index] / ideal).sum(axis=0)
+
+    def ratio(numerator: np.ndarray, denominator: np.ndarray | float) -> np.ndarray:
+        denominator = np.broadcast_to(np.asarray(denominator, dtype=np.float64), numerator.shape)
+        return np.divide(numerator, denominator, out=np.zeros_like(numerator), where=denominator > 0)
+
+    averages = {name: ratio(sums[name], counted) for name in ("P", "nDCG", "R")}
+    if inverse is not None:
+        for name in ("PSP", "PSnDCG"):
+            averages[name] = ratio(sums[name], sums[f"{name}_best"] if normalize_propensity else counted)
+    results = {f"{name}@{k}": float(averages[name][i]) for name in METRIC_NAMES if name in averages for i, k in enumerate(ks)}
+    if propensity is not None:
+        results["propensity_a"] = float(propensity.a)
+        results["propensity_b"] = float(propensity.b)
+    return results
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Filtered evaluation
+
+
+def max_filtered_per_point(filter_pairs: np.ndarray) -> int:
+    """The most filter pairs any single point has: extra candidates to predict so that k survive filtering."""
+    filter_pairs = np.asarray(filter_pairs)
+    return int(np.bincount(filter_pairs[:, 0]).max()) if len(filter_pairs) else 0
+
+
+def filter_top_k(top_ids: np.ndarray, filter_pairs: np.ndarray, k: int, row_offset: int = 0) -> np.ndarray:
+    """Removes filtered `(point, label)` pairs from ranked candidates and keeps the first `k` left.
+
+    This is the metric-side filter: `top_ids` `[N, K]` (best first, `K >= k + max_filtered_per_point`)
+    comes from the model; rows are points `row_offset .. row_offset + N - 1` of the filter file's numbering.
+    Remaining candidates keep their order; missing ones are -1.
+    """
+    top_ids = np.asarray(top_ids, dtype=np.int64)
+    filter_pairs = np.asarray(filter_pairs, dtype=np.int64).reshape(-1, 2)
+    if top_ids.ndim != 2:
+        raise ValueError(f"top_ids must be [N, K], got shape {top_ids.shape}")
+    rows = np.broadcast_to(np.arange(row_offset, row_offset + top_ids.shape[0])[:, None], top_ids.shape)
+    # One integer key per (point, label) pair; labels are shifted by 1 so that -1 ("none") stays distinct.
+    width = int(max(top_ids.max(initial=-1), filter_pairs[:, 1].max(initial=-1))) + 2
+    filtered = np.isin(rows * width + top_ids + 1, filter_pairs[:, 0] * width + filter_pairs[:, 1] + 1)
+    filtered |= top_ids < 0
+    order = np.argsort(filtered, axis=1, kind="stable")  # surviving candidates first, in rank order
+    kept = np.where(np.take_along_axis(filtered, order, axis=1), -1, np.take_along_axis(top_ids, order, axis=1))
+    kept = kept[:, :k]
+    return np.pad(kept, ((0, 0), (0, k - kept.shape[1])), constant_values=-1)
+
+
+def filter_scores_(scores: torch.Tensor, filter_pairs: np.ndarray, row_offset: int = 0) -> torch.Tensor:
+    """Model-side filter: sets `scores[point - row_offset, label]` to -inf, in place, for pairs in this batch.
+
+    `scores` `[B, L]` must be in label-id order. Use it where the full scores exist (a prediction loop);
+    with `Trainer`, the metric side filters instead (`make_compute_metrics(filter_pairs=...)`).
+    """
+    pairs = torch.as_tensor(np.asarray(filter_pairs, dtype=np.int64).reshape(-1, 2), device=scores.device)
+    in_batch = (pairs[:, 0] >= row_offset) & (pairs[:, 0] < row_offset + scores.shape[0])
+    pairs = pairs[in_batch]
+    scores[pairs[:, 0] - row_offset, pairs[:, 1]] = float("-inf")
+    return scores
+
+
+# ----------------------------------------------------------------------------------------------------------
+# transformers.Trainer integration
+
+
+def make_preprocess_logits_for_metrics(
+    k: int = max(DEFAULT_KS), output_labels: torch.Tensor | None = None
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """`Trainer(preprocess_logits_for_metrics=...)` that keeps only the top-k label ids per point (int64 `[B, k]`).
+
+    Trainer then gathers `[N, k]` ids instead of `[N, L]` logits. Pass `k = max(ks) + max_filtered_per_point`
+    when evaluating with filters. `output_labels` `[num_outputs]` maps output positions to label ids (-1 marks
+    padding outputs, which are never ranked); leave it `None` when logits are already in label order.
+    Fewer than k outputs leave -1 in the last columns.
+    """
+
+    def preprocess_logits_for_metrics(logits, labels):
+        if isinstance(logits, (tuple, list)):
+            logits = logits[0]
+        if output_labels is not None:
+            mapping = output_labels.to(logits.device)
+            logits = logits.masked_fill(mapping < 0, float("-inf"))
+        values, indices = torch.topk(logits, k=min(k, logits.shape[-1]), dim=-1)
+        if output_labels is not None:
+            indices = mapping[indices]
+        indices = indices.masked_fill(torch.isneginf(values), -1)
+        if indices.shape[-1] < k:
+            indices = torch.nn.functional.pad(indices, (0, k - indices.shape[-1]), value=-1)
+        return indices.long()
+
+    return preprocess_logits_for_metrics
+
+
+def make_compute_metrics(
+    *,
+    ks: Sequence[int] = DEFAULT_KS,
+    propensity: Propensity | None = None,
+    filter_pairs: np.ndarray | None = None,
+    drop_empty_points: bool = False,
+    normalize_propensity: bool = True,
+) -> Callable:
+    """`Trainer(compute_metrics=...)` over the top-k ids of `make_preprocess_logits_for_metrics`.
+
+    `label_ids` are the -100 padded `[N, P]` positives of `XMCDataCollator`. With `filter_pairs`, filtered
+    pairs are removed from the ranked candidates here (the evaluation dataset must be in filter-file order,
+    which Trainer's sequential evaluation keeps).
+    """
+
+    def compute_metrics(eval_prediction) -> dict[str, float]:
+        top_ids = eval_prediction.predictions
+        if isinstance(top_ids, (tuple, list)):
+            top_ids = top_ids[0]
+        top_ids = np.asarray(top_ids).astype(np.int64)
+        if filter_pairs is not None:
+            top_ids = filter_top_k(top_ids, filter_pairs, k=max(ks))
+        return compute_xmc_metrics(
+            top_ids,
+            np.asarray(eval_prediction.label_ids),
+            ks=ks,
+            propensity=propensity,
+            drop_empty_points=drop_empty_points,
+            normalize_propensity=normalize_propensity,
+        )
+
+    return compute_metrics
+
+
+# ----------------------------------------------------------------------------------------------------------
+# evaluate integration
+
+
+_EVALUATE_INPUTS = """
+Args:
+    predictions: per point, predicted label ids sorted best first (at least max(ks) of them; -1 = none).
+    references: per point, its true label ids (negative values are padding and ignored).
+Returns:
+    dict with P@k, nDCG@k, R@k and, when the metric has a propensity, PSP@k, PSnDCG@k, propensity_a/b.
+"""
+
+
+class XMCMetric(evaluate.Metric):
+    """`evaluate` metric for extreme multi-label ranking, built locally (no Hub download).
+
+    >>> metric = XMCMetric(ks=(1, 3), keep_in_memory=True)
+    >>> metric.compute(predictions=[[3, 1, 2]], references=[[1]])["P@3"]
+    0.3333333333333333
+
+    Constructor arguments other than `ks`, `propensity`, `drop_empty_points` and `normalize_propensity` go to
+    `evaluate.Metric` (e.g. `keep_in_memory`, `cache_dir`, `num_process`, `process_id`).
+    """
+
+    def __init__(
+        self,
+        ks: Sequence[int] = DEFAULT_KS,
+        propensity: Propensity | None = None,
+        drop_empty_points: bool = False,
+        normalize_propensity: bool = True,
+        **kwargs,
+    ):
+        self.ks = tuple(ks)
+        self.propensity = propensity
+        self.drop_empty_points = drop_empty_points
+        self.normalize_propensity = normalize_propensity
+        super().__init__(**kwargs)
+
+    def _info(self) -> evaluate.MetricInfo:
+        return evaluate.MetricInfo(
+            description="Precision, nDCG, recall and propensity-scored precision/nDCG at k for extreme "
+            "multi-label classification, computed from top-k predicted label ids.",
+            citation="Jain, Prabhu and Varma. Extreme Multi-label Loss Functions for Recommendation, Tagging, "
+            "Ranking & Other Missing Label Applications. KDD 2016.",
+            inputs_description=_EVALUATE_INPUTS,
+            features=datasets.Features(
+                {"predictions": datasets.List(datasets.Value("int64")), "references": datasets.List(datasets.Value("int64"))}
+            ),
+        )
+
+    def _compute(self, predictions, references) -> dict[str, float]:
+        width = max([max(self.ks)] + [len(p) for p in predictions])
+        top_ids = np.full((len(predictions), width), -1, dtype=np.int64)
+        for row, ids in enumerate(predictions):
+            top_ids[row, : len(ids)] = ids
+        references = [[label for label in labels if label >= 0] for labels in references]
+        return compute_xmc_metrics(
+            top_ids,
+            references,
+            ks=self.ks,
+            propensity=self.propensity,
+            drop_empty_points=self.drop_empty_points,
+            normalize_propensity=self.normalize_propensity,
+        )
