@@ -1,0 +1,104 @@
+# Copyright 2026 The haste_hf Authors. Apache-2.0.
+"""Trainer callbacks of HASTE training."""
+
+import logging
+
+import torch
+from transformers import TrainerCallback
+
+from .rewiring import INITS, SCOPES, reset_optimizer_state_, rewire_
+
+
+logger = logging.getLogger(__name__)
+
+
+def _unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The user model inside DDP/FSDP (``.module``) and ``torch.compile`` (``._orig_mod``) wrappers."""
+    while True:
+        if hasattr(model, "module") and isinstance(model.module, torch.nn.Module):
+            model = model.module
+        elif hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        else:
+            return model
+
+
+class RewiringCallback(TrainerCallback):
+    """Rewires the sparse tail of a `HasteForExtremeClassification` during training.
+
+    At every optimizer step ``s`` with ``s % interval == 0`` and ``s <= end_fraction * max_steps``
+    (``on_step_end``: after the optimizer step and ``zero_grad``, before a checkpoint is saved), it runs
+    `haste_hf.rewiring.rewire_` on ``model.tail`` and zeroes the optimizer state (momentum) of the
+    rewired slots. Padding slots of the last group are kept out of the scores through
+    ``model.output_labels``.
+
+    The callback holds no state: a rewiring is a function of the weights, ``seed`` and the global step,
+    so all data-parallel ranks rewire identically (train with ``ddp_broadcast_buffers=False``) and a
+    resumed run repeats the uninterrupted one. Each rewiring appends
+    ``{"rewired_pairs": n, "step": s}`` to ``state.log_history``.
+
+    Args:
+        interval: optimizer steps between rewirings (the paper: 1,500-5,000).
+        fraction: share of (group, slot) pairs pruned per rewiring (the paper: 0.15-0.25).
+        end_fraction: last rewiring at or before this fraction of ``max_steps`` (the paper: ~2/3).
+        scope: ``"global"`` (the paper) or ``"group"``, see `rewire_`.
+        init: ``"zero"`` (the paper's default) or ``"random"`` initial weights of regrown slots.
+        seed: seed of the random regrowth; None takes ``TrainingArguments.seed``.
+    """
+
+    def __init__(
+        self,
+        interval: int = 2000,
+        fraction: float = 0.2,
+        end_fraction: float = 2 / 3,
+        scope: str = "global",
+        init: str = "zero",
+        seed: int | None = None,
+    ):
+        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
+            raise ValueError(f"`interval` must be a positive integer number of steps, got {interval!r}.")
+        if not 0.0 < fraction <= 1.0:
+            raise ValueError(f"`fraction` must lie in (0, 1], got {fraction}.")
+        if not 0.0 <= end_fraction <= 1.0:
+            raise ValueError(f"`end_fraction` must lie in [0, 1], got {end_fraction}.")
+        if scope not in SCOPES:
+            raise ValueError(f"`scope` must be one of {SCOPES}, got {scope!r}.")
+        if init not in INITS:
+            raise ValueError(f"`init` must be one of {INITS}, got {init!r}.")
+        self.interval = interval
+        self.fraction = fraction
+        self.end_fraction = end_fraction
+        self.scope = scope
+        self.init = init
+        self.seed = seed
+
+    def should_rewire(self, global_step: int, max_steps: int) -> bool:
+        return global_step > 0 and global_step % self.interval == 0 and global_step <= self.end_fraction * max_steps
+
+    def on_step_end(self, args, state, control, model=None, optimizer=None, **kwargs):
+        if not self.should_rewire(state.global_step, state.max_steps):
+            return
+        model = _unwrap_model(model)
+        tail = getattr(model, "tail", None)
+        if tail is None:
+            raise ValueError(
+                f"RewiringCallback needs a model with a sparse tail (`model.tail`), got {type(model).__name__} "
+                "without one; remove the callback for models without a tail."
+            )
+        head_count = model.output_labels.numel() - tail.out_features
+        label_mask = (model.output_labels[head_count:] >= 0).view(tail.weight.shape[0], tail.weight.shape[1])
+        result = rewire_(
+            tail.weight,
+            tail.supports,
+            num_features=tail.in_features,
+            fraction=self.fraction,
+            scope=self.scope,
+            init=self.init,
+            seed=args.seed if self.seed is None else self.seed,
+            step=state.global_step,
+            label_mask=label_mask,
+        )
+        if optimizer is not None:
+            reset_optimizer_state_(optimizer, tail.weight, result)
+        state.log_history.append({"rewired_pairs": result.count, "step": state.global_step})
+        logger.info("Step %d: rewired %d (group, slot) pairs of the sparse tail.", state.global_step, result.count)
