@@ -104,6 +104,10 @@ def _compiled_kernels():
         return None
 
 
+# Looked up once at import, so that `torch.compile` sees a plain module attribute, not an import.
+_KERNELS = _compiled_kernels()
+
+
 def group_sparse_linear(
     x: torch.Tensor, weight: torch.Tensor, supports: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -116,9 +120,10 @@ def group_sparse_linear(
         bias: optional `[K * G]`.
     """
     _check_inputs(x, weight, supports, bias)
-    kernels = _compiled_kernels() if x.is_cuda else None
-    if kernels is not None and kernels.is_available():
-        out = kernels.group_sparse_linear(x, weight, supports)
-    else:
-        out = _GroupSparseLinearFunction.apply(x, weight, supports)
+    if x.is_cuda and _KERNELS is not None and _KERNELS.is_available():
+        # The kernels take int32 supports and contiguous weights (both no-ops for a model's own tensors);
+        # the bias is added in their forward epilogue. Determinism follows
+        # `torch.use_deterministic_algorithms`.
+        return _KERNELS.group_sparse_linear(x, weight.contiguous(), supports.to(torch.int32), bias)
+    out = _GroupSparseLinearFunction.apply(x, weight, supports)
     return out if bias is None else out + bias

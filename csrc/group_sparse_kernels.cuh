@@ -1,0 +1,566 @@
+// Copyright 2026 The haste_hf Authors. Apache-2.0.
+//
+// Kernels of the group-shared fixed fan-in linear map (see haste_hf/sparse_ops.py for the math).
+// Layouts: x [B, d], weight [K, G, F], supports [K, F] int32, out / grad_out [B, L = K * G].
+//
+// Two families:
+//  * tensor-core kernels (bf16 / fp16, mma.sync m16n8k16, fp32 accumulators) for G % 16 == 0 and
+//    F % 32 == 0 within the shared-memory envelope computed by the launcher;
+//  * generic kernels (fp32 FFMA, any dtype, any G >= 1, F >= 1).
+//
+// The tensor-core kernels never stage the weights or the logit gradients in shared memory: their
+// 16-byte loads go straight into mma fragments. This works because the order of a reduction axis
+// inside an mma is free: each kernel picks the k-slot order that makes its 16-byte loads land in
+// the fragment registers, and feeds the other operand in the same order (gathered rows through
+// ldmatrix, or a register transpose through movmatrix).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+namespace haste {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+// Batch rows of the feature tile that the forward kernel keeps in shared memory.
+constexpr int kFwdBatchTile = 64;
+// Batch rows of the fp32 feature-gradient accumulator of one feature-gradient block.
+constexpr int kBwdBatchTile = 32;
+// Padding (elements) of shared-memory rows: spreads gathered rows over the banks.
+constexpr int kFwdRowPad = 8;
+constexpr int kBwdRowPad = 4;
+
+template <typename T> struct MmaType;
+template <> struct MmaType<__nv_bfloat16> {
+  static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+};
+template <> struct MmaType<__half> {
+  static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+};
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half(v); }
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t v) {
+  uint32_t r;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(r) : "r"(v));
+  return r;
+}
+
+// 16-byte (or 8-byte) global loads of packed 16-bit pairs, zero where `valid` is false.
+template <int N> struct Pairs { uint32_t v[N]; };
+template <int N>
+__device__ __forceinline__ Pairs<N> load_pairs(const void* p, bool valid) {
+  Pairs<N> r;
+  if constexpr (N == 4) {
+    uint4 u = valid ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0, 0, 0, 0);
+    r.v[0] = u.x; r.v[1] = u.y; r.v[2] = u.z; r.v[3] = u.w;
+  } else {
+    static_assert(N == 2, "8- or 16-byte loads only");
+    uint2 u = valid ? __ldg(reinterpret_cast<const uint2*>(p)) : make_uint2(0, 0);
+    r.v[0] = u.x; r.v[1] = u.y;
+  }
+  return r;
+}
+
+// Selects v[i] for a run-time i without indexing a register array (which would spill it).
+__device__ __forceinline__ uint32_t select4(const uint32_t (&v)[4], int i) {
+  uint32_t r = v[0];
+  r = i == 1 ? v[1] : r;
+  r = i == 2 ? v[2] : r;
+  r = i == 3 ? v[3] : r;
+  return r;
+}
+
+// Within each quad of lanes, lane t holds 32-bit pairs for column blocks 0..3 of one row
+// (p[j] = columns 8j + 2t, 8j + 2t + 1). Afterwards lane t holds the 8 contiguous columns 8t..8t+7,
+// ready for one 16-byte store.
+__device__ __forceinline__ void quad_transpose(uint32_t (&p)[4], int lane) {
+  const int t = lane & 3;
+  uint32_t out[4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const uint32_t sent = select4(p, t ^ r);
+    const uint32_t got = __shfl_sync(0xffffffffu, sent, (lane & ~3) | (t ^ r));
+#pragma unroll
+    for (int s = 0; s < 4; ++s) out[s] = (s == (t ^ r)) ? got : (r == 0 ? 0u : out[s]);
+  }
+#pragma unroll
+  for (int s = 0; s < 4; ++s) p[s] = out[s];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward, tensor cores. One block owns a batch tile of 64 rows and keeps x^T of that tile,
+// [d][64 + pad], in shared memory for its whole life; its warps walk 32-label units (one group,
+// half a group, or two groups of 16). Per unit and 32 features, lane (g, t) loads 16 bytes of
+// weight row g (features 8t..8t+7), which are its B fragments for two k-steps once the k-slots are
+// ordered as f(step, slot) below; the A fragments are the gathered rows x^T[I[f]] read by
+// ldmatrix.trans with per-lane row addresses in that same order.
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ int fwd_feature_of_slot(int step, int slot) {
+  return 8 * ((slot & 7) >> 1) + 4 * step + 2 * (slot >> 3) + (slot & 1);
+}
+
+template <typename T, int GROUP_SPAN>
+__global__ void __launch_bounds__(kThreads, 2) forward_mma_kernel(
+    const T* __restrict__ xt,          // [d][Bp], Bp a multiple of 64, zero padded
+    const T* __restrict__ weight,      // [K][G][F]
+    const int* __restrict__ supports,  // [K][F]
+    const T* __restrict__ bias,        // [L] or nullptr
+    T* __restrict__ out,               // [B][L]
+    int B, int Bp, int d, int K, int G, int F, int64_t units_per_block) {
+  // GROUP_SPAN = labels of one group inside a 32-label unit: 16 (two groups per unit) or 32.
+  constexpr int kGroupsPerUnit = 32 / GROUP_SPAN;
+  constexpr int kTilesPerGroup = GROUP_SPAN / 8;
+  constexpr int kStride = kFwdBatchTile + kFwdRowPad;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* xs = reinterpret_cast<T*>(smem_raw);
+
+  const int batch_tile = blockIdx.x;
+  const int b0 = batch_tile * kFwdBatchTile;
+  for (int idx = threadIdx.x; idx < d * (kFwdBatchTile / 8); idx += blockDim.x) {
+    const int row = idx / (kFwdBatchTile / 8), vec = idx % (kFwdBatchTile / 8);
+    *reinterpret_cast<uint4*>(xs + row * kStride + vec * 8) =
+        __ldg(reinterpret_cast<const uint4*>(xt + (int64_t)row * Bp + b0 + vec * 8));
+  }
+  __syncthreads();
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t L = (int64_t)K * G;
+  const int64_t num_units = (L + 31) / 32;
+  const int64_t unit_begin = blockIdx.y * units_per_block;
+  const int64_t unit_end = min(num_units, unit_begin + units_per_block);
+  // ldmatrix.x4.trans lane roles: which k-slot row and which 8-row batch half this lane addresses.
+  const int a_slot = (lane & 7) + 8 * (lane >> 4);
+  const int a_moff = 8 * ((lane >> 3) & 1);
+  const uint32_t xs_base = smem_addr(xs) + (uint32_t)a_moff * sizeof(T);
+
+  for (int64_t unit = unit_begin + warp; unit < unit_end; unit += kWarps) {
+    const int64_t label0 = unit * 32;
+    float acc[4][4][4];
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
+
+    for (int f0 = 0; f0 < F; f0 += 32) {
+      // B fragments: 16 bytes of each of this lane's 4 weight rows (one per n-tile).
+      uint32_t wfrag[4][4];
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int64_t label = label0 + nt * 8 + g;
+        Pairs<4> p = load_pairs<4>(weight + label * F + f0 + 8 * t, label < L);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) wfrag[nt][i] = p.v[i];
+      }
+#pragma unroll
+      for (int gi = 0; gi < kGroupsPerUnit; ++gi) {
+        const int64_t group = (label0 + gi * GROUP_SPAN) / G;
+        if (group >= K) break;
+        const int* sup = supports + group * F + f0;
+#pragma unroll
+        for (int step = 0; step < 2; ++step) {
+          const int feature = __ldg(sup + fwd_feature_of_slot(step, a_slot));
+          const uint32_t row_addr = xs_base + (uint32_t)(feature * kStride) * sizeof(T);
+#pragma unroll
+          for (int mt = 0; mt < 4; ++mt) {
+            uint32_t a[4];
+            ldmatrix_x4_trans(a, row_addr + mt * 16 * sizeof(T));
+#pragma unroll
+            for (int j = 0; j < kTilesPerGroup; ++j) {
+              const int nt = gi * kTilesPerGroup + j;
+              if (nt < 4) MmaType<T>::mma(acc[mt][nt], a, wfrag[nt][2 * step], wfrag[nt][2 * step + 1]);
+            }
+          }
+        }
+      }
+    }
+    // Epilogue: bias, pack, quad transpose, 16-byte stores of 8 contiguous labels per lane.
+    float bias_lo[4], bias_hi[4];
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      const int64_t label = label0 + nt * 8 + 2 * t;
+      bias_lo[nt] = (bias != nullptr && label < L) ? to_float(bias[label]) : 0.f;
+      bias_hi[nt] = (bias != nullptr && label + 1 < L) ? to_float(bias[label + 1]) : 0.f;
+    }
+    const int64_t store_label = label0 + 8 * t;
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        uint32_t p[4];
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+          p[nt] = MmaType<T>::pack(acc[mt][nt][2 * half] + bias_lo[nt], acc[mt][nt][2 * half + 1] + bias_hi[nt]);
+        quad_transpose(p, lane);
+        const int row = b0 + mt * 16 + half * 8 + g;
+        if (row < B && store_label < L)
+          *reinterpret_cast<uint4*>(out + (int64_t)row * L + store_label) = make_uint4(p[0], p[1], p[2], p[3]);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Weight gradient, tensor cores: grad_w[l, f] = sum_b grad_out[b, l] * x[b, I[f]].
+// mma M = labels of a unit (LW = 16 or 32, inside one group), N = features (FN per pass), K = batch.
+// Lane (g, t) loads 16 (8) bytes of a grad_out row: labels 8t.. (4t..) of that unit; movmatrix turns
+// these into A fragments whose m-rows are the labels lambda_r(g) below. B fragments are 16-byte
+// loads of the gathered rows x^T[I[f]], batch 8t..8t+7, which fixes the batch order of the k-slots;
+// the grad_out rows loaded by each lane group follow that order.
+// ---------------------------------------------------------------------------------------------
+template <int LW>
+__device__ __forceinline__ int wgrad_label_of_row(int r, int g) {
+  return (LW / 4) * (g >> 1) + 2 * r + (g & 1);
+}
+
+template <typename T, int LW, int FN>
+__global__ void __launch_bounds__(kThreads, 2) grad_weight_mma_kernel(
+    const T* __restrict__ grad_out,    // [B][L]
+    const T* __restrict__ xt,          // [d][Bp], Bp a multiple of 32, zero padded
+    const int* __restrict__ supports,  // [K][F]
+    T* __restrict__ grad_weight,       // [K][G][F]
+    int B, int Bp, int K, int G, int F) {
+  constexpr int kMTiles = LW / 16;      // 1 or 2
+  constexpr int kRegsPerLoad = LW / 8;  // pairs per lane per grad_out row: 2 or 4
+  constexpr int kNTiles = FN / 8;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t L = (int64_t)K * G;
+  const int passes = F / FN;
+  const int64_t num_units = (L / LW) * passes;
+  const int64_t unit = (int64_t)blockIdx.x * kWarps + warp;
+  if (unit >= num_units) return;
+  const int64_t label0 = (unit / passes) * LW;
+  const int f0 = (int)(unit % passes) * FN;
+  const int64_t group = label0 / G;
+
+  int feature[kNTiles];
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt) feature[nt] = __ldg(supports + group * F + f0 + nt * 8 + g);
+
+  float acc[kMTiles][kNTiles][4];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
+
+  for (int bb = 0; bb < B; bb += 32) {
+    uint32_t bfrag[kNTiles][4];
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+      Pairs<4> p = load_pairs<4>(xt + (int64_t)feature[nt] * Bp + bb + 8 * t, true);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) bfrag[nt][i] = p.v[i];
+    }
+#pragma unroll
+    for (int step = 0; step < 2; ++step) {
+      // Rows of the two 8-slot halves of this k-step, as ordered by the B fragments above.
+      uint32_t lo[kRegsPerLoad], hi[kRegsPerLoad];
+      const int row_lo = bb + 8 * (g >> 1) + 4 * step + (g & 1);
+      const int row_hi = row_lo + 2;
+      Pairs<kRegsPerLoad> plo = load_pairs<kRegsPerLoad>(
+          grad_out + (int64_t)row_lo * L + label0 + (LW / 4) * t, row_lo < B);
+      Pairs<kRegsPerLoad> phi = load_pairs<kRegsPerLoad>(
+          grad_out + (int64_t)row_hi * L + label0 + (LW / 4) * t, row_hi < B);
+#pragma unroll
+      for (int r = 0; r < kRegsPerLoad; ++r) {
+        lo[r] = movmatrix_trans(plo.v[r]);
+        hi[r] = movmatrix_trans(phi.v[r]);
+      }
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        const uint32_t a[4] = {lo[2 * mt], lo[2 * mt + 1], hi[2 * mt], hi[2 * mt + 1]};
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt)
+          MmaType<T>::mma(acc[mt][nt], a, bfrag[nt][2 * step], bfrag[nt][2 * step + 1]);
+      }
+    }
+  }
+  // Rows g / g + 8 of m-tile mt are labels lambda_{2mt}(g) / lambda_{2mt+1}(g); columns are
+  // features f0 + 8 * nt + 2t (+1). Transpose within quads, then 16-byte stores per 32 features.
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t label = label0 + wgrad_label_of_row<LW>(2 * mt + half, g);
+#pragma unroll
+      for (int nq = 0; nq < kNTiles / 4; ++nq) {
+        uint32_t p[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          p[j] = MmaType<T>::pack(acc[mt][nq * 4 + j][2 * half], acc[mt][nq * 4 + j][2 * half + 1]);
+        quad_transpose(p, lane);
+        *reinterpret_cast<uint4*>(grad_weight + label * F + f0 + nq * 32 + 8 * t) = make_uint4(p[0], p[1], p[2], p[3]);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Feature gradient, tensor cores, split over groups: block (batch tile of 32 rows, run of groups)
+// accumulates grad_x of its tile in shared memory, fp32 [32][d + pad]; per group a warp computes
+// grad_gathered = grad_out_k [32, G] x W_k [G, F] (M = batch, N = features, K = labels) and adds it
+// at the support's columns. A fragments: 16 (8) byte loads of grad_out rows, labels 8t.. (4t..); the
+// label order of the k-slots follows, and W rows are loaded in that order and transposed by
+// movmatrix into B fragments whose columns are features f0 + 8 * (c >> 1) + 2r + (c & 1).
+// DETERMINISTIC: warps add their tiles one after another in warp order (a fixed order), and the
+// blocks write partial sums that a second kernel adds in split order; otherwise shared-memory
+// atomics and one global fp32 atomic per element of the tile.
+// ---------------------------------------------------------------------------------------------
+template <int LC>
+__device__ __forceinline__ int dgrad_label_of_slot(int step, int slot) {
+  // slot in 0..15 of k-step `step` of a chunk of LC labels.
+  const int half = slot >> 3, s = slot & 7;
+  return (LC / 4) * (s >> 1) + 4 * step + 2 * half + (s & 1);
+}
+
+template <typename T, int LC, bool DETERMINISTIC>
+__global__ void __launch_bounds__(kThreads, 2) grad_input_mma_kernel(
+    const T* __restrict__ grad_out,    // [B][L]
+    const T* __restrict__ weight,      // [K][G][F]
+    const int* __restrict__ supports,  // [K][F]
+    float* __restrict__ grad_x_acc,    // DETERMINISTIC: partials [splits][B][d]; else [B][d] accumulated
+    int B, int d, int K, int G, int F, int groups_per_block) {
+  constexpr int kSteps = LC / 16;
+  constexpr int kRegsPerLoad = LC / 8;
+  const int stride = d + kBwdRowPad;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  float* acc_s = reinterpret_cast<float*>(smem_raw);
+  for (int i = threadIdx.x; i < kBwdBatchTile * stride; i += blockDim.x) acc_s[i] = 0.f;
+  __syncthreads();
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t L = (int64_t)K * G;
+  const int b0 = blockIdx.x * kBwdBatchTile;
+  const int64_t group_begin = (int64_t)blockIdx.y * groups_per_block;
+  const int64_t group_end = min((int64_t)K, group_begin + groups_per_block);
+  const int rounds = (int)((group_end - group_begin + kWarps - 1) / kWarps);
+
+  for (int round = 0; round < rounds; ++round) {
+    const int64_t group = group_begin + (int64_t)round * kWarps + warp;
+    const bool active = group < group_end;
+    for (int f0 = 0; f0 < F; f0 += 32) {
+      float acc[2][4][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
+      if (active) {
+        for (int c0 = 0; c0 < G; c0 += LC) {
+          const int64_t label0 = group * G + c0;
+          // A fragments for the 2 m-tiles: rows g and g + 8 of each.
+          Pairs<kRegsPerLoad> arow[2][2];
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int row = b0 + mt * 16 + h * 8 + g;
+              arow[mt][h] = load_pairs<kRegsPerLoad>(grad_out + (int64_t)row * L + label0 + (LC / 4) * t, row < B);
+            }
+#pragma unroll
+          for (int step = 0; step < kSteps; ++step) {
+            // B fragments: W rows in k-slot order, 32 features, transposed in registers.
+            const int label_lo = dgrad_label_of_slot<LC>(step, g);
+            const int label_hi = dgrad_label_of_slot<LC>(step, 8 + g);
+            Pairs<4> wlo = load_pairs<4>(weight + (label0 + label_lo) * F + f0 + 8 * t, true);
+            Pairs<4> whi = load_pairs<4>(weight + (label0 + label_hi) * F + f0 + 8 * t, true);
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+              const uint32_t a[4] = {arow[mt][0].v[2 * step], arow[mt][1].v[2 * step], arow[mt][0].v[2 * step + 1],
+                                     arow[mt][1].v[2 * step + 1]};
+#pragma unroll
+              for (int r = 0; r < 4; ++r) {
+                // movmatrix is cheap next to the mma; recomputing it per m-tile keeps registers low.
+                MmaType<T>::mma(acc[mt][r], a, movmatrix_trans(wlo.v[r]), movmatrix_trans(whi.v[r]));
+              }
+            }
+          }
+        }
+      }
+      // Column r of n-tile r, pair element e of lane t is feature f0 + 8t + 2r + e.
+      int feature[8];
+      if (active) {
+        const int4 s0 = __ldg(reinterpret_cast<const int4*>(supports + group * F + f0 + 8 * t));
+        const int4 s1 = __ldg(reinterpret_cast<const int4*>(supports + group * F + f0 + 8 * t + 4));
+        feature[0] = s0.x; feature[1] = s0.y; feature[2] = s0.z; feature[3] = s0.w;
+        feature[4] = s1.x; feature[5] = s1.y; feature[6] = s1.z; feature[7] = s1.w;
+      }
+      auto scatter = [&](bool atomic) {
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            float* row = acc_s + (mt * 16 + h * 8 + g) * stride;
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                float* dst = row + feature[2 * r + e];
+                if (atomic) atomicAdd(dst, acc[mt][r][2 * h + e]);
+                else *dst += acc[mt][r][2 * h + e];
+              }
+          }
+      };
+      if constexpr (DETERMINISTIC) {
+        // Distinct support features make a warp's own additions conflict-free; warps take turns.
+        for (int w = 0; w < kWarps; ++w) {
+          if (w == warp && active) scatter(false);
+          __syncthreads();
+        }
+      } else if (active) {
+        scatter(true);
+      }
+    }
+  }
+  __syncthreads();
+  const int rows = min(kBwdBatchTile, B - b0);
+  if constexpr (DETERMINISTIC) {
+    float* partial = grad_x_acc + (int64_t)blockIdx.y * B * d;
+    for (int i = threadIdx.x; i < rows * d; i += blockDim.x) {
+      const int r = i / d, c = i % d;
+      partial[(int64_t)(b0 + r) * d + c] = acc_s[r * stride + c];
+    }
+  } else {
+    for (int i = threadIdx.x; i < rows * d; i += blockDim.x) {
+      const int r = i / d, c = i % d;
+      const float v = acc_s[r * stride + c];
+      if (v != 0.f) atomicAdd(grad_x_acc + (int64_t)(b0 + r) * d + c, v);
+    }
+  }
+}
+
+// out[b, i] = sum over splits of partial[s, b, i], in split order (deterministic).
+template <typename T>
+__global__ void reduce_partials_kernel(const float* __restrict__ partial, T* __restrict__ out, int splits, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    float s = 0.f;
+    for (int k = 0; k < splits; ++k) s += partial[(int64_t)k * n + i];
+    out[i] = from_float<T>(s);
+  }
+}
+
+template <typename T>
+__global__ void cast_kernel(const float* __restrict__ in, T* __restrict__ out, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    out[i] = from_float<T>(in[i]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Generic kernels: fp32 FFMA, any G, F and dtype. Lanes run along the batch (x^T rows are
+// contiguous in the batch, so the gather coalesces) or along the features.
+// ---------------------------------------------------------------------------------------------
+template <typename T>
+__global__ void forward_generic_kernel(const T* __restrict__ xt, const T* __restrict__ weight,
+                                       const int* __restrict__ supports, const T* __restrict__ bias,
+                                       T* __restrict__ out, int B, int Bp, int K, int G, int F) {
+  const int b = blockIdx.y * 32 + threadIdx.x;
+  const int64_t L = (int64_t)K * G;
+  const int64_t label = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
+  if (b >= B || label >= L) return;
+  const int64_t group = label / G;
+  const T* w = weight + label * F;
+  const int* sup = supports + group * F;
+  float s = bias != nullptr ? to_float(bias[label]) : 0.f;
+  for (int f = 0; f < F; ++f) s += to_float(w[f]) * to_float(xt[(int64_t)sup[f] * Bp + b]);
+  out[(int64_t)b * L + label] = from_float<T>(s);
+}
+
+template <typename T>
+__global__ void grad_weight_generic_kernel(const T* __restrict__ grad_out, const T* __restrict__ x,
+                                           const int* __restrict__ supports, T* __restrict__ grad_weight,
+                                           int B, int d, int K, int G, int F) {
+  const int f = blockIdx.y * 32 + threadIdx.x;
+  const int64_t L = (int64_t)K * G;
+  const int64_t label = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
+  if (f >= F || label >= L) return;
+  const int feature = supports[(label / G) * F + f];
+  float s = 0.f;
+  for (int b = 0; b < B; ++b) s += to_float(grad_out[(int64_t)b * L + label]) * to_float(x[(int64_t)b * d + feature]);
+  grad_weight[label * F + f] = from_float<T>(s);
+}
+
+// Atomic variant: one lane per (batch row, group, feature), adds into an fp32 [B][d] buffer.
+template <typename T>
+__global__ void grad_input_generic_kernel(const T* __restrict__ grad_out, const T* __restrict__ weight,
+                                          const int* __restrict__ supports, float* __restrict__ grad_x,
+                                          int B, int d, int K, int G, int F) {
+  const int f = blockIdx.y * 32 + threadIdx.x;
+  const int64_t group = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
+  const int b = blockIdx.z;
+  if (f >= F || group >= K) return;
+  const int64_t L = (int64_t)K * G;
+  const T* dz = grad_out + (int64_t)b * L + group * G;
+  const T* w = weight + group * G * F + f;
+  float s = 0.f;
+  for (int j = 0; j < G; ++j) s += to_float(dz[j]) * to_float(w[(int64_t)j * F]);
+  atomicAdd(grad_x + (int64_t)b * d + supports[group * F + f], s);
+}
+
+// Deterministic variant: one lane per (batch row, feature) walks the (group, slot) pairs that use
+// its feature in a fixed order (a CSR of the supports by feature), no atomics.
+template <typename T>
+__global__ void grad_input_generic_deterministic_kernel(const T* __restrict__ grad_out, const T* __restrict__ weight,
+                                                        const int64_t* __restrict__ row_ptr,
+                                                        const int64_t* __restrict__ entries,
+                                                        T* __restrict__ grad_x, int B, int d, int K, int G, int F) {
+  const int feature = blockIdx.x * 32 + threadIdx.x;
+  const int b = blockIdx.y * blockDim.y + threadIdx.y;
+  if (feature >= d || b >= B) return;
+  const int64_t L = (int64_t)K * G;
+  float s = 0.f;
+  for (int64_t e = row_ptr[feature]; e < row_ptr[feature + 1]; ++e) {
+    const int64_t group = entries[e] / F;
+    const int f = (int)(entries[e] % F);
+    const T* dz = grad_out + (int64_t)b * L + group * G;
+    const T* w = weight + group * G * F + f;
+    for (int j = 0; j < G; ++j) s += to_float(dz[j]) * to_float(w[(int64_t)j * F]);
+  }
+  grad_x[(int64_t)b * d + feature] = from_float<T>(s);
+}
+
+}  // namespace haste

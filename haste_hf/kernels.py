@@ -1,0 +1,248 @@
+# Copyright 2026 The haste_hf Authors. Apache-2.0.
+"""CUDA kernels of the group-shared sparse tail, compiled just in time on first CUDA use.
+
+`pip install` needs no GPU and no compiler: the sources (`csrc/`, shipped as `haste_hf._csrc`) are
+built by `torch.utils.cpp_extension.load` the first time a CUDA tensor reaches
+`group_sparse_linear`, into a cache folder keyed by the torch version, the CUDA version and the GPU
+architecture (`$HASTE_HF_KERNEL_CACHE`, default `~/.cache/haste_hf/kernels`). If the build fails,
+one warning is raised and `haste_hf.sparse_ops` keeps using its PyTorch path.
+
+The three passes are `torch.library` custom ops (`haste::group_sparse_forward`,
+`haste::group_sparse_grad_weight`, `haste::group_sparse_grad_input`) with fake implementations and
+autograd, so `torch.compile` traces through them without graph breaks.
+
+bf16 and fp16 run on tensor cores (fp32 accumulation) when `G % 16 == 0`, `F % 32 == 0` and the
+feature tile fits the GPU's shared memory (see `kernel_paths`); every other shape, and fp32 (true
+fp32 FFMA, no TF32), runs on generic kernels. The feature gradient sums over label groups with
+floating-point atomics unless determinism is asked for (`torch.use_deterministic_algorithms(True)`
+or `deterministic=True`): then partial sums are added in a fixed order.
+
+Set `HASTE_HF_VALIDATE=1` (or `haste_hf.kernels.VALIDATE = True`) to also check, at the cost of a
+device synchronization per call, that every support is in range and free of duplicates.
+"""
+
+import hashlib
+import importlib.util
+import os
+import warnings
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+
+VALIDATE = os.environ.get("HASTE_HF_VALIDATE", "0") == "1"
+
+_SOURCES = ("binding.cpp", "group_sparse.cu", "group_sparse_kernels.cuh")
+_SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_extension = None
+_build_failed = False
+
+
+def _source_dir() -> Path:
+    """`csrc/` of a source checkout, or its installed copy `haste_hf._csrc`."""
+    checkout = Path(__file__).resolve().parent.parent / "csrc"
+    if (checkout / "group_sparse.cu").is_file():
+        return checkout
+    spec = importlib.util.find_spec("haste_hf._csrc")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the CUDA sources of haste_hf (package `haste_hf._csrc`) are not installed")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _build_directory(sources: Path) -> Path:
+    major, minor = torch.cuda.get_device_capability()
+    digest = hashlib.sha256(b"".join((sources / name).read_bytes() for name in _SOURCES)).hexdigest()[:12]
+    key = f"torch{torch.__version__}-cuda{torch.version.cuda}-sm{major}{minor}-{digest}".replace("+", "_")
+    root = Path(os.environ.get("HASTE_HF_KERNEL_CACHE", Path.home() / ".cache" / "haste_hf" / "kernels"))
+    path = root / key
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _load_extension():
+    global _extension, _build_failed
+    if _extension is not None or _build_failed:
+        return _extension
+    try:
+        from torch.utils.cpp_extension import load
+
+        sources = _source_dir()
+        major, minor = torch.cuda.get_device_capability()
+        # Only this GPU's architecture: one compile pass, and the cache key above names it.
+        previous_arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST")
+        os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
+        try:
+            _extension = load(
+                name="haste_hf_kernels",
+                sources=[str(sources / "binding.cpp"), str(sources / "group_sparse.cu")],
+                extra_include_paths=[str(sources)],
+                extra_cflags=["-O3", "-std=c++17"],
+                extra_cuda_cflags=["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo"],
+                build_directory=str(_build_directory(sources)),
+                verbose=os.environ.get("HASTE_HF_KERNEL_VERBOSE", "0") == "1",
+            )
+        finally:
+            if previous_arch_list is None:
+                os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+            else:
+                os.environ["TORCH_CUDA_ARCH_LIST"] = previous_arch_list
+    except Exception as error:  # any build or load failure: fall back, say so once
+        _build_failed = True
+        warnings.warn(
+            f"haste_hf: the CUDA kernels could not be built ({type(error).__name__}: {error}); the sparse tail "
+            "uses its slower PyTorch path. Set HASTE_HF_KERNEL_VERBOSE=1 to see the compiler output.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return _extension
+
+
+@torch.compiler.assume_constant_result
+def is_available() -> bool:
+    """True when a CUDA GPU of compute capability >= 8.0 is present and the kernels built (building
+    them on the first call)."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 8:
+        return False
+    return _load_extension() is not None
+
+
+def kernel_paths(x: torch.Tensor, weight: torch.Tensor) -> dict:
+    """Kernel family ("tensor_core" or "generic") that each pass uses for these operands."""
+    forward, grad_weight, grad_input = _load_extension().kernel_paths(x, weight)
+    return {"forward": forward, "grad_weight": grad_weight, "grad_input": grad_input}
+
+
+def validate_inputs(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    supports: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    check_indices: bool = False,
+) -> None:
+    """Raises a ValueError naming the argument and the fix when the kernels cannot take these operands.
+
+    `check_indices` also checks that every support lies in `[0, d)` and has no repeated feature
+    (this reads the supports back to the host).
+    """
+    if x.dim() != 2 or weight.dim() != 3 or supports.dim() != 2:
+        raise ValueError(
+            f"expected x [B, d], weight [K, G, F] and supports [K, F]; got x {tuple(x.shape)}, weight "
+            f"{tuple(weight.shape)}, supports {tuple(supports.shape)}."
+        )
+    num_groups, group_size, fan_in = weight.shape
+    if tuple(supports.shape) != (num_groups, fan_in):
+        raise ValueError(f"`supports` must be [K, F] = {(num_groups, fan_in)}, got {tuple(supports.shape)}.")
+    if x.dtype not in _SUPPORTED_DTYPES:
+        raise ValueError(f"`x` must be bfloat16, float16 or float32, got {x.dtype}.")
+    if weight.dtype != x.dtype:
+        raise ValueError(f"`weight` ({weight.dtype}) must have the dtype of `x` ({x.dtype}); cast one of them.")
+    if supports.dtype != torch.int32:
+        raise ValueError(f"`supports` must be int32, got {supports.dtype}; use `supports.int()`.")
+    if bias is not None and (tuple(bias.shape) != (num_groups * group_size,) or bias.dtype != x.dtype):
+        raise ValueError(
+            f"`bias` must be a {x.dtype} vector of length K * G = {num_groups * group_size}, got {bias.dtype} "
+            f"{tuple(bias.shape)}."
+        )
+    for name, tensor in (("weight", weight), ("supports", supports)):
+        if not tensor.is_contiguous():
+            raise ValueError(f"`{name}` must be contiguous; call `.contiguous()` on it (once, not per step).")
+    devices = {x.device, weight.device, supports.device} | ({bias.device} if bias is not None else set())
+    if len(devices) != 1:
+        raise ValueError(f"`x`, `weight`, `supports` and `bias` must be on one device, got {sorted(map(str, devices))}.")
+    if check_indices and supports.numel() > 0:
+        low, high = int(supports.min()), int(supports.max())
+        if low < 0 or high >= x.shape[1]:
+            raise ValueError(f"`supports` holds feature indices in [{low}, {high}], outside [0, d = {x.shape[1]}).")
+        ordered = supports.sort(dim=1).values
+        repeated = (ordered[:, 1:] == ordered[:, :-1]).any(dim=1).nonzero()
+        if repeated.numel() > 0:
+            raise ValueError(
+                f"`supports` repeats a feature within group {int(repeated[0, 0])} (and {repeated.numel() - 1} other "
+                "groups); each group's F features must be distinct."
+            )
+    if x.device.type != "cuda":
+        raise ValueError(f"the CUDA kernels need CUDA tensors, got {x.device}; use `haste_hf.sparse_ops` on CPU.")
+
+
+# ------------------------------------------------------------------------------------------------
+# Custom ops. The real implementations call the compiled extension; the fake ones give shapes only.
+# ------------------------------------------------------------------------------------------------
+@torch.library.custom_op("haste::group_sparse_forward", mutates_args=())
+def _forward_op(
+    x: torch.Tensor, weight: torch.Tensor, supports: torch.Tensor, bias: Optional[torch.Tensor], deterministic: bool
+) -> torch.Tensor:
+    # `deterministic` only travels to the backward, which reads it from the saved context.
+    return _load_extension().forward(x, weight, supports, bias)
+
+
+@_forward_op.register_fake
+def _(x, weight, supports, bias, deterministic):
+    return x.new_empty(x.shape[0], weight.shape[0] * weight.shape[1])
+
+
+@torch.library.custom_op("haste::group_sparse_grad_weight", mutates_args=())
+def _grad_weight_op(grad_out: torch.Tensor, x: torch.Tensor, supports: torch.Tensor, group_size: int) -> torch.Tensor:
+    return _load_extension().grad_weight(grad_out, x, supports, group_size)
+
+
+@_grad_weight_op.register_fake
+def _(grad_out, x, supports, group_size):
+    return x.new_empty(supports.shape[0], group_size, supports.shape[1])
+
+
+@torch.library.custom_op("haste::group_sparse_grad_input", mutates_args=())
+def _grad_input_op(
+    grad_out: torch.Tensor, weight: torch.Tensor, supports: torch.Tensor, num_features: int, deterministic: bool
+) -> torch.Tensor:
+    return _load_extension().grad_input(grad_out, weight, supports, num_features, deterministic)
+
+
+@_grad_input_op.register_fake
+def _(grad_out, weight, supports, num_features, deterministic):
+    return grad_out.new_empty(grad_out.shape[0], num_features)
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, supports, bias, deterministic = inputs
+    ctx.save_for_backward(x, weight, supports)
+    ctx.deterministic = deterministic
+
+
+def _backward(ctx, grad_out):
+    x, weight, supports = ctx.saved_tensors
+    grad_out = grad_out.contiguous()
+    grad_x = grad_weight = grad_bias = None
+    if ctx.needs_input_grad[0]:
+        grad_x = _grad_input_op(grad_out, weight, supports, x.shape[1], ctx.deterministic)
+    if ctx.needs_input_grad[1]:
+        grad_weight = _grad_weight_op(grad_out, x, supports, weight.shape[1])
+    if ctx.needs_input_grad[3]:
+        grad_bias = grad_out.sum(0)
+    return grad_x, grad_weight, None, grad_bias, None
+
+
+_forward_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def group_sparse_linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    supports: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    deterministic: Optional[bool] = None,
+) -> torch.Tensor:
+    """`[B, d] -> [B, K * G]` on the CUDA kernels, differentiable in `x`, `weight` and `bias`.
+
+    Args:
+        x: features `[B, d]` (bf16, fp16 or fp32).
+        weight: `[K, G, F]`, dtype of `x`, contiguous.
+        supports: int32 `[K, F]`, contiguous; distinct features in `[0, d)` per group.
+        bias: optional `[K * G]`, added in the forward kernel's epilogue.
+        deterministic: bitwise reproducible feature gradient (no floating-point atomics). Defaults to
+            `torch.are_deterministic_algorithms_enabled()`.
+    """
+    validate_inputs(x, weight, supports, bias, check_indices=VALIDATE)
+    if deterministic is None:
+        deterministic = torch.are_deterministic_algorithms_enabled()
+    return _forward_op(x.contiguous(), weight, supports, bias, deterministic)
