@@ -23,7 +23,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import datasets
-import evaluate
 import numpy as np
 import torch
 
@@ -332,54 +331,68 @@ Returns:
 """
 
 
-class XMCMetric(evaluate.Metric):
-    """`evaluate` metric for extreme multi-label ranking, built locally (no Hub download).
+def _define_xmc_metric():
+    # `evaluate` imports `transformers.pipelines` (seconds), so the class is built on first access only.
+    import evaluate
 
-    >>> metric = XMCMetric(ks=(1, 3), keep_in_memory=True)
-    >>> metric.compute(predictions=[[3, 1, 2]], references=[[1]])["P@3"]
-    0.3333333333333333
+    class XMCMetric(evaluate.Metric):
+        """`evaluate` metric for extreme multi-label ranking, built locally (no Hub download).
 
-    Constructor arguments other than `ks`, `propensity`, `drop_empty_points` and `normalize_propensity` go to
-    `evaluate.Metric` (e.g. `keep_in_memory`, `cache_dir`, `num_process`, `process_id`).
-    """
+        >>> metric = XMCMetric(ks=(1, 3), keep_in_memory=True)
+        >>> metric.compute(predictions=[[3, 1, 2]], references=[[1]])["P@3"]
+        0.3333333333333333
 
-    def __init__(
-        self,
-        ks: Sequence[int] = DEFAULT_KS,
-        propensity: Propensity | None = None,
-        drop_empty_points: bool = False,
-        normalize_propensity: bool = True,
-        **kwargs,
-    ):
-        self.ks = tuple(ks)
-        self.propensity = propensity
-        self.drop_empty_points = drop_empty_points
-        self.normalize_propensity = normalize_propensity
-        super().__init__(**kwargs)
+        Constructor arguments other than `ks`, `propensity`, `drop_empty_points` and `normalize_propensity` go to
+        `evaluate.Metric` (e.g. `keep_in_memory`, `cache_dir`, `num_process`, `process_id`).
+        """
 
-    def _info(self) -> evaluate.MetricInfo:
-        return evaluate.MetricInfo(
-            description="Precision, nDCG, recall and propensity-scored precision/nDCG at k for extreme "
-            "multi-label classification, computed from top-k predicted label ids.",
-            citation="Jain, Prabhu and Varma. Extreme Multi-label Loss Functions for Recommendation, Tagging, "
-            "Ranking & Other Missing Label Applications. KDD 2016.",
-            inputs_description=_EVALUATE_INPUTS,
-            features=datasets.Features(
-                {"predictions": datasets.List(datasets.Value("int64")), "references": datasets.List(datasets.Value("int64"))}
-            ),
-        )
+        def __init__(
+            self,
+            ks: Sequence[int] = DEFAULT_KS,
+            propensity: Propensity | None = None,
+            drop_empty_points: bool = False,
+            normalize_propensity: bool = True,
+            **kwargs,
+        ):
+            self.ks = tuple(ks)
+            self.propensity = propensity
+            self.drop_empty_points = drop_empty_points
+            self.normalize_propensity = normalize_propensity
+            super().__init__(**kwargs)
 
-    def _compute(self, predictions, references) -> dict[str, float]:
-        width = max([max(self.ks)] + [len(p) for p in predictions])
-        top_ids = np.full((len(predictions), width), -1, dtype=np.int64)
-        for row, ids in enumerate(predictions):
-            top_ids[row, : len(ids)] = ids
-        references = [[label for label in labels if label >= 0] for labels in references]
-        return compute_xmc_metrics(
-            top_ids,
-            references,
-            ks=self.ks,
-            propensity=self.propensity,
-            drop_empty_points=self.drop_empty_points,
-            normalize_propensity=self.normalize_propensity,
-        )
+        def _info(self) -> evaluate.MetricInfo:
+            return evaluate.MetricInfo(
+                description="Precision, nDCG, recall and propensity-scored precision/nDCG at k for extreme "
+                "multi-label classification, computed from top-k predicted label ids.",
+                citation="Jain, Prabhu and Varma. Extreme Multi-label Loss Functions for Recommendation, Tagging, "
+                "Ranking & Other Missing Label Applications. KDD 2016.",
+                inputs_description=_EVALUATE_INPUTS,
+                features=datasets.Features(
+                    {"predictions": datasets.List(datasets.Value("int64")), "references": datasets.List(datasets.Value("int64"))}
+                ),
+            )
+
+        def _compute(self, predictions, references) -> dict[str, float]:
+            width = max([max(self.ks)] + [len(p) for p in predictions])
+            top_ids = np.full((len(predictions), width), -1, dtype=np.int64)
+            for row, ids in enumerate(predictions):
+                top_ids[row, : len(ids)] = ids
+            references = [[label for label in labels if label >= 0] for labels in references]
+            return compute_xmc_metrics(
+                top_ids,
+                references,
+                ks=self.ks,
+                propensity=self.propensity,
+                drop_empty_points=self.drop_empty_points,
+                normalize_propensity=self.normalize_propensity,
+            )
+
+    XMCMetric.__qualname__ = "XMCMetric"
+    return XMCMetric
+
+
+def __getattr__(name: str):
+    if name == "XMCMetric":
+        globals()["XMCMetric"] = _define_xmc_metric()
+        return globals()["XMCMetric"]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,218 @@
+import math
+
+import napkinxc.metrics as napkin
+import numpy as np
+import pytest
+import torch
+from transformers import EvalPrediction
+
+from haste_hf.data import pad_label_ids
+from haste_hf.metrics import (
+    Propensity,
+    XMCMetric,
+    compute_xmc_metrics,
+    filter_scores_,
+    filter_top_k,
+    make_compute_metrics,
+    make_preprocess_logits_for_metrics,
+    max_filtered_per_point,
+    propensity_parameters,
+)
+
+
+D1, D2, D3 = 1.0, 1 / math.log2(3), 0.5  # rank discounts 1/log2(r+1)
+
+# Point 0: y={1,2}, hits at ranks 1 and 3. Point 1: y={4}, no prediction at rank 1, hit at rank 2.
+# Point 2: no true labels.
+PREDICTIONS = np.array([[2, 5, 1], [-1, 4, 0], [0, 1, 2]])
+TRUE = [[1, 2], [4], []]
+INVERSE = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])  # q_l = l + 1
+
+
+def test_hand_computed_example():
+    result = compute_xmc_metrics(PREDICTIONS, TRUE, ks=(1, 3), propensity=Propensity(INVERSE, a=0.55, b=1.5))
+    expected = {
+        "P@1": 1 / 3,
+        "P@3": (2 / 3 + 1 / 3 + 0) / 3,
+        "nDCG@1": 1 / 3,
+        "nDCG@3": ((D1 + D3) / (D1 + D2) + D2 / D1 + 0) / 3,
+        "R@1": (1 / 2) / 3,
+        "R@3": (1 + 1 + 0) / 3,
+        # q of hits over the best q's of the true labels, summed over points (1/k cancels).
+        "PSP@1": (3 + 0) / (3 + 5),
+        "PSP@3": (3 + 2 + 5) / (3 + 2 + 5),
+        # (PS)DCG divided by each point's unit-gain IDCG, then ratio of sums.
+        "PSnDCG@1": (3 / D1 + 0) / (3 / D1 + 5 / D1),
+        "PSnDCG@3": ((3 * D1 + 2 * D3) / (D1 + D2) + 5 * D2) / ((3 * D1 + 2 * D2) / (D1 + D2) + 5 * D1),
+        "propensity_a": 0.55,
+        "propensity_b": 1.5,
+    }
+    assert result.keys() == expected.keys()
+    for name, value in expected.items():
+        assert result[name] == pytest.approx(value, abs=1e-12), name
+
+
+def test_points_without_labels_kept_or_dropped():
+    kept = compute_xmc_metrics(PREDICTIONS, TRUE, ks=(1, 3), propensity=Propensity(INVERSE, 0.55, 1.5))
+    dropped = compute_xmc_metrics(
+        PREDICTIONS, TRUE, ks=(1, 3), propensity=Propensity(INVERSE, 0.55, 1.5), drop_empty_points=True
+    )
+    assert dropped["P@1"] == pytest.approx(1 / 2) and dropped["R@3"] == pytest.approx(1.0)
+    for name in ("P@3", "nDCG@3", "R@3"):
+        assert dropped[name] == pytest.approx(kept[name] * 3 / 2)
+    for name in ("PSP@1", "PSP@3", "PSnDCG@3"):  # normalised PS metrics add 0/0 for empty points
+        assert dropped[name] == pytest.approx(kept[name])
+
+
+def test_padded_true_labels_and_chunks_agree():
+    padded = pad_label_ids(TRUE).numpy()
+    assert padded.shape == (3, 2)
+    reference = compute_xmc_metrics(PREDICTIONS, TRUE, ks=(1, 2, 3), propensity=Propensity(INVERSE, 0.5, 0.4))
+    assert compute_xmc_metrics(PREDICTIONS, padded, ks=(1, 2, 3), propensity=Propensity(INVERSE, 0.5, 0.4)) == reference
+    chunked = compute_xmc_metrics(
+        PREDICTIONS, padded, ks=(1, 2, 3), propensity=Propensity(INVERSE, 0.5, 0.4), chunk_size=1
+    )
+    assert chunked == pytest.approx(reference, abs=1e-12)
+
+
+def random_problem(seed, num_points=400, num_labels=60, k=5):
+    rng = np.random.default_rng(seed)
+    train = [rng.choice(num_labels, size=rng.integers(1, 6), replace=False).tolist() for _ in range(1500)]
+    train.append(list(range(num_labels)))  # every label seen, so napkinxc's count vector has L entries
+    true = [rng.choice(num_labels, size=rng.integers(0, 8), replace=False).tolist() for _ in range(num_points)]
+    # Distinct scores -> a strict ranking; plant some true labels high so that hits are frequent.
+    scores = rng.random((num_points, num_labels))
+    for row, labels in enumerate(true):
+        scores[row, labels] += rng.random(len(labels)) * 0.8
+    top = np.argsort(-scores, axis=1)[:, :k]
+    return train, true, top
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_matches_napkinxc(seed):
+    train, true, top = random_problem(seed)
+    num_labels = 60
+    frequencies = np.bincount([l for labels in train for l in labels], minlength=num_labels)
+    propensity = Propensity.from_frequencies(frequencies, len(train))
+    np.testing.assert_allclose(propensity.inverse, napkin.Jain_et_al_inverse_propensity(train), rtol=1e-12)
+    ranking = top.tolist()
+    ours = compute_xmc_metrics(top, true, ks=range(1, 6), propensity=propensity)
+    raw = compute_xmc_metrics(top, true, ks=range(1, 6), propensity=propensity, normalize_propensity=False)
+    # napkinxc keeps points without labels with score 0 (zero_division=0), normalises PSP/PSnDCG by the
+    # ratio of dataset sums and divides PSnDCG by the per-point unit-gain IDCG, as we do. Its Metric
+    # "PSDCG" (no n) divides by k and is not offered here.
+    references = {
+        "P": napkin.precision_at_k(true, ranking, k=5),
+        "nDCG": napkin.ndcg_at_k(true, ranking, k=5),
+        "R": napkin.recall_at_k(true, ranking, k=5),
+        "PSP": napkin.psprecision_at_k(true, ranking, propensity.inverse, k=5),
+        "PSnDCG": napkin.psndcg_at_k(true, ranking, propensity.inverse, k=5),
+    }
+    unnormalised = {
+        "PSP": napkin.psprecision_at_k(true, ranking, propensity.inverse, k=5, normalize=False),
+        "PSnDCG": napkin.psndcg_at_k(true, ranking, propensity.inverse, k=5, normalize=False),
+    }
+    assert 0.05 < ours["P@1"] < 0.95  # the problem is neither trivial nor hopeless
+    for name, values in references.items():
+        for k in range(1, 6):
+            assert ours[f"{name}@{k}"] == pytest.approx(values[k - 1], abs=1e-6), f"{name}@{k}"
+    for name, values in unnormalised.items():
+        for k in range(1, 6):
+            assert raw[f"{name}@{k}"] == pytest.approx(values[k - 1], abs=1e-6), f"{name}@{k}"
+
+
+def test_propensity_presets_and_override():
+    assert propensity_parameters() == (0.55, 1.5)
+    assert propensity_parameters("Amazon-670K") == (0.6, 2.6)
+    assert propensity_parameters("amazon-3m") == (0.6, 2.6)
+    assert propensity_parameters("WikiLSHTC-325K") == (0.5, 0.4)
+    assert propensity_parameters("LF-Wikipedia-500K") == (0.5, 0.4)
+    assert propensity_parameters("EURLex-4K") == (0.55, 1.5)
+    assert propensity_parameters("Amazon-670K", a=0.7) == (0.7, 2.6)
+    propensity = Propensity.from_frequencies(np.array([10, 0, 3]), 100, a=0.5, b=0.4)
+    c = (math.log(100) - 1) * 1.4**0.5
+    np.testing.assert_allclose(propensity.inverse, 1 + c * (np.array([10, 0, 3]) + 0.4) ** -0.5)
+    result = compute_xmc_metrics(np.array([[0]]), [[0]], ks=(1,), propensity=propensity)
+    assert (result["propensity_a"], result["propensity_b"]) == (0.5, 0.4)
+
+
+def test_input_errors():
+    with pytest.raises(ValueError, match="max\\(ks\\) = 5"):
+        compute_xmc_metrics(PREDICTIONS, TRUE, ks=(1, 5))
+    with pytest.raises(ValueError, match="predicts a label twice"):
+        compute_xmc_metrics(np.array([[1, 1]]), [[1]], ks=(2,))
+    with pytest.raises(ValueError, match="3 predictions but 2"):
+        compute_xmc_metrics(PREDICTIONS, TRUE[:2], ks=(1,))
+    with pytest.raises(ValueError, match="propensity size"):
+        compute_xmc_metrics(np.array([[9]]), [[0]], ks=(1,), propensity=Propensity(INVERSE, 0.55, 1.5))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Filtering
+
+
+def test_filter_top_k_keeps_order_and_pads():
+    top = np.array([[4, 2, 7, 1], [3, 0, 5, 6], [1, 2, -1, -1]])
+    pairs = np.array([[0, 2], [0, 1], [1, 3], [1, 0], [1, 5], [2, 9]])
+    np.testing.assert_array_equal(filter_top_k(top, pairs, k=2), [[4, 7], [6, -1], [1, 2]])
+    # row_offset shifts the batch into the filter file's numbering: these rows are points 1..3.
+    np.testing.assert_array_equal(filter_top_k(top[:1], pairs, k=3, row_offset=1), [[4, 2, 7]])
+    assert max_filtered_per_point(pairs) == 3 and max_filtered_per_point(np.zeros((0, 2), int)) == 0
+
+
+def test_metric_side_filter_equals_model_side_filter():
+    rng = np.random.default_rng(3)
+    scores = torch.randn(50, 30, dtype=torch.float64)
+    pairs = np.unique(np.stack([rng.integers(0, 50, 80), rng.integers(0, 30, 80)], axis=1), axis=0)
+    k = 5
+    model_side = filter_scores_(scores.clone(), pairs).topk(k).indices.numpy()
+    candidates = scores.topk(k + max_filtered_per_point(pairs)).indices.numpy()
+    np.testing.assert_array_equal(filter_top_k(candidates, pairs, k), model_side)
+    batch = filter_scores_(scores[10:20].clone(), pairs, row_offset=10)
+    assert torch.isneginf(batch).sum() == ((pairs[:, 0] >= 10) & (pairs[:, 0] < 20)).sum()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Trainer and evaluate integration
+
+
+def test_preprocess_logits_returns_label_ids():
+    logits = torch.tensor([[0.1, 0.9, 0.5, 0.3], [0.8, 0.2, 0.1, 0.95]])
+    preprocess = make_preprocess_logits_for_metrics(k=2)
+    top = preprocess((logits, None), labels=None)
+    assert top.dtype == torch.int64
+    torch.testing.assert_close(top, torch.tensor([[1, 2], [3, 0]]))
+    # Output positions are not label ids: output 3 is a padding slot, the rest map to labels 10, 11, 12.
+    mapped = make_preprocess_logits_for_metrics(k=5, output_labels=torch.tensor([12, 10, 11, -1]))
+    torch.testing.assert_close(mapped(logits, None), torch.tensor([[10, 11, 12, -1, -1], [12, 10, 11, -1, -1]]))
+
+
+def test_compute_metrics_on_trainer_outputs():
+    logits = torch.randn(6, 20)
+    labels = [[1, 2], [3], [], [19, 0, 5], [7], [8, 9]]
+    preprocess = make_preprocess_logits_for_metrics(k=3)
+    padded = pad_label_ids(labels)
+    # Trainer concatenates batches, padding label_ids with -100 to the widest batch.
+    top = torch.cat([preprocess(logits[:3], padded[:3]), preprocess(logits[3:], padded[3:])]).numpy()
+    label_ids = np.full((6, 3), -100)
+    label_ids[:3, :2], label_ids[3:] = padded[:3, :2].numpy(), padded[3:].numpy()
+    propensity = Propensity(np.linspace(1, 3, 20), 0.55, 1.5)
+    compute_metrics = make_compute_metrics(ks=(1, 3), propensity=propensity)
+    result = compute_metrics(EvalPrediction(predictions=top, label_ids=label_ids))
+    assert result == compute_xmc_metrics(top, labels, ks=(1, 3), propensity=propensity)
+
+    pairs = np.array([[0, int(top[0, 0])]])
+    filtered = make_compute_metrics(ks=(1,), filter_pairs=pairs)(EvalPrediction(predictions=top, label_ids=label_ids))
+    expected_top = top[:, :1].copy()
+    expected_top[0, 0] = top[0, 1]
+    assert filtered == compute_xmc_metrics(expected_top, labels, ks=(1,))
+
+
+def test_evaluate_metric_matches(tmp_path):
+    propensity = Propensity(INVERSE, 0.55, 1.5)
+    metric = XMCMetric(ks=(1, 3), propensity=propensity, keep_in_memory=True)
+    metric.add_batch(predictions=PREDICTIONS[:2].tolist(), references=TRUE[:2])
+    metric.add_batch(predictions=[[0, 1]], references=[[-100]])  # short ranking, padded reference
+    result = metric.compute()
+    assert result == compute_xmc_metrics(PREDICTIONS, TRUE, ks=(1, 3), propensity=propensity)
+    assert XMCMetric(ks=(1,), cache_dir=str(tmp_path)).compute(predictions=[[3]], references=[[3]])["P@1"] == 1.0
