@@ -1,0 +1,345 @@
+import copy
+import io
+import math
+
+import pytest
+import torch
+from accelerate import Accelerator
+from accelerate.optimizer import AcceleratedOptimizer
+
+from haste_hf.optimization import (
+    HasteOptimizer,
+    HasteScheduler,
+    StochasticRoundingSGD,
+    get_haste_scheduler,
+    stochastic_round_to_bfloat16,
+    warmup_steps_for,
+)
+
+
+BF16_EPS = 2.0**-7  # spacing of bfloat16 numbers in [1, 2)
+
+
+# ----------------------------------------------------------------------------- stochastic rounding
+
+
+@pytest.mark.parametrize("value", [1.0 + 0.3 * BF16_EPS, -(3.0 + 1.7 * BF16_EPS * 2), 1e-30 * (1 + 0.55 * BF16_EPS)])
+def test_stochastic_rounding_is_unbiased_between_the_two_neighbours(value):
+    samples = 400_000
+    values = torch.full((samples,), value, dtype=torch.float32)
+    rounded = stochastic_round_to_bfloat16(values, torch.Generator().manual_seed(0))
+    bits = torch.tensor(value, dtype=torch.float32).view(torch.int32).bitwise_and(-(1 << 16))
+    down = bits.view(torch.float32).to(torch.bfloat16)  # the neighbour toward zero
+    up = (bits + (1 << 16)).view(torch.float32).to(torch.bfloat16)  # the neighbour away from zero
+    assert set(rounded.unique().tolist()) == {down.item(), up.item()}
+    share_up = (rounded == up).double().mean().item()
+    expected_share = (value - down.item()) / (up.item() - down.item())
+    standard_error = math.sqrt(expected_share * (1 - expected_share) / samples)
+    assert abs(share_up - expected_share) < 5 * standard_error
+    assert abs(rounded.double().mean().item() - value) < 5 * standard_error * abs(up.item() - down.item())
+
+
+def test_stochastic_rounding_keeps_representable_and_special_values():
+    representable = torch.tensor([0.0, -0.0, 1.0, -2.5, 3.0e38, 1e-40, math.inf, -math.inf, math.nan])
+    nan_with_payload = torch.tensor([0x7FFFFFFF], dtype=torch.int32).view(torch.float32)  # CUDA's default NaN
+    values = torch.cat([representable.to(torch.bfloat16).float(), nan_with_payload]).repeat(1000)
+    rounded = stochastic_round_to_bfloat16(values, torch.Generator().manual_seed(0)).float()
+    finite = torch.isfinite(values)
+    assert torch.equal(rounded[finite], values[finite])
+    assert torch.equal(torch.isnan(rounded), torch.isnan(values))
+    assert torch.equal(rounded[torch.isinf(values)], values[torch.isinf(values)])
+
+
+def bf16_param(value=1.0, size=20_000):
+    return torch.nn.Parameter(torch.full((size,), value, dtype=torch.bfloat16))
+
+
+def test_rounding_bits_are_fresh_every_step_and_every_parameter():
+    first, second = bf16_param(), bf16_param()
+    optimizer = StochasticRoundingSGD([first, second], lr=1.0)
+    rounded_up = []
+    for _ in range(2):
+        for param in (first, second):
+            param.data.fill_(1.0)
+            param.grad = torch.full_like(param, -0.4 * BF16_EPS)
+        optimizer.step()
+        rounded_up += [first > 1.0, second > 1.0]
+    for pattern in rounded_up:
+        assert abs(pattern.float().mean().item() - 0.4) < 0.02
+    for i in range(len(rounded_up)):
+        for j in range(i):
+            assert not torch.equal(rounded_up[i], rounded_up[j])
+
+
+def test_small_updates_accumulate_in_expectation_only_with_stochastic_rounding():
+    results = {}
+    for stochastic in (True, False):
+        param = bf16_param(size=5000)
+        optimizer = StochasticRoundingSGD([param], lr=1.0, stochastic_rounding=stochastic)
+        for _ in range(100):
+            param.grad = torch.full_like(param, -0.1 * BF16_EPS)
+            optimizer.step()
+        results[stochastic] = param.double().mean().item()
+    assert results[False] == 1.0  # round-to-nearest loses every update
+    assert abs(results[True] - (1.0 + 10 * BF16_EPS)) < 0.3 * BF16_EPS
+
+
+# ----------------------------------------------------------------------------- SGD semantics
+
+
+def random_grads(shape, steps, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(shape, generator=generator) for _ in range(steps)]
+
+
+@pytest.mark.parametrize("momentum,nesterov", [(0.0, False), (0.9, False), (0.9, True)])
+def test_float32_matches_torch_sgd_exactly(momentum, nesterov):
+    start = torch.randn(7, 5)
+    ours, theirs = torch.nn.Parameter(start.clone()), torch.nn.Parameter(start.clone())
+    ours_optimizer = StochasticRoundingSGD([ours], lr=0.05, momentum=momentum, nesterov=nesterov)
+    torch_optimizer = torch.optim.SGD([theirs], lr=0.05, momentum=momentum, nesterov=nesterov)
+    for grad in random_grads((7, 5), 6):
+        ours.grad, theirs.grad = grad.clone(), grad.clone()
+        ours_optimizer.step()
+        torch_optimizer.step()
+        assert torch.equal(ours, theirs)
+    if momentum:
+        assert torch.equal(ours_optimizer.state[ours]["momentum_buffer"], torch_optimizer.state[theirs]["momentum_buffer"])
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_weight_decay_is_decoupled(nesterov):
+    lr, momentum, weight_decay = 0.05, 0.9, 0.01
+    param = torch.nn.Parameter(torch.randn(4, 3))
+    optimizer = StochasticRoundingSGD([param], lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov)
+    expected, buffer = param.detach().double().clone(), None
+    for grad in random_grads((4, 3), 5, seed=1):
+        param.grad = grad.clone()
+        optimizer.step()
+        grad = grad.double()
+        buffer = grad.clone() if buffer is None else momentum * buffer + grad
+        direction = grad + momentum * buffer if nesterov else buffer
+        expected = expected * (1 - lr * weight_decay) - lr * direction
+    torch.testing.assert_close(param.detach().double(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_no_momentum_buffer_without_momentum_and_float32_buffer_by_default():
+    no_momentum, with_momentum, param_dtype = bf16_param(size=8), bf16_param(size=8), bf16_param(size=8)
+    optimizers = [
+        StochasticRoundingSGD([no_momentum], momentum=0.0),
+        StochasticRoundingSGD([with_momentum], momentum=0.9),
+        StochasticRoundingSGD([param_dtype], momentum=0.9, momentum_dtype=None),
+    ]
+    for param, optimizer in zip((no_momentum, with_momentum, param_dtype), optimizers):
+        param.grad = torch.ones_like(param)
+        optimizer.step()
+    assert "momentum_buffer" not in optimizers[0].state[no_momentum]
+    assert optimizers[1].state[with_momentum]["momentum_buffer"].dtype == torch.float32
+    assert optimizers[2].state[param_dtype]["momentum_buffer"].dtype == torch.bfloat16
+
+
+def test_chunked_update_matches_a_single_chunk(monkeypatch):
+    import haste_hf.optimization as optimization
+
+    start = torch.randn(37, 3, 5).to(torch.bfloat16)
+    results = []
+    for chunk in (1 << 24, 16):  # one chunk vs 1 row (15 elements) per chunk
+        monkeypatch.setattr(optimization, "_CHUNK_ELEMENTS", chunk)
+        param = torch.nn.Parameter(start.clone())
+        optimizer = StochasticRoundingSGD([param], lr=0.1, momentum=0.9, weight_decay=0.1)
+        for grad in random_grads((37, 3, 5), 3):
+            param.grad = grad.to(torch.bfloat16)
+            optimizer.step()
+        results.append((param.detach().clone(), optimizer.state[param]["momentum_buffer"].clone()))
+    assert torch.equal(results[0][1], results[1][1])
+    # Rounding noise is drawn chunk by chunk from one stream, so weights agree in distribution, not bits.
+    torch.testing.assert_close(results[0][0].float(), results[1][0].float(), atol=2 * BF16_EPS * 4, rtol=0)
+
+
+def saved_and_loaded(state_dict):
+    buffer = io.BytesIO()
+    torch.save(state_dict, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=True)
+
+
+@pytest.mark.parametrize("momentum_dtype", [torch.float32, None])
+def test_state_dict_round_trip_continues_bit_identically(momentum_dtype):
+    grads = [g.to(torch.bfloat16) for g in random_grads((64, 8), 8, seed=2)]
+    make = lambda p: StochasticRoundingSGD(p, lr=0.3, momentum=0.9, weight_decay=0.01, momentum_dtype=momentum_dtype, seed=7)  # noqa: E731
+    params = [torch.nn.Parameter(torch.randn(64, 8).to(torch.bfloat16)), torch.nn.Parameter(torch.randn(3))]
+    optimizer = make(params)
+
+    def run(params, optimizer, grads):
+        for grad in grads:
+            params[0].grad, params[1].grad = grad, grad[0, :3].float()
+            optimizer.step()
+
+    run(params, optimizer, grads[:4])
+    checkpoint = saved_and_loaded(optimizer.state_dict())
+    resumed_params = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    run(params, optimizer, grads[4:])
+
+    resumed = make(resumed_params)
+    resumed.load_state_dict(checkpoint)
+    assert resumed.state[resumed_params[0]]["momentum_buffer"].dtype == (momentum_dtype or torch.bfloat16)
+    run(resumed_params, resumed, grads[4:])
+    for original, again in zip(params, resumed_params):
+        assert torch.equal(original, again)
+    assert torch.equal(optimizer.state[params[0]]["momentum_buffer"], resumed.state[resumed_params[0]]["momentum_buffer"])
+
+
+def test_bad_hyperparameters_raise():
+    param = [torch.nn.Parameter(torch.ones(2))]
+    with pytest.raises(ValueError, match="lr"):
+        StochasticRoundingSGD(param, lr=-1.0)
+    with pytest.raises(ValueError, match="nesterov"):
+        StochasticRoundingSGD(param, nesterov=True)
+    with pytest.raises(ValueError, match="momentum_dtype"):
+        StochasticRoundingSGD(param, momentum=0.9, momentum_dtype=torch.int8)
+
+
+# ----------------------------------------------------------------------------- HasteOptimizer, schedules
+
+
+class TinyModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.encoder = torch.nn.Linear(6, 8)
+        self.output = torch.nn.Linear(8, 5)
+
+    def forward(self, x):
+        return self.output(torch.tanh(self.encoder(x)))
+
+
+def make_haste_optimizer(model, momentum=0.9):
+    return HasteOptimizer(
+        torch.optim.AdamW(model.encoder.parameters(), lr=1e-2, weight_decay=0.01),
+        StochasticRoundingSGD(model.output.parameters(), lr=0.1, momentum=momentum, weight_decay=1e-4),
+    )
+
+
+def batches(steps=5, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return [(torch.randn(4, 6, generator=generator), torch.randn(4, 5, generator=generator)) for _ in range(steps)]
+
+
+def test_haste_optimizer_exposes_and_steps_both_children():
+    model = TinyModel()
+    optimizer = make_haste_optimizer(model)
+    children = optimizer.encoder_optimizer, optimizer.output_optimizer
+    assert all(any(group is child_group for group in optimizer.param_groups) for child in children for child_group in child.param_groups)
+    assert len(optimizer.param_groups) == 2
+
+    reference = TinyModel()
+    reference_optimizers = make_haste_optimizer(reference).optimizers
+    for x, y in batches():
+        for net, zero_grads, steps in ((model, [optimizer.zero_grad], [optimizer.step]),
+                                       (reference, [o.zero_grad for o in reference_optimizers], [o.step for o in reference_optimizers])):  # fmt: skip
+            for zero_grad in zero_grads:
+                zero_grad()
+            torch.nn.functional.mse_loss(net(x), y).backward()
+            for step in steps:
+                step()
+    for ours, theirs in zip(model.parameters(), reference.parameters()):
+        assert torch.equal(ours, theirs)
+    assert set(optimizer.state) == set(model.parameters())
+    assert "exp_avg" in optimizer.state[model.encoder.weight]
+    assert "momentum_buffer" in optimizer.state[model.output.weight]
+    assert model.output.weight.grad is not None
+    optimizer.zero_grad()
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_haste_optimizer_state_dict_round_trip():
+    model = TinyModel()
+    optimizer = make_haste_optimizer(model)
+    for x, y in batches(3):
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    checkpoint = saved_and_loaded(optimizer.state_dict())
+    resumed_model = copy.deepcopy(model)
+    resumed = make_haste_optimizer(resumed_model)
+    resumed.load_state_dict(checkpoint)
+    for net, opt in ((model, optimizer), (resumed_model, resumed)):
+        for x, y in batches(3, seed=1):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(net(x), y).backward()
+            opt.step()
+    for ours, theirs in zip(model.parameters(), resumed_model.parameters()):
+        assert torch.equal(ours, theirs)
+    with pytest.raises(ValueError, match="'encoder' and 'output'"):
+        resumed.load_state_dict(checkpoint["encoder"])
+
+
+def test_haste_optimizer_rejects_shared_parameters_and_new_groups():
+    model = TinyModel()
+    with pytest.raises(ValueError, match="share parameters"):
+        HasteOptimizer(torch.optim.AdamW(model.parameters()), StochasticRoundingSGD(model.output.parameters()))
+    with pytest.raises(NotImplementedError):
+        make_haste_optimizer(model).add_param_group({"params": [torch.nn.Parameter(torch.ones(1))]})
+
+
+def test_haste_optimizer_and_scheduler_through_accelerate():
+    plain_model, accelerated_model = TinyModel(), TinyModel()
+    plain = make_haste_optimizer(plain_model)
+    plain_scheduler = get_haste_scheduler(plain, 10, encoder_warmup=2, output_warmup=0.3)
+    accelerator = Accelerator(cpu=True)
+    model, optimizer = accelerator.prepare(accelerated_model, make_haste_optimizer(accelerated_model))
+    assert isinstance(optimizer, AcceleratedOptimizer)
+    scheduler = get_haste_scheduler(optimizer, 10, encoder_warmup=2, output_warmup=0.3)
+    for x, y in batches(6):
+        for net, opt, sched, backward, clip in (
+            (plain_model, plain, plain_scheduler, torch.Tensor.backward, torch.nn.utils.clip_grad_norm_),
+            (model, optimizer, scheduler, lambda loss: accelerator.backward(loss), accelerator.clip_grad_norm_),
+        ):
+            backward(torch.nn.functional.mse_loss(net(x), y) * 100)
+            norm = clip(net.parameters(), 0.5)
+            if net is model:  # accelerate's clipping sees the parameters of both children
+                assert torch.allclose(norm, plain_norm)
+            plain_norm = norm
+            opt.step()
+            sched.step()
+            opt.zero_grad()
+        assert scheduler.get_last_lr() == plain_scheduler.get_last_lr()
+        assert [g["lr"] for g in optimizer.param_groups] == scheduler.get_last_lr()
+    for ours, theirs in zip(plain_model.parameters(), accelerated_model.parameters()):
+        assert torch.equal(ours, theirs)
+    # the accelerate wrapper saves and restores the nested state
+    assert set(optimizer.state_dict()) == {"encoder", "output"}
+    optimizer.load_state_dict(saved_and_loaded(optimizer.state_dict()))
+    assert "momentum_buffer" in optimizer.state[accelerated_model.output.weight]
+
+
+def test_scheduler_follows_each_childs_own_warmup_and_decay():
+    optimizer = make_haste_optimizer(TinyModel())
+    total = 20
+    scheduler = get_haste_scheduler(optimizer, total, "linear", 4, "cosine", 0.1)
+    assert isinstance(scheduler, HasteScheduler)
+    encoder_lr, output_lr = 1e-2, 0.1
+    for step in range(total):
+        expected_encoder = encoder_lr * (step / 4 if step < 4 else (total - step) / (total - 4))
+        progress = (step - 2) / (total - 2)
+        expected_output = output_lr * (step / 2 if step < 2 else 0.5 * (1 + math.cos(math.pi * progress)))
+        assert scheduler.get_last_lr() == pytest.approx([expected_encoder, expected_output])
+        if step == 7:
+            checkpoint = saved_and_loaded(scheduler.state_dict())
+        optimizer.step()  # no gradients: only tells the schedulers the optimizer stepped
+        scheduler.step()
+    resumed = get_haste_scheduler(make_haste_optimizer(TinyModel()), total, "linear", 4, "cosine", 0.1)
+    resumed.load_state_dict(checkpoint)
+    expected_encoder = encoder_lr * (total - 7) / (total - 4)
+    assert resumed.get_last_lr()[0] == pytest.approx(expected_encoder)
+
+
+def test_warmup_steps_follow_transformers_convention():
+    assert warmup_steps_for(0, 100) == 0
+    assert warmup_steps_for(5, 100) == 5
+    assert warmup_steps_for(0.1, 1000) == 100
+    assert warmup_steps_for(0.05, 30) == 2
+    with pytest.raises(ValueError, match="Warm-up"):
+        warmup_steps_for(-1, 10)
+    with pytest.raises(TypeError, match="HasteOptimizer"):
+        get_haste_scheduler(torch.optim.SGD(TinyModel().parameters(), lr=0.1), 10)
