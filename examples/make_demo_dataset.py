@@ -42,14 +42,14 @@ def cut(source: Path, output: Path, num_train: int, num_test: int, seed: int) ->
     train = [train[i] for i in np.sort(rng.choice(len(train), size=num_train, replace=False))]
     test = [test[i] for i in np.sort(rng.choice(len(test), size=num_test, replace=False))]
 
-    counts = np.bincount([l for record in train for l in record["target_ind"]], minlength=len(labels))
+    counts = np.bincount([label for record in train for label in record["target_ind"]], minlength=len(labels))
     seen = np.flatnonzero(counts)
     # Stable sort on -count: most frequent first, ties in the source (global frequency) order.
     kept = seen[np.argsort(-counts[seen], kind="stable")]
     new_id = {int(old): new for new, old in enumerate(kept)}
 
     def remap(record: dict) -> dict:
-        targets = [new_id[l] for l in record["target_ind"] if l in new_id]
+        targets = [new_id[label] for label in record["target_ind"] if label in new_id]
         return {**record, "target_ind": targets}
 
     train = [remap(record) for record in train]

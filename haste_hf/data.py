@@ -198,10 +198,14 @@ def _json_rows(path: str, num_labels: int, text_fields: TextFields) -> Iterator[
         if text_fields == "title_content":
             content = record.get("content")
             if not isinstance(content, str):
-                raise XMCFormatError(path, line_number, "missing or non-string `content` (text_fields='title_content')")
+                raise XMCFormatError(
+                    path, line_number, "missing or non-string `content` (text_fields='title_content')"
+                )
             text = f"{title} {content}" if content else title
         labels = record.get("target_ind")
-        if not isinstance(labels, list) or not all(isinstance(l, int) and not isinstance(l, bool) for l in labels):
+        if not isinstance(labels, list) or not all(
+            isinstance(label, int) and not isinstance(label, bool) for label in labels
+        ):
             raise XMCFormatError(path, line_number, "`target_ind` must be a list of integer label ids")
         _check_label_ids(path, line_number, labels, num_labels)
         yield {"text": text, "labels": labels}
@@ -411,9 +415,7 @@ def _read_features(path: Path, bow_labels: bool) -> scipy.sparse.csr_matrix:
     )
 
 
-def read_filter_file(
-    path: str | Path, *, num_points: int | None = None, num_labels: int | None = None
-) -> np.ndarray:
+def read_filter_file(path: str | Path, *, num_points: int | None = None, num_labels: int | None = None) -> np.ndarray:
     """Reads `filter_labels_*.txt` (`doc_idx label_idx` per line) into an int64 `[M, 2]` array.
 
     Each pair is to be excluded from that point's predictions before taking the top k (see
@@ -426,7 +428,9 @@ def read_filter_file(
         if not tokens:
             continue
         if len(tokens) != 2 or not all(token.isdigit() for token in tokens):
-            raise XMCFormatError(path, line_number, f"expected `doc_idx label_idx` (two non-negative ints), got {line!r}")
+            raise XMCFormatError(
+                path, line_number, f"expected `doc_idx label_idx` (two non-negative ints), got {line!r}"
+            )
         doc, label = int(tokens[0]), int(tokens[1])
         if num_points is not None and doc >= num_points:
             raise XMCFormatError(path, line_number, f"doc_idx {doc} is outside [0, {num_points})")
@@ -526,7 +530,9 @@ def load_xmc_dataset(
         for split, prefix in _SPLIT_PREFIXES.items():
             labels_file = path / f"{prefix}_X_Y.txt"
             if format == "text_sparse" and labels_file.is_file():
-                splits[split] = read_text_split(path / f"{prefix}_X.txt", labels_file, split=split, cache_dir=cache_dir)
+                splits[split] = read_text_split(
+                    path / f"{prefix}_X.txt", labels_file, split=split, cache_dir=cache_dir
+                )
             elif format == "bow_split" and labels_file.is_file():
                 splits[split] = read_sparse_label_split(labels_file, split=split, cache_dir=cache_dir)
                 if return_features:
@@ -547,7 +553,9 @@ def load_xmc_dataset(
         if item.features is not None:
             features[split] = item.features
             if item.features.shape[0] != len(item.dataset):
-                raise ValueError(f"{path}: {split} has {item.features.shape[0]} feature rows, {len(item.dataset)} labels")
+                raise ValueError(
+                    f"{path}: {split} has {item.features.shape[0]} feature rows, {len(item.dataset)} labels"
+                )
     if label_texts is not None and len(label_texts) != num_labels:
         raise ValueError(f"{path}: {len(label_texts)} label texts for {num_labels} labels")
 

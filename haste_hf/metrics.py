@@ -7,7 +7,8 @@ Definitions, for a point with true label set y and predictions p_1..p_k (best fi
 - PSP@k and PSnDCG@k replace the unit gain of a hit by the inverse propensity q_l = 1/p_l (Jain et al. 2016)
   and are normalised as pyxclib does: the dataset sum of the scores divided by the dataset sum of the best
   achievable scores (each point's true labels ranked by q_l). PSnDCG divides each point's (PS)DCG by the
-  unit-gain IDCG_k(y) above (per-point denominator, as pyxclib and napkinxc do) before summing.
+  unit-gain IDCG_k(y) above (a per-point denominator, as napkinxc does; it agrees with pyxclib) before
+  summing.
 
 Points without true labels are kept by default and score 0 on every metric (pyxclib's convention); they
 then lower P, nDCG and R, and leave the normalised PS metrics unchanged (0 over 0 added to the sums).
@@ -200,7 +201,9 @@ def compute_xmc_metrics(
     if inverse is not None:
         for name in ("PSP", "PSnDCG"):
             averages[name] = ratio(sums[name], sums[f"{name}_best"] if normalize_propensity else counted)
-    results = {f"{name}@{k}": float(averages[name][i]) for name in METRIC_NAMES if name in averages for i, k in enumerate(ks)}
+    results = {
+        f"{name}@{k}": float(averages[name][i]) for name in METRIC_NAMES if name in averages for i, k in enumerate(ks)
+    }
     if propensity is not None:
         results["propensity_a"] = float(propensity.a)
         results["propensity_b"] = float(propensity.b)
@@ -269,6 +272,11 @@ def make_preprocess_logits_for_metrics(
 
     def preprocess_logits_for_metrics(logits, labels):
         if isinstance(logits, (tuple, list)):
+            if not logits:
+                raise ValueError(
+                    "the model returned no logits during evaluation; make it return them when labels are given "
+                    "(e.g. return_logits=True) or produce top-k label ids in prediction_step instead"
+                )
             logits = logits[0]
         if output_labels is not None:
             mapping = output_labels.to(logits.device)
@@ -368,7 +376,10 @@ def _define_xmc_metric():
                 "Ranking & Other Missing Label Applications. KDD 2016.",
                 inputs_description=_EVALUATE_INPUTS,
                 features=datasets.Features(
-                    {"predictions": datasets.List(datasets.Value("int64")), "references": datasets.List(datasets.Value("int64"))}
+                    {
+                        "predictions": datasets.List(datasets.Value("int64")),
+                        "references": datasets.List(datasets.Value("int64")),
+                    }
                 ),
             )
 

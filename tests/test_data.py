@@ -183,7 +183,13 @@ MALFORMED = [
     ("trn_X_Y.txt", "2 x\n1:1\n2:1\n", "sparse_labels", 1, "bad header"),
     ("trn_X_Xf.txt", "1 4\n1:1\n2:1\n", "features", 3, "more rows"),
     ("trn.json", '{"title": "a", "target_ind": [0]}\n{"title": "b", "target_ind": [\n', "json", 2, "invalid JSON"),
-    ("trn.json", '{"title": "a", "target_ind": [0]}\n\n{"title": "b", "target_ind": [2]}\n', "json", 3, "outside [0, 2)"),
+    (
+        "trn.json",
+        '{"title": "a", "target_ind": [0]}\n\n{"title": "b", "target_ind": [2]}\n',
+        "json",
+        3,
+        "outside [0, 2)",
+    ),
     ("trn.json", '{"content": "a", "target_ind": [0]}\n', "json", 1, "`title`"),
     ("trn.json", '{"title": "a", "target_ind": 1}\n', "json", 1, "`target_ind`"),
     ("trn.json", '{"title": "a", "target_ind": [-1]}\n', "json", 1, "outside [0, 2)"),
@@ -268,7 +274,9 @@ def tokenizer():
 
 def test_collator_pads_text_and_label_ids(tokenizer):
     collator = XMCDataCollator(tokenizer, max_length=3)
-    batch = collator([{"text": "a b c a", "labels": [7, 1, 4]}, {"text": "b", "labels": []}, {"text": "c a", "labels": [2]}])
+    batch = collator(
+        [{"text": "a b c a", "labels": [7, 1, 4]}, {"text": "b", "labels": []}, {"text": "c a", "labels": [2]}]
+    )
     torch.testing.assert_close(batch["input_ids"], torch.tensor([[2, 3, 4], [3, 0, 0], [4, 2, 0]]))
     torch.testing.assert_close(batch["attention_mask"], torch.tensor([[1, 1, 1], [1, 0, 0], [1, 1, 0]]))
     assert batch["labels"].dtype == torch.int64

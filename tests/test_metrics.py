@@ -68,7 +68,9 @@ def test_padded_true_labels_and_chunks_agree():
     padded = pad_label_ids(TRUE).numpy()
     assert padded.shape == (3, 2)
     reference = compute_xmc_metrics(PREDICTIONS, TRUE, ks=(1, 2, 3), propensity=Propensity(INVERSE, 0.5, 0.4))
-    assert compute_xmc_metrics(PREDICTIONS, padded, ks=(1, 2, 3), propensity=Propensity(INVERSE, 0.5, 0.4)) == reference
+    assert (
+        compute_xmc_metrics(PREDICTIONS, padded, ks=(1, 2, 3), propensity=Propensity(INVERSE, 0.5, 0.4)) == reference
+    )
     chunked = compute_xmc_metrics(
         PREDICTIONS, padded, ks=(1, 2, 3), propensity=Propensity(INVERSE, 0.5, 0.4), chunk_size=1
     )
@@ -92,15 +94,17 @@ def random_problem(seed, num_points=400, num_labels=60, k=5):
 def test_matches_napkinxc(seed):
     train, true, top = random_problem(seed)
     num_labels = 60
-    frequencies = np.bincount([l for labels in train for l in labels], minlength=num_labels)
+    frequencies = np.bincount([label for labels in train for label in labels], minlength=num_labels)
     propensity = Propensity.from_frequencies(frequencies, len(train))
     np.testing.assert_allclose(propensity.inverse, napkin.Jain_et_al_inverse_propensity(train), rtol=1e-12)
     ranking = top.tolist()
     ours = compute_xmc_metrics(top, true, ks=range(1, 6), propensity=propensity)
     raw = compute_xmc_metrics(top, true, ks=range(1, 6), propensity=propensity, normalize_propensity=False)
-    # napkinxc keeps points without labels with score 0 (zero_division=0), normalises PSP/PSnDCG by the
-    # ratio of dataset sums and divides PSnDCG by the per-point unit-gain IDCG, as we do. Its Metric
-    # "PSDCG" (no n) divides by k and is not offered here.
+    # Agreement: napkinxc keeps points without labels with score 0 (zero_division=0), normalises PSP/PSnDCG
+    # by the ratio of dataset sums and divides PSnDCG by the per-point unit-gain IDCG, as we do.
+    # Differences: napkinxc silently ignores true labels beyond its inv_ps vector (we raise), sizes its
+    # count vector by the largest label seen in training (we take L from the frequencies, so unseen tail
+    # labels get q_l = 1 + C B^-A), and its PSDCG (without n) divides by k; we do not offer PSDCG.
     references = {
         "P": napkin.precision_at_k(true, ranking, k=5),
         "nDCG": napkin.ndcg_at_k(true, ranking, k=5),
@@ -177,6 +181,8 @@ def test_metric_side_filter_equals_model_side_filter():
 
 
 def test_preprocess_logits_returns_label_ids():
+    with pytest.raises(ValueError, match="returned no logits"):
+        make_preprocess_logits_for_metrics(k=2)((), None)
     logits = torch.tensor([[0.1, 0.9, 0.5, 0.3], [0.8, 0.2, 0.1, 0.95]])
     preprocess = make_preprocess_logits_for_metrics(k=2)
     top = preprocess((logits, None), labels=None)
