@@ -4,11 +4,7 @@ from fractions import Fraction
 
 import pytest
 import torch
-from tiny_encoders import tiny_encoder_config
-from transformers import TrainerControl, TrainerState, TrainingArguments
 
-from haste_hf import HasteConfig, HasteForExtremeClassification
-from haste_hf.callbacks import RewiringCallback
 from haste_hf.optimization import HasteOptimizer, StochasticRoundingSGD
 from haste_hf.rewiring import group_slot_scores, reset_optimizer_state_, rewire_, rewiring_seed
 
@@ -199,66 +195,3 @@ def test_optimizer_state_reset_accepts_a_mask_and_checks_the_parameter():
     with pytest.raises(ValueError, match="not among the parameters"):
         reset_optimizer_state_(optimizer, torch.nn.Parameter(torch.randn(2, 2, 3)), mask)
     assert reset_optimizer_state_(torch.optim.SGD([weight], lr=0.1, momentum=0.9), weight, mask) == 0  # no state yet
-
-
-class _Wrapper(torch.nn.Module):  # stands in for DDP: the model under `.module`
-    def __init__(self, module):
-        super().__init__()
-        self.module = module
-
-
-def tiny_haste_model(label_count=30, group_size=4):
-    config = HasteConfig(
-        encoder=tiny_encoder_config("bert"), label_count=label_count, head_label_count=3, group_size=group_size, fan_in=6,
-        tail_projection_dim=16,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    return HasteForExtremeClassification(config)
-
-
-def test_callback_rewires_on_schedule_resets_momentum_and_logs():
-    model = tiny_haste_model()  # 27 tail labels in 7 groups of 4: one padding slot
-    tail = model.tail
-    output_optimizer = StochasticRoundingSGD(list(model.tail.parameters()), lr=0.1, momentum=0.9)
-    encoder_params = [p for name, p in model.named_parameters() if not name.startswith("tail.")]
-    optimizer = HasteOptimizer(torch.optim.AdamW(encoder_params), output_optimizer)
-    stepped(optimizer, tail.weight)
-    callback = RewiringCallback(interval=10, fraction=0.25, end_fraction=0.5)
-    args = TrainingArguments(output_dir="unused", seed=5, report_to="none")
-    state = TrainerState(max_steps=40)
-    expected = []
-    for global_step in range(1, 41):
-        state.global_step = global_step
-        before = tail.supports.clone()
-        callback.on_step_end(args, state, TrainerControl(), model=_Wrapper(model), optimizer=optimizer)
-        if global_step in (10, 20):
-            changed = tail.supports != before
-            assert int(changed.sum()) == math.floor(7 * 6 * 0.25)
-            expected.append({"rewired_pairs": int(changed.sum()), "step": global_step})
-            rewired = changed.unsqueeze(1).expand_as(tail.weight)
-            assert bool((tail.weight[rewired] == 0).all())
-            assert bool((output_optimizer.state[tail.weight]["momentum_buffer"][rewired] == 0).all())
-        else:
-            assert torch.equal(tail.supports, before)
-    assert state.log_history == expected
-
-
-def test_callback_is_a_pure_function_of_weights_seed_and_step():
-    args = TrainingArguments(output_dir="unused", seed=5, report_to="none")
-    results = []
-    for _ in range(2):
-        model = tiny_haste_model()
-        state = TrainerState(max_steps=100, global_step=30)
-        RewiringCallback(interval=30, fraction=0.3).on_step_end(args, state, TrainerControl(), model=model)
-        results.append(model.tail.supports.clone())
-    assert torch.equal(results[0], results[1])
-    assert not torch.equal(results[0], tiny_haste_model().tail.supports)
-
-
-def test_callback_rejects_bad_settings():
-    with pytest.raises(ValueError, match="interval"):
-        RewiringCallback(interval=0)
-    with pytest.raises(ValueError, match="fraction"):
-        RewiringCallback(fraction=0.0)
-    with pytest.raises(ValueError, match="scope"):
-        RewiringCallback(scope="label")
