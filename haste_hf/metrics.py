@@ -89,16 +89,15 @@ class Propensity:
 
 
 def _pad_true_labels(true_labels, start: int, stop: int) -> np.ndarray:
-    """Rows `start:stop` of the true labels as an int64 array padded with -1."""
+    """Rows `start:stop` of the true labels as an int64 array padded with -1 (negative inputs are padding)."""
     if isinstance(true_labels, np.ndarray) and true_labels.ndim == 2:
         rows = true_labels[start:stop].astype(np.int64, copy=True)
         rows[rows < 0] = -1
         return rows
     rows = [np.asarray(labels, dtype=np.int64).reshape(-1) for labels in true_labels[start:stop]]
+    rows = [labels[labels >= 0] for labels in rows]
     padded = np.full((len(rows), max([1] + [len(r) for r in rows])), -1, dtype=np.int64)
     for i, labels in enumerate(rows):
-        if (labels < 0).any():
-            raise ValueError(f"true label ids must be non-negative, point {start + i} has {labels.tolist()}")
         padded[i, : len(labels)] = labels
     return padded
 
@@ -123,8 +122,8 @@ def compute_xmc_metrics(
 
     Args:
         top_k_ids: int `[N, K]` predicted label ids sorted best first, `K >= max(ks)`; negative = no prediction.
-        true_labels: per point, its true label ids: a list of arrays/lists, or an int `[N, P]` array padded
-            with negative values (the -100 padded `labels` of `XMCDataCollator`).
+        true_labels: per point, its true label ids: a list of arrays/lists, or an int `[N, P]` array or tensor
+            (e.g. the -100 padded `labels` of `XMCDataCollator`). Negative values are padding.
         propensity: inverse propensities from the training split; adds PSP@k, PSnDCG@k and the
             `propensity_a`, `propensity_b` used.
         drop_empty_points: leave points without true labels out of the averages (default: keep them with
@@ -135,7 +134,9 @@ def compute_xmc_metrics(
     Returns:
         `{"P@1": ..., "nDCG@1": ..., "PSP@1": ..., "PSnDCG@1": ..., "R@1": ..., ...}` as Python floats.
     """
-    top_k_ids = np.asarray(top_k_ids)
+    if isinstance(true_labels, torch.Tensor):
+        true_labels = true_labels.cpu().numpy()
+    top_k_ids = top_k_ids.cpu().numpy() if isinstance(top_k_ids, torch.Tensor) else np.asarray(top_k_ids)
     ks = sorted({int(k) for k in ks})
     if not ks or ks[0] < 1:
         raise ValueError(f"ks must be positive integers, got {ks}")
@@ -388,7 +389,6 @@ def _define_xmc_metric():
             top_ids = np.full((len(predictions), width), -1, dtype=np.int64)
             for row, ids in enumerate(predictions):
                 top_ids[row, : len(ids)] = ids
-            references = [[label for label in labels if label >= 0] for labels in references]
             return compute_xmc_metrics(
                 top_ids,
                 references,

@@ -71,6 +71,15 @@ def test_padded_true_labels_and_chunks_agree():
     assert (
         compute_xmc_metrics(PREDICTIONS, padded, ks=(1, 2, 3), propensity=Propensity(INVERSE, 0.5, 0.4)) == reference
     )
+    as_tensors = compute_xmc_metrics(
+        torch.from_numpy(PREDICTIONS), torch.from_numpy(padded), ks=(1, 2, 3), propensity=Propensity(INVERSE, 0.5, 0.4)
+    )
+    assert as_tensors == reference
+    padded_lists = [[1, 2], [4, -100], [-100, -100]]
+    assert (
+        compute_xmc_metrics(PREDICTIONS, padded_lists, ks=(1, 2, 3), propensity=Propensity(INVERSE, 0.5, 0.4))
+        == reference
+    )
     chunked = compute_xmc_metrics(
         PREDICTIONS, padded, ks=(1, 2, 3), propensity=Propensity(INVERSE, 0.5, 0.4), chunk_size=1
     )
@@ -216,7 +225,7 @@ def test_compute_metrics_on_trainer_outputs():
 
 def test_evaluate_metric_matches(tmp_path):
     propensity = Propensity(INVERSE, 0.55, 1.5)
-    metric = XMCMetric(ks=(1, 3), propensity=propensity, keep_in_memory=True)
+    metric = XMCMetric(ks=(1, 3), propensity=propensity, keep_in_memory=True, cache_dir=str(tmp_path))
     metric.add_batch(predictions=PREDICTIONS[:2].tolist(), references=TRUE[:2])
     metric.add_batch(predictions=[[0, 1]], references=[[-100]])  # short ranking, padded reference
     result = metric.compute()
