@@ -15,6 +15,11 @@ then lower P, nDCG and R, and leave the normalised PS metrics unchanged (0 over 
 `drop_empty_points=True` removes them from the averages instead.
 
 Predicted ids below 0 (e.g. -1) mean "no prediction" and never hit. Predictions must not repeat an id.
+
+Filtered evaluation (`filter_labels_test.txt` pairs) happens on the metric side with `Trainer`: predict
+`max(ks) + max_filtered_per_point(pairs)` candidates and `filter_top_k` drops the filtered ones before the top k
+is taken (`make_compute_metrics(filter_pairs=...)` does this). Where full label-order scores exist, such as a
+prediction loop, `filter_scores_` sets them to -inf on the model side instead; both give the same ranking.
 """
 
 from __future__ import annotations
