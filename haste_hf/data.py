@@ -483,7 +483,7 @@ def _bow_file(directory: Path, split: str) -> Path | None:
     exact = directory / f"{split}.txt"
     if exact.is_file():
         return exact
-    matches = sorted(directory.glob(f"*_{split}.txt"))
+    matches = sorted(p for p in directory.glob(f"*_{split}.txt") if not p.name.startswith("filter_labels_"))
     if len(matches) > 1:
         raise ValueError(f"several bag-of-words {split} files in {directory}: {[m.name for m in matches]}")
     return matches[0] if matches else None

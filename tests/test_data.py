@@ -133,8 +133,10 @@ def test_bow_directory_and_split_form(tmp_path, cache):
     bow.mkdir()
     write(bow / "eurlex_train.txt", "2 3 2\n0 0:1\n1 1:1 2:3\n")
     write(bow / "eurlex_test.txt", "1 3 2\n1 2:1\n")
+    write(bow / "filter_labels_train.txt", "1 0\n")  # also matches *_train.txt, but is no data file
     dataset = load_xmc_dataset(bow, return_features=True, cache_dir=cache)
     assert dataset.format == "bow" and dataset.label_texts is None
+    np.testing.assert_array_equal(dataset.filters["train"], [[1, 0]])
     assert dataset.splits["test"]["labels"] == [[1]]
     assert dataset.features["train"].shape == (2, 3) and dataset.features["test"].nnz == 1
     with pytest.raises(ValueError, match="needs label texts"):
