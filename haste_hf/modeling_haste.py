@@ -489,6 +489,7 @@ __all__ = [
     "HasteForExtremeClassification",
     "HastePreTrainedModel",
     "TopKOutput",
+    "default_output_labels",
     "output_labels_from_frequencies",
     "random_supports",
 ]
