@@ -1,0 +1,671 @@
+# Copyright 2026 The haste_hf Authors. Licensed under the Apache License, Version 2.0.
+"""Label grouping for the group-shared sparse tail.
+
+Three steps, all computed from the training split only:
+
+1. `split_head_tail`: the most frequent labels go to the dense head, the rest to the sparse tail.
+2. `compute_label_embeddings`: a label's embedding is the normalised mean of the (normalised) encoder
+   embeddings of its positive training instances.
+3. `group_labels`: the tail labels are ordered so that groups of `group_size` related labels are contiguous.
+   The semantic strategy approximates the objective "maximise the summed cosine similarity of each label to
+   its group centroid" (see `grouping_objective`) in two stages: spherical k-means into about
+   `N / (beta * group_size)` buckets, then greedy nearest-neighbour groups inside each bucket.
+
+The resulting `LabelGrouping.order` is the tail's label order; `LabelGrouping.output_labels` turns it into the
+model's `output_labels` buffer, which is how the grouping is saved with the model.
+"""
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from itertools import islice
+from typing import Optional, Union
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+
+GROUPING_STRATEGIES = ("semantic", "frequency", "random")
+POOLING_MODES = ("cls", "mean", "last")
+
+# Bytes of temporary memory one chunked step may allocate (similarity blocks, gathered bucket members).
+_CPU_CHUNK_BYTES = 256 * 2**20
+_CUDA_CHUNK_BYTES = 2 * 2**30
+
+ArrayLike = Union[torch.Tensor, np.ndarray, Sequence]
+
+
+def _default_device(device: Optional[Union[str, torch.device]]) -> torch.device:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def _chunk_bytes(device: torch.device) -> int:
+    return _CUDA_CHUNK_BYTES if device.type == "cuda" else _CPU_CHUNK_BYTES
+
+
+def _as_int64_vector(values: ArrayLike, name: str) -> torch.Tensor:
+    tensor = values.detach().cpu() if isinstance(values, torch.Tensor) else torch.as_tensor(np.asarray(values))
+    if tensor.ndim != 1:
+        raise ValueError(f"`{name}` must be one-dimensional, got shape {tuple(tensor.shape)}.")
+    if tensor.numel() > 0 and (tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool):
+        raise ValueError(f"`{name}` must hold integer label ids, got dtype {tensor.dtype}.")
+    return tensor.to(torch.int64)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Head / tail split
+# ----------------------------------------------------------------------------------------------------------
+
+
+def split_head_tail(
+    label_counts: ArrayLike,
+    head_fraction: Optional[float] = None,
+    head_count: Optional[int] = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Split labels into a dense head (the most frequent ones) and a sparse tail.
+
+    Args:
+        label_counts: `[num_labels]` number of positive training instances of each label.
+        head_fraction: share of all labels that go to the head, in `[0, 1]` (rounded to the nearest count).
+        head_count: number of labels that go to the head. Pass exactly one of `head_fraction`, `head_count`.
+
+    Returns:
+        `(head_ids, tail_ids)`: int64 arrays, each sorted by descending count; equal counts are ordered by
+        ascending label id, so the split is deterministic.
+    """
+    counts = label_counts.detach().cpu().numpy() if isinstance(label_counts, torch.Tensor) else np.asarray(label_counts)
+    if counts.ndim != 1:
+        raise ValueError(f"`label_counts` must be one-dimensional, got shape {counts.shape}.")
+    if counts.size and not np.issubdtype(counts.dtype, np.number):
+        raise ValueError(f"`label_counts` must be numeric, got dtype {counts.dtype}.")
+    counts = counts.astype(np.float64)
+    if not np.all(np.isfinite(counts)) or np.any(counts < 0):
+        raise ValueError("`label_counts` must be finite and non-negative.")
+    num_labels = counts.shape[0]
+
+    if (head_fraction is None) == (head_count is None):
+        raise ValueError(
+            "Pass exactly one of `head_fraction` (share of labels in the head, in [0, 1]) or `head_count` "
+            f"(number of head labels); got head_fraction={head_fraction}, head_count={head_count}."
+        )
+    if head_fraction is not None:
+        if isinstance(head_fraction, bool) or not 0.0 <= float(head_fraction) <= 1.0:
+            raise ValueError(f"`head_fraction` must be a number in [0, 1], got {head_fraction!r}.")
+        head_count = int(math.floor(float(head_fraction) * num_labels + 0.5))
+    elif isinstance(head_count, bool) or not isinstance(head_count, (int, np.integer)):
+        raise ValueError(f"`head_count` must be an integer, got {head_count!r}.")
+    elif not 0 <= head_count <= num_labels:
+        raise ValueError(f"`head_count` must be in [0, {num_labels}] (the number of labels), got {head_count}.")
+
+    by_frequency = np.argsort(-counts, kind="stable").astype(np.int64)
+    return by_frequency[:head_count], by_frequency[head_count:]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Label embeddings
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    if pooling == "cls":
+        return hidden[:, 0]
+    if pooling == "mean":
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1)
+    # Position of the last attended token; correct for both left and right padding.
+    last = attention_mask.shape[1] - 1 - attention_mask.flip(1).to(torch.int64).argmax(dim=1)
+    return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+
+
+def _text_embedder(encoder, tokenizer, pooling: str, max_length: Optional[int], device: torch.device):
+    """Returns `(embed, restore)`: `embed(list[str]) -> [B, d]` and a callable undoing changes to the encoder."""
+    from transformers import PreTrainedModel
+
+    if isinstance(encoder, str):
+        from transformers import AutoModel, AutoTokenizer
+
+        tokenizer = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(encoder)
+        encoder = AutoModel.from_pretrained(encoder)
+
+    if isinstance(encoder, PreTrainedModel):
+        if tokenizer is None:
+            raise ValueError("`tokenizer` is required when `encoder` is a transformers model.")
+        was_training = encoder.training
+        encoder.to(device).eval()
+
+        def embed(texts: list[str]) -> torch.Tensor:
+            inputs = tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+            inputs = inputs.to(device)
+            outputs = encoder(**inputs)
+            hidden = outputs.last_hidden_state if hasattr(outputs, "last_hidden_state") else outputs[0]
+            return _pool(hidden, inputs["attention_mask"], pooling)
+
+        return embed, lambda: encoder.train(was_training)
+
+    if callable(getattr(encoder, "encode", None)):  # a sentence-transformers model (duck-typed)
+
+        def embed(texts: list[str]) -> torch.Tensor:
+            return torch.as_tensor(
+                encoder.encode(texts, batch_size=len(texts), convert_to_tensor=True, show_progress_bar=False)
+            )
+
+        return embed, lambda: None
+
+    if callable(encoder):
+        return (lambda texts: torch.as_tensor(encoder(texts))), lambda: None
+
+    raise TypeError(
+        "`encoder` must be a transformers model (with `tokenizer`), a model name, an object with an `encode` "
+        f"method (sentence-transformers) or a callable mapping a list of texts to embeddings; got {type(encoder)}."
+    )
+
+
+def _batched(iterable: Iterable, size: int):
+    iterator = iter(iterable)
+    while batch := list(islice(iterator, size)):
+        yield batch
+
+
+@torch.no_grad()
+def compute_label_embeddings(
+    encoder: Union[str, Callable, "torch.nn.Module"],
+    texts: Iterable[str],
+    labels: Iterable[Sequence[int]],
+    num_labels: int,
+    *,
+    tokenizer=None,
+    batch_size: int = 64,
+    max_length: Optional[int] = 128,
+    pooling: str = "cls",
+    device: Optional[Union[str, torch.device]] = None,
+    show_progress: bool = True,
+) -> torch.Tensor:
+    """Label embeddings from the positive training instances of each label.
+
+    `e_l = normalize(mean_{i: y_il = 1} normalize(h_i))`, where `h_i` is the encoder embedding of training text
+    `i`. Instances are streamed in batches; only the `[num_labels, d]` float32 accumulator is kept in memory.
+
+    Args:
+        encoder: one of
+            - a transformers model (e.g. `AutoModel.from_pretrained(...)`) with `tokenizer`; its last hidden
+              state is pooled with `pooling`. The model is moved to `device` and run in eval mode (its training
+              mode is restored afterwards);
+            - a model name or path, loaded with `AutoModel` / `AutoTokenizer`;
+            - an object with a sentence-transformers style `encode(texts, ...)` method (used as is);
+            - any callable mapping a list of texts to a `[len(texts), d]` tensor or array.
+        texts: training texts, e.g. `dataset["text"]`; any iterable, read once.
+        labels: for each text, the ids of its positive labels, e.g. `dataset["labels"]`; same length as `texts`.
+        num_labels: total number of labels `L`; every id must be in `[0, L)`.
+        tokenizer: tokenizer of a transformers `encoder`.
+        batch_size: number of texts encoded at once.
+        max_length: truncation length for a transformers `encoder`.
+        pooling: `"cls"` (first token), `"mean"` (masked mean) or `"last"` (last attended token), for a
+            transformers `encoder`.
+        device: where the encoder and the accumulator live; defaults to CUDA when available.
+        show_progress: show a tqdm progress bar over batches.
+
+    Returns:
+        `[num_labels, d]` float32 tensor on `device`, rows of unit norm. A label without any positive instance
+        gets the zero vector; `group_labels` places such labels after all semantically grouped ones.
+    """
+    if pooling not in POOLING_MODES:
+        raise ValueError(f"`pooling` must be one of {POOLING_MODES}, got {pooling!r}.")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
+    if isinstance(num_labels, bool) or not isinstance(num_labels, (int, np.integer)) or num_labels < 1:
+        raise ValueError(f"`num_labels` must be a positive integer, got {num_labels!r}.")
+    device = _default_device(device)
+    embed, restore = _text_embedder(encoder, tokenizer, pooling, max_length, device)
+
+    try:
+        num_batches = math.ceil(len(texts) / batch_size)
+    except TypeError:
+        num_batches = None
+    sums = None
+    try:
+        batches = _batched(zip(texts, labels, strict=True), batch_size)
+        for batch_index, batch in enumerate(
+            tqdm(batches, total=num_batches, desc="Label embeddings", unit="batch", disable=not show_progress)
+        ):
+            batch_texts = [text for text, _ in batch]
+            label_lists = [np.asarray(ids, dtype=np.int64).reshape(-1) for _, ids in batch]
+            flat_labels = np.concatenate(label_lists)
+            if flat_labels.size and (flat_labels.min() < 0 or flat_labels.max() >= num_labels):
+                raise ValueError(
+                    f"Label ids in batch {batch_index} must be in [0, {num_labels}) (`num_labels`); got ids in "
+                    f"[{flat_labels.min()}, {flat_labels.max()}]. Remove padding values such as -100."
+                )
+            instance_embeddings = embed(batch_texts)
+            if instance_embeddings.ndim != 2 or instance_embeddings.shape[0] != len(batch_texts):
+                raise ValueError(
+                    f"The encoder must return one embedding per text: expected shape [{len(batch_texts)}, d], "
+                    f"got {tuple(instance_embeddings.shape)}."
+                )
+            instance_embeddings = F.normalize(instance_embeddings.to(device=device, dtype=torch.float32), dim=1)
+            if sums is None:
+                sums = torch.zeros(num_labels, instance_embeddings.shape[1], dtype=torch.float32, device=device)
+            rows = torch.repeat_interleave(
+                torch.arange(len(batch_texts), device=device),
+                torch.as_tensor([len(ids) for ids in label_lists], device=device),
+            )
+            sums.index_add_(0, torch.from_numpy(flat_labels).to(device), instance_embeddings[rows])
+    finally:
+        restore()
+    if sums is None:
+        raise ValueError("`texts` is empty: label embeddings need at least one training instance.")
+    # normalize(sum / count) == normalize(sum); F.normalize keeps all-zero rows (labels without positives) zero.
+    return F.normalize(sums, dim=1)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Label groups
+# ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class LabelGrouping:
+    """Tail labels in group-contiguous order.
+
+    Attributes:
+        order: int64 `[N]`, the tail label ids; group `k` is `order[k * group_size : (k + 1) * group_size]`.
+            Every group has exactly `group_size` labels except possibly the last.
+        group_size: labels per group `G`.
+        strategy: how the groups were formed (`"semantic"`, `"frequency"` or `"random"`).
+    """
+
+    order: torch.Tensor
+    group_size: int
+    strategy: str = "semantic"
+
+    def __post_init__(self):
+        self.order = _as_int64_vector(self.order, "order")
+        if isinstance(self.group_size, bool) or not isinstance(self.group_size, (int, np.integer)):
+            raise ValueError(f"`group_size` must be a positive integer, got {self.group_size!r}.")
+        if self.group_size < 1:
+            raise ValueError(f"`group_size` must be a positive integer, got {self.group_size}.")
+        self.group_size = int(self.group_size)
+
+    @property
+    def num_labels(self) -> int:
+        return self.order.numel()
+
+    @property
+    def num_groups(self) -> int:
+        return math.ceil(self.num_labels / self.group_size)
+
+    def groups(self) -> torch.Tensor:
+        """`[num_groups, group_size]` int64 label ids; the last group is padded with -1."""
+        padded = torch.full((self.num_groups * self.group_size,), -1, dtype=torch.int64)
+        padded[: self.num_labels] = self.order
+        return padded.view(self.num_groups, self.group_size)
+
+    def output_labels(self, head_ids: Optional[ArrayLike] = None) -> torch.Tensor:
+        """The model's `output_labels` buffer: head label ids, then the flattened (padded) groups."""
+        head = _as_int64_vector(head_ids if head_ids is not None else [], "head_ids")
+        return torch.cat([head, self.groups().reshape(-1)])
+
+    @classmethod
+    def from_output_labels(
+        cls, output_labels: ArrayLike, num_head: int, group_size: int, strategy: str = "semantic"
+    ) -> "LabelGrouping":
+        """Inverse of `output_labels`: recovers the grouping of a saved model."""
+        tail = _as_int64_vector(output_labels, "output_labels")[num_head:]
+        if tail.numel() % group_size:
+            raise ValueError(
+                f"The tail part of `output_labels` has {tail.numel()} slots, not a multiple of `group_size`="
+                f"{group_size}; check `num_head` and `group_size`."
+            )
+        num_valid = int((tail >= 0).sum())
+        if (tail[num_valid:] != -1).any():
+            raise ValueError("Padding (-1) in `output_labels` may only appear at the end of the last group.")
+        return cls(tail[:num_valid].clone(), group_size, strategy)
+
+    def save(self, path: str) -> None:
+        """Writes the grouping to a safetensors file."""
+        from safetensors.torch import save_file
+
+        save_file(
+            {"order": self.order.contiguous()},
+            path,
+            metadata={"group_size": str(self.group_size), "strategy": self.strategy},
+        )
+
+    @classmethod
+    def load(cls, path: str) -> "LabelGrouping":
+        from safetensors import safe_open
+
+        with safe_open(path, framework="pt") as f:
+            metadata = f.metadata()
+            return cls(f.get_tensor("order"), int(metadata["group_size"]), metadata["strategy"])
+
+
+def _normalized_rows(
+    embeddings: torch.Tensor, label_ids: torch.Tensor, device: torch.device, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`embeddings[label_ids]` with unit rows, in `dtype` on `device`, and the mask of non-zero rows."""
+    num_rows, dim = label_ids.numel(), embeddings.shape[1]
+    rows_per_chunk = max(1, _chunk_bytes(device) // (4 * dim))
+    out = torch.empty(num_rows, dim, dtype=dtype, device=device)
+    nonzero = torch.empty(num_rows, dtype=torch.bool, device=device)
+    for start in range(0, num_rows, rows_per_chunk):
+        ids = label_ids[start : start + rows_per_chunk].to(embeddings.device)
+        rows = embeddings[ids].to(device=device, dtype=torch.float32)
+        norms = rows.norm(dim=1)
+        if not torch.isfinite(norms).all():
+            raise ValueError("`embeddings` of the labels to group contain NaN or infinite values.")
+        nonzero[start : start + rows_per_chunk] = norms > 0
+        out[start : start + rows_per_chunk] = (rows / norms.clamp_min(1e-30).unsqueeze(1)).to(dtype)
+    return out, nonzero
+
+
+def _assign_to_centroids(
+    x: torch.Tensor, centroids: torch.Tensor, with_sums: bool
+) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Index of the most similar centroid of each row, and optionally the per-centroid sums of rows."""
+    num_rows = x.shape[0]
+    rows_per_chunk = max(1, _chunk_bytes(x.device) // (x.element_size() * centroids.shape[0]))
+    assignment = torch.empty(num_rows, dtype=torch.int64, device=x.device)
+    sums = torch.zeros(centroids.shape, dtype=torch.float32, device=x.device) if with_sums else None
+    for start in range(0, num_rows, rows_per_chunk):
+        block = x[start : start + rows_per_chunk]
+        nearest = (block @ centroids.T).argmax(dim=1)
+        assignment[start : start + rows_per_chunk] = nearest
+        if with_sums:
+            sums.index_add_(0, nearest, block.float())
+    return assignment, sums
+
+
+def _spherical_kmeans(
+    x: torch.Tensor,
+    num_clusters: int,
+    num_iters: int,
+    generator: torch.Generator,
+    rows_per_cluster: int = 128,
+    tolerance: float = 1e-3,
+) -> torch.Tensor:
+    """Cluster id of each unit row of `x`.
+
+    Lloyd iterations on cosine similarity run on a random sample of `rows_per_cluster` rows per cluster (all
+    rows when fewer), starting from random sample rows; then every row joins its most similar centroid.
+    """
+    sample = x[torch.randperm(x.shape[0], generator=generator, device=x.device)[: rows_per_cluster * num_clusters]]
+    num_rows = sample.shape[0]
+    centroids = sample[:num_clusters]
+    previous = None
+    for _ in range(num_iters):
+        assignment, sums = _assign_to_centroids(sample, centroids, with_sums=True)
+        if previous is not None and (assignment != previous).sum() <= tolerance * num_rows:
+            break
+        previous = assignment
+        # An empty cluster restarts at a random row, so that all clusters stay in use.
+        empty = (sums.abs().sum(dim=1) == 0).nonzero().squeeze(1)
+        if empty.numel():
+            restart = torch.randint(num_rows, (empty.numel(),), generator=generator, device=x.device)
+            sums[empty] = sample[restart].float()
+        centroids = F.normalize(sums, dim=1).to(x.dtype)
+    return _assign_to_centroids(x, centroids, with_sums=False)[0]
+
+
+def _split_large_buckets(
+    x: torch.Tensor, bucket: torch.Tensor, max_bucket_size: int, generator: torch.Generator, power_iters: int = 8
+) -> torch.Tensor:
+    """Halves every bucket larger than `max_bucket_size` at the median of its principal direction, repeatedly.
+
+    All oversized buckets of a round are split at once: principal directions by batched power iteration with
+    segment sums (`index_add_`), medians by one sort.
+    """
+    bucket = bucket.clone()
+    num_buckets = int(bucket.max()) + 1
+    while True:
+        sizes = torch.bincount(bucket, minlength=num_buckets)
+        is_large = sizes > max_bucket_size
+        num_large = int(is_large.sum())
+        if num_large == 0:
+            return bucket
+        members = is_large[bucket].nonzero().squeeze(1)
+        local = (torch.cumsum(is_large, 0) - 1)[bucket[members]]  # index among the oversized buckets
+        local_sizes = sizes[is_large]
+        rows = x[members].float()
+        means = torch.zeros(num_large, x.shape[1], device=x.device).index_add_(0, local, rows)
+        rows -= (means / local_sizes.unsqueeze(1))[local]
+        direction = torch.randn(num_large, x.shape[1], generator=generator, device=x.device)
+        for _ in range(power_iters):
+            projection = (rows * direction[local]).sum(dim=1, keepdim=True)
+            direction = F.normalize(torch.zeros_like(direction).index_add_(0, local, rows * projection), dim=1)
+        projection = (rows * direction[local]).sum(dim=1)
+        # Sort by projection, then stably by bucket: the rank inside each bucket follows the projection.
+        by_projection = torch.sort(projection, stable=True).indices
+        by_bucket = by_projection[torch.sort(local[by_projection], stable=True).indices]
+        starts = torch.cumsum(local_sizes, 0) - local_sizes
+        rank = torch.empty_like(local)
+        rank[by_bucket] = torch.arange(members.numel(), device=x.device) - starts[local[by_bucket]]
+        upper = 2 * rank >= local_sizes[local]
+        bucket[members[upper]] = num_buckets + local[upper]
+        num_buckets += num_large
+
+
+def _greedy_groups(
+    x: torch.Tensor, bucket: torch.Tensor, group_size: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy nearest-neighbour groups inside each bucket.
+
+    A bucket of `n` rows yields `n // group_size` groups: a random unassigned seed and its `group_size - 1`
+    most similar unassigned rows, repeatedly; the `n % group_size` rows left over are returned. Buckets are
+    processed many at once (padded to the largest in the batch), so the Python loop runs over the group index
+    within a bucket, not over groups.
+
+    Returns:
+        `(groups [num_groups, group_size], leftover [num_leftover])`: row indices of `x`.
+    """
+    device = x.device
+    sizes = torch.bincount(bucket)
+    by_bucket = torch.sort(bucket, stable=True).indices
+    starts = torch.cumsum(sizes, 0) - sizes
+    # Largest buckets first, so that each batch is padded little and its active buckets are a prefix.
+    bucket_ids = torch.sort(sizes, descending=True, stable=True).indices
+    bucket_ids = bucket_ids[sizes[bucket_ids] >= group_size]
+    sizes_cpu = sizes[bucket_ids].cpu()
+
+    groups, leftovers = [], []
+    if bucket_ids.numel() < sizes.numel():  # buckets too small for a single group
+        is_small = sizes < group_size
+        leftovers.append(is_small[bucket].nonzero().squeeze(1))
+    bytes_per_row = x.shape[1] * x.element_size()
+    first = 0
+    while first < bucket_ids.numel():
+        width = int(sizes_cpu[first])
+        count = max(1, min(bucket_ids.numel() - first, _chunk_bytes(device) // (width * bytes_per_row)))
+        batch_ids = bucket_ids[first : first + count]
+        batch_sizes = sizes[batch_ids]
+        groups_per_bucket = (sizes_cpu[first : first + count] // group_size).tolist()
+        first += count
+
+        slot = torch.arange(width, device=device)
+        valid = slot < batch_sizes.unsqueeze(1)
+        members = by_bucket[(starts[batch_ids].unsqueeze(1) + slot).clamp_max(by_bucket.numel() - 1)]
+        members = torch.where(valid, members, 0)
+        vectors = x[members]  # [count, width, d]
+        available = valid.clone()
+        formed = torch.empty(count, groups_per_bucket[0], group_size, dtype=torch.int64, device=device)
+        active_counts = np.searchsorted(-np.asarray(groups_per_bucket), -np.arange(groups_per_bucket[0]), "left")
+        for step, active in enumerate(active_counts.tolist()):
+            open_ = available[:active]
+            noise = torch.rand(active, width, generator=generator, device=device)
+            seed = noise.masked_fill(~open_, -1.0).argmax(dim=1)
+            rows = torch.arange(active, device=device)
+            seed_vectors = vectors[rows, seed].unsqueeze(2)
+            similarity = torch.bmm(vectors[:active], seed_vectors).squeeze(2).float()
+            similarity = similarity.masked_fill(~open_, -math.inf)
+            similarity[rows, seed] = math.inf  # the seed belongs to its own group, even among ties
+            chosen = similarity.topk(group_size, dim=1).indices
+            open_.scatter_(1, chosen, False)
+            formed[:active, step] = members[:active].gather(1, chosen)
+        is_formed = torch.arange(groups_per_bucket[0]) < torch.as_tensor(groups_per_bucket).unsqueeze(1)
+        groups.append(formed[is_formed.to(device)])
+        leftovers.append(members[available])
+
+    groups = torch.cat(groups) if groups else torch.empty(0, group_size, dtype=torch.int64, device=device)
+    leftover = torch.cat(leftovers) if leftovers else torch.empty(0, dtype=torch.int64, device=device)
+    return groups, leftover
+
+
+def _semantic_order(
+    x: torch.Tensor, group_size: int, beta: float, kmeans_iters: int, generator: torch.Generator
+) -> torch.Tensor:
+    """Row order of `x` (unit rows) in which consecutive `group_size` rows form the semantic groups.
+
+    Each round clusters the pool into `max(1, n // (beta * G))` buckets (halving buckets larger than
+    `2 * beta * G`), forms the greedy groups and carries the bucket remainders over to the next round. The
+    round with a single bucket leaves fewer than `G` rows: the last, partial group.
+    """
+    pool = torch.arange(x.shape[0], device=x.device)
+    pieces = []
+    while pool.numel():
+        bucket_size = beta * group_size
+        num_clusters = max(1, int(pool.numel() // bucket_size))
+        vectors = x if pool.numel() == x.shape[0] else x[pool]
+        if num_clusters == 1:
+            bucket = torch.zeros(pool.numel(), dtype=torch.int64, device=x.device)
+        else:
+            bucket = _spherical_kmeans(vectors, num_clusters, kmeans_iters, generator)
+            bucket = _split_large_buckets(vectors, bucket, int(2 * bucket_size), generator)
+        groups, leftover = _greedy_groups(vectors, bucket, group_size, generator)
+        pieces.append(pool[groups.reshape(-1)])
+        if num_clusters == 1:
+            pieces.append(pool[leftover])
+            break
+        if leftover.numel() == pool.numel():
+            beta *= 2  # no bucket held a full group: use fewer, larger buckets (ends with a single bucket)
+        pool = pool[leftover]
+    return torch.cat(pieces)
+
+
+def group_labels(
+    embeddings: Optional[Union[torch.Tensor, np.ndarray]],
+    label_ids: ArrayLike,
+    group_size: int,
+    strategy: str = "semantic",
+    *,
+    label_counts: Optional[ArrayLike] = None,
+    beta: float = 16,
+    seed: int = 0,
+    device: Optional[Union[str, torch.device]] = None,
+    kmeans_iters: int = 10,
+    dtype: Optional[torch.dtype] = None,
+) -> LabelGrouping:
+    """Orders the labels `label_ids` so that consecutive groups of `group_size` labels are related.
+
+    Strategies:
+        - `"semantic"`: spherical k-means of the label embeddings into `max(1, N // (beta * group_size))`
+          buckets, then inside each bucket greedy groups of a random unassigned seed and its
+          `group_size - 1` most similar unassigned labels; bucket remainders are grouped again the same way
+          until fewer than `group_size` are left. Labels with an all-zero embedding (no positive training
+          instance) come last, in the order of `label_ids`.
+        - `"frequency"`: descending `label_counts` (ties by ascending id), consecutive `group_size`.
+        - `"random"`: a random permutation.
+    Every group has exactly `group_size` labels except possibly the last.
+
+    Args:
+        embeddings: `[num_labels, d]` label embeddings indexed by label id (as returned by
+            `compute_label_embeddings`); only the rows of `label_ids` are used. Required by `"semantic"`.
+        label_ids: ids of the labels to group (the tail), distinct and non-negative.
+        group_size: labels per group `G`.
+        strategy: `"semantic"`, `"frequency"` or `"random"`.
+        label_counts: `[num_labels]` training counts, indexed by label id. Required by `"frequency"`.
+        beta: average bucket size in groups (`>= 1`); the paper uses 16.
+        seed: seeds the k-means initialisation, greedy seeds and random permutation. Results are reproducible
+            on one device type; CUDA float atomics may break near-ties differently between runs.
+        device: where the semantic grouping runs; defaults to CUDA when available.
+        kmeans_iters: maximum number of k-means iterations (stops early when fewer than 0.1% of labels move).
+        dtype: compute dtype of the similarities; defaults to bfloat16 on CUDA and float32 elsewhere.
+    """
+    if strategy not in GROUPING_STRATEGIES:
+        raise ValueError(f"`strategy` must be one of {GROUPING_STRATEGIES}, got {strategy!r}.")
+    if isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)) or group_size < 1:
+        raise ValueError(f"`group_size` must be a positive integer, got {group_size!r}.")
+    group_size = int(group_size)
+    label_ids = _as_int64_vector(label_ids, "label_ids")
+    if label_ids.numel():
+        if int(label_ids.min()) < 0:
+            raise ValueError("`label_ids` must be non-negative label ids.")
+        if torch.unique(label_ids).numel() != label_ids.numel():
+            raise ValueError("`label_ids` must not contain duplicates.")
+    max_id = int(label_ids.max()) if label_ids.numel() else -1
+
+    if strategy == "random":
+        generator = torch.Generator().manual_seed(seed)
+        return LabelGrouping(label_ids[torch.randperm(label_ids.numel(), generator=generator)], group_size, strategy)
+
+    if strategy == "frequency":
+        if label_counts is None:
+            raise ValueError('`label_counts` is required with strategy="frequency".')
+        counts = torch.as_tensor(
+            label_counts.detach().cpu().numpy() if isinstance(label_counts, torch.Tensor) else np.asarray(label_counts)
+        ).to(torch.float64)
+        if counts.ndim != 1 or counts.numel() <= max_id:
+            raise ValueError(
+                f"`label_counts` must be one-dimensional and cover every id in `label_ids` (at least {max_id + 1} "
+                f"entries), got shape {tuple(counts.shape)}."
+            )
+        # Equal counts by ascending id: sort the ids first, then stably by count.
+        by_id = torch.sort(label_ids).indices
+        order = by_id[torch.sort(-counts[label_ids[by_id]], stable=True).indices]
+        return LabelGrouping(label_ids[order], group_size, strategy)
+
+    if embeddings is None:
+        raise ValueError('`embeddings` are required with strategy="semantic" (see `compute_label_embeddings`).')
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not beta >= 1:
+        raise ValueError(f"`beta` (average bucket size in groups) must be a number >= 1, got {beta!r}.")
+    if isinstance(kmeans_iters, bool) or not isinstance(kmeans_iters, int) or kmeans_iters < 1:
+        raise ValueError(f"`kmeans_iters` must be a positive integer, got {kmeans_iters!r}.")
+    embeddings = torch.from_numpy(embeddings) if isinstance(embeddings, np.ndarray) else embeddings
+    if embeddings.ndim != 2 or embeddings.shape[0] <= max_id:
+        raise ValueError(
+            f"`embeddings` must be [num_labels, d] with a row for every id in `label_ids` (at least {max_id + 1} "
+            f"rows), got shape {tuple(embeddings.shape)}."
+        )
+    if label_ids.numel() == 0:
+        return LabelGrouping(label_ids, group_size, strategy)
+
+    device = _default_device(device)
+    dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    vectors, has_embedding = _normalized_rows(embeddings, label_ids, device, dtype)
+    with_embedding = has_embedding.nonzero().squeeze(1)
+    if with_embedding.numel() < label_ids.numel():
+        vectors = vectors[with_embedding]
+    order = with_embedding[_semantic_order(vectors, group_size, float(beta), kmeans_iters, generator)]
+    order = torch.cat([order, (~has_embedding).nonzero().squeeze(1)]).cpu()
+    return LabelGrouping(label_ids[order], group_size, strategy)
+
+
+@torch.no_grad()
+def grouping_objective(
+    embeddings: Union[torch.Tensor, np.ndarray],
+    grouping: LabelGrouping,
+    device: Optional[Union[str, torch.device]] = None,
+) -> float:
+    """Mean cosine similarity of each grouped label's embedding to its group centroid (higher is better).
+
+    This is the paper's grouping objective divided by the number of labels. Labels with an all-zero embedding
+    count with similarity 0.
+    """
+    embeddings = torch.from_numpy(embeddings) if isinstance(embeddings, np.ndarray) else embeddings
+    if grouping.num_labels == 0:
+        return 0.0
+    device = _default_device(device)
+    group_size = grouping.group_size
+    # Chunks are whole groups, so no group straddles two chunks.
+    rows_per_chunk = group_size * max(1, _chunk_bytes(device) // (4 * embeddings.shape[1] * group_size))
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    for start in range(0, grouping.num_labels, rows_per_chunk):
+        ids = grouping.order[start : start + rows_per_chunk]
+        vectors, _ = _normalized_rows(embeddings, ids, device, torch.float32)
+        group = torch.arange(ids.numel(), device=device) // group_size
+        centroids = torch.zeros(int(group[-1]) + 1, vectors.shape[1], device=device).index_add_(0, group, vectors)
+        total += (vectors * F.normalize(centroids, dim=1)[group]).sum(dtype=torch.float64)
+    return float(total) / grouping.num_labels
