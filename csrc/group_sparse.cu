@@ -25,6 +25,16 @@ typename CudaType<scalar_t>::type* ptr(const at::Tensor& t) {
   return reinterpret_cast<typename CudaType<scalar_t>::type*>(t.data_ptr<scalar_t>());
 }
 
+// bf16, fp16 and fp32 only (AT_DISPATCH_FLOATING_TYPES would add double); the tensor-core kernels
+// exist for the two 16-bit types only.
+#define HASTE_DISPATCH_16BIT(TYPE, NAME, ...)                                                        \
+  AT_DISPATCH_SWITCH(TYPE, NAME, AT_DISPATCH_CASE(at::kBFloat16, __VA_ARGS__)                        \
+                                     AT_DISPATCH_CASE(at::kHalf, __VA_ARGS__))
+#define HASTE_DISPATCH(TYPE, NAME, ...)                                                              \
+  AT_DISPATCH_SWITCH(TYPE, NAME, AT_DISPATCH_CASE(at::kBFloat16, __VA_ARGS__)                        \
+                                     AT_DISPATCH_CASE(at::kHalf, __VA_ARGS__)                        \
+                                         AT_DISPATCH_CASE(at::kFloat, __VA_ARGS__))
+
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
@@ -44,7 +54,7 @@ at::Tensor transposed_padded(const at::Tensor& x, int64_t multiple) {
 int forward_smem_bytes(int64_t d, int64_t element_size) {
   return static_cast<int>(d * (kFwdBatchTile + kFwdRowPad) * element_size);
 }
-int grad_input_smem_bytes(int64_t d) { return static_cast<int>(kBwdBatchTile * (d + kBwdRowPad) * sizeof(float)); }
+int grad_input_smem_bytes(int64_t d) { return static_cast<int>(kBwdBatchTile * d * sizeof(float)); }
 
 bool tensor_core_shape(const at::Tensor& weight) {
   const int64_t G = weight.size(1), F = weight.size(2);
@@ -92,34 +102,36 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& weight, const at::T
   const bool fast = kernel_paths(x, weight)[0] == "tensor_core" && aligned16(out);
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
 
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "haste_forward", [&] {
+  if (fast) {
+    HASTE_DISPATCH_16BIT(x.scalar_type(), "haste_forward", [&] {
+      using T = typename CudaType<scalar_t>::type;
+      const int smem = forward_smem_bytes(d, sizeof(T));
+      const int64_t num_units = ceil_div(L, 32);
+      const int64_t batch_tiles = Bp / kFwdBatchTile;
+      const int64_t blocks_y = std::max<int64_t>(
+          1, std::min<int64_t>(ceil_div(target_blocks(), batch_tiles), ceil_div(num_units, kWarps)));
+      const int64_t units_per_block = round_up(ceil_div(num_units, blocks_y), kWarps);
+      const dim3 grid(batch_tiles, ceil_div(num_units, units_per_block));
+      auto launch = [&](auto kernel) {
+        allow_smem(kernel, smem);
+        kernel<<<grid, kThreads, smem, stream>>>(ptr<scalar_t>(xt), ptr<scalar_t>(weight), supports.data_ptr<int>(),
+                                                 bias_c.defined() ? ptr<scalar_t>(bias_c) : nullptr,
+                                                 ptr<scalar_t>(out), B, Bp, d, K, G, F, units_per_block);
+      };
+      if (G % 32 == 0) F % 64 == 0 ? launch(forward_mma_kernel<T, 32, 64>) : launch(forward_mma_kernel<T, 32, 32>);
+      else F % 64 == 0 ? launch(forward_mma_kernel<T, 16, 64>) : launch(forward_mma_kernel<T, 16, 32>);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+    return out;
+  }
+  HASTE_DISPATCH(x.scalar_type(), "haste_forward_generic", [&] {
     using T = typename CudaType<scalar_t>::type;
-    const T* bias_ptr = bias_c.defined() ? ptr<scalar_t>(bias_c) : nullptr;
-    if constexpr (!std::is_same_v<scalar_t, float>) {
-      if (fast) {
-        const int smem = forward_smem_bytes(d, sizeof(T));
-        const int64_t num_units = ceil_div(L, 32);
-        const int64_t batch_tiles = Bp / kFwdBatchTile;
-        const int64_t blocks_y = std::max<int64_t>(1, std::min<int64_t>(ceil_div(target_blocks(), batch_tiles),
-                                                                          ceil_div(num_units, kWarps)));
-        const int64_t units_per_block = round_up(ceil_div(num_units, blocks_y), kWarps);
-        const dim3 grid(batch_tiles, ceil_div(num_units, units_per_block));
-        auto launch = [&](auto kernel) {
-          allow_smem(kernel, smem);
-          kernel<<<grid, kThreads, smem, stream>>>(ptr<scalar_t>(xt), ptr<scalar_t>(weight), supports.data_ptr<int>(),
-                                                   bias_ptr, ptr<scalar_t>(out), B, Bp, d, K, G, F, units_per_block);
-        };
-        if (G % 32 == 0) launch(forward_mma_kernel<T, 32>);
-        else launch(forward_mma_kernel<T, 16>);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-        return;
-      }
-    }
     const dim3 block(32, 8);
     const dim3 grid(ceil_div(L, 8), ceil_div(B, 32));
     forward_generic_kernel<T><<<grid, block, 0, stream>>>(ptr<scalar_t>(xt), ptr<scalar_t>(weight),
-                                                          supports.data_ptr<int>(), bias_ptr, ptr<scalar_t>(out),
-                                                          B, Bp, K, G, F);
+                                                          supports.data_ptr<int>(),
+                                                          bias_c.defined() ? ptr<scalar_t>(bias_c) : nullptr,
+                                                          ptr<scalar_t>(out), B, Bp, K, G, F);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return out;
@@ -138,25 +150,25 @@ at::Tensor grad_weight(const at::Tensor& grad_out_in, const at::Tensor& x_in, co
   const bool fast = kernel_paths(x, grad_w)[1] == "tensor_core" && aligned16(grad_out) && aligned16(grad_w);
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
 
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "haste_grad_weight", [&] {
+  if (fast) {
+    const at::Tensor xt = transposed_padded(x, 32);
+    const int64_t Bp = xt.size(1);
+    HASTE_DISPATCH_16BIT(x.scalar_type(), "haste_grad_weight", [&] {
+      using T = typename CudaType<scalar_t>::type;
+      auto launch = [&](auto kernel, int64_t label_width) {
+        const int64_t units = (L / label_width) * (F / 32);
+        kernel<<<ceil_div(units, kWarps), kThreads, 0, stream>>>(ptr<scalar_t>(grad_out), ptr<scalar_t>(xt),
+                                                                 supports.data_ptr<int>(), ptr<scalar_t>(grad_w),
+                                                                 B, Bp, K, G, F);
+      };
+      if (G % 32 == 0) launch(grad_weight_mma_kernel<T, 32, 32>, 32);
+      else launch(grad_weight_mma_kernel<T, 16, 32>, 16);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+    return grad_w;
+  }
+  HASTE_DISPATCH(x.scalar_type(), "haste_grad_weight_generic", [&] {
     using T = typename CudaType<scalar_t>::type;
-    if constexpr (!std::is_same_v<scalar_t, float>) {
-      if (fast) {
-        const at::Tensor xt = transposed_padded(x, 32);
-        const int64_t Bp = xt.size(1);
-        auto launch = [&](auto kernel, int64_t lw, int64_t fn) {
-          const int64_t units = (L / lw) * (F / fn);
-          kernel<<<ceil_div(units, kWarps), kThreads, 0, stream>>>(
-              ptr<scalar_t>(grad_out), ptr<scalar_t>(xt), supports.data_ptr<int>(), ptr<scalar_t>(grad_w), B, Bp,
-              K, G, F);
-        };
-        const bool wide = F % 64 == 0;
-        if (G % 32 == 0) wide ? launch(grad_weight_mma_kernel<T, 32, 64>, 32, 64) : launch(grad_weight_mma_kernel<T, 32, 32>, 32, 32);
-        else wide ? launch(grad_weight_mma_kernel<T, 16, 64>, 16, 64) : launch(grad_weight_mma_kernel<T, 16, 32>, 16, 32);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-        return;
-      }
-    }
     const dim3 block(32, 8);
     const dim3 grid(ceil_div(L, 8), ceil_div(F, 32));
     grad_weight_generic_kernel<T><<<grid, block, 0, stream>>>(ptr<scalar_t>(grad_out), ptr<scalar_t>(x),
@@ -181,40 +193,44 @@ at::Tensor grad_input(const at::Tensor& grad_out_in, const at::Tensor& weight, c
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const at::TensorOptions f32 = grad_out.options().dtype(at::kFloat);
 
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, grad_out.scalar_type(), "haste_grad_input", [&] {
-    using T = typename CudaType<scalar_t>::type;
-    if constexpr (!std::is_same_v<scalar_t, float>) {
-      if (fast) {
-        const int smem = grad_input_smem_bytes(d);
-        const int64_t batch_tiles = ceil_div(B, kBwdBatchTile);
-        const int64_t splits = std::max<int64_t>(1, std::min<int64_t>(ceil_div(target_blocks(), batch_tiles),
-                                                                       ceil_div(K, kWarps)));
-        const int64_t groups_per_block = round_up(ceil_div(K, splits), kWarps);
-        const int64_t used_splits = ceil_div(K, groups_per_block);
-        const dim3 grid(batch_tiles, used_splits);
-        at::Tensor acc = deterministic ? at::empty({used_splits, B, d}, f32) : at::zeros({B, d}, f32);
-        auto launch = [&](auto kernel) {
-          allow_smem(kernel, smem);
-          kernel<<<grid, kThreads, smem, stream>>>(ptr<scalar_t>(grad_out), ptr<scalar_t>(weight),
-                                                   supports.data_ptr<int>(), acc.data_ptr<float>(), B, d, K, G, F,
-                                                   groups_per_block);
-        };
-        if (G % 32 == 0) deterministic ? launch(grad_input_mma_kernel<T, 32, true>) : launch(grad_input_mma_kernel<T, 32, false>);
-        else deterministic ? launch(grad_input_mma_kernel<T, 16, true>) : launch(grad_input_mma_kernel<T, 16, false>);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-        const int64_t n = B * d;
-        const int threads = 256;
-        const int blocks = static_cast<int>(std::min<int64_t>(ceil_div(n, threads), 16 * props().multiProcessorCount));
-        if (deterministic) {
-          reduce_partials_kernel<T><<<blocks, threads, 0, stream>>>(acc.data_ptr<float>(), ptr<scalar_t>(grad_x),
-                                                                    static_cast<int>(used_splits), n);
-        } else {
-          cast_kernel<T><<<blocks, threads, 0, stream>>>(acc.data_ptr<float>(), ptr<scalar_t>(grad_x), n);
-        }
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-        return;
+  if (fast) {
+    const int smem = grad_input_smem_bytes(d);
+    const int64_t batch_tiles = ceil_div(B, kBwdBatchTile);
+    const int64_t splits = std::max<int64_t>(
+        1, std::min<int64_t>(ceil_div(target_blocks(), batch_tiles), ceil_div(K, kWarps)));
+    const int64_t groups_per_block = round_up(ceil_div(K, splits), kWarps);
+    const int64_t used_splits = ceil_div(K, groups_per_block);
+    const dim3 grid(batch_tiles, used_splits);
+    // grad_x^T in fp32: per split (deterministic) or accumulated by atomics.
+    at::Tensor acc = deterministic ? at::empty({used_splits, d, B}, f32) : at::zeros({d, B}, f32);
+    HASTE_DISPATCH_16BIT(grad_out.scalar_type(), "haste_grad_input", [&] {
+      using T = typename CudaType<scalar_t>::type;
+      auto launch = [&](auto kernel) {
+        allow_smem(kernel, smem);
+        kernel<<<grid, kThreads, smem, stream>>>(ptr<scalar_t>(grad_out), ptr<scalar_t>(weight),
+                                                 supports.data_ptr<int>(), acc.data_ptr<float>(), B, d, K, G, F,
+                                                 groups_per_block);
+      };
+      const bool wide = F % 64 == 0;
+      if (G % 32 == 0) {
+        if (deterministic) wide ? launch(grad_input_mma_kernel<T, 32, 64, true>) : launch(grad_input_mma_kernel<T, 32, 32, true>);
+        else wide ? launch(grad_input_mma_kernel<T, 32, 64, false>) : launch(grad_input_mma_kernel<T, 32, 32, false>);
+      } else {
+        if (deterministic) wide ? launch(grad_input_mma_kernel<T, 16, 64, true>) : launch(grad_input_mma_kernel<T, 16, 32, true>);
+        else wide ? launch(grad_input_mma_kernel<T, 16, 64, false>) : launch(grad_input_mma_kernel<T, 16, 32, false>);
       }
-    }
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      const int threads = 256;
+      const int blocks = static_cast<int>(std::min<int64_t>(ceil_div(B * d, threads), 16 * props().multiProcessorCount));
+      reduce_transpose_kernel<T><<<blocks, threads, 0, stream>>>(acc.data_ptr<float>(), ptr<scalar_t>(grad_x),
+                                                                 deterministic ? static_cast<int>(used_splits) : 1,
+                                                                 static_cast<int>(B), static_cast<int>(d));
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+    return grad_x;
+  }
+  HASTE_DISPATCH(grad_out.scalar_type(), "haste_grad_input_generic", [&] {
+    using T = typename CudaType<scalar_t>::type;
     if (deterministic) {
       // CSR of the supports by feature, (group, slot) pairs in increasing order: a fixed sum order.
       const at::Tensor flat = supports.reshape({-1}).to(at::kLong);

@@ -27,9 +27,8 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kFwdBatchTile = 64;
 // Batch rows of the fp32 feature-gradient accumulator of one feature-gradient block.
 constexpr int kBwdBatchTile = 32;
-// Padding (elements) of shared-memory rows: spreads gathered rows over the banks.
+// Padding (elements) of the forward tile rows: spreads gathered rows over the banks.
 constexpr int kFwdRowPad = 8;
-constexpr int kBwdRowPad = 4;
 
 template <typename T> struct MmaType;
 template <> struct MmaType<__nv_bfloat16> {
@@ -137,7 +136,7 @@ __device__ __forceinline__ int fwd_feature_of_slot(int step, int slot) {
   return 8 * ((slot & 7) >> 1) + 4 * step + 2 * (slot >> 3) + (slot & 1);
 }
 
-template <typename T, int GROUP_SPAN>
+template <typename T, int GROUP_SPAN, int FC>
 __global__ void __launch_bounds__(kThreads, 2) forward_mma_kernel(
     const T* __restrict__ xt,          // [d][Bp], Bp a multiple of 64, zero padded
     const T* __restrict__ weight,      // [K][G][F]
@@ -149,6 +148,7 @@ __global__ void __launch_bounds__(kThreads, 2) forward_mma_kernel(
   constexpr int kGroupsPerUnit = 32 / GROUP_SPAN;
   constexpr int kTilesPerGroup = GROUP_SPAN / 8;
   constexpr int kStride = kFwdBatchTile + kFwdRowPad;
+  constexpr int kSub = FC / 32;  // 32-feature sub-chunks whose loads are issued together
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* xs = reinterpret_cast<T*>(smem_raw);
 
@@ -182,36 +182,47 @@ __global__ void __launch_bounds__(kThreads, 2) forward_mma_kernel(
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
 
-    for (int f0 = 0; f0 < F; f0 += 32) {
-      // B fragments: 16 bytes of each of this lane's 4 weight rows (one per n-tile).
-      uint32_t wfrag[4][4];
+    for (int f0 = 0; f0 < F; f0 += FC) {
+      // All loads of this chunk first (weights from DRAM, supports from L2), then the math.
+      uint32_t wfrag[kSub][4][4];
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        const int64_t label = label0 + nt * 8 + g;
-        Pairs<4> p = load_pairs<4>(weight + label * F + f0 + 8 * t, label < L);
+      for (int s = 0; s < kSub; ++s)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) wfrag[nt][i] = p.v[i];
+        for (int nt = 0; nt < 4; ++nt) {
+          const int64_t label = label0 + nt * 8 + g;
+          Pairs<4> p = load_pairs<4>(weight + label * F + f0 + 32 * s + 8 * t, label < L);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) wfrag[s][nt][i] = p.v[i];
+        }
+      int feature[kGroupsPerUnit][kSub][2];
+#pragma unroll
+      for (int gi = 0; gi < kGroupsPerUnit; ++gi) {
+        const int64_t group = min((label0 + gi * GROUP_SPAN) / G, (int64_t)K - 1);
+#pragma unroll
+        for (int s = 0; s < kSub; ++s)
+#pragma unroll
+          for (int step = 0; step < 2; ++step)
+            feature[gi][s][step] = __ldg(supports + group * F + f0 + 32 * s + fwd_feature_of_slot(step, a_slot));
       }
 #pragma unroll
       for (int gi = 0; gi < kGroupsPerUnit; ++gi) {
-        const int64_t group = (label0 + gi * GROUP_SPAN) / G;
-        if (group >= K) break;
-        const int* sup = supports + group * F + f0;
+        if ((label0 + gi * GROUP_SPAN) / G >= K) break;
 #pragma unroll
-        for (int step = 0; step < 2; ++step) {
-          const int feature = __ldg(sup + fwd_feature_of_slot(step, a_slot));
-          const uint32_t row_addr = xs_base + (uint32_t)(feature * kStride) * sizeof(T);
+        for (int s = 0; s < kSub; ++s)
 #pragma unroll
-          for (int mt = 0; mt < 4; ++mt) {
-            uint32_t a[4];
-            ldmatrix_x4_trans(a, row_addr + mt * 16 * sizeof(T));
+          for (int step = 0; step < 2; ++step) {
+            const uint32_t row_addr = xs_base + (uint32_t)(feature[gi][s][step] * kStride) * sizeof(T);
 #pragma unroll
-            for (int j = 0; j < kTilesPerGroup; ++j) {
-              const int nt = gi * kTilesPerGroup + j;
-              if (nt < 4) MmaType<T>::mma(acc[mt][nt], a, wfrag[nt][2 * step], wfrag[nt][2 * step + 1]);
+            for (int mt = 0; mt < 4; ++mt) {
+              uint32_t a[4];
+              ldmatrix_x4_trans(a, row_addr + mt * 16 * sizeof(T));
+#pragma unroll
+              for (int j = 0; j < kTilesPerGroup; ++j) {
+                const int nt = gi * kTilesPerGroup + j;
+                if (nt < 4) MmaType<T>::mma(acc[mt][nt], a, wfrag[s][nt][2 * step], wfrag[s][nt][2 * step + 1]);
+              }
             }
           }
-        }
       }
     }
     // Epilogue: bias, pack, quad transpose, 16-byte stores of 8 contiguous labels per lane.
@@ -286,37 +297,48 @@ __global__ void __launch_bounds__(kThreads, 2) grad_weight_mma_kernel(
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
 
-  for (int bb = 0; bb < B; bb += 32) {
-    uint32_t bfrag[kNTiles][4];
+  // Operands of one 32-row batch chunk; the next chunk's loads are in flight while this one computes.
+  struct Chunk {
+    uint32_t b[kNTiles][4];
+    Pairs<kRegsPerLoad> lo[2], hi[2];
+  };
+  auto load_chunk = [&](int bb, Chunk& c) {
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt) {
       Pairs<4> p = load_pairs<4>(xt + (int64_t)feature[nt] * Bp + bb + 8 * t, true);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) bfrag[nt][i] = p.v[i];
+      for (int i = 0; i < 4; ++i) c.b[nt][i] = p.v[i];
     }
 #pragma unroll
     for (int step = 0; step < 2; ++step) {
       // Rows of the two 8-slot halves of this k-step, as ordered by the B fragments above.
-      uint32_t lo[kRegsPerLoad], hi[kRegsPerLoad];
       const int row_lo = bb + 8 * (g >> 1) + 4 * step + (g & 1);
       const int row_hi = row_lo + 2;
-      Pairs<kRegsPerLoad> plo = load_pairs<kRegsPerLoad>(
-          grad_out + (int64_t)row_lo * L + label0 + (LW / 4) * t, row_lo < B);
-      Pairs<kRegsPerLoad> phi = load_pairs<kRegsPerLoad>(
-          grad_out + (int64_t)row_hi * L + label0 + (LW / 4) * t, row_hi < B);
+      c.lo[step] = load_pairs<kRegsPerLoad>(grad_out + (int64_t)row_lo * L + label0 + (LW / 4) * t, row_lo < B);
+      c.hi[step] = load_pairs<kRegsPerLoad>(grad_out + (int64_t)row_hi * L + label0 + (LW / 4) * t, row_hi < B);
+    }
+  };
+  Chunk cur, next;
+  load_chunk(0, cur);
+  for (int bb = 0; bb < B; bb += 32) {
+    if (bb + 32 < B) load_chunk(bb + 32, next);
+#pragma unroll
+    for (int step = 0; step < 2; ++step) {
+      uint32_t lo[kRegsPerLoad], hi[kRegsPerLoad];
 #pragma unroll
       for (int r = 0; r < kRegsPerLoad; ++r) {
-        lo[r] = movmatrix_trans(plo.v[r]);
-        hi[r] = movmatrix_trans(phi.v[r]);
+        lo[r] = movmatrix_trans(cur.lo[step].v[r]);
+        hi[r] = movmatrix_trans(cur.hi[step].v[r]);
       }
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
         const uint32_t a[4] = {lo[2 * mt], lo[2 * mt + 1], hi[2 * mt], hi[2 * mt + 1]};
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt)
-          MmaType<T>::mma(acc[mt][nt], a, bfrag[nt][2 * step], bfrag[nt][2 * step + 1]);
+          MmaType<T>::mma(acc[mt][nt], a, cur.b[nt][2 * step], cur.b[nt][2 * step + 1]);
       }
     }
+    cur = next;
   }
   // Rows g / g + 8 of m-tile mt are labels lambda_{2mt}(g) / lambda_{2mt+1}(g); columns are
   // features f0 + 8 * nt + 2t (+1). Transpose within quads, then 16-byte stores per 32 features.
@@ -340,14 +362,19 @@ __global__ void __launch_bounds__(kThreads, 2) grad_weight_mma_kernel(
 
 // ---------------------------------------------------------------------------------------------
 // Feature gradient, tensor cores, split over groups: block (batch tile of 32 rows, run of groups)
-// accumulates grad_x of its tile in shared memory, fp32 [32][d + pad]; per group a warp computes
+// accumulates grad_x^T of its tile in shared memory, fp32 [d][32]; per group a warp computes
 // grad_gathered = grad_out_k [32, G] x W_k [G, F] (M = batch, N = features, K = labels) and adds it
-// at the support's columns. A fragments: 16 (8) byte loads of grad_out rows, labels 8t.. (4t..); the
-// label order of the k-slots follows, and W rows are loaded in that order and transposed by
-// movmatrix into B fragments whose columns are features f0 + 8 * (c >> 1) + 2r + (c & 1).
-// DETERMINISTIC: warps add their tiles one after another in warp order (a fixed order), and the
-// blocks write partial sums that a second kernel adds in split order; otherwise shared-memory
-// atomics and one global fp32 atomic per element of the tile.
+// at the support's rows of that accumulator.
+//  * A fragments: 16 (8) byte loads of grad_out rows, labels 8t.. (4t..) of a chunk of LC labels;
+//    the label order of the k-slots follows, and W rows are loaded in that order and transposed by
+//    movmatrix into B fragments whose columns are features f0 + 8 * (c >> 1) + 2r + (c & 1).
+//  * Batch rows: m-row g of m-tile mt, half h is batch row 4g + 2mt + h, so that lane (g, t) ends up
+//    with 4 consecutive batch rows of each of its features: one 16-byte read-modify-write of the
+//    accumulator each, and the 8 lanes of a feature cover its 128-byte row, conflict-free.
+//  * Ordering: warps add their tiles one after another in warp order, separated by barriers, so a
+//    block's sums are free of atomics and bitwise reproducible. Blocks then either add their tile to
+//    an fp32 grad_x^T with atomics (fast) or write partial sums that a second kernel adds in split
+//    order (DETERMINISTIC).
 // ---------------------------------------------------------------------------------------------
 template <int LC>
 __device__ __forceinline__ int dgrad_label_of_slot(int step, int slot) {
@@ -356,19 +383,20 @@ __device__ __forceinline__ int dgrad_label_of_slot(int step, int slot) {
   return (LC / 4) * (s >> 1) + 4 * step + 2 * half + (s & 1);
 }
 
-template <typename T, int LC, bool DETERMINISTIC>
+template <typename T, int LC, int FC, bool DETERMINISTIC>
 __global__ void __launch_bounds__(kThreads, 2) grad_input_mma_kernel(
     const T* __restrict__ grad_out,    // [B][L]
     const T* __restrict__ weight,      // [K][G][F]
     const int* __restrict__ supports,  // [K][F]
-    float* __restrict__ grad_x_acc,    // DETERMINISTIC: partials [splits][B][d]; else [B][d] accumulated
+    float* __restrict__ grad_xt_acc,   // DETERMINISTIC: partials [splits][d][B]; else [d][B] accumulated
     int B, int d, int K, int G, int F, int groups_per_block) {
   constexpr int kSteps = LC / 16;
   constexpr int kRegsPerLoad = LC / 8;
-  const int stride = d + kBwdRowPad;
+  constexpr int kSub = FC / 32;  // 32-feature sub-chunks per pass
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  float* acc_s = reinterpret_cast<float*>(smem_raw);
-  for (int i = threadIdx.x; i < kBwdBatchTile * stride; i += blockDim.x) acc_s[i] = 0.f;
+  float* acc_s = reinterpret_cast<float*>(smem_raw);  // [d][kBwdBatchTile]
+  for (int i = threadIdx.x; i < d * kBwdBatchTile / 4; i += blockDim.x)
+    reinterpret_cast<float4*>(acc_s)[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   __syncthreads();
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -382,112 +410,109 @@ __global__ void __launch_bounds__(kThreads, 2) grad_input_mma_kernel(
   for (int round = 0; round < rounds; ++round) {
     const int64_t group = group_begin + (int64_t)round * kWarps + warp;
     const bool active = group < group_end;
-    for (int f0 = 0; f0 < F; f0 += 32) {
-      float acc[2][4][4];
+    for (int f0 = 0; f0 < F; f0 += FC) {
+      float acc[2][4 * kSub][4];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
+        for (int nt = 0; nt < 4 * kSub; ++nt)
 #pragma unroll
           for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
+      int4 feature[kSub][2];
       if (active) {
+#pragma unroll
+        for (int s = 0; s < kSub; ++s) {
+          const int* sup = supports + group * F + f0 + 32 * s + 8 * t;
+          feature[s][0] = __ldg(reinterpret_cast<const int4*>(sup));
+          feature[s][1] = __ldg(reinterpret_cast<const int4*>(sup + 4));
+        }
         for (int c0 = 0; c0 < G; c0 += LC) {
           const int64_t label0 = group * G + c0;
-          // A fragments for the 2 m-tiles: rows g and g + 8 of each.
           Pairs<kRegsPerLoad> arow[2][2];
 #pragma unroll
           for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              const int row = b0 + mt * 16 + h * 8 + g;
+              const int row = b0 + 4 * g + 2 * mt + h;
               arow[mt][h] = load_pairs<kRegsPerLoad>(grad_out + (int64_t)row * L + label0 + (LC / 4) * t, row < B);
             }
 #pragma unroll
           for (int step = 0; step < kSteps; ++step) {
-            // B fragments: W rows in k-slot order, 32 features, transposed in registers.
-            const int label_lo = dgrad_label_of_slot<LC>(step, g);
-            const int label_hi = dgrad_label_of_slot<LC>(step, 8 + g);
-            Pairs<4> wlo = load_pairs<4>(weight + (label0 + label_lo) * F + f0 + 8 * t, true);
-            Pairs<4> whi = load_pairs<4>(weight + (label0 + label_hi) * F + f0 + 8 * t, true);
+            const int64_t row_lo = (label0 + dgrad_label_of_slot<LC>(step, g)) * F + f0 + 8 * t;
+            const int64_t row_hi = (label0 + dgrad_label_of_slot<LC>(step, 8 + g)) * F + f0 + 8 * t;
+            Pairs<4> wlo[kSub], whi[kSub];
 #pragma unroll
-            for (int mt = 0; mt < 2; ++mt) {
-              const uint32_t a[4] = {arow[mt][0].v[2 * step], arow[mt][1].v[2 * step], arow[mt][0].v[2 * step + 1],
-                                     arow[mt][1].v[2 * step + 1]};
+            for (int s = 0; s < kSub; ++s) {
+              wlo[s] = load_pairs<4>(weight + row_lo + 32 * s, true);
+              whi[s] = load_pairs<4>(weight + row_hi + 32 * s, true);
+            }
+#pragma unroll
+            for (int s = 0; s < kSub; ++s)
 #pragma unroll
               for (int r = 0; r < 4; ++r) {
-                // movmatrix is cheap next to the mma; recomputing it per m-tile keeps registers low.
-                MmaType<T>::mma(acc[mt][r], a, movmatrix_trans(wlo.v[r]), movmatrix_trans(whi.v[r]));
+                const uint32_t blo = movmatrix_trans(wlo[s].v[r]), bhi = movmatrix_trans(whi[s].v[r]);
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt) {
+                  const uint32_t a[4] = {arow[mt][0].v[2 * step], arow[mt][1].v[2 * step],
+                                         arow[mt][0].v[2 * step + 1], arow[mt][1].v[2 * step + 1]};
+                  MmaType<T>::mma(acc[mt][4 * s + r], a, blo, bhi);
+                }
               }
-            }
           }
         }
       }
-      // Column r of n-tile r, pair element e of lane t is feature f0 + 8t + 2r + e.
-      int feature[8];
-      if (active) {
-        const int4 s0 = __ldg(reinterpret_cast<const int4*>(supports + group * F + f0 + 8 * t));
-        const int4 s1 = __ldg(reinterpret_cast<const int4*>(supports + group * F + f0 + 8 * t + 4));
-        feature[0] = s0.x; feature[1] = s0.y; feature[2] = s0.z; feature[3] = s0.w;
-        feature[4] = s1.x; feature[5] = s1.y; feature[6] = s1.z; feature[7] = s1.w;
-      }
-      auto scatter = [&](bool atomic) {
+      // Warps take turns; lane (g, t) adds rows 4g..4g+3 of features f0 + 32s + 8t + 2r + e.
+      for (int w = 0; w < kWarps; ++w) {
+        if (w == warp && active) {
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            float* row = acc_s + (mt * 16 + h * 8 + g) * stride;
+          for (int s = 0; s < kSub; ++s) {
+            const int f8[8] = {feature[s][0].x, feature[s][0].y, feature[s][0].z, feature[s][0].w,
+                               feature[s][1].x, feature[s][1].y, feature[s][1].z, feature[s][1].w};
 #pragma unroll
             for (int r = 0; r < 4; ++r)
 #pragma unroll
               for (int e = 0; e < 2; ++e) {
-                float* dst = row + feature[2 * r + e];
-                if (atomic) atomicAdd(dst, acc[mt][r][2 * h + e]);
-                else *dst += acc[mt][r][2 * h + e];
+                float4* dst = reinterpret_cast<float4*>(acc_s + f8[2 * r + e] * kBwdBatchTile + 4 * g);
+                const float* c0 = acc[0][4 * s + r];
+                const float* c1 = acc[1][4 * s + r];
+                float4 v = *dst;
+                v.x += c0[e];
+                v.y += c0[2 + e];
+                v.z += c1[e];
+                v.w += c1[2 + e];
+                *dst = v;
               }
           }
-      };
-      if constexpr (DETERMINISTIC) {
-        // Distinct support features make a warp's own additions conflict-free; warps take turns.
-        for (int w = 0; w < kWarps; ++w) {
-          if (w == warp && active) scatter(false);
-          __syncthreads();
         }
-      } else if (active) {
-        scatter(true);
+        __syncthreads();
       }
     }
   }
-  __syncthreads();
+  // grad_x^T rows of this tile: 32 floats per feature, coalesced.
   const int rows = min(kBwdBatchTile, B - b0);
-  if constexpr (DETERMINISTIC) {
-    float* partial = grad_x_acc + (int64_t)blockIdx.y * B * d;
-    for (int i = threadIdx.x; i < rows * d; i += blockDim.x) {
-      const int r = i / d, c = i % d;
-      partial[(int64_t)(b0 + r) * d + c] = acc_s[r * stride + c];
-    }
-  } else {
-    for (int i = threadIdx.x; i < rows * d; i += blockDim.x) {
-      const int r = i / d, c = i % d;
-      const float v = acc_s[r * stride + c];
-      if (v != 0.f) atomicAdd(grad_x_acc + (int64_t)(b0 + r) * d + c, v);
-    }
+  float* dst = DETERMINISTIC ? grad_xt_acc + (int64_t)blockIdx.y * d * B : grad_xt_acc;
+  for (int i = threadIdx.x; i < d * kBwdBatchTile; i += blockDim.x) {
+    const int feature = i / kBwdBatchTile, r = i % kBwdBatchTile;
+    if (r >= rows) continue;
+    const float v = acc_s[i];
+    float* target = dst + (int64_t)feature * B + b0 + r;
+    if constexpr (DETERMINISTIC) *target = v;
+    else if (v != 0.f) atomicAdd(target, v);
   }
 }
 
-// out[b, i] = sum over splits of partial[s, b, i], in split order (deterministic).
+// out[b, i] = sum over splits s of partial[s, i, b] in split order (deterministic); the transpose
+// back to [B][d] happens here. Lanes run along the batch so the reads coalesce.
 template <typename T>
-__global__ void reduce_partials_kernel(const float* __restrict__ partial, T* __restrict__ out, int splits, int64_t n) {
+__global__ void reduce_transpose_kernel(const float* __restrict__ partial, T* __restrict__ out, int splits, int B,
+                                        int d) {
+  const int64_t n = (int64_t)B * d;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t feature = i / B, b = i % B;
     float s = 0.f;
     for (int k = 0; k < splits; ++k) s += partial[(int64_t)k * n + i];
-    out[i] = from_float<T>(s);
+    out[b * d + feature] = from_float<T>(s);
   }
-}
-
-template <typename T>
-__global__ void cast_kernel(const float* __restrict__ in, T* __restrict__ out, int64_t n) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    out[i] = from_float<T>(in[i]);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -176,9 +176,13 @@ def test_deterministic_feature_gradient_is_bitwise_reproducible(dtype):
     grad_out = torch.randn(96, 600 * 32, device="cuda").to(dtype)
     runs = [torch.ops.haste.group_sparse_grad_input(grad_out, weight, supports, 768, True) for _ in range(3)]
     assert all(torch.equal(runs[0], run) for run in runs[1:])
-    with torch.use_deterministic_algorithms(True):
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
         x.requires_grad_()
         kernels.group_sparse_linear(x, weight, supports).backward(grad_out)
+    finally:
+        torch.use_deterministic_algorithms(previous)
     assert torch.equal(x.grad, runs[0])
 
 
