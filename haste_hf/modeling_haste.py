@@ -45,11 +45,16 @@ class ExtremeClassifierOutput(ModelOutput):
         loss (`torch.FloatTensor` of shape `()`, *optional*): BCE over all labels (see `HasteConfig.loss_reduction`).
         logits (`torch.FloatTensor` of shape `(batch_size, label_count)`, *optional*): scores in label-id order,
             returned when no labels are given or when `return_logits=True`.
+        top_label_ids (`torch.LongTensor` of shape `(batch_size, top_k)`, *optional*): the `top_k` best label
+            ids, best first, when `top_k` is given.
+        top_scores (`torch.FloatTensor` of shape `(batch_size, top_k)`, *optional*): their logits.
         hidden_states, attentions: the encoder's, when asked for.
     """
 
     loss: torch.FloatTensor | None = None
     logits: torch.FloatTensor | None = None
+    top_label_ids: torch.LongTensor | None = None
+    top_scores: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
 
@@ -357,6 +362,14 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         denominator = logits.shape[0] * (config.label_count if config.loss_reduction == "mean" else 1)
         return loss / denominator
 
+    def _top_positions(self, position_logits: torch.Tensor, k: int, first_position: int = 0):
+        """The `k` best (scores, positions) among `position_logits`, whose first column is output position
+        `first_position`; padding slots never win."""
+        positions = torch.arange(first_position, first_position + position_logits.shape[1], device=position_logits.device)
+        scores = position_logits.float().masked_fill(self.output_labels[positions] < 0, float("-inf"))
+        scores, top = scores.topk(min(k, scores.shape[1]), dim=1)
+        return scores, top + first_position
+
     def logits_in_label_order(self, position_logits: torch.Tensor) -> torch.Tensor:
         """Position logits `[B, positions]` -> `[B, label_count]` in label-id order (for small L)."""
         return position_logits[:, self.label_positions]
@@ -372,6 +385,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         return_logits: bool | None = None,
+        top_k: int | None = None,
         output_hidden_states: bool | None = None,
         output_attentions: bool | None = None,
         return_dict: bool | None = None,
@@ -381,6 +395,8 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             Positive label ids padded with -100 (any label count), or a dense float/bool multi-hot.
         return_logits (`bool`, *optional*):
             Return logits in label order; defaults to True only when no `labels` are given.
+        top_k (`int`, *optional*):
+            Also return the `top_k` best label ids and their logits (what evaluation needs, at any L).
         """
         encoder_kwargs = {
             name: value
@@ -398,35 +414,42 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         loss = self.compute_loss(position_logits, labels) if labels is not None else None
         if return_logits is None:
             return_logits = labels is None
+        top_scores = top_label_ids = None
+        if top_k is not None:
+            self._check_k(top_k)
+            top_scores, top_positions = self._top_positions(position_logits, top_k)
+            top_label_ids = self.output_labels[top_positions]
         output = ExtremeClassifierOutput(
             loss=loss,
             logits=self.logits_in_label_order(position_logits) if return_logits else None,
+            top_label_ids=top_label_ids,
+            top_scores=top_scores,
             hidden_states=getattr(encoder_outputs, "hidden_states", None),
             attentions=getattr(encoder_outputs, "attentions", None),
         )
         return output if return_dict is not False else output.to_tuple()
 
+    def _check_k(self, k: int):
+        if not 1 <= k <= self.config.label_count:
+            raise ValueError(f"`k` must lie in [1, label_count={self.config.label_count}], got {k}.")
+
     @torch.no_grad()
     def predict_topk(self, input_ids=None, attention_mask=None, k: int = 5, **encoder_kwargs) -> TopKOutput:
         """The `k` best labels of each example, scoring the tail in chunks of groups so that memory stays
         `O(B * (k + chunk))`, never `O(B * label_count)`."""
-        if not 1 <= k <= self.config.label_count:
-            raise ValueError(f"`k` must lie in [1, label_count={self.config.label_count}], got {k}.")
+        self._check_k(k)
         pooled, _ = self.encode(input_ids, attention_mask, **encoder_kwargs)
         head_x, tail_x = self._branch_inputs(pooled)
         batch_size = pooled.shape[0]
         best_scores = torch.full((batch_size, 0), float("-inf"), device=pooled.device)
         best_positions = torch.empty((batch_size, 0), dtype=torch.int64, device=pooled.device)
 
-        def merge(scores, first_position):
+        def merge(position_logits, first_position):
             nonlocal best_scores, best_positions
-            positions = torch.arange(first_position, first_position + scores.shape[1], device=scores.device)
-            padding = self.output_labels[positions] < 0
-            scores = scores.float().masked_fill(padding, float("-inf"))
+            scores, positions = self._top_positions(position_logits, k, first_position)
             all_scores = torch.cat([best_scores, scores], dim=1)
-            all_positions = torch.cat([best_positions, positions.expand(batch_size, -1)], dim=1)
             best_scores, top = all_scores.topk(min(k, all_scores.shape[1]), dim=1)
-            best_positions = all_positions.gather(1, top)
+            best_positions = torch.cat([best_positions, positions], dim=1).gather(1, top)
 
         if self.head is not None:
             merge(self.head(head_x), 0)

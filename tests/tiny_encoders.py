@@ -43,3 +43,31 @@ def tiny_encoder_config(family: str = "bert"):
 
 
 FAMILIES = ("bert", "distilbert", "roberta", "xlm-roberta", "electra", "modernbert", "mpnet", "deberta-v2", "qwen3")
+
+
+SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+WORDS = [f"w{i}" for i in range(VOCAB_SIZE - len(SPECIAL_TOKENS))]
+
+
+def tiny_tokenizer(directory):
+    """A WordPiece tokenizer over `SPECIAL_TOKENS + WORDS` (ids 0..VOCAB_SIZE-1), saved to `directory`."""
+    from transformers import BertTokenizer
+
+    tokenizer = BertTokenizer(vocab={token: i for i, token in enumerate(SPECIAL_TOKENS + WORDS)})
+    tokenizer.save_pretrained(directory)
+    return tokenizer
+
+
+def planted_texts(label_count, size, seed=0, labels_per_text=2):
+    """Texts whose labels are planted as words: label l appears as word `w{l}` among noise words."""
+    import random
+
+    rng = random.Random(seed)
+    noise = WORDS[label_count:]
+    rows = []
+    for _ in range(size):
+        labels = sorted(rng.sample(range(label_count), rng.randint(1, labels_per_text)))
+        words = [WORDS[label] for label in labels] + rng.sample(noise, 4)
+        rng.shuffle(words)
+        rows.append({"text": " ".join(words), "labels": labels})
+    return rows
