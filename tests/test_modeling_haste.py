@@ -131,6 +131,9 @@ def test_predict_topk_matches_full_logits_in_small_chunks(variant, monkeypatch):
     expected = logits.topk(7)
     assert torch.equal(top.label_ids, expected.indices)
     torch.testing.assert_close(top.scores, expected.values)
+    forward_top = model(input_ids, attention_mask, top_k=7)
+    assert torch.equal(forward_top.top_label_ids, expected.indices)
+    torch.testing.assert_close(forward_top.top_scores, expected.values)
     with pytest.raises(ValueError, match="`k`"):
         model.predict_topk(input_ids, attention_mask, k=LABELS + 1)
 
