@@ -54,7 +54,7 @@ at::Tensor transposed_padded(const at::Tensor& x, int64_t multiple) {
 int forward_smem_bytes(int64_t d, int64_t element_size) {
   return static_cast<int>(d * (kFwdBatchTile + kFwdRowPad) * element_size);
 }
-int grad_input_smem_bytes(int64_t d) { return static_cast<int>(kBwdBatchTile * d * sizeof(float)); }
+int grad_input_smem_bytes(int64_t d) { return static_cast<int>((kBwdBatchTile + kBwdRowPad) * d * sizeof(float)); }
 
 bool tensor_core_shape(const at::Tensor& weight) {
   const int64_t G = weight.size(1), F = weight.size(2);
@@ -98,7 +98,9 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& weight, const at::T
   if (F == 0) return bias.has_value() ? out.copy_(bias->unsqueeze(0).expand({B, L})) : out.zero_();
   const at::Tensor xt = transposed_padded(x, kFwdBatchTile);
   const int64_t Bp = xt.size(1);
-  const at::Tensor bias_c = bias.has_value() ? bias->contiguous() : at::Tensor();
+  // The forward kernel reads the bias in 4-byte pairs.
+  at::Tensor bias_c = bias.has_value() ? bias->contiguous() : at::Tensor();
+  if (bias_c.defined() && reinterpret_cast<uintptr_t>(bias_c.data_ptr()) % 4 != 0) bias_c = bias_c.clone();
   const bool fast = kernel_paths(x, weight)[0] == "tensor_core" && aligned16(out);
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
 
@@ -118,8 +120,8 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& weight, const at::T
                                                  bias_c.defined() ? ptr<scalar_t>(bias_c) : nullptr,
                                                  ptr<scalar_t>(out), B, Bp, d, K, G, F, units_per_block);
       };
-      if (G % 32 == 0) F % 64 == 0 ? launch(forward_mma_kernel<T, 32, 64>) : launch(forward_mma_kernel<T, 32, 32>);
-      else F % 64 == 0 ? launch(forward_mma_kernel<T, 16, 64>) : launch(forward_mma_kernel<T, 16, 32>);
+      if (G % 32 == 0) launch(forward_mma_kernel<T, 32>);
+      else launch(forward_mma_kernel<T, 16>);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
     return out;
@@ -196,8 +198,9 @@ at::Tensor grad_input(const at::Tensor& grad_out_in, const at::Tensor& weight, c
   if (fast) {
     const int smem = grad_input_smem_bytes(d);
     const int64_t batch_tiles = ceil_div(B, kBwdBatchTile);
-    const int64_t splits = std::max<int64_t>(
-        1, std::min<int64_t>(ceil_div(target_blocks(), batch_tiles), ceil_div(K, kWarps)));
+    // At most one wave of resident blocks: a second, partial wave would nearly double the time.
+    const int64_t splits =
+        std::max<int64_t>(1, std::min<int64_t>(target_blocks() / batch_tiles, ceil_div(K, kWarps)));
     const int64_t groups_per_block = round_up(ceil_div(K, splits), kWarps);
     const int64_t used_splits = ceil_div(K, groups_per_block);
     const dim3 grid(batch_tiles, used_splits);

@@ -27,8 +27,10 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kFwdBatchTile = 64;
 // Batch rows of the fp32 feature-gradient accumulator of one feature-gradient block.
 constexpr int kBwdBatchTile = 32;
-// Padding (elements) of the forward tile rows: spreads gathered rows over the banks.
+// Padding (elements) of shared-memory rows: spreads the rows that one instruction touches over the
+// banks (16 bytes, one access width).
 constexpr int kFwdRowPad = 8;
+constexpr int kBwdRowPad = 4;
 
 template <typename T> struct MmaType;
 template <> struct MmaType<__nv_bfloat16> {
@@ -43,6 +45,11 @@ template <> struct MmaType<__nv_bfloat16> {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&v);
   }
+  static __device__ __forceinline__ void unpack(uint32_t v, float& lo, float& hi) {
+    const float2 f = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&v));
+    lo = f.x;
+    hi = f.y;
+  }
 };
 template <> struct MmaType<__half> {
   static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -55,6 +62,11 @@ template <> struct MmaType<__half> {
   static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
     __half2 v = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&v);
+  }
+  static __device__ __forceinline__ void unpack(uint32_t v, float& lo, float& hi) {
+    const float2 f = __half22float2(*reinterpret_cast<__half2*>(&v));
+    lo = f.x;
+    hi = f.y;
   }
 };
 
@@ -136,7 +148,7 @@ __device__ __forceinline__ int fwd_feature_of_slot(int step, int slot) {
   return 8 * ((slot & 7) >> 1) + 4 * step + 2 * (slot >> 3) + (slot & 1);
 }
 
-template <typename T, int GROUP_SPAN, int FC>
+template <typename T, int GROUP_SPAN>
 __global__ void __launch_bounds__(kThreads, 2) forward_mma_kernel(
     const T* __restrict__ xt,          // [d][Bp], Bp a multiple of 64, zero padded
     const T* __restrict__ weight,      // [K][G][F]
@@ -148,7 +160,6 @@ __global__ void __launch_bounds__(kThreads, 2) forward_mma_kernel(
   constexpr int kGroupsPerUnit = 32 / GROUP_SPAN;
   constexpr int kTilesPerGroup = GROUP_SPAN / 8;
   constexpr int kStride = kFwdBatchTile + kFwdRowPad;
-  constexpr int kSub = FC / 32;  // 32-feature sub-chunks whose loads are issued together
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* xs = reinterpret_cast<T*>(smem_raw);
 
@@ -172,82 +183,105 @@ __global__ void __launch_bounds__(kThreads, 2) forward_mma_kernel(
   const int a_moff = 8 * ((lane >> 3) & 1);
   const uint32_t xs_base = smem_addr(xs) + (uint32_t)a_moff * sizeof(T);
 
-  for (int64_t unit = unit_begin + warp; unit < unit_end; unit += kWarps) {
+  // The warp walks (unit, 32-feature chunk) pairs; the loads of the next pair (weights from DRAM,
+  // supports and bias from L2) are in flight while the current one computes.
+  struct Stage {
+    uint32_t w[4][4];                    // B fragments: 16 bytes of each of this lane's 4 weight rows
+    int feature[kGroupsPerUnit][2];      // gathered row of this lane's ldmatrix k-slot, per k-step
+    uint32_t bias[4];                    // bias of labels 8nt + 2t, 8nt + 2t + 1 (packed pair)
+  };
+  const int chunks = F / 32;
+  auto load_stage = [&](int64_t unit, int chunk, Stage& st) {
     const int64_t label0 = unit * 32;
-    float acc[4][4][4];
-#pragma unroll
-    for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
-
-    for (int f0 = 0; f0 < F; f0 += FC) {
-      // All loads of this chunk first (weights from DRAM, supports from L2), then the math.
-      uint32_t wfrag[kSub][4][4];
-#pragma unroll
-      for (int s = 0; s < kSub; ++s)
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-          const int64_t label = label0 + nt * 8 + g;
-          Pairs<4> p = load_pairs<4>(weight + label * F + f0 + 32 * s + 8 * t, label < L);
-#pragma unroll
-          for (int i = 0; i < 4; ++i) wfrag[s][nt][i] = p.v[i];
-        }
-      int feature[kGroupsPerUnit][kSub][2];
-#pragma unroll
-      for (int gi = 0; gi < kGroupsPerUnit; ++gi) {
-        const int64_t group = min((label0 + gi * GROUP_SPAN) / G, (int64_t)K - 1);
-#pragma unroll
-        for (int s = 0; s < kSub; ++s)
-#pragma unroll
-          for (int step = 0; step < 2; ++step)
-            feature[gi][s][step] = __ldg(supports + group * F + f0 + 32 * s + fwd_feature_of_slot(step, a_slot));
-      }
-#pragma unroll
-      for (int gi = 0; gi < kGroupsPerUnit; ++gi) {
-        if ((label0 + gi * GROUP_SPAN) / G >= K) break;
-#pragma unroll
-        for (int s = 0; s < kSub; ++s)
-#pragma unroll
-          for (int step = 0; step < 2; ++step) {
-            const uint32_t row_addr = xs_base + (uint32_t)(feature[gi][s][step] * kStride) * sizeof(T);
-#pragma unroll
-            for (int mt = 0; mt < 4; ++mt) {
-              uint32_t a[4];
-              ldmatrix_x4_trans(a, row_addr + mt * 16 * sizeof(T));
-#pragma unroll
-              for (int j = 0; j < kTilesPerGroup; ++j) {
-                const int nt = gi * kTilesPerGroup + j;
-                if (nt < 4) MmaType<T>::mma(acc[mt][nt], a, wfrag[s][nt][2 * step], wfrag[s][nt][2 * step + 1]);
-              }
-            }
-          }
-      }
-    }
-    // Epilogue: bias, pack, quad transpose, 16-byte stores of 8 contiguous labels per lane.
-    float bias_lo[4], bias_hi[4];
+    const int f0 = chunk * 32;
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
-      const int64_t label = label0 + nt * 8 + 2 * t;
-      bias_lo[nt] = (bias != nullptr && label < L) ? to_float(bias[label]) : 0.f;
-      bias_hi[nt] = (bias != nullptr && label + 1 < L) ? to_float(bias[label + 1]) : 0.f;
+      const int64_t label = label0 + nt * 8 + g;
+      Pairs<4> p = load_pairs<4>(weight + label * F + f0 + 8 * t, label < L);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) st.w[nt][i] = p.v[i];
+      const int64_t pair = label0 + nt * 8 + 2 * t;
+      st.bias[nt] = (bias != nullptr && pair < L) ? __ldg(reinterpret_cast<const unsigned int*>(bias + pair)) : 0u;
     }
-    const int64_t store_label = label0 + 8 * t;
 #pragma unroll
-    for (int mt = 0; mt < 4; ++mt) {
+    for (int gi = 0; gi < kGroupsPerUnit; ++gi) {
+      const int64_t group = min((label0 + gi * GROUP_SPAN) / G, (int64_t)K - 1);
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        uint32_t p[4];
+      for (int step = 0; step < 2; ++step)
+        st.feature[gi][step] = __ldg(supports + group * F + f0 + fwd_feature_of_slot(step, a_slot));
+    }
+  };
+
+  int64_t unit = unit_begin + warp;
+  if (unit >= unit_end) return;  // no barrier follows
+  int chunk = 0;
+  Stage cur, next;
+  load_stage(unit, 0, cur);
+  float acc[4][4][4];
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-          p[nt] = MmaType<T>::pack(acc[mt][nt][2 * half] + bias_lo[nt], acc[mt][nt][2 * half + 1] + bias_hi[nt]);
-        quad_transpose(p, lane);
-        const int row = b0 + mt * 16 + half * 8 + g;
-        if (row < B && store_label < L)
-          *reinterpret_cast<uint4*>(out + (int64_t)row * L + store_label) = make_uint4(p[0], p[1], p[2], p[3]);
+  for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
+
+  while (true) {
+    int64_t next_unit = unit;
+    int next_chunk = chunk + 1;
+    if (next_chunk == chunks) {
+      next_chunk = 0;
+      next_unit += kWarps;
+    }
+    const bool has_next = next_unit < unit_end;
+    if (has_next) load_stage(next_unit, next_chunk, next);
+
+    const int64_t label0 = unit * 32;
+#pragma unroll
+    for (int gi = 0; gi < kGroupsPerUnit; ++gi) {
+      if ((label0 + gi * GROUP_SPAN) / G >= K) break;
+#pragma unroll
+      for (int step = 0; step < 2; ++step) {
+        const uint32_t row_addr = xs_base + (uint32_t)(cur.feature[gi][step] * kStride) * sizeof(T);
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt) {
+          uint32_t a[4];
+          ldmatrix_x4_trans(a, row_addr + mt * 16 * sizeof(T));
+#pragma unroll
+          for (int j = 0; j < kTilesPerGroup; ++j) {
+            const int nt = gi * kTilesPerGroup + j;
+            if (nt < 4) MmaType<T>::mma(acc[mt][nt], a, cur.w[nt][2 * step], cur.w[nt][2 * step + 1]);
+          }
+        }
       }
     }
+
+    if (chunk == chunks - 1) {
+      // Epilogue: bias, pack, quad transpose, 16-byte stores of 8 contiguous labels per lane.
+      float bias_lo[4], bias_hi[4];
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) MmaType<T>::unpack(cur.bias[nt], bias_lo[nt], bias_hi[nt]);
+      const int64_t store_label = label0 + 8 * t;
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          uint32_t p[4];
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt)
+            p[nt] = MmaType<T>::pack(acc[mt][nt][2 * half] + bias_lo[nt], acc[mt][nt][2 * half + 1] + bias_hi[nt]);
+          quad_transpose(p, lane);
+          const int row = b0 + mt * 16 + half * 8 + g;
+          if (row < B && store_label < L)
+            *reinterpret_cast<uint4*>(out + (int64_t)row * L + store_label) = make_uint4(p[0], p[1], p[2], p[3]);
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt) acc[mt][nt][2 * half] = acc[mt][nt][2 * half + 1] = 0.f;
+        }
+      }
+    }
+    if (!has_next) break;
+    cur = next;
+    unit = next_unit;
+    chunk = next_chunk;
   }
 }
 
@@ -370,7 +404,8 @@ __global__ void __launch_bounds__(kThreads, 2) grad_weight_mma_kernel(
 //    movmatrix into B fragments whose columns are features f0 + 8 * (c >> 1) + 2r + (c & 1).
 //  * Batch rows: m-row g of m-tile mt, half h is batch row 4g + 2mt + h, so that lane (g, t) ends up
 //    with 4 consecutive batch rows of each of its features: one 16-byte read-modify-write of the
-//    accumulator each, and the 8 lanes of a feature cover its 128-byte row, conflict-free.
+//    accumulator each; rows are padded by 16 bytes so that the 4 features of a quarter warp mostly
+//    fall on different banks.
 //  * Ordering: warps add their tiles one after another in warp order, separated by barriers, so a
 //    block's sums are free of atomics and bitwise reproducible. Blocks then either add their tile to
 //    an fp32 grad_x^T with atomics (fast) or write partial sums that a second kernel adds in split
@@ -394,8 +429,9 @@ __global__ void __launch_bounds__(kThreads, 2) grad_input_mma_kernel(
   constexpr int kRegsPerLoad = LC / 8;
   constexpr int kSub = FC / 32;  // 32-feature sub-chunks per pass
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  float* acc_s = reinterpret_cast<float*>(smem_raw);  // [d][kBwdBatchTile]
-  for (int i = threadIdx.x; i < d * kBwdBatchTile / 4; i += blockDim.x)
+  constexpr int kRow = kBwdBatchTile + kBwdRowPad;
+  float* acc_s = reinterpret_cast<float*>(smem_raw);  // [d][kRow]
+  for (int i = threadIdx.x; i < d * kRow / 4; i += blockDim.x)
     reinterpret_cast<float4*>(acc_s)[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   __syncthreads();
 
@@ -472,7 +508,7 @@ __global__ void __launch_bounds__(kThreads, 2) grad_input_mma_kernel(
             for (int r = 0; r < 4; ++r)
 #pragma unroll
               for (int e = 0; e < 2; ++e) {
-                float4* dst = reinterpret_cast<float4*>(acc_s + f8[2 * r + e] * kBwdBatchTile + 4 * g);
+                float4* dst = reinterpret_cast<float4*>(acc_s + f8[2 * r + e] * kRow + 4 * g);
                 const float* c0 = acc[0][4 * s + r];
                 const float* c1 = acc[1][4 * s + r];
                 float4 v = *dst;
@@ -494,7 +530,7 @@ __global__ void __launch_bounds__(kThreads, 2) grad_input_mma_kernel(
   for (int i = threadIdx.x; i < d * kBwdBatchTile; i += blockDim.x) {
     const int feature = i / kBwdBatchTile, r = i % kBwdBatchTile;
     if (r >= rows) continue;
-    const float v = acc_s[i];
+    const float v = acc_s[feature * kRow + r];
     float* target = dst + (int64_t)feature * B + b0 + r;
     if constexpr (DETERMINISTIC) *target = v;
     else if (v != 0.f) atomicAdd(target, v);
