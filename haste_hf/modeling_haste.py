@@ -293,8 +293,15 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         return self.dropout(pooled), outputs
 
     def _branch_inputs(self, pooled):
-        head_x = self.head_projection(pooled) if self.head_projection is not None else pooled
-        tail_x = self.tail_projection(pooled) if self.tail_projection is not None else pooled
+        """Inputs of the head and the tail, each projected if configured and cast to its branch's dtype
+        (the output layer may train in bf16 under an fp32 encoder)."""
+        head_x = tail_x = None
+        if self.head is not None:
+            head_x = self.head_projection(pooled) if self.head_projection is not None else pooled
+            head_x = head_x.to(self.head.weight.dtype)
+        if self.tail is not None:
+            tail_x = self.tail_projection(pooled) if self.tail_projection is not None else pooled
+            tail_x = tail_x.to(self.tail.weight.dtype)
         return head_x, tail_x
 
     def position_logits(self, pooled: torch.Tensor) -> torch.Tensor:
@@ -304,7 +311,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         if self.head is not None:
             parts.append(self.head(head_x))
         if self.tail is not None:
-            parts.append(self.tail(tail_x.to(self.tail.weight.dtype)))
+            parts.append(self.tail(tail_x))
         return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
 
     # ----------------------------------------------------------------------------------------- labels
@@ -454,7 +461,6 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         if self.head is not None:
             merge(self.head(head_x), 0)
         if self.tail is not None:
-            tail_x = tail_x.to(self.tail.weight.dtype)
             groups, group_size = self.tail.weight.shape[:2]
             step = max(1, _TOPK_CHUNK_ELEMENTS // (batch_size * group_size))
             for start in range(0, groups, step):

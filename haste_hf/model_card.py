@@ -1,0 +1,246 @@
+# Copyright 2026 The haste_hf Authors. Apache-2.0.
+"""Model cards of HASTE models: what was trained, how, and how well, rendered from `model_cards/`."""
+
+import importlib.util
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+from .modeling_haste import HasteForExtremeClassification
+
+
+PLOT_FILE = "haste_card.png"
+METRIC_NAMES = ("P", "nDCG", "PSP", "PSnDCG", "R")
+_METRIC_KEY = re.compile(r"^(?:[a-z]+_)?(P|nDCG|PSP|PSnDCG|R)@(\d+)$")
+
+
+def _template_path() -> Path:
+    checkout = Path(__file__).resolve().parent.parent / "model_cards" / "template.md"
+    if checkout.exists():
+        return checkout
+    spec = importlib.util.find_spec("haste_hf._model_cards")
+    return Path(next(iter(spec.submodule_search_locations))) / "template.md"
+
+
+@dataclass
+class HasteModelCardData:
+    """Everything a HASTE model card states. Build it with `from_model` or `from_trainer` and add what
+    only the caller knows (dataset, grouping strategy, label frequencies, test metrics)."""
+
+    model_id: str = "path/to/model"
+    encoder: str = "unknown"
+    pooling: str = "mean"
+    label_count: int = 0
+    head_label_count: int = 0
+    head_projection_dim: int | None = None
+    group_size: int = 1
+    fan_in: int = 1
+    tail_input_dim: int = 1
+    dataset_name: str | None = None
+    dataset_id: str | None = None
+    split: str = "test"
+    grouping: str | None = None
+    rewiring: dict[str, Any] | None = None
+    optimizers: list[dict[str, Any]] = field(default_factory=list)
+    training: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    propensity: dict[str, float] | None = None
+    label_frequencies: np.ndarray | None = None
+    license: str = "apache-2.0"
+    tags: list[str] = field(default_factory=lambda: ["haste", "extreme-classification", "multi-label"])
+
+    @property
+    def tail_label_count(self) -> int:
+        return self.label_count - self.head_label_count
+
+    @property
+    def sparsity(self) -> float:
+        return 1.0 - self.fan_in / self.tail_input_dim
+
+    @classmethod
+    def from_model(cls, model: HasteForExtremeClassification, **fields) -> "HasteModelCardData":
+        config = model.config
+        defaults = dict(
+            encoder=config.encoder.name_or_path or config.encoder.model_type,
+            pooling=config.pooling,
+            label_count=config.label_count,
+            head_label_count=config.head_label_count,
+            head_projection_dim=config.head_projection_dim,
+            group_size=config.group_size,
+            fan_in=config.fan_in,
+            tail_input_dim=config.tail_input_dim,
+        )
+        return cls(**{**defaults, **fields})
+
+    @classmethod
+    def from_trainer(cls, trainer, **fields) -> "HasteModelCardData":
+        """Model, both optimizers, rewiring and the last evaluation of a `HasteTrainer`; `fields` (and the
+        trainer's `model_card_data` dict, if set) override or add to them."""
+        args = trainer.args
+        optimizers = [
+            dict(part="Encoder + projections", name="AdamW", lr=args.learning_rate,
+                 schedule=getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type),
+                 warmup=args.warmup_steps, other=f"weight decay {args.weight_decay}"),
+            dict(part="Head + tail", name="SGD" + (" (stochastic rounding)" if args.output_stochastic_rounding else ""),
+                 lr=args.output_learning_rate, schedule=args.output_lr_scheduler_type, warmup=args.output_warmup_steps,
+                 other=f"momentum {args.output_momentum}, decoupled weight decay {args.output_weight_decay}"),
+        ]  # fmt: skip
+        rewiring = None
+        if args.rewiring_interval:
+            rewiring = dict(interval=args.rewiring_interval, fraction=args.rewiring_fraction, end=args.rewiring_end,
+                            init=args.rewiring_init, scope=args.rewiring_scope)  # fmt: skip
+        evaluations = [entry for entry in trainer.state.log_history if any(_METRIC_KEY.match(k) for k in entry)]
+        training = {
+            "steps": trainer.state.global_step,
+            "batch size": args.per_device_train_batch_size * args.gradient_accumulation_steps * max(1, args.world_size),
+            "precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
+        }
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        merged = dict(
+            model_id=Path(args.output_dir).name if not args.hub_model_id else args.hub_model_id,
+            optimizers=optimizers,
+            rewiring=rewiring,
+            training=training,
+            metrics=evaluations[-1] if evaluations else {},
+            split="validation",
+        )
+        merged.update(getattr(trainer, "model_card_data", None) or {})
+        merged.update(fields)
+        return cls.from_model(model, **merged)
+
+    def metric_table(self) -> tuple[list[str], list[tuple[int, list[str]]]]:
+        """(metric names present, rows of (k, percentages)) from `metrics`, whatever their prefix."""
+        values: dict[tuple[str, int], float] = {}
+        for key, value in self.metrics.items():
+            match = _METRIC_KEY.match(key)
+            if match:
+                values[match.group(1), int(match.group(2))] = float(value)
+        names = [name for name in METRIC_NAMES if any(metric == name for metric, _ in values)]
+        ks = sorted({k for _, k in values})
+        rows = [(k, [100 * values[name, k] if (name, k) in values else None for name in names]) for k in ks]
+        return names, rows
+
+    def metric_table_markdown(self) -> str:
+        names, rows = self.metric_table()
+        if not rows:
+            return ""
+        lines = ["| k | " + " | ".join(f"{name}@k" for name in names) + " |", "|---" * (len(names) + 1) + "|"]
+        for k, values in rows:
+            lines.append(f"| {k} | " + " | ".join("" if v is None else f"{v:.2f}" for v in values) + " |")
+        return "\n".join(lines)
+
+    def eval_results(self) -> list[EvalResult]:
+        results = []
+        for key, value in self.metrics.items():
+            match = _METRIC_KEY.match(key)
+            if not match:
+                continue
+            name = f"{match.group(1)}@{match.group(2)}"
+            propensity_scored = match.group(1).startswith("PS")
+            results.append(
+                EvalResult(
+                    task_type="text-classification",
+                    task_name="Extreme multi-label classification",
+                    dataset_type=self.dataset_id or self.dataset_name or "unknown",
+                    dataset_name=self.dataset_name or "unknown",
+                    dataset_split=self.split,
+                    metric_type=name.lower().replace("@", "_at_"),
+                    metric_name=name,
+                    metric_value=round(100 * float(value), 4),
+                    metric_args=self.propensity if propensity_scored and self.propensity else None,
+                )
+            )
+        return results
+
+    def card_data(self) -> ModelCardData:
+        return ModelCardData(
+            library_name="transformers",
+            license=self.license,
+            tags=self.tags,
+            pipeline_tag="text-classification",
+            base_model=self.encoder if "/" in self.encoder and not os.path.isabs(self.encoder) else None,
+            model_name=self.model_id,
+            eval_results=self.eval_results() or None,
+        )
+
+
+def plot_card(data: HasteModelCardData, path: str | os.PathLike) -> bool:
+    """Label frequencies (sorted, with the head/tail cut) and precision at k, as a PNG. Returns whether
+    there was anything to plot."""
+    names, rows = data.metric_table()
+    has_frequencies = data.label_frequencies is not None and len(data.label_frequencies)
+    if not has_frequencies and not rows:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    frequency_axis, metric_axis = axes
+    if has_frequencies:
+        counts = np.sort(np.asarray(data.label_frequencies))[::-1]
+        frequency_axis.loglog(np.arange(1, len(counts) + 1), np.maximum(counts, 0.5), color="tab:blue")
+        if data.head_label_count:
+            frequency_axis.axvline(data.head_label_count, color="tab:red", linestyle="--", label=f"head/tail cut ({data.head_label_count:,})")
+            frequency_axis.legend()
+        frequency_axis.set(xlabel="label rank", ylabel="training examples", title="Label frequencies")
+    else:
+        frequency_axis.set_axis_off()
+    if rows:
+        ks = [k for k, _ in rows]
+        width = 0.8 / max(1, len(names))
+        for index, name in enumerate(names):
+            heights = [np.nan if values[index] is None else values[index] for _, values in rows]
+            metric_axis.bar(np.array(ks) + (index - (len(names) - 1) / 2) * width, heights, width, label=f"{name}@k")
+        metric_axis.set(xlabel="k", ylabel="%", title=f"Metrics ({data.split})", xticks=ks)
+        metric_axis.legend(fontsize="small")
+    else:
+        metric_axis.set_axis_off()
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return True
+
+
+def render_model_card(data: HasteModelCardData, plot_file: str | None = None) -> ModelCard:
+    return ModelCard.from_template(
+        data.card_data(),
+        template_path=str(_template_path()),
+        model_id=data.model_id,
+        model_name=data.model_id.split("/")[-1],
+        encoder=data.encoder,
+        pooling=data.pooling,
+        label_count=data.label_count,
+        head_label_count=data.head_label_count,
+        head_projection_dim=data.head_projection_dim,
+        tail_label_count=data.tail_label_count,
+        group_size=data.group_size,
+        fan_in=data.fan_in,
+        tail_input_dim=data.tail_input_dim,
+        sparsity=data.sparsity,
+        dataset_name=data.dataset_name,
+        grouping=data.grouping,
+        rewiring=data.rewiring,
+        optimizers=data.optimizers,
+        training=data.training,
+        split=data.split,
+        propensity=data.propensity,
+        metric_table=data.metric_table_markdown(),
+        plot_file=plot_file,
+    )
+
+
+def write_model_card(data: HasteModelCardData, path: str | os.PathLike) -> ModelCard:
+    """Writes the card to `path` (a README.md) and its plot beside it."""
+    directory = Path(path).parent
+    directory.mkdir(parents=True, exist_ok=True)
+    has_plot = plot_card(data, directory / PLOT_FILE)
+    card = render_model_card(data, PLOT_FILE if has_plot else None)
+    card.save(path)
+    return card

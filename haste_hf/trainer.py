@@ -1,0 +1,144 @@
+# Copyright 2026 The haste_hf Authors. Apache-2.0.
+"""`HasteTrainer`: the Hugging Face `Trainer` training HASTE as the paper does.
+
+AdamW trains the encoder and the branch projections, SGD with momentum (stochastic rounding for bf16
+weights) trains the dense head and the sparse tail, each with its own schedule; the tail is rewired
+every `rewiring_interval` steps; evaluation ranks labels with top-k, never gathering `[N, L]` logits.
+"""
+
+import os
+
+import torch
+from torch import nn
+from transformers import Trainer
+
+from .callbacks import RewiringCallback, _unwrap_model
+from .modeling_haste import HasteForExtremeClassification
+from .optimization import HasteOptimizer, StochasticRoundingSGD, get_haste_scheduler, unwrap_haste_optimizer
+from .training_args import HasteTrainingArguments
+
+
+OUTPUT_LAYER_MODULES = ("head", "tail")
+
+
+def split_parameters(model: HasteForExtremeClassification) -> tuple[list[tuple[str, nn.Parameter]], list[nn.Parameter]]:
+    """(encoder-side named parameters, output-layer parameters) of a HASTE model: the output layer is the
+    dense head and the sparse tail; the projections train with the encoder."""
+    encoder_side, output_layer = [], []
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        if name.split(".", 1)[0] in OUTPUT_LAYER_MODULES:
+            output_layer.append(param)
+        else:
+            encoder_side.append((name, param))
+    return encoder_side, output_layer
+
+
+class HasteTrainer(Trainer):
+    """A `Trainer` for [`HasteForExtremeClassification`] with [`HasteTrainingArguments`].
+
+    Adds a [`RewiringCallback`] when `args.rewiring_interval > 0` and the model has a sparse tail.
+    Pass a `compute_metrics` such as `haste_hf.metrics.make_compute_metrics()`: it receives the
+    `eval_top_k` best label ids of each example and the padded label ids.
+    """
+
+    def __init__(self, model=None, args: HasteTrainingArguments | None = None, *trainer_args, **kwargs):
+        if args is None:
+            args = HasteTrainingArguments(output_dir="haste_output")
+        if not isinstance(args, HasteTrainingArguments):
+            raise ValueError(f"`args` must be HasteTrainingArguments, got {type(args).__name__}.")
+        if not isinstance(_unwrap_model(model), HasteForExtremeClassification):
+            raise ValueError(f"`model` must be a HasteForExtremeClassification, got {type(model).__name__}.")
+        if args.output_layer_dtype is not None:
+            dtype = getattr(torch, args.output_layer_dtype)
+            for name in OUTPUT_LAYER_MODULES:
+                module = getattr(model, name)
+                if module is not None:
+                    module.to(dtype)
+        super().__init__(model, args, *trainer_args, **kwargs)
+        if args.rewiring_interval and self.model.tail is not None:
+            self.add_callback(
+                RewiringCallback(
+                    interval=args.rewiring_interval,
+                    fraction=args.rewiring_fraction,
+                    end_fraction=args.rewiring_end,
+                    scope=args.rewiring_scope,
+                    init=args.rewiring_init,
+                    seed=args.rewiring_seed,
+                )
+            )
+
+    def create_optimizer(self, model=None) -> torch.optim.Optimizer:
+        if self.optimizer is None:
+            model = _unwrap_model(self.model if model is None else model)
+            args = self.args
+            encoder_side, output_layer = split_parameters(model)
+            decay_names = set(self.get_decay_parameter_names(model))
+            encoder_groups = [
+                {"params": [p for n, p in encoder_side if n in decay_names], "weight_decay": args.weight_decay},
+                {"params": [p for n, p in encoder_side if n not in decay_names], "weight_decay": 0.0},
+            ]
+            encoder_optimizer = torch.optim.AdamW(
+                [group for group in encoder_groups if group["params"]],
+                lr=args.learning_rate,
+                betas=(args.adam_beta1, args.adam_beta2),
+                eps=args.adam_epsilon,
+            )
+            output_optimizer = StochasticRoundingSGD(
+                output_layer,
+                lr=args.output_learning_rate,
+                momentum=args.output_momentum,
+                weight_decay=args.output_weight_decay,
+                stochastic_rounding=args.output_stochastic_rounding,
+                seed=args.seed,
+            )
+            self.optimizer = HasteOptimizer(encoder_optimizer, output_optimizer)
+        return self.optimizer
+
+    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
+        if self.lr_scheduler is None:
+            args = self.args
+            self.lr_scheduler = get_haste_scheduler(
+                self.optimizer if optimizer is None else optimizer,
+                num_training_steps,
+                encoder_scheduler_type=args.lr_scheduler_type,
+                encoder_warmup=args.warmup_steps,
+                output_scheduler_type=args.output_lr_scheduler_type,
+                output_warmup=args.output_warmup_steps,
+                encoder_scheduler_kwargs=args.lr_scheduler_kwargs or None,
+            )
+            self._created_lr_scheduler = True
+        return self.lr_scheduler
+
+    def _get_learning_rate(self) -> float:
+        # The Trainer reads the rate here, before stepping the schedule, and logs it as `learning_rate`
+        # (the encoder's); the output layer's rate, on its own schedule, is read at the same moment.
+        self._output_learning_rate = unwrap_haste_optimizer(self.optimizer).output_optimizer.param_groups[0]["lr"]
+        return super()._get_learning_rate()
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "learning_rate" in logs:
+            logs["output_learning_rate"] = self._output_learning_rate
+        super().log(logs, start_time)
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        """Loss, the `eval_top_k` best label ids and the padded label ids of one evaluation batch."""
+        inputs = self._prepare_inputs(inputs)
+        labels = inputs.get("labels")
+        with torch.no_grad(), self.compute_loss_context_manager():
+            outputs = model(**inputs, return_logits=False, top_k=None if prediction_loss_only else self.args.eval_top_k)
+        loss = None if outputs.loss is None else outputs.loss.detach().mean()
+        if prediction_loss_only:
+            return loss, None, None
+        return loss, outputs.top_label_ids, labels
+
+    def create_model_card(self, *args, **kwargs) -> None:
+        """Writes the HASTE model card (both optimizers, sparsity, grouping, rewiring, metrics) to
+        `output_dir/README.md` instead of the generic one, which would name a single optimizer."""
+        if not self.is_world_process_zero():
+            return
+        from .model_card import HasteModelCardData, write_model_card
+
+        card_data = HasteModelCardData.from_trainer(self, **kwargs)
+        write_model_card(card_data, os.path.join(self.args.output_dir, "README.md"))

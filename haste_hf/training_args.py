@@ -1,0 +1,73 @@
+# Copyright 2026 The haste_hf Authors. Apache-2.0.
+"""Training arguments of HASTE: two optimizers with their own schedules, and rewiring."""
+
+from dataclasses import dataclass, field
+
+from transformers import TrainingArguments
+
+from .rewiring import INITS, SCOPES
+
+
+OUTPUT_LAYER_DTYPES = ("float32", "bfloat16")
+
+
+@dataclass
+class HasteTrainingArguments(TrainingArguments):
+    """`TrainingArguments` for [`HasteTrainer`].
+
+    The inherited `learning_rate`, `weight_decay`, `lr_scheduler_type` and `warmup_steps` configure the
+    encoder's AdamW (which also trains the head/tail projections); the `output_*` fields configure the
+    SGD that trains the dense head and the sparse tail. Defaults follow the HASTE paper: AdamW at 5e-5
+    with a cosine schedule, SGD at 0.05 with momentum 0.9 and decoupled weight decay 1e-4, rewiring 20%
+    of the tail's (group, slot) pairs every 2,000 steps during the first two thirds of training.
+    """
+
+    learning_rate: float = field(default=5e-5, metadata={"help": "Encoder (AdamW) learning rate."})
+    lr_scheduler_type: str = field(default="cosine", metadata={"help": "Encoder learning-rate schedule."})
+    output_learning_rate: float = field(default=0.05, metadata={"help": "Output layer (SGD) learning rate."})
+    output_momentum: float = field(default=0.9, metadata={"help": "Output layer SGD momentum (0: no buffer)."})
+    output_weight_decay: float = field(default=1e-4, metadata={"help": "Output layer decoupled weight decay."})
+    output_lr_scheduler_type: str = field(default="cosine", metadata={"help": "Output layer learning-rate schedule."})
+    output_warmup_steps: float = field(
+        default=0.0, metadata={"help": "Output layer warm-up: steps if >= 1, else a fraction of training."}
+    )
+    output_stochastic_rounding: bool = field(
+        default=True, metadata={"help": "Round bfloat16 output-layer weights stochastically after each update."}
+    )
+    output_layer_dtype: str | None = field(
+        default=None,
+        metadata={"help": "Cast head and tail to this dtype before training ('bfloat16' as in the paper); None keeps it."},
+    )
+    rewiring_interval: int = field(default=2000, metadata={"help": "Steps between rewirings; 0 turns rewiring off."})
+    rewiring_fraction: float = field(default=0.2, metadata={"help": "Share of (group, slot) pairs regrown per rewiring."})
+    rewiring_end: float = field(default=2 / 3, metadata={"help": "No rewiring after this fraction of training."})
+    rewiring_init: str = field(default="zero", metadata={"help": "Weights of regrown slots: 'zero' or 'random'."})
+    rewiring_scope: str = field(
+        default="global", metadata={"help": "Prune the weakest pairs over all groups ('global') or in each ('group')."}
+    )
+    rewiring_seed: int | None = field(default=None, metadata={"help": "Seed of rewiring; defaults to `seed`."})
+    eval_top_k: int = field(default=5, metadata={"help": "Labels predicted per example during evaluation."})
+    # The collator tokenizes the `text` column itself, so the Trainer must keep it.
+    remove_unused_columns: bool = field(default=False, metadata={"help": "Keep dataset columns for the collator."})
+    # Rewiring is identical on every rank; re-sending the supports from rank 0 each step is pure cost.
+    ddp_broadcast_buffers: bool | None = field(default=False, metadata={"help": "Broadcast buffers every step (DDP)."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        for name in ("output_learning_rate", "output_momentum", "output_weight_decay", "output_warmup_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}.")
+        if self.output_layer_dtype not in (None, *OUTPUT_LAYER_DTYPES):
+            raise ValueError(f"`output_layer_dtype` must be one of {OUTPUT_LAYER_DTYPES} or None, got {self.output_layer_dtype!r}.")
+        if self.rewiring_interval < 0:
+            raise ValueError(f"`rewiring_interval` must be >= 0 (0 turns rewiring off), got {self.rewiring_interval}.")
+        if not 0.0 < self.rewiring_fraction <= 1.0:
+            raise ValueError(f"`rewiring_fraction` must lie in (0, 1], got {self.rewiring_fraction}.")
+        if not 0.0 <= self.rewiring_end <= 1.0:
+            raise ValueError(f"`rewiring_end` must lie in [0, 1], got {self.rewiring_end}.")
+        if self.rewiring_init not in INITS:
+            raise ValueError(f"`rewiring_init` must be one of {INITS}, got {self.rewiring_init!r}.")
+        if self.rewiring_scope not in SCOPES:
+            raise ValueError(f"`rewiring_scope` must be one of {SCOPES}, got {self.rewiring_scope!r}.")
+        if self.eval_top_k < 1:
+            raise ValueError(f"`eval_top_k` must be >= 1, got {self.eval_top_k}.")

@@ -1,0 +1,61 @@
+import numpy as np
+import yaml
+from huggingface_hub import ModelCard
+from tiny_encoders import tiny_encoder_config
+
+from haste_hf import HasteConfig, HasteForExtremeClassification
+from haste_hf.model_card import PLOT_FILE, HasteModelCardData, write_model_card
+
+
+def card_data(**fields):
+    model = HasteForExtremeClassification(
+        HasteConfig(encoder=tiny_encoder_config(), label_count=300, head_label_count=9, group_size=4, fan_in=8)
+    )
+    defaults = dict(
+        model_id="someone/haste-demo", dataset_name="debian-tags-mini", grouping="semantic",
+        metrics={"test_P@1": 0.5, "test_P@3": 0.3, "test_PSP@1": 0.2, "test_PSP@3": 0.25, "test_nDCG@3": 0.4,
+                 "test_loss": 3.0},
+        propensity={"A": 0.55, "B": 1.5}, label_frequencies=np.random.default_rng(0).zipf(1.5, 300),
+        rewiring=dict(interval=100, fraction=0.2, end=2 / 3, init="zero", scope="global"),
+    )  # fmt: skip
+    defaults.update(fields)
+    return HasteModelCardData.from_model(model, **defaults)
+
+
+def test_card_states_the_model_and_its_metrics(tmp_path):
+    write_model_card(card_data(), tmp_path / "README.md")
+    text = (tmp_path / "README.md").read_text()
+    for expected in (
+        "| Labels | 300 |",
+        "| Dense head | 9 most frequent labels (3.0%) |",
+        "291 labels in groups of G = 4, fan-in F = 8 of 32 features (75.0% sparse)",
+        "| Label grouping | semantic |",
+        "20% of (group, slot) pairs every 100 steps until 67% of training",
+        "| k | P@k | nDCG@k | PSP@k |",
+        "| 1 | 50.00 |  | 20.00 |",
+        "A = 0.55, B = 1.5",
+        f"]({PLOT_FILE})",
+        'AutoModel.from_pretrained("someone/haste-demo", trust_remote_code=True)',
+    ):
+        assert expected in text, expected
+    assert (tmp_path / PLOT_FILE).read_bytes().startswith(b"\x89PNG")
+
+
+def test_model_index_carries_eval_results_with_propensity_args(tmp_path):
+    write_model_card(card_data(), tmp_path / "README.md")
+    metadata = ModelCard.load(tmp_path / "README.md").data.to_dict()
+    results = metadata["model-index"][0]["results"][0]
+    metrics = {metric["name"]: metric for metric in results["metrics"]}
+    assert set(metrics) == {"P@1", "P@3", "PSP@1", "PSP@3", "nDCG@3"}
+    assert metrics["P@1"]["value"] == 50.0 and metrics["P@1"].get("args") is None
+    assert metrics["PSP@3"]["args"] == {"A": 0.55, "B": 1.5}
+    assert results["dataset"]["name"] == "debian-tags-mini"
+    assert yaml.safe_load((tmp_path / "README.md").read_text().split("---")[1])["library_name"] == "transformers"
+
+
+def test_card_without_metrics_or_tail(tmp_path):
+    model = HasteForExtremeClassification(HasteConfig(encoder=tiny_encoder_config(), label_count=20, head_label_count=20))
+    write_model_card(HasteModelCardData.from_model(model), tmp_path / "README.md")
+    text = (tmp_path / "README.md").read_text()
+    assert "none (all-dense output layer)" in text and "No evaluation recorded." in text
+    assert not (tmp_path / PLOT_FILE).exists()

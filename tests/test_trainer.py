@@ -1,0 +1,179 @@
+import numpy as np
+import pytest
+import torch
+from datasets import Dataset
+from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
+from transformers import TrainerCallback
+
+from haste_hf import HasteConfig, HasteForExtremeClassification
+from haste_hf.data import XMCDataCollator
+from haste_hf.metrics import Propensity, make_compute_metrics
+from haste_hf.optimization import StochasticRoundingSGD, unwrap_haste_optimizer
+from haste_hf.trainer import HasteTrainer
+from haste_hf.training_args import HasteTrainingArguments
+
+
+LABELS = 40
+
+
+def make_model(seed=0, **overrides):
+    fields = dict(
+        encoder=tiny_encoder_config("bert"), label_count=LABELS, head_label_count=4, group_size=4, fan_in=8,
+        tail_projection_dim=16, supports_seed=seed,
+    )  # fmt: skip
+    fields.update(overrides)
+    torch.manual_seed(seed)
+    return HasteForExtremeClassification(HasteConfig(**fields))
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    return tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+
+
+@pytest.fixture(scope="module")
+def datasets_():
+    return Dataset.from_list(planted_texts(LABELS, 96, seed=0)), Dataset.from_list(planted_texts(LABELS, 32, seed=1))
+
+
+def make_trainer(output_dir, tokenizer, train_dataset, model=None, callbacks=None, **overrides):
+    fields = dict(
+        output_dir=str(output_dir), per_device_train_batch_size=4, per_device_eval_batch_size=8,
+        gradient_accumulation_steps=2, max_steps=8, save_strategy="steps", save_steps=4, logging_steps=1,
+        learning_rate=1e-3, warmup_steps=2, output_learning_rate=0.1, output_warmup_steps=1,
+        rewiring_interval=3, rewiring_fraction=0.25, max_grad_norm=1.0, report_to=[], seed=0, use_cpu=True,
+        disable_tqdm=True,
+    )  # fmt: skip
+    fields.update(overrides)
+    return HasteTrainer(
+        model=model if model is not None else make_model(),
+        args=HasteTrainingArguments(**fields),
+        train_dataset=train_dataset,
+        data_collator=XMCDataCollator(tokenizer, max_length=16),
+        callbacks=callbacks,
+    )
+
+
+def test_two_optimizers_split_the_parameters(tmp_path, tokenizer, datasets_):
+    trainer = make_trainer(tmp_path, tokenizer, datasets_[0])
+    optimizer = unwrap_haste_optimizer(trainer.create_optimizer())
+    assert isinstance(optimizer.encoder_optimizer, torch.optim.AdamW)
+    assert isinstance(optimizer.output_optimizer, StochasticRoundingSGD)
+    model = trainer.model
+    output_params = {id(p) for g in optimizer.output_optimizer.param_groups for p in g["params"]}
+    assert output_params == {id(p) for m in (model.head, model.tail) for p in m.parameters()}
+    encoder_params = {id(p) for g in optimizer.encoder_optimizer.param_groups for p in g["params"]}
+    assert id(model.tail_projection.weight) in encoder_params
+    assert len(encoder_params) + len(output_params) == len(list(model.parameters()))
+    group = optimizer.output_optimizer.param_groups[0]
+    assert (group["lr"], group["momentum"], group["weight_decay"]) == (0.1, 0.9, 1e-4)
+
+
+def test_training_logs_both_rates_and_rewires(tmp_path, tokenizer, datasets_):
+    trainer = make_trainer(tmp_path, tokenizer, datasets_[0], save_strategy="no")
+    supports = trainer.model.tail.supports.clone()
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "learning_rate" in entry]
+    assert logs and all("output_learning_rate" in entry for entry in logs)
+    assert any(entry["learning_rate"] != entry["output_learning_rate"] for entry in logs)
+    # Rates used by steps 1 and 2: the encoder warms up over 2 steps, the output layer over 1, then decays.
+    assert [entry["learning_rate"] for entry in logs[:2]] == pytest.approx([0.0, 1e-3 / 2])
+    assert [entry["output_learning_rate"] for entry in logs[:2]] == pytest.approx([0.0, 0.1])
+    rewirings = [entry for entry in trainer.state.log_history if "rewired_pairs" in entry]
+    assert [entry["step"] for entry in rewirings] == [3]  # steps 3 and 6; 6 > 2/3 of 8
+    assert rewirings[0]["rewired_pairs"] == int(trainer.model.tail.supports.numel() * 0.25)
+    assert not torch.equal(trainer.model.tail.supports, supports)
+
+
+def snapshot(trainer):
+    model = trainer.model
+    optimizer = unwrap_haste_optimizer(trainer.optimizer)
+    momentum = {
+        name: optimizer.output_optimizer.state[param]["momentum_buffer"].clone()
+        for name, param in (("head", model.head.weight), ("tail", model.tail.weight))
+    }
+    return {k: v.clone() for k, v in model.state_dict().items()}, momentum, trainer.lr_scheduler.get_last_lr()
+
+
+@pytest.mark.parametrize("output_layer_dtype", [None, "bfloat16"])
+def test_resume_reproduces_uninterrupted_run_bit_for_bit(tmp_path, tokenizer, datasets_, output_layer_dtype):
+    """Accumulation 2, clipping, rewiring at step 3 and 6 (end 1.0): steps 5-8 replay exactly after resume."""
+    common = dict(rewiring_end=1.0, output_layer_dtype=output_layer_dtype)
+    full = make_trainer(tmp_path / "full", tokenizer, datasets_[0], **common)
+    full.train()
+
+    class StopAt4(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            control.should_training_stop = state.global_step == 4
+
+    interrupted = make_trainer(tmp_path / "resumed", tokenizer, datasets_[0], callbacks=[StopAt4()], **common)
+    interrupted.train()
+    assert interrupted.state.global_step == 4
+    resumed = make_trainer(tmp_path / "resumed", tokenizer, datasets_[0], model=make_model(), **common)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "resumed" / "checkpoint-4"))
+    assert [e["step"] for e in resumed.state.log_history if "rewired_pairs" in e] == [3, 6]
+
+    full_state, full_momentum, full_lrs = snapshot(full)
+    resumed_state, resumed_momentum, resumed_lrs = snapshot(resumed)
+    for name, tensor in full_state.items():
+        assert torch.equal(tensor, resumed_state[name]), name
+    for name, buffer in full_momentum.items():
+        assert torch.equal(buffer, resumed_momentum[name]), name
+    assert full_lrs == resumed_lrs
+    if output_layer_dtype:
+        assert resumed.model.tail.weight.dtype == torch.bfloat16 and resumed.model.head.weight.dtype == torch.bfloat16
+
+
+def test_evaluation_ranks_labels_with_top_k(tmp_path, tokenizer, datasets_):
+    trainer = make_trainer(tmp_path, tokenizer, datasets_[0], save_strategy="no", max_steps=60, gradient_accumulation_steps=1, learning_rate=3e-3, rewiring_interval=20)
+    frequencies = np.bincount([label for row in datasets_[0]["labels"] for label in row], minlength=LABELS)
+    propensity = Propensity.from_frequencies(frequencies, len(datasets_[0]))
+    trainer.compute_metrics = make_compute_metrics(ks=(1, 3), propensity=propensity)
+    trainer.eval_dataset = datasets_[1]
+    before = trainer.evaluate()
+    trainer.train()
+    after = trainer.evaluate()
+    assert {"eval_loss", "eval_P@1", "eval_P@3", "eval_PSP@1", "eval_nDCG@3"} <= set(after)
+    assert after["eval_loss"] < before["eval_loss"]
+    assert after["eval_P@1"] > before["eval_P@1"]
+
+
+def test_gradient_accumulation_matches_one_big_batch(tmp_path, tokenizer, datasets_):
+    """`accepts_loss_kwargs = False`: two half batches give the gradient of one full batch."""
+    states = []
+    for batch, accumulation in ((8, 1), (4, 2)):
+        trainer = make_trainer(
+            tmp_path / str(batch), tokenizer, datasets_[0], max_steps=1, save_strategy="no", rewiring_interval=0,
+            per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation, warmup_steps=0,
+            output_learning_rate=0.5, output_momentum=0.0, output_weight_decay=0.0, max_grad_norm=0.0,
+        )  # fmt: skip
+        for module in trainer.model.modules():
+            if isinstance(module, torch.nn.Dropout):
+                module.p = 0.0
+        trainer.train()
+        states.append(trainer.model.tail.weight.detach().clone())
+    torch.testing.assert_close(states[0], states[1], rtol=1e-4, atol=1e-6)
+
+
+def test_arguments_are_validated(tmp_path):
+    with pytest.raises(ValueError, match="`rewiring_fraction`"):
+        HasteTrainingArguments(output_dir=str(tmp_path), rewiring_fraction=0.0)
+    with pytest.raises(ValueError, match="`output_layer_dtype`"):
+        HasteTrainingArguments(output_dir=str(tmp_path), output_layer_dtype="int8")
+    with pytest.raises(ValueError, match="`output_learning_rate`"):
+        HasteTrainingArguments(output_dir=str(tmp_path), output_learning_rate=-1.0)
+    with pytest.raises(ValueError, match="HasteForExtremeClassification"):
+        HasteTrainer(model=torch.nn.Linear(2, 2), args=HasteTrainingArguments(output_dir=str(tmp_path)))
+
+
+def test_model_card_names_both_optimizers(tmp_path, tokenizer, datasets_):
+    trainer = make_trainer(tmp_path, tokenizer, datasets_[0], save_strategy="no", max_steps=4)
+    trainer.model_card_data = {"dataset_name": "planted", "grouping": "frequency"}
+    trainer.train()
+    trainer.create_model_card()
+    card = (tmp_path / "README.md").read_text()
+    assert "| Encoder + projections | AdamW | 0.001 | cosine |" in card
+    assert "| Head + tail | SGD (stochastic rounding) | 0.1 | cosine |" in card
+    assert "momentum 0.9, decoupled weight decay 0.0001" in card
+    assert "every 3 steps" in card and "planted" in card and "frequency" in card
+    assert "adamw_torch" not in card
