@@ -18,6 +18,13 @@ import torch
 from transformers import get_scheduler
 
 
+try:  # the fused CUDA update of bf16 parameters; PyTorch computes the same update everywhere else
+    import triton
+    import triton.language as tl
+except ImportError:
+    triton = None
+
+
 # Bounds the float32 copies of parameter, gradient and momentum made by one update, so an output layer
 # of 10^8+ bf16 weights is updated with ~100 MB of scratch memory instead of several GB.
 _CHUNK_ELEMENTS = 1 << 24
@@ -49,6 +56,72 @@ def stochastic_round_to_bfloat16(values: torch.Tensor, generator: torch.Generato
     return torch.where(torch.isnan(values), values.to(torch.bfloat16), rounded)
 
 
+# Triton's Philox takes 32-bit offsets: larger tensors are updated in slices with a seed each.
+_FUSED_SLICE_ELEMENTS = 1 << 30
+_FUSED_BLOCK = 1024
+
+
+def _triton_available() -> bool:
+    return triton is not None
+
+
+if triton is not None:
+
+    @triton.jit
+    def _stochastic_round_kernel_part(values, noise):
+        bits = values.to(tl.int32, bitcast=True) + noise.to(tl.int32)
+        rounded = (bits & -65536).to(tl.float32, bitcast=True)
+        return tl.where(values != values, values, rounded).to(tl.bfloat16)
+
+    @triton.jit
+    def _bfloat16_sgd_kernel(
+        param_ptr, grad_ptr, buffer_ptr, numel, lr, momentum, decay, seed,
+        HAS_MOMENTUM: tl.constexpr, FIRST_STEP: tl.constexpr, NESTEROV: tl.constexpr, BUFFER_BF16: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):  # fmt: skip
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        in_range = offsets < numel
+        grad = tl.load(grad_ptr + offsets, mask=in_range, other=0.0).to(tl.float32)
+        random = tl.randint(seed, offsets).to(tl.uint32, bitcast=True)  # 32 bits: the low half rounds the weight, the high half the buffer
+        direction = grad
+        if HAS_MOMENTUM:
+            if FIRST_STEP:
+                average = grad
+            else:
+                average = tl.load(buffer_ptr + offsets, mask=in_range, other=0.0).to(tl.float32) * momentum + grad
+            if BUFFER_BF16:
+                tl.store(buffer_ptr + offsets, _stochastic_round_kernel_part(average, random >> 16), mask=in_range)
+            else:
+                tl.store(buffer_ptr + offsets, average, mask=in_range)
+            if NESTEROV:
+                direction = grad + momentum * average
+            else:
+                direction = average
+        weights = tl.load(param_ptr + offsets, mask=in_range, other=0.0).to(tl.float32) * decay - lr * direction
+        tl.store(param_ptr + offsets, _stochastic_round_kernel_part(weights, random & 0xFFFF), mask=in_range)
+
+
+def _fused_bfloat16_sgd_(param, buffer, group, first_momentum_step: bool, seed: int) -> None:
+    """`StochasticRoundingSGD`'s update of a contiguous bf16 CUDA parameter in one pass over memory.
+
+    Same arithmetic as the PyTorch path up to float32 rounding (the compiler may fuse multiply-adds) and
+    with random bits from Triton's Philox, counter-based on ``(seed, element)``.
+    """
+    flat_param, flat_grad = param.view(-1), param.grad.view(-1)
+    flat_buffer = flat_param if buffer is None else buffer.view(-1)  # never read without momentum
+    with torch.cuda.device(param.device):
+        for index, start in enumerate(range(0, flat_param.numel(), _FUSED_SLICE_ELEMENTS)):
+            stop = min(start + _FUSED_SLICE_ELEMENTS, flat_param.numel())
+            grid = (triton.cdiv(stop - start, _FUSED_BLOCK),)
+            _bfloat16_sgd_kernel[grid](
+                flat_param[start:stop], flat_grad[start:stop], flat_buffer[start:stop], stop - start,
+                group["lr"], group["momentum"], 1.0 - group["lr"] * group["weight_decay"],
+                _stable_seed(seed, index) >> 1,  # Triton takes a signed 64-bit seed
+                HAS_MOMENTUM=buffer is not None, FIRST_STEP=first_momentum_step, NESTEROV=group["nesterov"],
+                BUFFER_BF16=buffer is not None and buffer.dtype == torch.bfloat16, BLOCK=_FUSED_BLOCK,
+            )  # fmt: skip
+
+
 def _stable_seed(*parts) -> int:
     digest = hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little")
@@ -67,12 +140,18 @@ class StochasticRoundingSGD(torch.optim.Optimizer):
     is an L2 term added to the gradient instead (coupled), so the two differ when it is non-zero.
 
     Rounding: float32 parameters are updated in place, exactly. Bfloat16 parameters (and bf16 momentum
-    buffers) are stored by `stochastic_round_to_bfloat16` when ``stochastic_rounding`` is True, by
-    round-to-nearest otherwise; other dtypes round to nearest. The random bits of parameter ``i`` at its
-    ``n``-th update come from a generator seeded with a hash of ``(seed, i, n)``: fresh bits every step
-    and every parameter, identical on every data-parallel rank (so replicas stay equal), and the only
-    state they need, the per-parameter step count ``state[p]["step"]``, is in `state_dict`, so a resumed
-    run continues bit for bit.
+    buffers) are stored by stochastic rounding when ``stochastic_rounding`` is True, by round-to-nearest
+    otherwise; other dtypes round to nearest. The random bits of parameter ``i`` at its ``n``-th update
+    are a function of ``(seed, i, n)`` alone: fresh every step and every parameter, identical on every
+    data-parallel rank (so replicas stay equal), and the only state they need, the per-parameter step
+    count ``state[p]["step"]``, is in `state_dict`, so a resumed run continues bit for bit.
+
+    Contiguous bf16 CUDA parameters are updated by one fused Triton kernel (``fused=None``: when Triton
+    is installed; ``True``: required; ``False``: never) that reads and writes each weight and buffer
+    once and draws its bits from Philox; elsewhere a PyTorch update in float32 blocks
+    (`stochastic_round_to_bfloat16` with a generator seeded per parameter and step). Both compute the
+    same update; their random bits differ, so CPU, fused and unfused runs agree in distribution, not bit
+    for bit.
 
     Momentum buffers are float32 by default (``momentum_dtype``): 4 bytes per weight on top of 2 for
     bf16 weights, but a bf16 buffer rounded to nearest would drop every gradient below 1/256 of the
@@ -90,6 +169,7 @@ class StochasticRoundingSGD(torch.optim.Optimizer):
         stochastic_rounding: bool = True,
         momentum_dtype: torch.dtype | None = torch.float32,
         seed: int = 0,
+        fused: bool | None = None,
     ):
         if lr < 0.0:
             raise ValueError(f"`lr` must be >= 0, got {lr}.")
@@ -111,16 +191,16 @@ class StochasticRoundingSGD(torch.optim.Optimizer):
         super().__init__(params, defaults)
         self.momentum_dtype = momentum_dtype
         self.seed = seed
+        self.fused = fused
         self._generators: dict[torch.device, torch.Generator] = {}
 
     def _buffer_dtype(self, param: torch.Tensor) -> torch.dtype:
         return param.dtype if self.momentum_dtype is None else self.momentum_dtype
 
-    def _generator(self, device: torch.device, *seed_parts) -> torch.Generator:
-        # One cached generator per device, reseeded per (parameter, step): the seed carries all the state.
+    def _generator(self, device: torch.device, seed: int) -> torch.Generator:
         if device not in self._generators:
             self._generators[device] = torch.Generator(device=device)
-        return self._generators[device].manual_seed(_stable_seed("haste_hf.sgd", self.seed, *seed_parts))
+        return self._generators[device].manual_seed(seed)
 
     @staticmethod
     def _store_(target: torch.Tensor, values: torch.Tensor, stochastic: bool, generator) -> None:
@@ -131,6 +211,22 @@ class StochasticRoundingSGD(torch.optim.Optimizer):
         else:
             target.copy_(values)
 
+    def _use_fused(self, param: torch.Tensor, buffer: torch.Tensor | None, group: dict) -> bool:
+        eligible = (
+            param.is_cuda
+            and param.dtype == torch.bfloat16
+            and group["stochastic_rounding"]
+            and param.is_contiguous()
+            and param.grad.is_contiguous()
+            and (buffer is None or (buffer.is_contiguous() and buffer.dtype in (torch.float32, torch.bfloat16)))
+        )
+        if self.fused and not (eligible and _triton_available()):
+            raise RuntimeError(
+                "`fused=True` needs Triton and contiguous bfloat16 CUDA parameters with stochastic rounding; "
+                "pass `fused=None` to fall back to the PyTorch update elsewhere."
+            )
+        return self.fused is not False and eligible and _triton_available()
+
     @torch.no_grad()
     def step(self, closure=None):
         loss = None
@@ -139,7 +235,6 @@ class StochasticRoundingSGD(torch.optim.Optimizer):
                 loss = closure()
         param_index = -1
         for group in self.param_groups:
-            lr, momentum, weight_decay = group["lr"], group["momentum"], group["weight_decay"]
             for param in group["params"]:
                 param_index += 1
                 if param.grad is None:
@@ -148,29 +243,35 @@ class StochasticRoundingSGD(torch.optim.Optimizer):
                     raise RuntimeError("StochasticRoundingSGD does not support sparse gradients.")
                 state = self.state[param]
                 state["step"] = state.get("step", 0) + 1
-                first_momentum_step = momentum != 0.0 and "momentum_buffer" not in state
+                first_momentum_step = group["momentum"] != 0.0 and "momentum_buffer" not in state
                 if first_momentum_step:
                     state["momentum_buffer"] = torch.empty_like(param, dtype=self._buffer_dtype(param))
-                stored_dtypes = {param.dtype, state["momentum_buffer"].dtype if momentum != 0.0 else param.dtype}
-                stochastic = group["stochastic_rounding"] and torch.bfloat16 in stored_dtypes
-                generator = self._generator(param.device, param_index, state["step"]) if stochastic else None
-                for rows in _row_chunks(param):
-                    grad = param.grad[rows].float()
-                    direction = grad
-                    if momentum != 0.0:
-                        buffer = state["momentum_buffer"][rows]
-                        if first_momentum_step:
-                            average = grad
-                        else:
-                            average = buffer.float().mul_(momentum).add_(grad)
-                        self._store_(buffer, average, stochastic, generator)
-                        direction = grad.add(average, alpha=momentum) if group["nesterov"] else average
-                    weights = param[rows].float()
-                    if weight_decay != 0.0:
-                        weights.mul_(1.0 - lr * weight_decay)
-                    weights.add_(direction, alpha=-lr)
-                    self._store_(param[rows], weights, stochastic, generator)
+                buffer = state["momentum_buffer"] if group["momentum"] != 0.0 else None
+                seed = _stable_seed("haste_hf.sgd", self.seed, param_index, state["step"])
+                if self._use_fused(param, buffer, group):
+                    _fused_bfloat16_sgd_(param, buffer, group, first_momentum_step, seed)
+                else:
+                    self._update_(param, buffer, group, first_momentum_step, seed)
         return loss
+
+    def _update_(self, param, buffer, group, first_momentum_step: bool, seed: int) -> None:
+        """The PyTorch update, in float32 blocks of rows; exact `torch.optim.SGD` arithmetic for float32."""
+        lr, momentum, weight_decay = group["lr"], group["momentum"], group["weight_decay"]
+        stored_dtypes = {param.dtype, param.dtype if buffer is None else buffer.dtype}
+        stochastic = group["stochastic_rounding"] and torch.bfloat16 in stored_dtypes
+        generator = self._generator(param.device, seed) if stochastic else None
+        for rows in _row_chunks(param):
+            grad = param.grad[rows].float()
+            direction = grad
+            if buffer is not None:
+                average = grad if first_momentum_step else buffer[rows].float().mul_(momentum).add_(grad)
+                self._store_(buffer[rows], average, stochastic, generator)
+                direction = grad.add(average, alpha=momentum) if group["nesterov"] else average
+            weights = param[rows].float()
+            if weight_decay != 0.0:
+                weights.mul_(1.0 - lr * weight_decay)
+            weights.add_(direction, alpha=-lr)
+            self._store_(param[rows], weights, stochastic, generator)
 
     def load_state_dict(self, state_dict):
         # torch casts floating state to the parameter dtype on load, which would turn float32 momentum

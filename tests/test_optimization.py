@@ -343,3 +343,111 @@ def test_warmup_steps_follow_transformers_convention():
         warmup_steps_for(-1, 10)
     with pytest.raises(TypeError, match="HasteOptimizer"):
         get_haste_scheduler(torch.optim.SGD(TinyModel().parameters(), lr=0.1), 10)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_stochastic_rounding_sgd():
+    # unbiased rounding, NaN kept (CUDA's default NaN 0x7FFFFFFF would wrap to -0 without the guard)
+    value = 1.0 + 0.3 * BF16_EPS
+    rounded = stochastic_round_to_bfloat16(torch.full((400_000,), value, device="cuda"), torch.Generator("cuda").manual_seed(0))
+    assert abs((rounded > 1.0).double().mean().item() - 0.3) < 5 * math.sqrt(0.21 / 400_000)
+    nan = torch.tensor([0x7FFFFFFF], dtype=torch.int32, device="cuda").view(torch.float32).repeat(1000)
+    assert bool(torch.isnan(stochastic_round_to_bfloat16(nan, torch.Generator("cuda"))).all())
+    # float32 parameters: same as torch's SGD on CUDA (foreach)
+    start = torch.randn(33, 17, device="cuda")
+    ours, theirs = torch.nn.Parameter(start.clone()), torch.nn.Parameter(start.clone())
+    ours_optimizer = StochasticRoundingSGD([ours], lr=0.05, momentum=0.9, nesterov=True)
+    torch_optimizer = torch.optim.SGD([theirs], lr=0.05, momentum=0.9, nesterov=True)
+    for grad in random_grads((33, 17), 4):
+        ours.grad, theirs.grad = grad.cuda(), grad.cuda()
+        ours_optimizer.step()
+        torch_optimizer.step()
+    torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-7)
+    # bf16 parameters: small updates accumulate in expectation; a state_dict round trip continues bit for bit
+    param = torch.nn.Parameter(torch.ones(5000, device="cuda", dtype=torch.bfloat16))
+    optimizer = StochasticRoundingSGD([param], lr=1.0, momentum=0.5)
+    for _ in range(50):
+        param.grad = torch.full_like(param, -0.05 * BF16_EPS)
+        optimizer.step()
+    checkpoint, saved = saved_and_loaded(optimizer.state_dict()), param.detach().clone()
+    continued = []
+    for target, opt in ((param, optimizer), (None, None)):
+        if target is None:
+            target = torch.nn.Parameter(saved.clone())
+            opt = StochasticRoundingSGD([target], lr=1.0, momentum=0.5)
+            opt.load_state_dict(checkpoint)
+            assert opt.state[target]["momentum_buffer"].dtype == torch.float32
+        for _ in range(5):
+            target.grad = torch.full_like(target, -0.05 * BF16_EPS)
+            opt.step()
+        continued.append(target.detach().clone())
+    assert torch.equal(continued[0], continued[1])
+    expected = 1.0 + 0.05 * BF16_EPS * sum(sum(0.5**i for i in range(n)) for n in range(1, 56))
+    assert abs(continued[0].double().mean().item() - expected) < 0.2 * BF16_EPS
+
+
+def within_one_bfloat16_step(values, reference):
+    """Whether each bf16 value is one of the two bf16 neighbours of the float32 `reference`."""
+    spacing = torch.ldexp(torch.ones_like(reference), torch.frexp(reference).exponent - 8)
+    return bool(((values.float() - reference).abs() <= spacing).all())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize(
+    "momentum,momentum_dtype,nesterov,weight_decay",
+    [(0.0, torch.float32, False, 0.0), (0.9, torch.float32, False, 0.01), (0.9, None, False, 0.0), (0.9, torch.float32, True, 0.01)],
+)
+def test_cuda_fused_update_matches_the_pytorch_update(momentum, momentum_dtype, nesterov, weight_decay):
+    pytest.importorskip("triton")
+    generator = torch.Generator().manual_seed(0)
+    shape = (301, 7, 5)  # not a multiple of the kernel's block
+    start = torch.randn(shape, generator=generator).to(torch.bfloat16).cuda()
+    grads = [torch.randn(shape, generator=generator).to(torch.bfloat16).cuda() for _ in range(2)]
+    hyper = dict(lr=0.05, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay, momentum_dtype=momentum_dtype)
+    fused_param, plain_param = torch.nn.Parameter(start.clone()), torch.nn.Parameter(start.clone())
+    fused = StochasticRoundingSGD([fused_param], fused=True, **hyper)
+    plain = StochasticRoundingSGD([plain_param], fused=False, **hyper)
+    for grad in grads:  # first step (buffer created), then a step from equal states
+        with torch.no_grad():
+            fused_param.copy_(plain_param)
+            if "momentum_buffer" in plain.state[plain_param]:
+                fused.state[fused_param]["momentum_buffer"] = plain.state[plain_param]["momentum_buffer"].clone()
+        before = plain_param.detach().float().clone()
+        previous = plain.state[plain_param].get("momentum_buffer")
+        previous = None if previous is None else previous.float().clone()
+        fused_param.grad, plain_param.grad = grad.clone(), grad.clone()
+        fused.step()
+        plain.step()
+        g = grad.float()
+        average = g if previous is None else momentum * previous + g
+        direction = (g + momentum * average if nesterov else average) if momentum else g
+        exact = before * (1 - 0.05 * weight_decay) - 0.05 * direction
+        assert within_one_bfloat16_step(fused_param.detach(), exact)
+        assert within_one_bfloat16_step(plain_param.detach(), exact)
+        if momentum:
+            fused_buffer = fused.state[fused_param]["momentum_buffer"]
+            if momentum_dtype is None:
+                assert within_one_bfloat16_step(fused_buffer, average)
+            else:
+                torch.testing.assert_close(fused_buffer, average, rtol=1e-6, atol=1e-6)
+    # fresh bits: the rounding pattern differs between the two steps of a parameter and between parameters
+    twins = [torch.nn.Parameter(torch.ones(50_000, dtype=torch.bfloat16, device="cuda")) for _ in range(2)]
+    optimizer = StochasticRoundingSGD(twins, lr=1.0, fused=True)
+    patterns = []
+    for _ in range(2):
+        for twin in twins:
+            twin.data.fill_(1.0)
+            twin.grad = torch.full_like(twin, -0.5 * BF16_EPS)
+        optimizer.step()
+        patterns += [twin > 1.0 for twin in twins]
+    assert all(abs(p.float().mean().item() - 0.5) < 0.02 for p in patterns)
+    assert all(not torch.equal(patterns[i], patterns[j]) for i in range(4) for j in range(i))
+
+
+def test_fused_true_without_a_fused_path_raises():
+    param = torch.nn.Parameter(torch.ones(4))
+    param.grad = torch.ones(4)
+    with pytest.raises(RuntimeError, match="fused=True"):
+        StochasticRoundingSGD([param], fused=True).step()

@@ -195,3 +195,21 @@ def test_optimizer_state_reset_accepts_a_mask_and_checks_the_parameter():
     with pytest.raises(ValueError, match="not among the parameters"):
         reset_optimizer_state_(optimizer, torch.nn.Parameter(torch.randn(2, 2, 3)), mask)
     assert reset_optimizer_state_(torch.optim.SGD([weight], lr=0.1, momentum=0.9), weight, mask) == 0  # no state yet
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_rewiring_matches_cpu_and_keeps_the_invariants():
+    generator = torch.Generator().manual_seed(3)
+    weight = torch.randn(2000, 8, 16, generator=generator)  # distinct scores: no tie for rounding to flip
+    supports = random_supports(2000, 16, 48, generator)
+    label_mask = torch.ones(2000, 8, dtype=torch.bool)
+    label_mask[-1, 5:] = False
+    results = {}
+    for device in ("cpu", "cuda"):
+        w, s = weight.clone().to(device), supports.clone().to(device)
+        result = rewire_(w, s, 48, 0.2, init="random", seed=2, step=9, label_mask=label_mask.to(device))
+        results[device] = (w.cpu(), s.cpu(), result.mask.cpu())
+        assert result.groups.device.type == device
+    assert all(torch.equal(a, b) for a, b in zip(results["cpu"], results["cuda"]))
+    assert all(len(set(row.tolist())) == 16 for row in results["cuda"][1])
