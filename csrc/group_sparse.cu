@@ -120,8 +120,8 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& weight, const at::T
                                                  bias_c.defined() ? ptr<scalar_t>(bias_c) : nullptr,
                                                  ptr<scalar_t>(out), B, Bp, d, K, G, F, units_per_block);
       };
-      if (G % 32 == 0) launch(forward_mma_kernel<T, 32>);
-      else launch(forward_mma_kernel<T, 16>);
+      if (G % 32 == 0) F % 64 == 0 ? launch(forward_mma_kernel<T, 32, 64>) : launch(forward_mma_kernel<T, 32, 32>);
+      else F % 64 == 0 ? launch(forward_mma_kernel<T, 16, 64>) : launch(forward_mma_kernel<T, 16, 32>);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
     return out;
@@ -214,7 +214,8 @@ at::Tensor grad_input(const at::Tensor& grad_out_in, const at::Tensor& weight, c
                                                  supports.data_ptr<int>(), acc.data_ptr<float>(), B, d, K, G, F,
                                                  groups_per_block);
       };
-      const bool wide = F % 64 == 0;
+      // 64-feature passes (fewer barriers) spill registers; 32-feature passes do not.
+      const bool wide = false;
       if (G % 32 == 0) {
         if (deterministic) wide ? launch(grad_input_mma_kernel<T, 32, 64, true>) : launch(grad_input_mma_kernel<T, 32, 32, true>);
         else wide ? launch(grad_input_mma_kernel<T, 32, 64, false>) : launch(grad_input_mma_kernel<T, 32, 32, false>);

@@ -148,7 +148,7 @@ __device__ __forceinline__ int fwd_feature_of_slot(int step, int slot) {
   return 8 * ((slot & 7) >> 1) + 4 * step + 2 * (slot >> 3) + (slot & 1);
 }
 
-template <typename T, int GROUP_SPAN>
+template <typename T, int GROUP_SPAN, int FC>
 __global__ void __launch_bounds__(kThreads, 2) forward_mma_kernel(
     const T* __restrict__ xt,          // [d][Bp], Bp a multiple of 64, zero padded
     const T* __restrict__ weight,      // [K][G][F]
@@ -160,6 +160,7 @@ __global__ void __launch_bounds__(kThreads, 2) forward_mma_kernel(
   constexpr int kGroupsPerUnit = 32 / GROUP_SPAN;
   constexpr int kTilesPerGroup = GROUP_SPAN / 8;
   constexpr int kStride = kFwdBatchTile + kFwdRowPad;
+  constexpr int kSub = FC / 32;  // 32-feature sub-chunks whose loads are issued together
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* xs = reinterpret_cast<T*>(smem_raw);
 
@@ -183,105 +184,83 @@ __global__ void __launch_bounds__(kThreads, 2) forward_mma_kernel(
   const int a_moff = 8 * ((lane >> 3) & 1);
   const uint32_t xs_base = smem_addr(xs) + (uint32_t)a_moff * sizeof(T);
 
-  // The warp walks (unit, 32-feature chunk) pairs; the loads of the next pair (weights from DRAM,
-  // supports and bias from L2) are in flight while the current one computes.
-  struct Stage {
-    uint32_t w[4][4];                    // B fragments: 16 bytes of each of this lane's 4 weight rows
-    int feature[kGroupsPerUnit][2];      // gathered row of this lane's ldmatrix k-slot, per k-step
-    uint32_t bias[4];                    // bias of labels 8nt + 2t, 8nt + 2t + 1 (packed pair)
-  };
-  const int chunks = F / 32;
-  auto load_stage = [&](int64_t unit, int chunk, Stage& st) {
+  for (int64_t unit = unit_begin + warp; unit < unit_end; unit += kWarps) {
     const int64_t label0 = unit * 32;
-    const int f0 = chunk * 32;
+    float acc[4][4][4];
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
+
+    for (int f0 = 0; f0 < F; f0 += FC) {
+      // All loads of this chunk first (weights from DRAM, supports from L2), then the math.
+      uint32_t wfrag[kSub][4][4];
+#pragma unroll
+      for (int s = 0; s < kSub; ++s)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          const int64_t label = label0 + nt * 8 + g;
+          Pairs<4> p = load_pairs<4>(weight + label * F + f0 + 32 * s + 8 * t, label < L);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) wfrag[s][nt][i] = p.v[i];
+        }
+      int feature[kGroupsPerUnit][kSub][2];
+#pragma unroll
+      for (int gi = 0; gi < kGroupsPerUnit; ++gi) {
+        const int64_t group = min((label0 + gi * GROUP_SPAN) / G, (int64_t)K - 1);
+#pragma unroll
+        for (int s = 0; s < kSub; ++s)
+#pragma unroll
+          for (int step = 0; step < 2; ++step)
+            feature[gi][s][step] = __ldg(supports + group * F + f0 + 32 * s + fwd_feature_of_slot(step, a_slot));
+      }
+#pragma unroll
+      for (int gi = 0; gi < kGroupsPerUnit; ++gi) {
+        if ((label0 + gi * GROUP_SPAN) / G >= K) break;
+#pragma unroll
+        for (int s = 0; s < kSub; ++s)
+#pragma unroll
+          for (int step = 0; step < 2; ++step) {
+            const uint32_t row_addr = xs_base + (uint32_t)(feature[gi][s][step] * kStride) * sizeof(T);
+#pragma unroll
+            for (int mt = 0; mt < 4; ++mt) {
+              uint32_t a[4];
+              ldmatrix_x4_trans(a, row_addr + mt * 16 * sizeof(T));
+#pragma unroll
+              for (int j = 0; j < kTilesPerGroup; ++j) {
+                const int nt = gi * kTilesPerGroup + j;
+                if (nt < 4) MmaType<T>::mma(acc[mt][nt], a, wfrag[s][nt][2 * step], wfrag[s][nt][2 * step + 1]);
+              }
+            }
+          }
+      }
+    }
+    // Epilogue: bias, pack, quad transpose, 16-byte stores of 8 contiguous labels per lane.
+    float bias_lo[4], bias_hi[4];
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
-      const int64_t label = label0 + nt * 8 + g;
-      Pairs<4> p = load_pairs<4>(weight + label * F + f0 + 8 * t, label < L);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) st.w[nt][i] = p.v[i];
-      const int64_t pair = label0 + nt * 8 + 2 * t;
-      st.bias[nt] = (bias != nullptr && pair < L) ? __ldg(reinterpret_cast<const unsigned int*>(bias + pair)) : 0u;
+      const int64_t pair = label0 + nt * 8 + 2 * t;  // labels pair, pair + 1: one 4-byte load
+      const uint32_t packed =
+          (bias != nullptr && pair < L) ? __ldg(reinterpret_cast<const unsigned int*>(bias + pair)) : 0u;
+      MmaType<T>::unpack(packed, bias_lo[nt], bias_hi[nt]);
     }
+    const int64_t store_label = label0 + 8 * t;
 #pragma unroll
-    for (int gi = 0; gi < kGroupsPerUnit; ++gi) {
-      const int64_t group = min((label0 + gi * GROUP_SPAN) / G, (int64_t)K - 1);
+    for (int mt = 0; mt < 4; ++mt) {
 #pragma unroll
-      for (int step = 0; step < 2; ++step)
-        st.feature[gi][step] = __ldg(supports + group * F + f0 + fwd_feature_of_slot(step, a_slot));
-    }
-  };
-
-  int64_t unit = unit_begin + warp;
-  if (unit >= unit_end) return;  // no barrier follows
-  int chunk = 0;
-  Stage cur, next;
-  load_stage(unit, 0, cur);
-  float acc[4][4][4];
+      for (int half = 0; half < 2; ++half) {
+        uint32_t p[4];
 #pragma unroll
-  for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
-
-  while (true) {
-    int64_t next_unit = unit;
-    int next_chunk = chunk + 1;
-    if (next_chunk == chunks) {
-      next_chunk = 0;
-      next_unit += kWarps;
-    }
-    const bool has_next = next_unit < unit_end;
-    if (has_next) load_stage(next_unit, next_chunk, next);
-
-    const int64_t label0 = unit * 32;
-#pragma unroll
-    for (int gi = 0; gi < kGroupsPerUnit; ++gi) {
-      if ((label0 + gi * GROUP_SPAN) / G >= K) break;
-#pragma unroll
-      for (int step = 0; step < 2; ++step) {
-        const uint32_t row_addr = xs_base + (uint32_t)(cur.feature[gi][step] * kStride) * sizeof(T);
-#pragma unroll
-        for (int mt = 0; mt < 4; ++mt) {
-          uint32_t a[4];
-          ldmatrix_x4_trans(a, row_addr + mt * 16 * sizeof(T));
-#pragma unroll
-          for (int j = 0; j < kTilesPerGroup; ++j) {
-            const int nt = gi * kTilesPerGroup + j;
-            if (nt < 4) MmaType<T>::mma(acc[mt][nt], a, cur.w[nt][2 * step], cur.w[nt][2 * step + 1]);
-          }
-        }
+        for (int nt = 0; nt < 4; ++nt)
+          p[nt] = MmaType<T>::pack(acc[mt][nt][2 * half] + bias_lo[nt], acc[mt][nt][2 * half + 1] + bias_hi[nt]);
+        quad_transpose(p, lane);
+        const int row = b0 + mt * 16 + half * 8 + g;
+        if (row < B && store_label < L)
+          *reinterpret_cast<uint4*>(out + (int64_t)row * L + store_label) = make_uint4(p[0], p[1], p[2], p[3]);
       }
     }
-
-    if (chunk == chunks - 1) {
-      // Epilogue: bias, pack, quad transpose, 16-byte stores of 8 contiguous labels per lane.
-      float bias_lo[4], bias_hi[4];
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt) MmaType<T>::unpack(cur.bias[nt], bias_lo[nt], bias_hi[nt]);
-      const int64_t store_label = label0 + 8 * t;
-#pragma unroll
-      for (int mt = 0; mt < 4; ++mt) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          uint32_t p[4];
-#pragma unroll
-          for (int nt = 0; nt < 4; ++nt)
-            p[nt] = MmaType<T>::pack(acc[mt][nt][2 * half] + bias_lo[nt], acc[mt][nt][2 * half + 1] + bias_hi[nt]);
-          quad_transpose(p, lane);
-          const int row = b0 + mt * 16 + half * 8 + g;
-          if (row < B && store_label < L)
-            *reinterpret_cast<uint4*>(out + (int64_t)row * L + store_label) = make_uint4(p[0], p[1], p[2], p[3]);
-#pragma unroll
-          for (int nt = 0; nt < 4; ++nt) acc[mt][nt][2 * half] = acc[mt][nt][2 * half + 1] = 0.f;
-        }
-      }
-    }
-    if (!has_next) break;
-    cur = next;
-    unit = next_unit;
-    chunk = next_chunk;
   }
 }
 
@@ -509,13 +488,11 @@ __global__ void __launch_bounds__(kThreads, 2) grad_input_mma_kernel(
 #pragma unroll
               for (int e = 0; e < 2; ++e) {
                 float4* dst = reinterpret_cast<float4*>(acc_s + f8[2 * r + e] * kRow + 4 * g);
-                const float* c0 = acc[0][4 * s + r];
-                const float* c1 = acc[1][4 * s + r];
                 float4 v = *dst;
-                v.x += c0[e];
-                v.y += c0[2 + e];
-                v.z += c1[e];
-                v.w += c1[2 + e];
+                v.x += acc[0][4 * s + r][e];
+                v.y += acc[0][4 * s + r][2 + e];
+                v.z += acc[1][4 * s + r][e];
+                v.w += acc[1][4 * s + r][2 + e];
                 *dst = v;
               }
           }
