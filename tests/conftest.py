@@ -1,0 +1,66 @@
+"""Session-wide test setup: a Hub-compatible server on loopback, started before anything imports
+`huggingface_hub` or transformers (their module-level clients keep the endpoint they first see).
+
+Every Hub access of the test session goes to this server, with a throwaway token and cache, so tests never
+reach the internet and never touch the user's credentials or cache.
+"""
+
+import atexit
+import os
+import shutil
+import tempfile
+
+import pytest
+from hub_server import start_subprocess
+
+
+HUB_TOKEN = "hf_haste_test_token"
+HUB_USER = "haste-tester"
+
+_HUB_TMP = tempfile.mkdtemp(prefix="haste-hub-")
+HUB_ROOT = os.path.join(_HUB_TMP, "repos")
+_hub_process, HUB_URL = start_subprocess(HUB_ROOT, HUB_TOKEN, HUB_USER)
+
+os.environ.update(
+    HF_ENDPOINT=HUB_URL,
+    HF_TOKEN=HUB_TOKEN,
+    HF_HOME=os.path.join(_HUB_TMP, "home"),
+    HF_HUB_CACHE=os.path.join(_HUB_TMP, "hub-cache"),
+    HF_MODULES_CACHE=os.path.join(_HUB_TMP, "modules"),
+    HF_HUB_DISABLE_TELEMETRY="1",
+    # Requests can only reach the loopback server, so the client may stay online.
+    HF_HUB_OFFLINE="0",
+)
+os.environ.pop("TRANSFORMERS_OFFLINE", None)
+
+
+def _stop_hub():
+    _hub_process.stdin.close()  # the server shuts down when its stdin closes
+    try:
+        _hub_process.wait(timeout=10)
+    except Exception:
+        _hub_process.kill()
+    shutil.rmtree(_HUB_TMP, ignore_errors=True)
+
+
+atexit.register(_stop_hub)
+
+
+@pytest.fixture(scope="session")
+def hub():
+    """The test Hub: `url`, `token`, `user` and `root` (its bare git repositories, `<root>/models/<org>/<name>`)."""
+
+    class Hub:
+        url, token, user, root = HUB_URL, HUB_TOKEN, HUB_USER, HUB_ROOT
+
+        @staticmethod
+        def repo_path(repo_id: str, repo_type: str = "model") -> str:
+            return os.path.join(HUB_ROOT, repo_type + "s", *repo_id.split("/"))
+
+        @staticmethod
+        def requests() -> list[str]:
+            """`METHOD endpoint status` of every request served so far."""
+            path = os.path.join(HUB_ROOT, "requests.log")
+            return open(path).read().splitlines() if os.path.exists(path) else []
+
+    return Hub
