@@ -214,15 +214,8 @@ at::Tensor grad_input(const at::Tensor& grad_out_in, const at::Tensor& weight, c
                                                  supports.data_ptr<int>(), acc.data_ptr<float>(), B, d, K, G, F,
                                                  groups_per_block);
       };
-      // 64-feature passes (fewer barriers) spill registers; 32-feature passes do not.
-      const bool wide = false;
-      if (G % 32 == 0) {
-        if (deterministic) wide ? launch(grad_input_mma_kernel<T, 32, 64, true>) : launch(grad_input_mma_kernel<T, 32, 32, true>);
-        else wide ? launch(grad_input_mma_kernel<T, 32, 64, false>) : launch(grad_input_mma_kernel<T, 32, 32, false>);
-      } else {
-        if (deterministic) wide ? launch(grad_input_mma_kernel<T, 16, 64, true>) : launch(grad_input_mma_kernel<T, 16, 32, true>);
-        else wide ? launch(grad_input_mma_kernel<T, 16, 64, false>) : launch(grad_input_mma_kernel<T, 16, 32, false>);
-      }
+      if (G % 32 == 0) deterministic ? launch(grad_input_mma_kernel<T, 32, true>) : launch(grad_input_mma_kernel<T, 32, false>);
+      else deterministic ? launch(grad_input_mma_kernel<T, 16, true>) : launch(grad_input_mma_kernel<T, 16, false>);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       const int threads = 256;
       const int blocks = static_cast<int>(std::min<int64_t>(ceil_div(B * d, threads), 16 * props().multiProcessorCount));

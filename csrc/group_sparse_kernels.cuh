@@ -397,7 +397,7 @@ __device__ __forceinline__ int dgrad_label_of_slot(int step, int slot) {
   return (LC / 4) * (s >> 1) + 4 * step + 2 * half + (s & 1);
 }
 
-template <typename T, int LC, int FC, bool DETERMINISTIC>
+template <typename T, int LC, bool DETERMINISTIC>
 __global__ void __launch_bounds__(kThreads, 2) grad_input_mma_kernel(
     const T* __restrict__ grad_out,    // [B][L]
     const T* __restrict__ weight,      // [K][G][F]
@@ -406,7 +406,6 @@ __global__ void __launch_bounds__(kThreads, 2) grad_input_mma_kernel(
     int B, int d, int K, int G, int F, int groups_per_block) {
   constexpr int kSteps = LC / 16;
   constexpr int kRegsPerLoad = LC / 8;
-  constexpr int kSub = FC / 32;  // 32-feature sub-chunks per pass
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int kRow = kBwdBatchTile + kBwdRowPad;
   float* acc_s = reinterpret_cast<float*>(smem_raw);  // [d][kRow]
@@ -421,29 +420,46 @@ __global__ void __launch_bounds__(kThreads, 2) grad_input_mma_kernel(
   const int64_t group_begin = (int64_t)blockIdx.y * groups_per_block;
   const int64_t group_end = min((int64_t)K, group_begin + groups_per_block);
   const int rounds = (int)((group_end - group_begin + kWarps - 1) / kWarps);
+  const int passes = F / 32;
+  const int items = rounds * passes;  // (round, 32-feature pass) pairs, in order
 
-  for (int round = 0; round < rounds; ++round) {
-    const int64_t group = group_begin + (int64_t)round * kWarps + warp;
+  // Supports and the first label chunk's grad_out rows of an item. The barriers of the turns below
+  // hold all warps together, so these loads are issued one item ahead, before the turns.
+  int4 next_feature[2];
+  Pairs<kRegsPerLoad> arow[2][2];
+  auto load_item = [&](int item) {
+    const int64_t group = group_begin + (int64_t)(item / passes) * kWarps + warp;
+    const int f0 = (item % passes) * 32;
+    if (group >= group_end) return;
+    const int* sup = supports + group * F + f0 + 8 * t;
+    next_feature[0] = __ldg(reinterpret_cast<const int4*>(sup));
+    next_feature[1] = __ldg(reinterpret_cast<const int4*>(sup + 4));
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = b0 + 4 * g + 2 * mt + h;
+        arow[mt][h] = load_pairs<kRegsPerLoad>(grad_out + (int64_t)row * L + group * G + (LC / 4) * t, row < B);
+      }
+  };
+  if (items > 0) load_item(0);
+
+  for (int item = 0; item < items; ++item) {
+    const int64_t group = group_begin + (int64_t)(item / passes) * kWarps + warp;
+    const int f0 = (item % passes) * 32;
     const bool active = group < group_end;
-    for (int f0 = 0; f0 < F; f0 += FC) {
-      float acc[2][4 * kSub][4];
+    const int4 feature[2] = {next_feature[0], next_feature[1]};
+    float acc[2][4][4];
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < 4 * kSub; ++nt)
+      for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
-      int4 feature[kSub][2];
-      if (active) {
-#pragma unroll
-        for (int s = 0; s < kSub; ++s) {
-          const int* sup = supports + group * F + f0 + 32 * s + 8 * t;
-          feature[s][0] = __ldg(reinterpret_cast<const int4*>(sup));
-          feature[s][1] = __ldg(reinterpret_cast<const int4*>(sup + 4));
-        }
-        for (int c0 = 0; c0 < G; c0 += LC) {
-          const int64_t label0 = group * G + c0;
-          Pairs<kRegsPerLoad> arow[2][2];
+        for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
+    if (active) {
+      for (int c0 = 0; c0 < G; c0 += LC) {
+        const int64_t label0 = group * G + c0;
+        if (c0 > 0) {
 #pragma unroll
           for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -451,54 +467,45 @@ __global__ void __launch_bounds__(kThreads, 2) grad_input_mma_kernel(
               const int row = b0 + 4 * g + 2 * mt + h;
               arow[mt][h] = load_pairs<kRegsPerLoad>(grad_out + (int64_t)row * L + label0 + (LC / 4) * t, row < B);
             }
+        }
 #pragma unroll
-          for (int step = 0; step < kSteps; ++step) {
-            const int64_t row_lo = (label0 + dgrad_label_of_slot<LC>(step, g)) * F + f0 + 8 * t;
-            const int64_t row_hi = (label0 + dgrad_label_of_slot<LC>(step, 8 + g)) * F + f0 + 8 * t;
-            Pairs<4> wlo[kSub], whi[kSub];
+        for (int step = 0; step < kSteps; ++step) {
+          const Pairs<4> wlo = load_pairs<4>(weight + (label0 + dgrad_label_of_slot<LC>(step, g)) * F + f0 + 8 * t, true);
+          const Pairs<4> whi =
+              load_pairs<4>(weight + (label0 + dgrad_label_of_slot<LC>(step, 8 + g)) * F + f0 + 8 * t, true);
 #pragma unroll
-            for (int s = 0; s < kSub; ++s) {
-              wlo[s] = load_pairs<4>(weight + row_lo + 32 * s, true);
-              whi[s] = load_pairs<4>(weight + row_hi + 32 * s, true);
+          for (int r = 0; r < 4; ++r) {
+            const uint32_t blo = movmatrix_trans(wlo.v[r]), bhi = movmatrix_trans(whi.v[r]);
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+              const uint32_t a[4] = {arow[mt][0].v[2 * step], arow[mt][1].v[2 * step], arow[mt][0].v[2 * step + 1],
+                                     arow[mt][1].v[2 * step + 1]};
+              MmaType<T>::mma(acc[mt][r], a, blo, bhi);
             }
-#pragma unroll
-            for (int s = 0; s < kSub; ++s)
-#pragma unroll
-              for (int r = 0; r < 4; ++r) {
-                const uint32_t blo = movmatrix_trans(wlo[s].v[r]), bhi = movmatrix_trans(whi[s].v[r]);
-#pragma unroll
-                for (int mt = 0; mt < 2; ++mt) {
-                  const uint32_t a[4] = {arow[mt][0].v[2 * step], arow[mt][1].v[2 * step],
-                                         arow[mt][0].v[2 * step + 1], arow[mt][1].v[2 * step + 1]};
-                  MmaType<T>::mma(acc[mt][4 * s + r], a, blo, bhi);
-                }
-              }
           }
         }
       }
-      // Warps take turns; lane (g, t) adds rows 4g..4g+3 of features f0 + 32s + 8t + 2r + e.
-      for (int w = 0; w < kWarps; ++w) {
-        if (w == warp && active) {
+    }
+    if (item + 1 < items) load_item(item + 1);
+    // Warps take turns; lane (g, t) adds rows 4g..4g+3 of features f0 + 8t + 2r + e.
+    const int f8[8] = {feature[0].x, feature[0].y, feature[0].z, feature[0].w,
+                       feature[1].x, feature[1].y, feature[1].z, feature[1].w};
+    for (int w = 0; w < kWarps; ++w) {
+      if (w == warp && active) {
 #pragma unroll
-          for (int s = 0; s < kSub; ++s) {
-            const int f8[8] = {feature[s][0].x, feature[s][0].y, feature[s][0].z, feature[s][0].w,
-                               feature[s][1].x, feature[s][1].y, feature[s][1].z, feature[s][1].w};
+        for (int r = 0; r < 4; ++r)
 #pragma unroll
-            for (int r = 0; r < 4; ++r)
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                float4* dst = reinterpret_cast<float4*>(acc_s + f8[2 * r + e] * kRow + 4 * g);
-                float4 v = *dst;
-                v.x += acc[0][4 * s + r][e];
-                v.y += acc[0][4 * s + r][2 + e];
-                v.z += acc[1][4 * s + r][e];
-                v.w += acc[1][4 * s + r][2 + e];
-                *dst = v;
-              }
+          for (int e = 0; e < 2; ++e) {
+            float4* dst = reinterpret_cast<float4*>(acc_s + f8[2 * r + e] * kRow + 4 * g);
+            float4 v = *dst;
+            v.x += acc[0][r][e];
+            v.y += acc[0][r][2 + e];
+            v.z += acc[1][r][e];
+            v.w += acc[1][r][2 + e];
+            *dst = v;
           }
-        }
-        __syncthreads();
       }
+      __syncthreads();
     }
   }
   // grad_x^T rows of this tile: 32 floats per feature, coalesced.
