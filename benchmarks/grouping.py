@@ -47,6 +47,8 @@ def run_case(num_labels: int, dim: int, group_size: int, beta: float, device: to
     if device.type == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
+    if not torch.equal(torch.sort(grouping.order).values, label_ids):
+        raise AssertionError("the grouping is not a permutation of the labels")
     random_grouping = group_labels(None, label_ids, group_size, "random", seed=0)
     return {
         "labels": num_labels,

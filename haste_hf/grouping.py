@@ -384,15 +384,17 @@ def _spherical_kmeans(
     num_clusters: int,
     num_iters: int,
     generator: torch.Generator,
-    rows_per_cluster: int = 128,
+    sample_fraction: float = 0.5,
     tolerance: float = 1e-3,
 ) -> torch.Tensor:
     """Cluster id of each unit row of `x`.
 
-    Lloyd iterations on cosine similarity run on a random sample of `rows_per_cluster` rows per cluster (all
-    rows when fewer), starting from random sample rows; then every row joins its most similar centroid.
+    Lloyd iterations on cosine similarity run on a random `sample_fraction` of the rows (as mini-batch k-means,
+    at a fraction of the cost), starting from random sample rows; then every row joins its most similar
+    centroid.
     """
-    sample = x[torch.randperm(x.shape[0], generator=generator, device=x.device)[: rows_per_cluster * num_clusters]]
+    num_sampled = max(num_clusters, int(sample_fraction * x.shape[0]))
+    sample = x[torch.randperm(x.shape[0], generator=generator, device=x.device)[:num_sampled]]
     num_rows = sample.shape[0]
     centroids = sample[:num_clusters]
     previous = None
@@ -592,7 +594,7 @@ def group_labels(
     if label_ids.numel():
         if int(label_ids.min()) < 0:
             raise ValueError("`label_ids` must be non-negative label ids.")
-        if torch.unique(label_ids).numel() != label_ids.numel():
+        if int(torch.bincount(label_ids).max()) > 1:
             raise ValueError("`label_ids` must not contain duplicates.")
     max_id = int(label_ids.max()) if label_ids.numel() else -1
 

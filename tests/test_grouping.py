@@ -231,15 +231,18 @@ def test_semantic_beats_random_on_planted_clusters():
     assert_valid_grouping(semantic, label_ids, 16)
 
 
-def test_semantic_grouping_recovers_planted_groups_exactly():
-    # 40 well separated topics of exactly 8 labels each: every group must be one topic.
+@pytest.mark.parametrize("beta", [2, 4, 16])
+def test_semantic_grouping_recovers_planted_groups(beta):
+    # 40 tight, well separated topics of exactly 8 labels each. A random grouping has no group inside one
+    # topic; semantic groups mostly are (a k-means boundary may still cut a topic, and the cut pieces pull
+    # neighbours into mixed groups).
     generator = torch.Generator().manual_seed(0)
     topics = F.normalize(torch.randn(40, 64, generator=generator), dim=1)
     topic_of_label = torch.randperm(320, generator=generator) % 40
     embeddings = F.normalize(topics[topic_of_label] + 0.02 * torch.randn(320, 64, generator=generator), dim=1)
-    grouping = group_labels(embeddings, torch.arange(320), 8, beta=2, device="cpu")
-    for group in grouping.groups():
-        assert topic_of_label[group].unique().numel() == 1
+    grouping = group_labels(embeddings, torch.arange(320), 8, beta=beta, device="cpu")
+    pure = sum(topic_of_label[group].unique().numel() == 1 for group in grouping.groups())
+    assert pure >= 32
 
 
 def test_semantic_grouping_is_deterministic_for_a_seed():
