@@ -1,0 +1,212 @@
+# Copyright 2026 The haste_hf Authors. Apache-2.0.
+"""Publishing HASTE models on the Hugging Face Hub.
+
+[`push_to_hub`] uploads, in one commit: `config.json` (with the `auto_map` of the exported classes), the
+safetensors weights (sharded past `max_shard_size`), the label names, the Hub-exportable code (so that
+`AutoModel.from_pretrained(repo_id, trust_remote_code=True)` works without `haste_hf`), an optional
+tokenizer and a HASTE model card. A plain `PreTrainedModel.push_to_hub` would replace a local card with
+the remote or a generic one and upload no code unless the classes were registered for auto classes.
+
+Loading needs nothing from this module: `AutoModel.from_pretrained(repo_id)` after `import haste_hf`, or
+with `trust_remote_code=True` anywhere.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+import types
+from contextlib import contextmanager
+from pathlib import Path
+
+from huggingface_hub import CommitInfo, HfApi, ModelCard
+from huggingface_hub.utils import filter_repo_objects
+from transformers.dynamic_module_utils import get_relative_import_files
+
+from . import modeling_haste
+from .configuration_haste import HasteConfig
+from .modeling_haste import LABEL_NAMES_FILE, HasteForExtremeClassification
+
+
+CONFIG_FILE = "config.json"
+MODEL_CARD_FILE = "README.md"
+AUTO_MAP = {
+    "AutoConfig": "configuration_haste.HasteConfig",
+    "AutoModel": "modeling_haste.HasteForExtremeClassification",
+}
+# Trainer output folders hold checkpoints and logs next to the final model: they are not published.
+IGNORED_IN_FOLDERS = [".*", "checkpoint-*", "checkpoint-*/**", "runs/**", "__pycache__/**"]
+# Weights of an earlier push with other sharding would shadow the new ones (transformers prefers
+# `model.safetensors` over an index): remote files matching these and not re-uploaded are deleted.
+WEIGHT_FILES = ["model.safetensors", "model-*-of-*.safetensors", "model.safetensors.index.json"]
+
+
+def exported_code_files() -> list[str]:
+    """Paths of the modules `trust_remote_code=True` loading needs: the modeling file and its relative imports."""
+    return [modeling_haste.__file__, *get_relative_import_files(modeling_haste.__file__)]
+
+
+@contextmanager
+def exportable_code(model):
+    """Registers `model`'s classes for auto-class export while the block runs, so `save_pretrained` copies
+    the code next to the weights and writes `auto_map` into `config.json`."""
+    classes = [(type(model), "AutoModel"), (type(model.config), "AutoConfig")]
+    previous = [cls.__dict__.get("_auto_class", _INHERITED) for cls, _ in classes]
+    for cls, auto_class in classes:
+        cls.register_for_auto_class(auto_class)
+    try:
+        yield
+    finally:
+        for (cls, _), value in zip(classes, previous):
+            if value is _INHERITED:
+                del cls._auto_class
+            else:
+                cls._auto_class = value
+
+
+_INHERITED = object()
+
+
+def push_to_hub(
+    model: HasteForExtremeClassification | str | os.PathLike,
+    repo_id: str,
+    *,
+    private: bool | None = None,
+    revision: str | None = None,
+    commit_message: str | None = None,
+    commit_description: str | None = None,
+    label_names: list[str] | None = None,
+    tokenizer=None,
+    model_card=None,
+    max_shard_size: int | str | None = None,
+    tags: list[str] | None = None,
+    create_pr: bool = False,
+    token: str | bool | None = None,
+) -> CommitInfo:
+    """Publishes a HASTE model on the Hub in one commit, ready for `AutoModel.from_pretrained(repo_id)`
+    with `haste_hf` imported or with `trust_remote_code=True` without it.
+
+    Args:
+        model: a [`HasteForExtremeClassification`], or the folder a trained model was saved to (its files are
+            uploaded as they are, except checkpoints, logs and hidden files; `config.json` gains `auto_map`).
+        repo_id: `namespace/name`, or `name` for the token's user; created if missing.
+        private: visibility of a repository created by this call (an existing one keeps its own).
+        revision: branch to push to, created from `main` if missing.
+        commit_message / commit_description: of the commit; the message defaults to "Upload HASTE model".
+        label_names: one name per label, replacing the model's own (`label_names.json`).
+        tokenizer: saved with the model, so the repository serves both.
+        model_card: a `ModelCard`, the card's text, or a `HasteModelCardData`. By default a folder's own
+            `README.md`, else a card rendered from the model's configuration.
+        max_shard_size: safetensors shard size (e.g. `"200MB"`) when pushing a model object; transformers'
+            default otherwise.
+        tags: added to the card's tags.
+        create_pr: open a pull request instead of committing to the branch.
+        token: Hub token; defaults to the logged-in one (`HF_TOKEN`).
+
+    Returns:
+        The `CommitInfo` of the commit (a string: the commit URL).
+    """
+    api = HfApi(token=token)
+    with tempfile.TemporaryDirectory(prefix="haste-push-") as staging:
+        if isinstance(model, (str, os.PathLike)):
+            if max_shard_size is not None:
+                raise ValueError(
+                    "`max_shard_size` re-shards a model object's weights; a folder is uploaded as saved. "
+                    "Load it with `HasteForExtremeClassification.from_pretrained` to push it with other shards."
+                )
+            config = _stage_folder(Path(model), Path(staging))
+        elif getattr(getattr(model, "config", None), "model_type", None) == HasteConfig.model_type:
+            config = model.config
+            with exportable_code(model):
+                model.save_pretrained(staging, **({} if max_shard_size is None else {"max_shard_size": max_shard_size}))
+        else:
+            model_type = getattr(getattr(model, "config", None), "model_type", None)
+            raise TypeError(
+                f"`model` must be a HASTE model (model_type {HasteConfig.model_type!r}) or the folder of one, got "
+                f"{type(model).__name__} (model_type {model_type!r})."
+            )
+        if label_names is not None:
+            _write_label_names(Path(staging), label_names, config.label_count)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(staging)
+
+        repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
+        _stage_model_card(Path(staging), model_card, config, repo_id, tags)
+        if revision is not None and not revision.startswith("refs/pr/"):
+            api.create_branch(repo_id, branch=revision, exist_ok=True)
+        return api.upload_folder(
+            repo_id=repo_id,
+            folder_path=staging,
+            revision=revision,
+            commit_message=commit_message or "Upload HASTE model",
+            commit_description=commit_description,
+            create_pr=create_pr,
+            delete_patterns=WEIGHT_FILES,
+        )
+
+
+def _stage_folder(folder: Path, staging: Path) -> HasteConfig:
+    """Links the publishable files of a saved model folder into `staging`, adding the exported code and
+    `auto_map`; returns the folder's configuration (validated, format version included)."""
+    config_path = folder / CONFIG_FILE
+    if not config_path.is_file():
+        raise ValueError(f"{folder} has no {CONFIG_FILE}: give the folder a HASTE model was saved to.")
+    config_dict = json.loads(config_path.read_text(encoding="utf-8"))
+    if config_dict.get("model_type") != HasteConfig.model_type:
+        raise ValueError(
+            f"{folder} holds a {config_dict.get('model_type')!r} model, not a HASTE one "
+            f"(model_type {HasteConfig.model_type!r}): push it with its own library."
+        )
+    config = HasteConfig.from_pretrained(folder)
+    relative = [path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file()]
+    for name in filter_repo_objects(relative, ignore_patterns=IGNORED_IN_FOLDERS):
+        target = staging / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink((folder / name).resolve(), target)
+    config_dict["auto_map"] = {**config_dict.get("auto_map", {}), **AUTO_MAP}
+    (staging / CONFIG_FILE).unlink()
+    (staging / CONFIG_FILE).write_text(json.dumps(config_dict, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    for path in exported_code_files():
+        target = staging / os.path.basename(path)
+        if target.exists() or target.is_symlink():
+            target.unlink()
+        shutil.copyfile(path, target)
+    return config
+
+
+def _write_label_names(staging: Path, label_names: list[str], label_count: int):
+    if len(label_names) != label_count:
+        raise ValueError(f"`label_names` has {len(label_names)} entries for {label_count} labels: give one name per label.")
+    target = staging / LABEL_NAMES_FILE
+    if target.is_symlink():
+        target.unlink()
+    with open(target, "w", encoding="utf-8") as f:
+        json.dump([str(name) for name in label_names], f, ensure_ascii=False)
+
+
+def _stage_model_card(staging: Path, model_card, config: HasteConfig, repo_id: str, tags: list[str] | None):
+    from .model_card import HasteModelCardData, render_model_card, write_model_card
+
+    path = staging / MODEL_CARD_FILE
+    if model_card is not None and path.is_symlink():
+        path.unlink()
+    if isinstance(model_card, HasteModelCardData):
+        write_model_card(model_card, path)
+    elif isinstance(model_card, ModelCard):
+        model_card.save(path)
+    elif isinstance(model_card, str):
+        path.write_text(model_card, encoding="utf-8")
+    elif model_card is not None:
+        raise TypeError(f"`model_card` must be a ModelCard, a str or a HasteModelCardData, got {type(model_card).__name__}.")
+    elif not path.exists():
+        # The card only reads the configuration.
+        render_model_card(HasteModelCardData.from_model(types.SimpleNamespace(config=config), model_id=repo_id)).save(path)
+    if tags:
+        card = ModelCard.load(path)
+        card.data.tags = list(dict.fromkeys([*(card.data.tags or []), *tags]))
+        if path.is_symlink():
+            path.unlink()
+        card.save(path)
+
+
+__all__ = ["AUTO_MAP", "exportable_code", "exported_code_files", "push_to_hub"]
