@@ -14,7 +14,7 @@ import uuid
 import pytest
 import torch
 from datasets import Dataset
-from huggingface_hub import HfApi, ModelCard
+from huggingface_hub import HfApi, ModelCard, hf_hub_download
 from tiny_encoders import VOCAB_SIZE, planted_texts, tiny_encoder_config, tiny_tokenizer
 from transformers import AutoModel, BertModel
 
@@ -176,7 +176,7 @@ def test_model_push_to_hub_publishes_code_and_card(hub):
     model.push_to_hub(repo_id, commit_message="Via the model", revision="v1")
     files = set(HfApi().list_repo_files(repo_id, revision="v1"))
     assert CODE_FILES | {"config.json", "model.safetensors", "README.md"} <= files
-    assert "haste" in ModelCard.load(repo_id, revision="v1").data.tags
+    assert "haste" in ModelCard.load(hf_hub_download(repo_id, "README.md", revision="v1")).data.tags
     assert_same_model(AutoModel.from_pretrained(repo_id, revision="v1"), model)
 
 
@@ -202,6 +202,23 @@ def test_push_a_saved_folder_with_its_tokenizer_and_card(hub, tmp_path):
     # The folder itself is untouched: no auto_map added, no code copied.
     assert "auto_map" not in json.loads((tmp_path / "out" / "config.json").read_text())
     assert not CODE_FILES & set(os.listdir(tmp_path / "out"))
+
+
+def test_cli_push(hub, tmp_path, capsys):
+    cli = pytest.importorskip("haste_hf.cli")
+    model = make_model()
+    model.save_pretrained(tmp_path / "out")
+    repo_id = new_repo_id(hub, "cli")
+    argv = ["push", "--model", str(tmp_path / "out"), "--repo-id", repo_id, "--private", "--revision", "release",
+            "--commit-message", "From the CLI"]  # fmt: skip
+    assert cli.main(argv) == 0
+    assert repo_id in capsys.readouterr().out
+    api = HfApi()
+    assert api.model_info(repo_id).private is True
+    assert api.list_repo_commits(repo_id, revision="release")[0].title == "From the CLI"
+    assert CODE_FILES <= set(api.list_repo_files(repo_id, revision="release"))
+    assert "haste" in ModelCard.load(hf_hub_download(repo_id, "README.md", revision="release")).data.tags
+    assert_same_model(AutoModel.from_pretrained(repo_id, revision="release"), model)
 
 
 # ---- sharding and size ---------------------------------------------------------------------------
