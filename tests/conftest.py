@@ -8,6 +8,7 @@ reach the internet and never touch the user's credentials or cache.
 import atexit
 import os
 import shutil
+import subprocess
 import tempfile
 
 import pytest
@@ -38,7 +39,7 @@ def _stop_hub():
     _hub_process.stdin.close()  # the server shuts down when its stdin closes
     try:
         _hub_process.wait(timeout=10)
-    except Exception:
+    except subprocess.TimeoutExpired:
         _hub_process.kill()
     shutil.rmtree(_HUB_TMP, ignore_errors=True)
 

@@ -6,6 +6,7 @@ import hashlib
 import json
 import subprocess
 import uuid
+from pathlib import Path
 
 import httpx2
 import pytest
@@ -159,13 +160,13 @@ def test_readme_front_matter_is_validated(api, repo_id):
 
 
 def test_commits_are_plain_git_commits_on_disk(api, repo_id, hub):
-    git = ["git", "-C", hub.repo_path(repo_id)]
+    def git(*args):
+        return subprocess.run(["git", "-C", hub.repo_path(repo_id), *args], capture_output=True, check=True).stdout
+
     head = api.model_info(repo_id).sha
-    assert subprocess.run(git + ["rev-parse", "refs/heads/main"], capture_output=True, text=True).stdout.strip() == head
-    assert subprocess.run(git + ["show", f"{head}:a.txt"], capture_output=True).stdout == b"alpha"
-    assert subprocess.run(git + ["log", "-1", "--format=%B", head], capture_output=True, text=True).stdout.strip() == (
-        "Add files\n\nThree files."
-    )
+    assert git("rev-parse", "refs/heads/main").decode().strip() == head
+    assert git("show", f"{head}:a.txt") == b"alpha"
+    assert git("log", "-1", "--format=%B", head).decode().strip() == "Add files\n\nThree files."
 
 
 # ---- branches, tags, refs, revisions -----------------------------------------------------------
@@ -186,7 +187,7 @@ def test_branches_tags_and_revisions(api, repo_id):
     assert {ref.name: ref.target_commit for ref in refs.branches} == {"main": main_sha, "dev/next": dev_sha, "from-old": main_sha}
     assert [(tag.name, tag.ref, tag.target_commit) for tag in refs.tags] == [("v1", "refs/tags/v1", dev_sha)]
     for revision, content in [("main", b"alpha"), ("dev/next", b"dev"), ("v1", b"dev"), (main_sha, b"alpha"), (dev_sha, b"dev")]:
-        assert open(hf_hub_download(repo_id, "a.txt", revision=revision), "rb").read() == content
+        assert Path(hf_hub_download(repo_id, "a.txt", revision=revision)).read_bytes() == content
         assert api.model_info(repo_id, revision=revision).sha in (main_sha, dev_sha)
     api.delete_branch(repo_id, branch="from-old")
     assert {ref.name for ref in api.list_repo_refs(repo_id).branches} == {"main", "dev/next"}
@@ -244,11 +245,11 @@ def test_resolve_headers_and_ranges(api, repo_id, hub):
 
 def test_downloads(api, repo_id):
     path = snapshot_download(repo_id)
-    assert open(f"{path}/sub/b.bin", "rb").read() == bytes(range(256)) * 4
+    assert Path(f"{path}/sub/b.bin").read_bytes() == bytes(range(256)) * 4
     first = api.model_info(repo_id).sha
     api.upload_file(path_or_fileobj=b"second", path_in_repo="a.txt", repo_id=repo_id)
-    assert open(f"{snapshot_download(repo_id, revision=first)}/a.txt", "rb").read() == b"alpha"
-    assert open(f"{snapshot_download(repo_id)}/a.txt", "rb").read() == b"second"
+    assert Path(f"{snapshot_download(repo_id, revision=first)}/a.txt").read_bytes() == b"alpha"
+    assert Path(f"{snapshot_download(repo_id)}/a.txt").read_bytes() == b"second"
 
 
 # ---- errors --------------------------------------------------------------------------------------
