@@ -275,3 +275,12 @@ def test_request_log_names_the_endpoints(api, repo_id, hub):
     api.list_repo_refs(repo_id)
     log = hub.requests()
     assert "POST {t}/{repo}/commit 200" in log and "GET {t}/{repo}/refs 200" in log
+
+
+def test_dataset_repositories(api, hub):
+    repo_id = api.create_repo(f"{hub.user}/data-{uuid.uuid4().hex[:8]}", repo_type="dataset").repo_id
+    api.upload_file(path_or_fileobj=b"x,y\n", path_in_repo="data/train.csv", repo_id=repo_id, repo_type="dataset")
+    assert api.list_repo_files(repo_id, repo_type="dataset") == [".gitattributes", "data/train.csv"]
+    assert Path(hf_hub_download(repo_id, "data/train.csv", repo_type="dataset")).read_bytes() == b"x,y\n"
+    assert not api.repo_exists(repo_id)  # a model repo of that name does not exist
+    assert hub.repo_path(repo_id, "dataset").endswith(f"datasets/{repo_id}")
