@@ -12,8 +12,9 @@ The three passes are `torch.library` custom ops (`haste::group_sparse_forward`,
 autograd, so `torch.compile` traces through them without graph breaks.
 
 bf16 and fp16 run on tensor cores (fp32 accumulation) when `G % 16 == 0`, `F % 32 == 0` and the
-feature tile fits the GPU's shared memory (see `kernel_paths`); every other shape, and fp32 (true
-fp32 FFMA, no TF32), runs on generic kernels. The feature gradient sums over label groups with
+feature tile fits the GPU's shared memory (`has_fast_path`, `kernel_paths`); every other shape, and
+fp32 (true fp32 FFMA, no TF32), runs on generic kernels that are correct but not fast, so
+`haste_hf.sparse_ops` sends only fast-path operands here. The feature gradient sums over label groups with
 floating-point atomics unless determinism is asked for (`torch.use_deterministic_algorithms(True)`
 or `deterministic=True`): then partial sums are added in a fixed order.
 
@@ -98,13 +99,37 @@ def _load_extension():
     return _extension
 
 
+# Shared memory a block may opt in to on this GPU, read once by `is_available`.
+_shared_memory_optin = 0
+
+
 @torch.compiler.assume_constant_result
 def is_available() -> bool:
     """True when a CUDA GPU of compute capability >= 8.0 is present and the kernels built (building
     them on the first call)."""
+    global _shared_memory_optin
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 8:
         return False
+    if not _shared_memory_optin:
+        properties = torch.cuda.get_device_properties(torch.cuda.current_device())
+        _shared_memory_optin = getattr(properties, "shared_memory_per_block_optin", 227 * 1024)
     return _load_extension() is not None
+
+
+def has_fast_path(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """True when all three passes run on tensor cores for these operands: bf16 / fp16, `G % 16 == 0`,
+    `F % 32 == 0`, and the forward's feature tile `[d, 64 + 8]` (16-bit) and the feature gradient's
+    fp32 accumulator `[d, 32 + 4]` fit the shared memory a block may opt in to (d <= 1614 on a
+    Hopper GPU). Pure Python on shapes, so `torch.compile` traces it. Call `is_available()` first."""
+    num_features = x.shape[1]
+    _, group_size, fan_in = weight.shape
+    return (
+        x.dtype in (torch.bfloat16, torch.float16)
+        and group_size % 16 == 0
+        and fan_in % 32 == 0
+        and num_features * (64 + 8) * 2 <= _shared_memory_optin
+        and num_features * (32 + 4) * 4 <= _shared_memory_optin
+    )
 
 
 def kernel_paths(x: torch.Tensor, weight: torch.Tensor) -> dict:

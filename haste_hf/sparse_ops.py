@@ -120,9 +120,10 @@ def group_sparse_linear(
         bias: optional `[K * G]`.
     """
     _check_inputs(x, weight, supports, bias)
-    if x.is_cuda and _KERNELS is not None and _KERNELS.is_available():
-        # The kernels take int32 supports and contiguous weights (both no-ops for a model's own tensors);
-        # the bias is added in their forward epilogue. Determinism follows
+    if x.is_cuda and _KERNELS is not None and _KERNELS.is_available() and _KERNELS.has_fast_path(x, weight):
+        # Tensor-core shapes only (bf16 / fp16, G % 16 == 0, F % 32 == 0): elsewhere the kernels' generic
+        # path is no faster than this file's. They take int32 supports and contiguous weights (no-ops for
+        # a model's own tensors) and add the bias in their epilogue; determinism follows
         # `torch.use_deterministic_algorithms`.
         return _KERNELS.group_sparse_linear(x, weight.contiguous(), supports.to(torch.int32), bias)
     out = _GroupSparseLinearFunction.apply(x, weight, supports)

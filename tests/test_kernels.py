@@ -98,6 +98,20 @@ class TestValidation:
             kernels.validate_inputs(x, weight, bad, check_indices=True)
 
 
+def test_fast_path_envelope_is_computed_from_shapes(monkeypatch):
+    monkeypatch.setattr(kernels, "_shared_memory_optin", 227 * 1024)
+    x = torch.empty(4, 768, dtype=torch.bfloat16)
+    assert kernels.has_fast_path(x, torch.empty(3, 32, 64, dtype=torch.bfloat16))
+    assert kernels.has_fast_path(x.half(), torch.empty(3, 48, 96, dtype=torch.float16))
+    assert not kernels.has_fast_path(x.float(), torch.empty(3, 32, 64))
+    assert not kernels.has_fast_path(x, torch.empty(3, 24, 64, dtype=torch.bfloat16))
+    assert not kernels.has_fast_path(x, torch.empty(3, 32, 48, dtype=torch.bfloat16))
+    # d = 1614 is the widest feature tile that fits 227 KiB (1614 * 72 * 2 bytes); one more does not.
+    weight = torch.empty(3, 32, 64, dtype=torch.bfloat16)
+    assert kernels.has_fast_path(torch.empty(4, 1614, dtype=torch.bfloat16), weight)
+    assert not kernels.has_fast_path(torch.empty(4, 1615, dtype=torch.bfloat16), weight)
+
+
 def test_fake_implementations_give_shapes():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -197,6 +211,11 @@ def test_fast_path_envelope():
     # A feature tile too large for shared memory falls back to the generic kernels.
     wide = torch.empty(8, 200_000, dtype=torch.bfloat16, device="cuda")
     assert kernels.kernel_paths(wide, weight) == {"forward": "generic", "grad_weight": "tensor_core", "grad_input": "generic"}
+    # The Python envelope used for dispatch agrees with the one the launcher computes.
+    for features in (768, 1614, 1615, 4000):
+        probe = torch.empty(8, features, dtype=torch.bfloat16, device="cuda")
+        all_tensor_core = set(kernels.kernel_paths(probe, weight).values()) == {"tensor_core"}
+        assert kernels.has_fast_path(probe, weight) == all_tensor_core
 
 
 @gpu
