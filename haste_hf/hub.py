@@ -46,6 +46,9 @@ def exported_code_files() -> list[str]:
     return [modeling_haste.__file__, *get_relative_import_files(modeling_haste.__file__)]
 
 
+_INHERITED = object()
+
+
 @contextmanager
 def exportable_code(model):
     """Registers `model`'s classes for auto-class export while the block runs, so `save_pretrained` copies
@@ -62,9 +65,6 @@ def exportable_code(model):
                 del cls._auto_class
             else:
                 cls._auto_class = value
-
-
-_INHERITED = object()
 
 
 def push_to_hub(
@@ -108,30 +108,35 @@ def push_to_hub(
     """
     api = HfApi(token=token)
     with tempfile.TemporaryDirectory(prefix="haste-push-") as staging:
+        staging = Path(staging)
+        model_type = getattr(getattr(model, "config", None), "model_type", None)
         if isinstance(model, (str, os.PathLike)):
             if max_shard_size is not None:
                 raise ValueError(
                     "`max_shard_size` re-shards a model object's weights; a folder is uploaded as saved. "
                     "Load it with `HasteForExtremeClassification.from_pretrained` to push it with other shards."
                 )
-            config = _stage_folder(Path(model), Path(staging))
-        elif getattr(getattr(model, "config", None), "model_type", None) == HasteConfig.model_type:
+            config = _stage_folder(Path(model), staging)
+        elif model_type == HasteConfig.model_type:
             config = model.config
             with exportable_code(model):
                 model.save_pretrained(staging, **({} if max_shard_size is None else {"max_shard_size": max_shard_size}))
         else:
-            model_type = getattr(getattr(model, "config", None), "model_type", None)
             raise TypeError(
                 f"`model` must be a HASTE model (model_type {HasteConfig.model_type!r}) or the folder of one, got "
                 f"{type(model).__name__} (model_type {model_type!r})."
             )
         if label_names is not None:
-            _write_label_names(Path(staging), label_names, config.label_count)
+            _write_label_names(staging, label_names, config.label_count)
         if tokenizer is not None:
-            tokenizer.save_pretrained(staging)
+            with tempfile.TemporaryDirectory(dir=staging) as tokenizer_files:
+                tokenizer.save_pretrained(tokenizer_files)
+                for name in os.listdir(tokenizer_files):
+                    _replace(staging / name)
+                    os.replace(os.path.join(tokenizer_files, name), staging / name)
 
         repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
-        _stage_model_card(Path(staging), model_card, config, repo_id, tags)
+        _stage_model_card(staging, model_card, config, repo_id, tags)
         if revision is not None and not revision.startswith("refs/pr/"):
             api.create_branch(repo_id, branch=revision, exist_ok=True)
         return api.upload_folder(
@@ -143,6 +148,13 @@ def push_to_hub(
             create_pr=create_pr,
             delete_patterns=WEIGHT_FILES,
         )
+
+
+def _replace(path: Path):
+    """Makes way for a new file at `path` in the staging folder; a link into the user's folder is removed,
+    never written through."""
+    if path.is_symlink() or path.exists():
+        path.unlink()
 
 
 def _stage_folder(folder: Path, staging: Path) -> HasteConfig:
@@ -164,12 +176,11 @@ def _stage_folder(folder: Path, staging: Path) -> HasteConfig:
         target.parent.mkdir(parents=True, exist_ok=True)
         os.symlink((folder / name).resolve(), target)
     config_dict["auto_map"] = {**config_dict.get("auto_map", {}), **AUTO_MAP}
-    (staging / CONFIG_FILE).unlink()
+    _replace(staging / CONFIG_FILE)
     (staging / CONFIG_FILE).write_text(json.dumps(config_dict, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     for path in exported_code_files():
         target = staging / os.path.basename(path)
-        if target.exists() or target.is_symlink():
-            target.unlink()
+        _replace(target)
         shutil.copyfile(path, target)
     return config
 
@@ -178,8 +189,7 @@ def _write_label_names(staging: Path, label_names: list[str], label_count: int):
     if len(label_names) != label_count:
         raise ValueError(f"`label_names` has {len(label_names)} entries for {label_count} labels: give one name per label.")
     target = staging / LABEL_NAMES_FILE
-    if target.is_symlink():
-        target.unlink()
+    _replace(target)
     with open(target, "w", encoding="utf-8") as f:
         json.dump([str(name) for name in label_names], f, ensure_ascii=False)
 
@@ -188,8 +198,8 @@ def _stage_model_card(staging: Path, model_card, config: HasteConfig, repo_id: s
     from .model_card import HasteModelCardData, render_model_card, write_model_card
 
     path = staging / MODEL_CARD_FILE
-    if model_card is not None and path.is_symlink():
-        path.unlink()
+    if model_card is not None:
+        _replace(path)
     if isinstance(model_card, HasteModelCardData):
         write_model_card(model_card, path)
     elif isinstance(model_card, ModelCard):
@@ -204,8 +214,7 @@ def _stage_model_card(staging: Path, model_card, config: HasteConfig, repo_id: s
     if tags:
         card = ModelCard.load(path)
         card.data.tags = list(dict.fromkeys([*(card.data.tags or []), *tags]))
-        if path.is_symlink():
-            path.unlink()
+        _replace(path)
         card.save(path)
 
 

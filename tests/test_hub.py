@@ -181,16 +181,19 @@ def test_model_push_to_hub_publishes_code_and_card(hub):
     assert_same_model(AutoModel.from_pretrained(repo_id, revision="v1"), model)
 
 
-def test_push_a_saved_folder_with_its_tokenizer_and_card(hub, tmp_path):
+def test_push_a_saved_folder_with_its_card_and_replaced_files(hub, tmp_path):
     model = make_model()
     model.set_label_names([f"n{i}" for i in range(LABELS)])
-    model.save_pretrained(tmp_path / "out")
-    tiny_tokenizer(tmp_path / "out")
-    (tmp_path / "out" / "README.md").write_text("---\ntags:\n- haste\n---\n# Our own card\n")
-    (tmp_path / "out" / "checkpoint-4").mkdir()
-    (tmp_path / "out" / "checkpoint-4" / "optimizer.pt").write_bytes(b"not published")
+    folder = tmp_path / "out"
+    model.save_pretrained(folder)
+    tiny_tokenizer(folder)
+    (folder / "README.md").write_text("---\ntags:\n- haste\n---\n# Our own card\n")
+    (folder / "checkpoint-4").mkdir()
+    (folder / "checkpoint-4" / "optimizer.pt").write_bytes(b"not published")
+    before = {path.name: path.read_bytes() for path in folder.iterdir() if path.is_file()}
     repo_id = new_repo_id(hub, "folder")
-    push_to_hub(tmp_path / "out", repo_id, tags=["demo"])
+    new_names = [f"renamed {i}" for i in range(LABELS)]
+    push_to_hub(folder, repo_id, tags=["demo"], label_names=new_names, tokenizer=tiny_tokenizer(tmp_path / "tok"))
 
     files = set(HfApi().list_repo_files(repo_id))
     assert CODE_FILES | {"config.json", "tokenizer_config.json", LABEL_NAMES_FILE} <= files
@@ -199,10 +202,9 @@ def test_push_a_saved_folder_with_its_tokenizer_and_card(hub, tmp_path):
     assert card.text.strip() == "# Our own card" and card.data.tags == ["haste", "demo"]
     loaded = AutoModel.from_pretrained(repo_id)
     assert_same_model(loaded, model)
-    assert loaded.label_names == model.label_names
-    # The folder itself is untouched: no auto_map added, no code copied.
-    assert "auto_map" not in json.loads((tmp_path / "out" / "config.json").read_text())
-    assert not CODE_FILES & set(os.listdir(tmp_path / "out"))
+    assert loaded.label_names == new_names
+    # The folder is untouched: the staged config, names, card and tokenizer files replaced links to it.
+    assert {path.name: path.read_bytes() for path in folder.iterdir() if path.is_file()} == before
 
 
 def test_cli_push(hub, tmp_path, capsys):
