@@ -19,13 +19,11 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import islice
-from typing import Optional, Union
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
-
 
 GROUPING_STRATEGIES = ("semantic", "frequency", "random")
 POOLING_MODES = ("cls", "mean", "last")
@@ -34,10 +32,10 @@ POOLING_MODES = ("cls", "mean", "last")
 _CPU_CHUNK_BYTES = 256 * 2**20
 _CUDA_CHUNK_BYTES = 2 * 2**30
 
-ArrayLike = Union[torch.Tensor, np.ndarray, Sequence]
+ArrayLike = torch.Tensor | np.ndarray | Sequence
 
 
-def _default_device(device: Optional[Union[str, torch.device]]) -> torch.device:
+def _default_device(device: str | torch.device | None) -> torch.device:
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
@@ -63,8 +61,8 @@ def _as_int64_vector(values: ArrayLike, name: str) -> torch.Tensor:
 
 def split_head_tail(
     label_counts: ArrayLike,
-    head_fraction: Optional[float] = None,
-    head_count: Optional[int] = None,
+    head_fraction: float | None = None,
+    head_count: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Split labels into a dense head (the most frequent ones) and a sparse tail.
 
@@ -95,7 +93,7 @@ def split_head_tail(
     if head_fraction is not None:
         if isinstance(head_fraction, bool) or not 0.0 <= float(head_fraction) <= 1.0:
             raise ValueError(f"`head_fraction` must be a number in [0, 1], got {head_fraction!r}.")
-        head_count = int(math.floor(float(head_fraction) * num_labels + 0.5))
+        head_count = math.floor(float(head_fraction) * num_labels + 0.5)
     elif isinstance(head_count, bool) or not isinstance(head_count, (int, np.integer)):
         raise ValueError(f"`head_count` must be an integer, got {head_count!r}.")
     elif not 0 <= head_count <= num_labels:
@@ -121,7 +119,7 @@ def _pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> t
     return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
 
 
-def _text_embedder(encoder, tokenizer, pooling: str, max_length: Optional[int], device: torch.device):
+def _text_embedder(encoder, tokenizer, pooling: str, max_length: int | None, device: torch.device):
     """Returns `(embed, restore)`: `embed(list[str]) -> [B, d]` and a callable undoing changes to the encoder."""
     from transformers import PreTrainedModel
 
@@ -172,16 +170,16 @@ def _batched(iterable: Iterable, size: int):
 
 @torch.no_grad()
 def compute_label_embeddings(
-    encoder: Union[str, Callable, "torch.nn.Module"],
+    encoder: "str | Callable | torch.nn.Module",
     texts: Iterable[str],
     labels: Iterable[Sequence[int]],
     num_labels: int,
     *,
     tokenizer=None,
     batch_size: int = 64,
-    max_length: Optional[int] = 128,
+    max_length: int | None = 128,
     pooling: str = "cls",
-    device: Optional[Union[str, torch.device]] = None,
+    device: str | torch.device | None = None,
     show_progress: bool = True,
 ) -> torch.Tensor:
     """Label embeddings from the positive training instances of each label.
@@ -283,10 +281,9 @@ class LabelGrouping:
 
     def __post_init__(self):
         self.order = _as_int64_vector(self.order, "order")
-        if isinstance(self.group_size, bool) or not isinstance(self.group_size, (int, np.integer)):
+        is_integer = isinstance(self.group_size, (int, np.integer)) and not isinstance(self.group_size, bool)
+        if not is_integer or self.group_size < 1:
             raise ValueError(f"`group_size` must be a positive integer, got {self.group_size!r}.")
-        if self.group_size < 1:
-            raise ValueError(f"`group_size` must be a positive integer, got {self.group_size}.")
         self.group_size = int(self.group_size)
 
     @property
@@ -303,7 +300,7 @@ class LabelGrouping:
         padded[: self.num_labels] = self.order
         return padded.view(self.num_groups, self.group_size)
 
-    def output_labels(self, head_ids: Optional[ArrayLike] = None) -> torch.Tensor:
+    def output_labels(self, head_ids: ArrayLike | None = None) -> torch.Tensor:
         """The model's `output_labels` buffer: head label ids, then the flattened (padded) groups."""
         head = _as_int64_vector(head_ids if head_ids is not None else [], "head_ids")
         return torch.cat([head, self.groups().reshape(-1)])
@@ -364,7 +361,7 @@ def _normalized_rows(
 
 def _assign_to_centroids(
     x: torch.Tensor, centroids: torch.Tensor, with_sums: bool
-) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Index of the most similar centroid of each row, and optionally the per-centroid sums of rows."""
     num_rows = x.shape[0]
     rows_per_chunk = max(1, _chunk_bytes(x.device) // (x.element_size() * centroids.shape[0]))
@@ -547,17 +544,17 @@ def _semantic_order(
 
 
 def group_labels(
-    embeddings: Optional[Union[torch.Tensor, np.ndarray]],
+    embeddings: torch.Tensor | np.ndarray | None,
     label_ids: ArrayLike,
     group_size: int,
     strategy: str = "semantic",
     *,
-    label_counts: Optional[ArrayLike] = None,
+    label_counts: ArrayLike | None = None,
     beta: float = 16,
     seed: int = 0,
-    device: Optional[Union[str, torch.device]] = None,
+    device: str | torch.device | None = None,
     kmeans_iters: int = 10,
-    dtype: Optional[torch.dtype] = None,
+    dtype: torch.dtype | None = None,
 ) -> LabelGrouping:
     """Orders the labels `label_ids` so that consecutive groups of `group_size` labels are related.
 
@@ -647,9 +644,9 @@ def group_labels(
 
 @torch.no_grad()
 def grouping_objective(
-    embeddings: Union[torch.Tensor, np.ndarray],
+    embeddings: torch.Tensor | np.ndarray,
     grouping: LabelGrouping,
-    device: Optional[Union[str, torch.device]] = None,
+    device: str | torch.device | None = None,
 ) -> float:
     """Mean cosine similarity of each grouped label's embedding to its group centroid (higher is better).
 

@@ -1,9 +1,11 @@
 import math
 
+import datasets
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from tiny_encoders import VOCAB_SIZE, tiny_encoder_config
 from transformers import BertModel, BertTokenizerFast
 
 from haste_hf.grouping import (
@@ -14,9 +16,6 @@ from haste_hf.grouping import (
     grouping_objective,
     split_head_tail,
 )
-
-from tiny_encoders import VOCAB_SIZE, tiny_encoder_config
-
 
 WORDS = [f"w{i}" for i in range(VOCAB_SIZE - 5)]
 
@@ -175,13 +174,18 @@ def test_label_embeddings_with_callable_and_sentence_transformers_style_encoder(
         show_progress=False,
     )
     from_encode = compute_label_embeddings(EncodeModel(), texts, labels, 12, batch_size=7, device="cpu")
+    dataset = datasets.Dataset.from_dict({"text": texts, "labels": [list(map(int, ids)) for ids in labels]})
+    from_dataset = compute_label_embeddings(
+        EncodeModel(), dataset["text"], dataset["labels"], 12, batch_size=8, device="cpu", show_progress=False
+    )
     torch.testing.assert_close(from_callable.double(), expected, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(from_encode.double(), expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(from_dataset.double(), expected, atol=1e-5, rtol=1e-5)
 
 
 def test_label_embeddings_reject_bad_input(tiny_bert):
-    model, tokenizer = tiny_bert
-    encode = lambda batch: torch.ones(len(batch), 4)  # noqa: E731
+    model, _tokenizer = tiny_bert
+    encode = lambda batch: torch.ones(len(batch), 4)
     with pytest.raises(ValueError, match=r"\[0, 3\)"):
         compute_label_embeddings(encode, ["a", "b"], [[0], [-100]], 3, device="cpu", show_progress=False)
     with pytest.raises(ValueError, match=r"\[0, 3\)"):
@@ -206,7 +210,10 @@ def test_label_embeddings_reject_bad_input(tiny_bert):
 
 
 @pytest.mark.parametrize("strategy", ["semantic", "frequency", "random"])
-@pytest.mark.parametrize("num_labels, group_size, beta", [(1, 4, 16), (3, 4, 16), (4, 4, 1), (37, 4, 1), (1000, 8, 2), (2501, 16, 16), (700, 1, 4), (50, 64, 16)])
+@pytest.mark.parametrize(
+    "num_labels, group_size, beta",
+    [(1, 4, 16), (3, 4, 16), (4, 4, 1), (37, 4, 1), (1000, 8, 2), (2501, 16, 16), (700, 1, 4), (50, 64, 16)],
+)
 def test_groups_are_full_and_cover_the_labels(strategy, num_labels, group_size, beta):
     embeddings = clustered_embeddings(3000, 12, 40, 1.0)
     label_ids = torch.randperm(3000, generator=torch.Generator().manual_seed(num_labels))[:num_labels]
