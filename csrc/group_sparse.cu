@@ -155,28 +155,16 @@ at::Tensor grad_weight(const at::Tensor& grad_out_in, const at::Tensor& x_in, co
   if (fast) {
     const at::Tensor xt = transposed_padded(x, 32);
     const int64_t Bp = xt.size(1);
-    // Small batches keep all of x^T in shared memory (see the kernel).
-    const int smem = static_cast<int>(d * (Bp + 8) * x.element_size());
-    const bool smem_x = smem <= props().sharedMemPerBlockOptin;
     HASTE_DISPATCH_16BIT(x.scalar_type(), "haste_grad_weight", [&] {
       using T = typename CudaType<scalar_t>::type;
       auto launch = [&](auto kernel, int64_t label_width) {
         const int64_t units = (L / label_width) * (F / 32);
-        int64_t blocks = ceil_div(units, kWarps);
-        int dynamic_smem = 0;
-        if (smem_x) {
-          dynamic_smem = smem;
-          allow_smem(kernel, smem);
-          int per_sm = 0;
-          C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
-          blocks = std::min<int64_t>(blocks, std::max(1, per_sm) * props().multiProcessorCount);
-        }
-        kernel<<<blocks, kThreads, dynamic_smem, stream>>>(ptr<scalar_t>(grad_out), ptr<scalar_t>(xt),
-                                                           supports.data_ptr<int>(), ptr<scalar_t>(grad_w), B, Bp,
-                                                           d, K, G, F);
+        kernel<<<ceil_div(units, kWarps), kThreads, 0, stream>>>(ptr<scalar_t>(grad_out), ptr<scalar_t>(xt),
+                                                                 supports.data_ptr<int>(), ptr<scalar_t>(grad_w),
+                                                                 B, Bp, K, G, F);
       };
-      if (G % 32 == 0) smem_x ? launch(grad_weight_mma_kernel<T, 32, 32, true>, 32) : launch(grad_weight_mma_kernel<T, 32, 32, false>, 32);
-      else smem_x ? launch(grad_weight_mma_kernel<T, 16, 32, true>, 16) : launch(grad_weight_mma_kernel<T, 16, 32, false>, 16);
+      if (G % 32 == 0) launch(grad_weight_mma_kernel<T, 32, 32>, 32);
+      else launch(grad_weight_mma_kernel<T, 16, 32>, 16);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
     return grad_w;

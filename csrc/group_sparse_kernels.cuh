@@ -277,17 +277,23 @@ __device__ __forceinline__ int wgrad_label_of_row(int r, int g) {
   return (LW / 4) * (g >> 1) + 2 * r + (g & 1);
 }
 
-template <typename T, int LW, int FN, bool SMEM_X>
-__device__ __forceinline__ void grad_weight_unit(const T* __restrict__ grad_out, const T* __restrict__ xt,
-                                                 const T* xs, const int* __restrict__ supports,
-                                                 T* __restrict__ grad_weight, int B, int Bp, int K, int G, int F,
-                                                 int64_t unit, int lane) {
+template <typename T, int LW, int FN>
+__global__ void __launch_bounds__(kThreads, 2) grad_weight_mma_kernel(
+    const T* __restrict__ grad_out,    // [B][L]
+    const T* __restrict__ xt,          // [d][Bp], Bp a multiple of 32, zero padded
+    const int* __restrict__ supports,  // [K][F]
+    T* __restrict__ grad_weight,       // [K][G][F]
+    int B, int Bp, int K, int G, int F) {
   constexpr int kMTiles = LW / 16;      // 1 or 2
   constexpr int kRegsPerLoad = LW / 8;  // pairs per lane per grad_out row: 2 or 4
   constexpr int kNTiles = FN / 8;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int64_t L = (int64_t)K * G;
   const int passes = F / FN;
+  const int64_t num_units = (L / LW) * passes;
+  const int64_t unit = (int64_t)blockIdx.x * kWarps + warp;
+  if (unit >= num_units) return;
   const int64_t label0 = (unit / passes) * LW;
   const int f0 = (int)(unit % passes) * FN;
   const int64_t group = label0 / G;
@@ -312,14 +318,9 @@ __device__ __forceinline__ void grad_weight_unit(const T* __restrict__ grad_out,
   auto load_chunk = [&](int bb, Chunk& c) {
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt) {
-      if constexpr (SMEM_X) {
-        const uint4 u = *reinterpret_cast<const uint4*>(xs + feature[nt] * (Bp + 8) + bb + 8 * t);
-        c.b[nt][0] = u.x; c.b[nt][1] = u.y; c.b[nt][2] = u.z; c.b[nt][3] = u.w;
-      } else {
-        Pairs<4> p = load_pairs<4>(xt + (int64_t)feature[nt] * Bp + bb + 8 * t, true);
+      Pairs<4> p = load_pairs<4>(xt + (int64_t)feature[nt] * Bp + bb + 8 * t, true);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) c.b[nt][i] = p.v[i];
-      }
+      for (int i = 0; i < 4; ++i) c.b[nt][i] = p.v[i];
     }
 #pragma unroll
     for (int step = 0; step < 2; ++step) {
@@ -369,39 +370,6 @@ __device__ __forceinline__ void grad_weight_unit(const T* __restrict__ grad_out,
         *reinterpret_cast<uint4*>(grad_weight + label * F + f0 + nq * 32 + 8 * t) = make_uint4(p[0], p[1], p[2], p[3]);
       }
     }
-  }
-}
-
-
-template <typename T, int LW, int FN, bool SMEM_X>
-__global__ void __launch_bounds__(kThreads, 2) grad_weight_mma_kernel(
-    const T* __restrict__ grad_out,    // [B][L]
-    const T* __restrict__ xt,          // [d][Bp], Bp a multiple of 32, zero padded
-    const int* __restrict__ supports,  // [K][F]
-    T* __restrict__ grad_weight,       // [K][G][F]
-    int B, int Bp, int d, int K, int G, int F) {
-  // SMEM_X (small batches): the whole x^T, [d][Bp + 8], sits in shared memory and the blocks are
-  // persistent, so the gathered rows come from shared memory instead of L2 (which would carry F / G
-  // times the bytes of grad_out). Otherwise one unit per warp, gathered rows read from L2.
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t L = (int64_t)K * G;
-  const int64_t num_units = (L / LW) * (F / FN);
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* xs = reinterpret_cast<T*>(smem_raw);
-  const int xs_stride = Bp + 8;
-  if constexpr (SMEM_X) {
-    for (int idx = threadIdx.x; idx < d * (Bp / 8); idx += blockDim.x) {
-      const int row = idx / (Bp / 8), vec = idx % (Bp / 8);
-      *reinterpret_cast<uint4*>(xs + row * xs_stride + vec * 8) =
-          __ldg(reinterpret_cast<const uint4*>(xt + (int64_t)row * Bp + vec * 8));
-    }
-    __syncthreads();
-    for (int64_t unit = (int64_t)blockIdx.x * kWarps + warp; unit < num_units; unit += (int64_t)gridDim.x * kWarps)
-      grad_weight_unit<T, LW, FN, SMEM_X>(grad_out, xt, xs, supports, grad_weight, B, Bp, K, G, F, unit, lane);
-  } else {
-    const int64_t unit = (int64_t)blockIdx.x * kWarps + warp;
-    if (unit < num_units)
-      grad_weight_unit<T, LW, FN, SMEM_X>(grad_out, xt, xs, supports, grad_weight, B, Bp, K, G, F, unit, lane);
   }
 }
 
