@@ -41,6 +41,7 @@ def _stop_hub():
         _hub_process.wait(timeout=10)
     except subprocess.TimeoutExpired:
         _hub_process.kill()
+    _hub_process.stdout.close()
     shutil.rmtree(_HUB_TMP, ignore_errors=True)
 
 
