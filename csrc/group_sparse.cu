@@ -51,10 +51,12 @@ at::Tensor transposed_padded(const at::Tensor& x, int64_t multiple) {
   return xt;
 }
 
-int forward_smem_bytes(int64_t d, int64_t element_size) {
-  return static_cast<int>(d * (kFwdBatchTile + kFwdRowPad) * element_size);
+// Shared memory of the forward's feature tile and of the feature gradient's accumulator (64-bit: the
+// envelope check must not wrap for a wide d).
+int64_t forward_smem_bytes(int64_t d, int64_t element_size) {
+  return d * (kFwdBatchTile + kFwdRowPad) * element_size;
 }
-int grad_input_smem_bytes(int64_t d) { return static_cast<int>((kBwdBatchTile + kBwdRowPad) * d * sizeof(float)); }
+int64_t grad_input_smem_bytes(int64_t d) { return d * (kBwdBatchTile + kBwdRowPad) * static_cast<int64_t>(sizeof(float)); }
 
 bool tensor_core_shape(const at::Tensor& weight) {
   const int64_t G = weight.size(1), F = weight.size(2);
@@ -107,7 +109,7 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& weight, const at::T
   if (fast) {
     HASTE_DISPATCH_16BIT(x.scalar_type(), "haste_forward", [&] {
       using T = typename CudaType<scalar_t>::type;
-      const int smem = forward_smem_bytes(d, sizeof(T));
+      const int smem = static_cast<int>(forward_smem_bytes(d, sizeof(T)));
       const int64_t num_units = ceil_div(L, 32);
       const int64_t batch_tiles = Bp / kFwdBatchTile;
       const int64_t blocks_y = std::max<int64_t>(
@@ -196,7 +198,7 @@ at::Tensor grad_input(const at::Tensor& grad_out_in, const at::Tensor& weight, c
   const at::TensorOptions f32 = grad_out.options().dtype(at::kFloat);
 
   if (fast) {
-    const int smem = grad_input_smem_bytes(d);
+    const int smem = static_cast<int>(grad_input_smem_bytes(d));
     const int64_t batch_tiles = ceil_div(B, kBwdBatchTile);
     // At most one wave of resident blocks: a second, partial wave would nearly double the time.
     const int64_t splits =
