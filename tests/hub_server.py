@@ -33,7 +33,8 @@ Files:
 Errors carry `X-Error-Code` (RepoNotFound, RevisionNotFound, EntryNotFound) and `X-Error-Message`, which the
 client maps to its exception classes; a 404 on `resolve` also carries `X-Repo-Commit` (transformers probes
 optional files that way). Private repos answer 401 RepoNotFound to requests without the server's token, and
-every write needs the token.
+every write needs the token. Repository ids always have a namespace; an id without one (a legacy Hub id such as
+`gpt2`) is answered RepoNotFound.
 
 Each repository is a bare git repository at `<root>/<t>/<org>/<name>` (created with a first commit holding
 `.gitattributes`, as the Hub does), so a read-only mirror such as olah can serve the same folder. Commit
@@ -394,6 +395,9 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         if len(parts) >= 5 and parts[2] == "resolve" and method in ("GET", "HEAD"):
             self._endpoint = "resolve"
             return self._resolve(repo_type, "/".join(parts[:2]), parts[3], "/".join(parts[4:]))
+        if len(parts) >= 4 and parts[1] == "resolve":  # a legacy id without namespace ("gpt2"): none is stored
+            self._endpoint = "resolve"
+            raise HubError(404, "Repository not found", "RepoNotFound")
         raise HubError(404, f"Not found: {raw_path}")
 
     def _route_api(self, method: str, parts: list[str]):
@@ -406,8 +410,10 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         if parts == ["whoami-v2"] and method == "GET":
             self._endpoint = "whoami-v2"
             return self._whoami()
-        if len(parts) < 3 or parts[0] not in REPO_TYPES:
+        if len(parts) < 2 or parts[0] not in REPO_TYPES:
             raise HubError(404, f"Not found: /api/{'/'.join(parts)}")
+        if len(parts) == 2:  # a legacy id without namespace ("gpt2"): none is stored
+            raise HubError(404, "Repository not found", "RepoNotFound")
         repo_type, repo_id, action, rest = REPO_TYPES[parts[0]], "/".join(parts[1:3]), parts[3:4], parts[4:]
         routes = {
             ("GET", ()): self._repo_info,
@@ -424,6 +430,7 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         }
         handler = routes.get((method, tuple(action)))
         if handler is None:
+            self._repo(repo_type, repo_id)  # RepoNotFound first, as the Hub answers
             raise HubError(404, f"Not found: /api/{'/'.join(parts)}")
         self._endpoint = "{t}/{repo}" + "".join(f"/{a}" for a in action)
         return handler(repo_type, repo_id, rest)

@@ -260,6 +260,13 @@ def test_errors_map_to_the_client_exceptions(api, repo_id, hub):
         api.model_info(f"{hub.user}/does-not-exist")
     with pytest.raises(RepositoryNotFoundError):
         hf_hub_download(f"{hub.user}/does-not-exist", "config.json")
+    # Ids without a namespace (legacy Hub models such as "gpt2") are never stored.
+    with pytest.raises(RepositoryNotFoundError):
+        hf_hub_download("gpt2", "config.json")
+    with pytest.raises(RepositoryNotFoundError):
+        api.model_info("gpt2")
+    with pytest.raises(RepositoryNotFoundError):
+        api.model_info("gpt2", revision="main")
     with pytest.raises(RevisionNotFoundError):
         api.model_info(repo_id, revision="no-such-branch")
     with pytest.raises(RevisionNotFoundError):
