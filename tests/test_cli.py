@@ -1,0 +1,110 @@
+import gzip
+import json
+
+import pytest
+from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
+from transformers import BertModel
+
+from haste_hf import HasteForExtremeClassification
+from haste_hf.cli import build_parser, main
+
+
+LABELS = 30
+
+
+@pytest.fixture(scope="module")
+def encoder_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("encoder")
+    BertModel(tiny_encoder_config("bert")).save_pretrained(path)
+    tiny_tokenizer(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def dataset_dir(tmp_path_factory):
+    """A raw-text JSON-lines dataset (the repository's LF-* format) with planted labels."""
+    path = tmp_path_factory.mktemp("dataset")
+    for name, rows in (("trn", planted_texts(LABELS, 160, seed=0)), ("tst", planted_texts(LABELS, 40, seed=1))):
+        with gzip.open(path / f"{name}.json.gz", "wt") as f:
+            for i, row in enumerate(rows):
+                f.write(json.dumps({"uid": str(i), "title": row["text"], "content": "", "target_ind": row["labels"]}) + "\n")
+    with gzip.open(path / "lbl.json.gz", "wt") as f:
+        for label in range(LABELS):
+            f.write(json.dumps({"uid": str(label), "title": f"label {label}"}) + "\n")
+    return path
+
+
+def common(dataset_dir, encoder_dir=None):
+    return ["--data", str(dataset_dir), "--max-length", "16", "--eval-batch-size", "16"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, dataset_dir, encoder_dir):
+    output = tmp_path_factory.mktemp("model")
+    arguments = ["train", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output-dir", str(output),
+                 "--epochs", "2", "--batch-size", "16", "--group-size", "4", "--fan-in", "8", "--head-fraction", "0.1",
+                 "--rewiring-interval", "5", "--lr", "1e-3", "--propensity-a", "0.5", "--propensity-b", "0.4"]  # fmt: skip
+    assert main(arguments) == 0
+    return output
+
+
+def test_train_saves_model_tokenizer_card_and_metrics(trained, capsys):
+    files = {path.name for path in trained.iterdir()}
+    assert {"config.json", "model.safetensors", "label_names.json", "tokenizer_config.json", "README.md",
+            "haste_card.png", "test_metrics.json"} <= files  # fmt: skip
+    model = HasteForExtremeClassification.from_pretrained(trained)
+    assert model.config.head_label_count == 3 and model.config.group_size == 4
+    assert model.label_names[5] == "label 5"
+    metrics = json.loads((trained / "test_metrics.json").read_text())
+    assert {"P@1", "P@5", "PSP@1", "PSP@5"} <= set(metrics)
+    card = (trained / "README.md").read_text()
+    assert "| Label grouping | semantic |" in card and "A = 0.5, B = 0.4" in card
+
+
+def test_evaluate_prints_summary_and_matches_training(trained, dataset_dir, encoder_dir, capsys, tmp_path):
+    output = tmp_path / "metrics.json"
+    args = ["evaluate", "--model", str(trained), *common(dataset_dir, encoder_dir), "--output", str(output),
+            "--propensity-a", "0.5", "--propensity-b", "0.4"]  # fmt: skip
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "P " in printed and "PSP" in printed and "A=0.5, B=0.4" in printed
+    assert json.loads(output.read_text()) == pytest.approx(json.loads((trained / "test_metrics.json").read_text()))
+
+
+def test_predict_writes_top_k_with_names(trained, tmp_path):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("w3 w40 w50\nw7 w60\n")
+    output = tmp_path / "top.jsonl"
+    assert main(["predict", "--model", str(trained), "--input", str(texts), "--output", str(output), "-k", "3"]) == 0
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert len(records) == 2 and all(len(record["label_ids"]) == 3 for record in records)
+    assert records[0]["labels"] == [f"label {i}" for i in records[0]["label_ids"]]
+    assert records[0]["scores"] == sorted(records[0]["scores"], reverse=True)
+
+
+def test_group_then_train_from_grouping_file(dataset_dir, encoder_dir, tmp_path):
+    grouping = tmp_path / "grouping.safetensors"
+    assert main(["group", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output", str(grouping),
+                 "--group-size", "4", "--head-fraction", "0.1"]) == 0  # fmt: skip
+    arguments = ["train", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output-dir",
+                 str(tmp_path / "model"), "--max-steps", "2", "--group-size", "4", "--fan-in", "8",
+                 "--head-fraction", "0.1", "--grouping-file", str(grouping), "--validation-fraction", "0"]  # fmt: skip
+    assert main(arguments) == 0
+    from haste_hf.grouping import LabelGrouping
+
+    order = LabelGrouping.load(str(grouping)).order
+    model = HasteForExtremeClassification.from_pretrained(tmp_path / "model")
+    assert model.output_labels[3 : 3 + len(order)].tolist() == order.tolist()
+
+
+def test_help_explains_every_flag(capsys):
+    parser = build_parser()
+    subcommands = parser._subparsers._group_actions[0].choices
+    assert set(subcommands) == {"train", "demo", "evaluate", "predict", "group", "push"}
+    for name, subparser in subcommands.items():
+        for action in subparser._actions:
+            if action.dest != "help":
+                assert action.help, f"{name} --{action.dest} has no help"
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    assert "--group-size" in capsys.readouterr().out
