@@ -292,7 +292,11 @@ def test_trainer_pushes_every_save(trained):
     trainer, repo_id = trained
     api = HfApi()
     titles = [commit.title for commit in api.list_repo_commits(repo_id)]
-    assert titles[:2] == ["Training in progress, step 4", "Training in progress, step 2"]
+    # Each save queues a background upload of `output_dir`, which the next save may overwrite before the upload
+    # reads it: the last pushed commit holds the final weights but may carry an earlier step's title, and a
+    # later upload that then finds nothing changed makes no commit.
+    assert titles[-1] == "initial commit" and titles[0].startswith("Training in progress, step ")
+    assert set(titles[:-1]) <= {"Training in progress, step 2", "Training in progress, step 4"}
     assert api.model_info(repo_id).private is True
     assert {"config.json", "model.safetensors", "tokenizer_config.json"} <= set(api.list_repo_files(repo_id))
     assert_same_model(AutoModel.from_pretrained(repo_id), trainer.model.eval())
