@@ -113,6 +113,16 @@ class HasteConfig(PretrainedConfig):
         super().__init__(**kwargs)
         self.validate_haste()
 
+    @classmethod
+    def from_dict(cls, config_dict, **kwargs):
+        model_type = config_dict.get("model_type", cls.model_type)
+        if model_type != cls.model_type:
+            raise ValueError(
+                f"This checkpoint holds a {model_type!r} model, not a HASTE one (model_type {cls.model_type!r}): "
+                "load it with its own class, or wrap it with `HasteForExtremeClassification.from_encoder_pretrained`."
+            )
+        return super().from_dict(config_dict, **kwargs)
+
     @property
     def tail_label_count(self) -> int:
         return self.label_count - self.head_label_count

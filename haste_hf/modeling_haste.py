@@ -495,6 +495,16 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
+    def push_to_hub(self, repo_id: str, **kwargs):
+        """Publishes the model with its label names, exportable code and HASTE model card in one commit (see
+        `haste_hf.hub.push_to_hub`): a plain upload would replace the card and, unless the classes were
+        registered for auto classes, leave out the code that `trust_remote_code=True` loading needs."""
+        try:
+            from haste_hf.hub import push_to_hub
+        except ImportError:  # running as exported remote code, without haste_hf
+            return super().push_to_hub(repo_id, **kwargs)
+        return push_to_hub(self, repo_id, **kwargs)
+
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
         model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)

@@ -7,6 +7,7 @@ every `rewiring_interval` steps; evaluation ranks labels with top-k, never gathe
 """
 
 import os
+import shutil
 
 import torch
 from torch import nn
@@ -133,12 +134,50 @@ class HasteTrainer(Trainer):
             return loss, None, None
         return loss, outputs.top_label_ids, labels
 
-    def create_model_card(self, *args, **kwargs) -> None:
+    def _save(self, output_dir: str | None = None, state_dict=None):
+        # Checkpoints and Hub pushes carry the exportable code, so they load with trust_remote_code=True
+        # where haste_hf is not installed.
+        from .hub import exportable_code
+
+        model = _unwrap_model(self.model)
+        if not isinstance(model, HasteForExtremeClassification):
+            return super()._save(output_dir, state_dict)
+        with exportable_code(model):
+            return super()._save(output_dir, state_dict)
+
+    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
+        # Trainer copies only the config and weights of the checkpoint into the folder it pushes; the config
+        # names the exported code in `auto_map`, so the code goes along.
+        from .hub import exported_code_files
+
+        if self.is_world_process_zero():
+            for path in exported_code_files():
+                shutil.copyfile(path, os.path.join(self.args.output_dir, os.path.basename(path)))
+        super()._push_from_checkpoint(checkpoint_folder)
+
+    def create_model_card(
+        self,
+        model_name: str | None = None,
+        tags: str | list[str] | None = None,
+        license: str | None = None,
+        dataset: str | list[str] | None = None,
+        **unused_trainer_fields,
+    ) -> None:
         """Writes the HASTE model card (both optimizers, sparsity, grouping, rewiring, metrics) to
-        `output_dir/README.md` instead of the generic one, which would name a single optimizer."""
+        `output_dir/README.md` instead of the generic one, which would name a single optimizer. Takes the
+        arguments of `Trainer.create_model_card`; those the HASTE card has no place for are not used."""
         if not self.is_world_process_zero():
             return
         from .model_card import HasteModelCardData, write_model_card
 
-        card_data = HasteModelCardData.from_trainer(self, **kwargs)
+        fields = {}
+        if model_name is not None and not self.args.hub_model_id:
+            fields["model_id"] = model_name
+        if license is not None:
+            fields["license"] = license
+        if dataset is not None:
+            fields["dataset_name"] = dataset if isinstance(dataset, str) else ", ".join(dataset)
+        card_data = HasteModelCardData.from_trainer(self, **fields)
+        extra_tags = [tags] if isinstance(tags, str) else tags or []
+        card_data.tags = list(dict.fromkeys([*card_data.tags, *extra_tags]))
         write_model_card(card_data, os.path.join(self.args.output_dir, "README.md"))
