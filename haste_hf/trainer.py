@@ -112,6 +112,16 @@ class HasteTrainer(Trainer):
             self._created_lr_scheduler = True
         return self.lr_scheduler
 
+    def _clip_grad_norm(self, model):
+        """Clips the encoder side to `max_grad_norm` and the output layer to `output_max_grad_norm` apart
+        (see `HasteTrainingArguments`); returns the encoder side's norm, which the Trainer logs."""
+        encoder_side, output_layer = split_parameters(_unwrap_model(model))
+        # Through accelerate first: it unscales all gradients (fp16) before measuring.
+        encoder_norm = self.accelerator.clip_grad_norm_([p for _, p in encoder_side], self.args.max_grad_norm)
+        if self.args.output_max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(output_layer, self.args.output_max_grad_norm)
+        return encoder_norm
+
     def _get_learning_rate(self) -> float:
         # The Trainer reads the rate here, before stepping the schedule, and logs it as `learning_rate`
         # (the encoder's); the output layer's rate, on its own schedule, is read at the same moment.

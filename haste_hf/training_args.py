@@ -15,9 +15,11 @@ OUTPUT_LAYER_DTYPES = ("float32", "bfloat16")
 class HasteTrainingArguments(TrainingArguments):
     """`TrainingArguments` for [`HasteTrainer`].
 
-    The inherited `learning_rate`, `weight_decay`, `lr_scheduler_type` and `warmup_steps` configure the
-    encoder's AdamW (which also trains the head/tail projections); the `output_*` fields configure the
-    SGD that trains the dense head and the sparse tail. Defaults follow the HASTE paper: AdamW at 5e-5
+    The inherited `learning_rate`, `weight_decay`, `lr_scheduler_type`, `warmup_steps` and `max_grad_norm`
+    configure the encoder's AdamW (which also trains the head/tail projections); the `output_*` fields
+    configure the SGD that trains the dense head and the sparse tail. The two are clipped apart: with a
+    BCE summed over labels, the output layer's gradient norm grows with the label count, and clipping it
+    together with the encoder's would shrink the encoder's steps and stall the output layer. Defaults follow the HASTE paper: AdamW at 5e-5
     with a cosine schedule, SGD at 0.05 with momentum 0.9 and decoupled weight decay 1e-4, rewiring 20%
     of the tail's (group, slot) pairs every 2,000 steps during the first two thirds of training.
     """
@@ -30,6 +32,9 @@ class HasteTrainingArguments(TrainingArguments):
     output_lr_scheduler_type: str = field(default="cosine", metadata={"help": "Output layer learning-rate schedule."})
     output_warmup_steps: float = field(
         default=0.0, metadata={"help": "Output layer warm-up: steps if >= 1, else a fraction of training."}
+    )
+    output_max_grad_norm: float = field(
+        default=0.0, metadata={"help": "Clip the output layer's gradient norm to this (0: no clipping)."}
     )
     output_stochastic_rounding: bool = field(
         default=True, metadata={"help": "Round bfloat16 output-layer weights stochastically after each update."}
@@ -54,9 +59,14 @@ class HasteTrainingArguments(TrainingArguments):
 
     def __post_init__(self):
         super().__post_init__()
-        for name in ("output_learning_rate", "output_momentum", "output_weight_decay", "output_warmup_steps"):
+        for name in ("output_learning_rate", "output_momentum", "output_weight_decay", "output_warmup_steps", "output_max_grad_norm"):
             if getattr(self, name) < 0:
                 raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}.")
+        if self.output_max_grad_norm > 0 and not self.max_grad_norm > 0:
+            raise ValueError(
+                "`output_max_grad_norm` takes effect only where the Trainer clips gradients, which needs "
+                f"`max_grad_norm` > 0 (got {self.max_grad_norm}); set both, or `output_max_grad_norm=0`."
+            )
         if self.output_layer_dtype not in (None, *OUTPUT_LAYER_DTYPES):
             raise ValueError(f"`output_layer_dtype` must be one of {OUTPUT_LAYER_DTYPES} or None, got {self.output_layer_dtype!r}.")
         if self.rewiring_interval < 0:

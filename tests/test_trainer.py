@@ -177,3 +177,28 @@ def test_model_card_names_both_optimizers(tmp_path, tokenizer, datasets_):
     assert "momentum 0.9, decoupled weight decay 0.0001" in card
     assert "every 3 steps" in card and "planted" in card and "frequency" in card
     assert "adamw_torch" not in card
+
+
+@pytest.mark.parametrize("output_max_grad_norm", [0.0, 0.5])
+def test_encoder_and_output_layer_are_clipped_apart(tmp_path, tokenizer, datasets_, output_max_grad_norm):
+    trainer = make_trainer(tmp_path, tokenizer, datasets_[0], max_grad_norm=0.1, output_max_grad_norm=output_max_grad_norm)
+    model = trainer.model
+    input_ids = torch.randint(5, 100, (8, 6))
+    model(input_ids, torch.ones_like(input_ids), labels=torch.randint(0, LABELS, (8, 2))).loss.backward()
+    encoder_side, output_layer = (
+        [p for n, p in model.named_parameters() if not n.startswith(("head.", "tail."))],
+        [p for n, p in model.named_parameters() if n.startswith(("head.", "tail."))],
+    )
+    norm = lambda params: torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params])).item()  # noqa: E731
+    output_before, encoder_before = norm(output_layer), norm(encoder_side)
+    assert output_before > 1.0 and encoder_before > 0.1
+    reported = trainer._clip_grad_norm(model)
+    assert float(reported) == pytest.approx(encoder_before, rel=1e-5)
+    assert norm(encoder_side) == pytest.approx(0.1, rel=1e-4)
+    expected_output = output_max_grad_norm or output_before
+    assert norm(output_layer) == pytest.approx(expected_output, rel=1e-4)
+
+
+def test_output_clipping_needs_trainer_clipping(tmp_path):
+    with pytest.raises(ValueError, match="`output_max_grad_norm`"):
+        HasteTrainingArguments(output_dir=str(tmp_path), max_grad_norm=0.0, output_max_grad_norm=1.0)
