@@ -365,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
         publish.add_argument("--hub-model-id", default=None, help="Repository id named in the model card.")
         publish.add_argument("--private", action="store_true", help="Create the Hub repository as private.")
         train.set_defaults(handler=command_train)
-    commands.choices["demo"].set_defaults(encoder="minilm", epochs=3, batch_size=32, max_length=64, lr=1e-4,
+    commands.choices["demo"].set_defaults(encoder="minilm", epochs=3, batch_size=32, max_length=32, lr=1e-4,
                                           rewiring_interval=50, output_dir="haste-demo")  # fmt: skip
 
     evaluate = commands.add_parser("evaluate", help="Evaluate a trained model on a dataset split.", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
