@@ -101,4 +101,6 @@ class RewiringCallback(TrainerCallback):
         if optimizer is not None:
             reset_optimizer_state_(optimizer, tail.weight, result)
         state.log_history.append({"rewired_pairs": result.count, "step": state.global_step})
+        # Log this step, so the count reaches the console and the logging integrations too.
+        control.should_log = True
         logger.info("Step %d: rewired %d (group, slot) pairs of the sparse tail.", state.global_step, result.count)

@@ -131,6 +131,10 @@ class HasteTrainer(Trainer):
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "learning_rate" in logs:
             logs["output_learning_rate"] = self._output_learning_rate
+        # A rewiring at this step left its count in the history (see RewiringCallback): log it with the rest.
+        last = self.state.log_history[-1] if self.state.log_history else {}
+        if set(last) == {"rewired_pairs", "step"} and last["step"] == self.state.global_step:
+            logs["rewired_pairs"] = self.state.log_history.pop()["rewired_pairs"]
         super().log(logs, start_time)
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):

@@ -82,6 +82,7 @@ def test_training_logs_both_rates_and_rewires(tmp_path, tokenizer, datasets_):
     rewirings = [entry for entry in trainer.state.log_history if "rewired_pairs" in entry]
     assert [entry["step"] for entry in rewirings] == [3]  # steps 3 and 6; 6 > 2/3 of 8
     assert rewirings[0]["rewired_pairs"] == int(trainer.model.tail.supports.numel() * 0.25)
+    assert "loss" in rewirings[0]  # logged with the step's other values, not on its own
     assert not torch.equal(trainer.model.tail.supports, supports)
 
 
