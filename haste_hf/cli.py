@@ -168,6 +168,7 @@ def command_train(args) -> int:
     )  # fmt: skip
     propensity = propensity_for(args, data)
     has_validation = validation_split is not None
+    evaluation_strategy = "no" if not has_validation else "steps" if args.eval_steps else "epoch"
     training_args = HasteTrainingArguments(
         output_dir=args.output_dir, num_train_epochs=args.epochs, max_steps=args.max_steps,
         per_device_train_batch_size=args.batch_size, per_device_eval_batch_size=args.eval_batch_size,
@@ -178,7 +179,8 @@ def command_train(args) -> int:
         output_layer_dtype="bfloat16" if args.bf16 else None, bf16=args.bf16,
         rewiring_interval=args.rewiring_interval, rewiring_fraction=args.rewiring_fraction,
         rewiring_end=args.rewiring_end, rewiring_init=args.rewiring_init,
-        eval_strategy="epoch" if has_validation else "no", save_strategy="epoch" if has_validation else "no",
+        eval_strategy=evaluation_strategy, save_strategy=evaluation_strategy, eval_steps=args.eval_steps,
+        save_steps=args.eval_steps,
         load_best_model_at_end=has_validation, metric_for_best_model="P@1", greater_is_better=True,
         save_total_limit=1, logging_steps=args.logging_steps, seed=args.seed, report_to=[],
         dataloader_num_workers=args.num_workers,
@@ -359,6 +361,8 @@ def build_parser() -> argparse.ArgumentParser:
         optim.add_argument("--rewiring-end", type=float, default=2 / 3, help="Last rewiring at this fraction of training.")
         optim.add_argument("--rewiring-init", choices=("zero", "random"), default="zero", help="Weights of regrown slots.")
         optim.add_argument("--logging-steps", type=int, default=20, help="Steps between loss logs.")
+        optim.add_argument("--eval-steps", type=int, default=None,
+                           help="Evaluate on the validation split (and checkpoint) every N steps instead of every epoch.")  # fmt: skip
         optim.add_argument("--num-workers", type=int, default=0, help="Data loader worker processes.")
         publish = train.add_argument_group("publishing")
         publish.add_argument("--push-to-hub", metavar="REPO_ID", default=None, help="Push the trained model to this Hub repository.")
