@@ -248,7 +248,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         if head_label_fraction is not None:
             if not 0.0 <= head_label_fraction <= 1.0:
                 raise ValueError(f"`head_label_fraction` must lie in [0, 1], got {head_label_fraction}.")
-            head_label_count = round(head_label_fraction * label_count)
+            head_label_count = math.floor(head_label_fraction * label_count + 0.5)  # half up, as the grouping split
         if isinstance(encoder, (str, os.PathLike)):
             encoder_kwargs = encoder_kwargs or {}
             encoder_config = AutoConfig.from_pretrained(encoder, **encoder_kwargs)
