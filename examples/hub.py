@@ -50,10 +50,11 @@ script = textwrap.dedent(f"""
     import torch
     from transformers import AutoModel, AutoTokenizer
     model = AutoModel.from_pretrained({args.repo_id!r}, revision={args.branch!r}, trust_remote_code=True).eval()
-    tokenizer = AutoTokenizer.from_pretrained({args.repo_id!r}, revision={args.branch!r})
+    tokenizer = AutoTokenizer.from_pretrained({args.repo_id!r}, revision={args.branch!r}, trust_remote_code=True)
     batch = tokenizer({texts!r}, return_tensors="pt", padding=True, truncation=True, max_length=32)
     with torch.no_grad():
         print(model.predict_topk(**batch, k=3).label_ids.tolist())
 """)
 remote = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.strip()
-print("Without haste_hf:", remote, "(same as above:", remote == str(top.label_ids.tolist()) + ")")
+same = remote == str(top.label_ids.tolist())
+print(f"Without haste_hf: {remote} (same as above: {same})")

@@ -255,6 +255,8 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             encoder = AutoModel.from_pretrained(encoder, **_encoder_kwargs(encoder_config), **encoder_kwargs)
         if not isinstance(encoder, PreTrainedModel):
             raise ValueError(f"`encoder` must be a model id, a path or a PreTrainedModel, got {type(encoder).__name__}.")
+        if _encoder_kwargs(encoder.config) and getattr(encoder, "pooler", None) is not None:
+            encoder.pooler = None  # as `__init__` builds it: no pooler, so saved weights match a fresh model
         config = HasteConfig(
             encoder=encoder.config, label_count=label_count, head_label_count=head_label_count or 0, **config_kwargs
         )
