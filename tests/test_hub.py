@@ -27,7 +27,6 @@ from haste_hf.modeling_haste import LABEL_NAMES_FILE, output_labels_from_frequen
 
 LABELS = 40
 CODE_FILES = {"configuration_haste.py", "modeling_haste.py", "sparse_ops.py"}
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def make_model(seed=0, label_count=LABELS, **overrides):
@@ -79,8 +78,7 @@ def run_python(script, env=None, cwd=None):
 # Loads a repository in a fresh interpreter where `haste_hf` cannot be imported, and saves its outputs.
 REMOTE_CODE_SCRIPT = """
     import sys
-    sys.path = [p for p in sys.path if p and not p.startswith({repo_root!r})]
-    sys.modules["haste_hf"] = None  # also hides an installed (e.g. editable) haste_hf
+    sys.modules["haste_hf"] = None  # hides the package, installed or in the working directory
     try:
         import haste_hf  # noqa: F401  (registers the auto classes)
     except ImportError:
@@ -109,7 +107,7 @@ REMOTE_CODE_SCRIPT = """
 def load_with_remote_code(repo_id, revisions, tmp_path):
     torch.save(batch(), tmp_path / "batch.pt")
     script = REMOTE_CODE_SCRIPT.format(
-        repo_root=REPO_ROOT, repo_id=repo_id, revisions=revisions, batch_path=str(tmp_path / "batch.pt"),
+        repo_id=repo_id, revisions=revisions, batch_path=str(tmp_path / "batch.pt"),
         out_path=str(tmp_path / "remote.pt"),
     )  # fmt: skip
     run_python(script, env={"HF_MODULES_CACHE": str(tmp_path / "modules"), "PYTHONPATH": str(tmp_path)}, cwd=tmp_path)
