@@ -181,7 +181,7 @@ def plot_card(data: HasteModelCardData, path: str | os.PathLike) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    figure, axes = plt.subplots(1, 2, figsize=(11, 3.6))
     frequency_axis, metric_axis = axes
     if has_frequencies:
         counts = np.sort(np.asarray(data.label_frequencies))[::-1]
@@ -199,7 +199,7 @@ def plot_card(data: HasteModelCardData, path: str | os.PathLike) -> bool:
             heights = [np.nan if values[index] is None else values[index] for _, values in rows]
             metric_axis.bar(np.array(ks) + (index - (len(names) - 1) / 2) * width, heights, width, label=f"{name}@k")
         metric_axis.set(xlabel="k", ylabel="%", title=f"Metrics ({data.split})", xticks=ks)
-        metric_axis.legend(fontsize="small")
+        metric_axis.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     else:
         metric_axis.set_axis_off()
     figure.tight_layout()
