@@ -513,7 +513,7 @@ def _greedy_groups(
 
 
 def _semantic_order(
-    x: torch.Tensor, group_size: int, beta: float, kmeans_iters: int, generator: torch.Generator
+    x: torch.Tensor, group_size: int, beta: float, kmeans_iters: int, generator: torch.Generator, show_progress: bool
 ) -> torch.Tensor:
     """Row order of `x` (unit rows) in which consecutive `group_size` rows form the semantic groups.
 
@@ -523,6 +523,7 @@ def _semantic_order(
     """
     pool = torch.arange(x.shape[0], device=x.device)
     pieces = []
+    progress = tqdm(total=x.shape[0], desc="Grouping labels", unit="label", disable=not show_progress)
     while pool.numel():
         bucket_size = beta * group_size
         num_clusters = max(1, int(pool.numel() // bucket_size))
@@ -534,12 +535,15 @@ def _semantic_order(
             bucket = _split_large_buckets(vectors, bucket, int(2 * bucket_size), generator)
         groups, leftover = _greedy_groups(vectors, bucket, group_size, generator)
         pieces.append(pool[groups.reshape(-1)])
+        progress.update(groups.numel())
         if num_clusters == 1:
             pieces.append(pool[leftover])
+            progress.update(leftover.numel())
             break
         if leftover.numel() == pool.numel():
             beta *= 2  # no bucket held a full group: use fewer, larger buckets (ends with a single bucket)
         pool = pool[leftover]
+    progress.close()
     return torch.cat(pieces)
 
 
@@ -555,6 +559,7 @@ def group_labels(
     device: str | torch.device | None = None,
     kmeans_iters: int = 10,
     dtype: torch.dtype | None = None,
+    show_progress: bool = True,
 ) -> LabelGrouping:
     """Orders the labels `label_ids` so that consecutive groups of `group_size` labels are related.
 
@@ -581,6 +586,7 @@ def group_labels(
         device: where the semantic grouping runs; defaults to CUDA when available.
         kmeans_iters: maximum number of k-means iterations (stops early when fewer than 0.1% of labels move).
         dtype: compute dtype of the similarities; defaults to bfloat16 on CUDA and float32 elsewhere.
+        show_progress: show a tqdm progress bar over the labels grouped (semantic strategy).
     """
     if strategy not in GROUPING_STRATEGIES:
         raise ValueError(f"`strategy` must be one of {GROUPING_STRATEGIES}, got {strategy!r}.")
@@ -637,7 +643,7 @@ def group_labels(
     with_embedding = has_embedding.nonzero().squeeze(1)
     if with_embedding.numel() < label_ids.numel():
         vectors = vectors[with_embedding]
-    order = with_embedding[_semantic_order(vectors, group_size, float(beta), kmeans_iters, generator)]
+    order = with_embedding[_semantic_order(vectors, group_size, float(beta), kmeans_iters, generator, show_progress)]
     order = torch.cat([order, (~has_embedding).nonzero().squeeze(1)]).cpu()
     return LabelGrouping(label_ids[order], group_size, strategy)
 
