@@ -183,7 +183,7 @@ def command_train(args) -> int:
         save_steps=args.eval_steps,
         load_best_model_at_end=has_validation, metric_for_best_model="P@1", greater_is_better=True,
         save_total_limit=1, logging_steps=args.logging_steps, seed=args.seed, report_to=[],
-        dataloader_num_workers=args.num_workers,
+        dataloader_num_workers=args.num_workers, dataloader_pin_memory=torch.cuda.is_available(),
     )  # fmt: skip
     trainer = HasteTrainer(
         model=model, args=training_args, train_dataset=train_split, eval_dataset=validation_split,
