@@ -12,7 +12,7 @@ from .rewiring import INITS, SCOPES, reset_optimizer_state_, rewire_
 logger = logging.getLogger(__name__)
 
 
-def _unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
+def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
     """The user model inside DDP/FSDP (``.module``) and ``torch.compile`` (``._orig_mod``) wrappers."""
     while True:
         if hasattr(model, "module") and isinstance(model.module, torch.nn.Module):
@@ -78,7 +78,7 @@ class RewiringCallback(TrainerCallback):
     def on_step_end(self, args, state, control, model=None, optimizer=None, **kwargs):
         if not self.should_rewire(state.global_step, state.max_steps):
             return
-        model = _unwrap_model(model)
+        model = unwrap_model(model)
         tail = getattr(model, "tail", None)
         if tail is None:
             raise ValueError(

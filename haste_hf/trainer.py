@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from transformers import Trainer
 
-from .callbacks import RewiringCallback, _unwrap_model
+from .callbacks import RewiringCallback, unwrap_model
 from .modeling_haste import HasteForExtremeClassification
 from .optimization import HasteOptimizer, StochasticRoundingSGD, get_haste_scheduler, unwrap_haste_optimizer
 from .training_args import HasteTrainingArguments
@@ -49,7 +49,7 @@ class HasteTrainer(Trainer):
             args = HasteTrainingArguments(output_dir="haste_output")
         if not isinstance(args, HasteTrainingArguments):
             raise ValueError(f"`args` must be HasteTrainingArguments, got {type(args).__name__}.")
-        if not isinstance(_unwrap_model(model), HasteForExtremeClassification):
+        if not isinstance(unwrap_model(model), HasteForExtremeClassification):
             raise ValueError(f"`model` must be a HasteForExtremeClassification, got {type(model).__name__}.")
         if args.output_layer_dtype is not None:
             dtype = getattr(torch, args.output_layer_dtype)
@@ -72,7 +72,7 @@ class HasteTrainer(Trainer):
 
     def create_optimizer(self, model=None) -> torch.optim.Optimizer:
         if self.optimizer is None:
-            model = _unwrap_model(self.model if model is None else model)
+            model = unwrap_model(self.model if model is None else model)
             args = self.args
             encoder_side, output_layer = split_parameters(model)
             decay_names = set(self.get_decay_parameter_names(model))
@@ -115,7 +115,7 @@ class HasteTrainer(Trainer):
     def _clip_grad_norm(self, model):
         """Clips the encoder side to `max_grad_norm` and the output layer to `output_max_grad_norm` apart
         (see `HasteTrainingArguments`); returns the encoder side's norm, which the Trainer logs."""
-        encoder_side, output_layer = split_parameters(_unwrap_model(model))
+        encoder_side, output_layer = split_parameters(unwrap_model(model))
         # Through accelerate first: it unscales all gradients (fp16) before measuring.
         encoder_norm = self.accelerator.clip_grad_norm_([p for _, p in encoder_side], self.args.max_grad_norm)
         if self.args.output_max_grad_norm > 0:
@@ -153,10 +153,7 @@ class HasteTrainer(Trainer):
         # where haste_hf is not installed.
         from .hub import exportable_code
 
-        model = _unwrap_model(self.model)
-        if not isinstance(model, HasteForExtremeClassification):
-            return super()._save(output_dir, state_dict)
-        with exportable_code(model):
+        with exportable_code(unwrap_model(self.model)):
             return super()._save(output_dir, state_dict)
 
     def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
