@@ -192,9 +192,10 @@ class HasteForExtremeClassification(HastePreTrainedModel):
     chunks without a `[B, label_count]` tensor.
     """
 
-    def __init__(self, config: HasteConfig):
+    def __init__(self, config: HasteConfig, encoder: PreTrainedModel | None = None):
         super().__init__(config)
-        self.encoder = AutoModel.from_config(config.encoder, **_encoder_kwargs(config.encoder))
+        # A given encoder keeps its weights: transformers marks them initialised, so `post_init` skips them.
+        self.encoder = encoder if encoder is not None else AutoModel.from_config(config.encoder, **_encoder_kwargs(config.encoder))
         hidden = config.encoder.hidden_size
         self.dropout = nn.Dropout(config.classifier_dropout)
         self.head_projection = self.head = self.tail_projection = self.tail = None
@@ -260,8 +261,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         config = HasteConfig(
             encoder=encoder.config, label_count=label_count, head_label_count=head_label_count or 0, **config_kwargs
         )
-        model = cls(config).to(encoder.dtype)
-        model.encoder = encoder
+        model = cls(config, encoder=encoder).to(encoder.dtype)
         if label_frequencies is None:
             label_frequencies = torch.arange(label_count, 0, -1)
         model.output_labels.copy_(output_labels_from_frequencies(config, label_frequencies, label_grouping))

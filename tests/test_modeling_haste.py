@@ -370,8 +370,11 @@ def test_from_encoder_pretrained(tmp_path):
         HasteForExtremeClassification.from_encoder_pretrained(encoder, LABELS, head_label_count=1, head_label_fraction=0.1)
     # An encoder object with a pooler loses it, so the checkpoint holds exactly a fresh model's tensors.
     with_pooler = BertModel(tiny_encoder_config("bert"))
+    before = {name: tensor.clone() for name, tensor in with_pooler.state_dict().items()}
     model = HasteForExtremeClassification.from_encoder_pretrained(with_pooler, LABELS, group_size=4, fan_in=8)
     assert model.encoder.pooler is None
+    for name, tensor in model.encoder.state_dict().items():  # used as given, not re-initialised
+        assert torch.equal(tensor, before[name]), name
     assert model.state_dict().keys() == HasteForExtremeClassification(model.config).state_dict().keys()
     with pytest.raises(ValueError, match="label_names"):
         HasteForExtremeClassification.from_encoder_pretrained(encoder, LABELS, label_names=names[1:], fan_in=8)
