@@ -266,18 +266,13 @@ def test_init_weights_reproduces_init_and_fills_missing_buffers(tmp_path):
     assert torch.equal(loaded.output_labels, identity)
 
 
-@pytest.fixture
-def exportable_classes():
-    HasteConfig.register_for_auto_class()
-    HasteForExtremeClassification.register_for_auto_class("AutoModel")
-    yield
-    HasteConfig._auto_class = HasteForExtremeClassification._auto_class = None
+def test_exported_folder_loads_with_remote_code_without_the_package(tmp_path):
+    from haste_hf.hub import exportable_code  # register_for_auto_class for the duration of the save
 
-
-def test_exported_folder_loads_with_remote_code_without_the_package(tmp_path, exportable_classes):
     model = make_model("haste-both-projections", tail_bias=True)
     model.output_labels.copy_(output_labels_from_frequencies(model.config, torch.randperm(LABELS)))
-    model.save_pretrained(tmp_path / "model")
+    with exportable_code(model):
+        model.save_pretrained(tmp_path / "model")
     exported = set(os.listdir(tmp_path / "model"))
     assert {"configuration_haste.py", "modeling_haste.py", "sparse_ops.py"} <= exported
     assert json.loads((tmp_path / "model" / "config.json").read_text())["auto_map"]["AutoModel"].endswith(
