@@ -122,7 +122,7 @@ def build_grouping(args, data, train_split, frequencies, tail_ids, encoder, toke
         embeddings = compute_label_embeddings(
             encoder, train_split["text"], train_split["labels"], data.num_labels, tokenizer=tokenizer,
             batch_size=args.eval_batch_size, max_length=args.max_length,
-            pooling="last" if pooling == "last_token" else pooling,
+            pooling=pooling,
         )  # fmt: skip
     return group_labels(
         embeddings, tail_ids, args.group_size, args.grouping, label_counts=frequencies, beta=args.beta, seed=args.seed

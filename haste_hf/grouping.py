@@ -25,8 +25,10 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from .configuration_haste import POOLING_MODES
+from .modeling_haste import pool_hidden_states
+
 GROUPING_STRATEGIES = ("semantic", "frequency", "random")
-POOLING_MODES = ("cls", "mean", "last")
 
 # Bytes of temporary memory one chunked step may allocate (similarity blocks, gathered bucket members).
 _CPU_CHUNK_BYTES = 256 * 2**20
@@ -108,17 +110,6 @@ def split_head_tail(
 # ----------------------------------------------------------------------------------------------------------
 
 
-def _pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
-    if pooling == "cls":
-        return hidden[:, 0]
-    if pooling == "mean":
-        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-        return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1)
-    # Position of the last attended token; correct for both left and right padding.
-    last = attention_mask.shape[1] - 1 - attention_mask.flip(1).to(torch.int64).argmax(dim=1)
-    return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
-
-
 def _text_embedder(encoder, tokenizer, pooling: str, max_length: int | None, device: torch.device):
     """Returns `(embed, restore)`: `embed(list[str]) -> [B, d]` and a callable undoing changes to the encoder."""
     from transformers import PreTrainedModel
@@ -140,7 +131,7 @@ def _text_embedder(encoder, tokenizer, pooling: str, max_length: int | None, dev
             inputs = inputs.to(device)
             outputs = encoder(**inputs)
             hidden = outputs.last_hidden_state if hasattr(outputs, "last_hidden_state") else outputs[0]
-            return _pool(hidden, inputs["attention_mask"], pooling)
+            return pool_hidden_states(hidden, inputs["attention_mask"], pooling)
 
         return embed, lambda: encoder.train(was_training)
 
@@ -201,7 +192,7 @@ def compute_label_embeddings(
         tokenizer: tokenizer of a transformers `encoder`.
         batch_size: number of texts encoded at once.
         max_length: truncation length for a transformers `encoder`.
-        pooling: `"cls"` (first token), `"mean"` (masked mean) or `"last"` (last attended token), for a
+        pooling: `"cls"` (first token), `"mean"` (masked mean) or `"last_token"` (last attended token), for a
             transformers `encoder`.
         device: where the encoder and the accumulator live; defaults to CUDA when available.
         show_progress: show a tqdm progress bar over batches.

@@ -151,6 +151,19 @@ def output_labels_from_frequencies(
     return output_labels
 
 
+def pool_hidden_states(states: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """`[B, T, d]` token states -> `[B, d]`: the first token (`"cls"`), the masked mean (`"mean"`) or the
+    last attended token (`"last_token"`, whichever side the padding is on)."""
+    if pooling == "cls":
+        return states[:, 0]
+    if pooling == "mean":
+        mask = attention_mask.unsqueeze(-1).to(states.dtype)
+        return (states * mask).sum(1) / mask.sum(1).clamp(min=1)
+    positions = torch.arange(states.shape[1], device=states.device)
+    last = (attention_mask.bool() * positions).argmax(dim=1)
+    return states[torch.arange(states.shape[0], device=states.device), last]
+
+
 class HastePreTrainedModel(PreTrainedModel):
     config_class = HasteConfig
     base_model_prefix = "encoder"
@@ -283,16 +296,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         states = outputs[0]
         if attention_mask is None:
             attention_mask = torch.ones(states.shape[:2], dtype=torch.long, device=states.device)
-        if self.config.pooling == "cls":
-            pooled = states[:, 0]
-        elif self.config.pooling == "mean":
-            mask = attention_mask.unsqueeze(-1).to(states.dtype)
-            pooled = (states * mask).sum(1) / mask.sum(1).clamp(min=1)
-        else:  # last_token: the last attended position, whichever side the padding is on
-            positions = torch.arange(states.shape[1], device=states.device)
-            last = (attention_mask.bool() * positions).argmax(dim=1)
-            pooled = states[torch.arange(states.shape[0], device=states.device), last]
-        return self.dropout(pooled), outputs
+        return self.dropout(pool_hidden_states(states, attention_mask, self.config.pooling)), outputs
 
     def _branch_inputs(self, pooled):
         """Inputs of the head and the tail, each projected if configured and cast to its branch's dtype
@@ -532,5 +536,6 @@ __all__ = [
     "TopKOutput",
     "default_output_labels",
     "output_labels_from_frequencies",
+    "pool_hidden_states",
     "random_supports",
 ]

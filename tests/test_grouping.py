@@ -10,12 +10,12 @@ from transformers import BertModel, BertTokenizerFast
 
 from haste_hf.grouping import (
     LabelGrouping,
-    _pool,
     compute_label_embeddings,
     group_labels,
     grouping_objective,
     split_head_tail,
 )
+from haste_hf.modeling_haste import pool_hidden_states
 
 WORDS = [f"w{i}" for i in range(VOCAB_SIZE - 5)]
 
@@ -115,7 +115,7 @@ def naive_label_embeddings(embed_one, texts, labels, num_labels):
     return torch.stack(out)
 
 
-@pytest.mark.parametrize("pooling", ["cls", "mean", "last"])
+@pytest.mark.parametrize("pooling", ["cls", "mean", "last_token"])
 def test_label_embeddings_match_naive_loop_with_hf_encoder(tiny_bert, pooling):
     model, tokenizer = tiny_bert
     texts, labels = random_corpus(23, 9)
@@ -124,7 +124,7 @@ def test_label_embeddings_match_naive_loop_with_hf_encoder(tiny_bert, pooling):
     def embed_one(text):  # unpadded: checks that padding and masks do not leak into the pooled vector
         with torch.no_grad():
             hidden = model(**tokenizer(text, return_tensors="pt")).last_hidden_state[0]
-        return {"cls": hidden[0], "mean": hidden.mean(dim=0), "last": hidden[-1]}[pooling]
+        return {"cls": hidden[0], "mean": hidden.mean(dim=0), "last_token": hidden[-1]}[pooling]
 
     expected = naive_label_embeddings(embed_one, texts, labels, 9)
     model.train()
@@ -141,11 +141,11 @@ def test_pooling_follows_the_attention_mask_on_either_padding_side():
     hidden = torch.arange(2 * 4 * 3, dtype=torch.float32).view(2, 4, 3)
     right = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
     left = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
-    torch.testing.assert_close(_pool(hidden, right, "cls"), hidden[:, 0])
-    torch.testing.assert_close(_pool(hidden, right, "mean"), torch.stack([hidden[0, :2].mean(0), hidden[1].mean(0)]))
-    torch.testing.assert_close(_pool(hidden, left, "mean"), torch.stack([hidden[0, 2:].mean(0), hidden[1].mean(0)]))
-    torch.testing.assert_close(_pool(hidden, right, "last"), torch.stack([hidden[0, 1], hidden[1, 3]]))
-    torch.testing.assert_close(_pool(hidden, left, "last"), hidden[:, 3])
+    torch.testing.assert_close(pool_hidden_states(hidden, right, "cls"), hidden[:, 0])
+    torch.testing.assert_close(pool_hidden_states(hidden, right, "mean"), torch.stack([hidden[0, :2].mean(0), hidden[1].mean(0)]))
+    torch.testing.assert_close(pool_hidden_states(hidden, left, "mean"), torch.stack([hidden[0, 2:].mean(0), hidden[1].mean(0)]))
+    torch.testing.assert_close(pool_hidden_states(hidden, right, "last_token"), torch.stack([hidden[0, 1], hidden[1, 3]]))
+    torch.testing.assert_close(pool_hidden_states(hidden, left, "last_token"), hidden[:, 3])
 
 
 def test_label_embeddings_with_callable_and_sentence_transformers_style_encoder():
