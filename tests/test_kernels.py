@@ -5,6 +5,7 @@ The GPU tests build the extension on first use; CI has no GPU and runs only the 
 implementation and build-fallback tests.
 """
 
+import itertools
 import warnings
 
 import pytest
@@ -143,11 +144,14 @@ def test_failed_build_warns_once_and_falls_back(monkeypatch):
 # ------------------------------------------------------------------------------------------------
 # GPU: kernels against the reference
 # ------------------------------------------------------------------------------------------------
-# (batch, d, K, G, F): tensor-core shapes (G % 16 == 0, F % 32 == 0) incl. ragged batches, K = 1 and
-# a 16-label remainder unit, then generic shapes (any G, F).
+# (batch, d, K, G, F): tensor-core shapes (G % 16 == 0, F % 32 == 0) incl. ragged batches, K = 1,
+# a 16-label remainder unit, many units per block with G = 48 (units that straddle groups), a wide d,
+# then generic shapes (any G, F).
 SHAPES = [
     (64, 768, 40, 32, 64),
     (70, 768, 33, 16, 32),
+    (300, 768, 121, 48, 64),
+    (97, 1400, 11, 16, 128),
     (1, 300, 1, 64, 128),
     (129, 200, 7, 48, 96),
     (256, 768, 25, 64, 32),
@@ -212,10 +216,11 @@ def test_fast_path_envelope():
     wide = torch.empty(8, 200_000, dtype=torch.bfloat16, device="cuda")
     assert kernels.kernel_paths(wide, weight) == {"forward": "generic", "grad_weight": "tensor_core", "grad_input": "generic"}
     # The Python envelope used for dispatch agrees with the one the launcher computes.
-    for features in (768, 1614, 1615, 4000):
+    for features, group_size, fan_in in itertools.product((768, 1200, 1614, 1615, 4000), (16, 48), (64, 256, 512)):
         probe = torch.empty(8, features, dtype=torch.bfloat16, device="cuda")
-        all_tensor_core = set(kernels.kernel_paths(probe, weight).values()) == {"tensor_core"}
-        assert kernels.has_fast_path(probe, weight) == all_tensor_core
+        probe_weight = torch.empty(2, group_size, fan_in, dtype=torch.bfloat16, device="cuda")
+        all_tensor_core = set(kernels.kernel_paths(probe, probe_weight).values()) == {"tensor_core"}
+        assert kernels.has_fast_path(probe, probe_weight) == all_tensor_core
 
 
 @gpu
