@@ -88,6 +88,16 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
                : "r"(addr));
 }
 
+// Named barriers (ids 1..15; 0 is __syncthreads) between producer and consumer warps: arrive does
+// not wait; sync waits until `threads` threads (both sides) have reached the barrier. Shared-memory
+// writes before the arrive are visible to the syncing threads after it.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t v) {
   uint32_t r;
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(r) : "r"(v));
@@ -385,8 +395,9 @@ __global__ void __launch_bounds__(kThreads, 2) grad_weight_mma_kernel(
 //    with 4 consecutive batch rows of each of its features: one 16-byte read-modify-write of the
 //    accumulator each; rows are padded by 16 bytes so that the 4 features of a quarter warp mostly
 //    fall on different banks.
-//  * Ordering: warps add their tiles one after another in warp order, separated by barriers, so a
-//    block's sums are free of atomics and bitwise reproducible. Blocks then either add their tile to
+//  * Ordering: warps add their tiles one after another in warp order, passing a token through named
+//    barriers (a warp computes its next item while the others add), so a block's sums are free of
+//    atomics and bitwise reproducible. Blocks then either add their tile to
 //    an fp32 grad_x^T with atomics (fast) or write partial sums that a second kernel adds in split
 //    order (DETERMINISTIC).
 // ---------------------------------------------------------------------------------------------
@@ -423,8 +434,8 @@ __global__ void __launch_bounds__(kThreads, 2) grad_input_mma_kernel(
   const int passes = F / 32;
   const int items = rounds * passes;  // (round, 32-feature pass) pairs, in order
 
-  // Supports and the first label chunk's grad_out rows of an item. The barriers of the turns below
-  // hold all warps together, so these loads are issued one item ahead, before the turns.
+  // Supports and the first label chunk's grad_out rows of an item, issued one item ahead: they are
+  // in flight while the warp waits for its turn to add.
   int4 next_feature[2];
   Pairs<kRegsPerLoad> arow[2][2];
   auto load_item = [&](int item) {
@@ -487,27 +498,29 @@ __global__ void __launch_bounds__(kThreads, 2) grad_input_mma_kernel(
       }
     }
     if (item + 1 < items) load_item(item + 1);
-    // Warps take turns; lane (g, t) adds rows 4g..4g+3 of features f0 + 8t + 2r + e.
+    // Warps add in a token ring: warp w waits for warp w - 1 (warp 0 for warp 7 of the previous
+    // item), adds, and passes the token on; the others compute their next item meanwhile. Lane (g, t)
+    // adds rows 4g..4g+3 of features f0 + 8t + 2r + e.
     const int f8[8] = {feature[0].x, feature[0].y, feature[0].z, feature[0].w,
                        feature[1].x, feature[1].y, feature[1].z, feature[1].w};
-    for (int w = 0; w < kWarps; ++w) {
-      if (w == warp && active) {
+    if (item > 0 || warp > 0) named_barrier_sync(1 + warp, 64);
+    if (active) {
 #pragma unroll
-        for (int r = 0; r < 4; ++r)
+      for (int r = 0; r < 4; ++r)
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float4* dst = reinterpret_cast<float4*>(acc_s + f8[2 * r + e] * kRow + 4 * g);
-            float4 v = *dst;
-            v.x += acc[0][r][e];
-            v.y += acc[0][r][2 + e];
-            v.z += acc[1][r][e];
-            v.w += acc[1][r][2 + e];
-            *dst = v;
-          }
-      }
-      __syncthreads();
+        for (int e = 0; e < 2; ++e) {
+          float4* dst = reinterpret_cast<float4*>(acc_s + f8[2 * r + e] * kRow + 4 * g);
+          float4 v = *dst;
+          v.x += acc[0][r][e];
+          v.y += acc[0][r][2 + e];
+          v.z += acc[1][r][e];
+          v.w += acc[1][r][2 + e];
+          *dst = v;
+        }
     }
+    if (item + 1 < items || warp + 1 < kWarps) named_barrier_arrive(1 + (warp + 1) % kWarps, 64);
   }
+  __syncthreads();
   // grad_x^T rows of this tile: 32 floats per feature, coalesced.
   const int rows = min(kBwdBatchTile, B - b0);
   float* dst = DETERMINISTIC ? grad_xt_acc + (int64_t)blockIdx.y * d * B : grad_xt_acc;
