@@ -505,18 +505,23 @@ __global__ void __launch_bounds__(kThreads, 2) grad_input_mma_kernel(
                        feature[1].x, feature[1].y, feature[1].z, feature[1].w};
     if (item > 0 || warp > 0) named_barrier_sync(1 + warp, 64);
     if (active) {
+      // A support has no repeated feature, so the 8 rows are distinct: all loads first, then all
+      // stores, keeps the token's critical path at one shared-memory round trip.
+      float4 v[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = *reinterpret_cast<const float4*>(acc_s + f8[i] * kRow + 4 * g);
 #pragma unroll
       for (int r = 0; r < 4; ++r)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          float4* dst = reinterpret_cast<float4*>(acc_s + f8[2 * r + e] * kRow + 4 * g);
-          float4 v = *dst;
-          v.x += acc[0][r][e];
-          v.y += acc[0][r][2 + e];
-          v.z += acc[1][r][e];
-          v.w += acc[1][r][2 + e];
-          *dst = v;
+          float4& u = v[2 * r + e];
+          u.x += acc[0][r][e];
+          u.y += acc[0][r][2 + e];
+          u.z += acc[1][r][e];
+          u.w += acc[1][r][2 + e];
         }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) *reinterpret_cast<float4*>(acc_s + f8[i] * kRow + 4 * g) = v[i];
     }
     if (item + 1 < items || warp + 1 < kWarps) named_barrier_arrive(1 + (warp + 1) % kWarps, 64);
   }
