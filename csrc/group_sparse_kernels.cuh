@@ -88,14 +88,10 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
                : "r"(addr));
 }
 
-// Named barriers (ids 1..15; 0 is __syncthreads) between producer and consumer warps: arrive does
-// not wait; sync waits until `threads` threads (both sides) have reached the barrier. Shared-memory
-// writes before the arrive are visible to the syncing threads after it.
+// Named barrier (ids 1..15; 0 is __syncthreads): waits until `threads` threads have reached barrier
+// `id`; shared-memory accesses before it are visible to all of them after it.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t v) {
@@ -498,9 +494,11 @@ __global__ void __launch_bounds__(kThreads, 2) grad_input_mma_kernel(
       }
     }
     if (item + 1 < items) load_item(item + 1);
-    // Warps add in a token ring: warp w waits for warp w - 1 (warp 0 for warp 7 of the previous
-    // item), adds, and passes the token on; the others compute their next item meanwhile. Lane (g, t)
-    // adds rows 4g..4g+3 of features f0 + 8t + 2r + e.
+    // Warps add in a token ring: warp w meets warp w - 1 (warp 0 meets warp 7 of the previous item)
+    // at barrier 1 + w once that one has added, adds, then meets warp w + 1; the others compute their
+    // next item meanwhile. (A one-sided bar.arrive would do for the handoff, but compute-sanitizer's
+    // racecheck does not follow a chain of them.) Lane (g, t) adds rows 4g..4g+3 of features
+    // f0 + 8t + 2r + e.
     const int f8[8] = {feature[0].x, feature[0].y, feature[0].z, feature[0].w,
                        feature[1].x, feature[1].y, feature[1].z, feature[1].w};
     if (item > 0 || warp > 0) named_barrier_sync(1 + warp, 64);
@@ -523,7 +521,7 @@ __global__ void __launch_bounds__(kThreads, 2) grad_input_mma_kernel(
 #pragma unroll
       for (int i = 0; i < 8; ++i) *reinterpret_cast<float4*>(acc_s + f8[i] * kRow + 4 * g) = v[i];
     }
-    if (item + 1 < items || warp + 1 < kWarps) named_barrier_arrive(1 + (warp + 1) % kWarps, 64);
+    if (item + 1 < items || warp + 1 < kWarps) named_barrier_sync(1 + (warp + 1) % kWarps, 64);
   }
   __syncthreads();
   // grad_x^T rows of this tile: 32 floats per feature, coalesced.
