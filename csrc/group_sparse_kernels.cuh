@@ -496,32 +496,36 @@ __global__ void __launch_bounds__(kThreads, 2) grad_input_mma_kernel(
     if (item + 1 < items) load_item(item + 1);
     // Warps add in a token ring: warp w meets warp w - 1 (warp 0 meets warp 7 of the previous item)
     // at barrier 1 + w once that one has added, adds, then meets warp w + 1; the others compute their
-    // next item meanwhile. (A one-sided bar.arrive would do for the handoff, but compute-sanitizer's
-    // racecheck does not follow a chain of them.) Lane (g, t) adds rows 4g..4g+3 of features
-    // f0 + 8t + 2r + e.
+    // next item meanwhile. Both meetings go through one bar.sync instruction: compute-sanitizer's
+    // synccheck rejects two warps meeting at a barrier from different instructions, and its racecheck
+    // does not follow a chain of one-sided bar.arrive handoffs. Lane (g, t) adds rows 4g..4g+3 of
+    // features f0 + 8t + 2r + e.
     const int f8[8] = {feature[0].x, feature[0].y, feature[0].z, feature[0].w,
                        feature[1].x, feature[1].y, feature[1].z, feature[1].w};
-    if (item > 0 || warp > 0) named_barrier_sync(1 + warp, 64);
-    if (active) {
-      // A support has no repeated feature, so the 8 rows are distinct: all loads first, then all
-      // stores, keeps the token's critical path at one shared-memory round trip.
-      float4 v[8];
+#pragma unroll 1
+    for (int side = 0; side < 2; ++side) {
+      const bool meet = side == 0 ? (item > 0 || warp > 0) : (item + 1 < items || warp + 1 < kWarps);
+      if (meet) named_barrier_sync(1 + (warp + side) % kWarps, 64);
+      if (side == 0 && active) {
+        // A support has no repeated feature, so the 8 rows are distinct: all loads first, then all
+        // stores, keeps the token's critical path at one shared-memory round trip.
+        float4 v[8];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = *reinterpret_cast<const float4*>(acc_s + f8[i] * kRow + 4 * g);
+        for (int i = 0; i < 8; ++i) v[i] = *reinterpret_cast<const float4*>(acc_s + f8[i] * kRow + 4 * g);
 #pragma unroll
-      for (int r = 0; r < 4; ++r)
+        for (int r = 0; r < 4; ++r)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float4& u = v[2 * r + e];
-          u.x += acc[0][r][e];
-          u.y += acc[0][r][2 + e];
-          u.z += acc[1][r][e];
-          u.w += acc[1][r][2 + e];
-        }
+          for (int e = 0; e < 2; ++e) {
+            float4& u = v[2 * r + e];
+            u.x += acc[0][r][e];
+            u.y += acc[0][r][2 + e];
+            u.z += acc[1][r][e];
+            u.w += acc[1][r][2 + e];
+          }
 #pragma unroll
-      for (int i = 0; i < 8; ++i) *reinterpret_cast<float4*>(acc_s + f8[i] * kRow + 4 * g) = v[i];
+        for (int i = 0; i < 8; ++i) *reinterpret_cast<float4*>(acc_s + f8[i] * kRow + 4 * g) = v[i];
+      }
     }
-    if (item + 1 < items || warp + 1 < kWarps) named_barrier_sync(1 + (warp + 1) % kWarps, 64);
   }
   __syncthreads();
   // grad_x^T rows of this tile: 32 floats per feature, coalesced.
