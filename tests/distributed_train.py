@@ -44,6 +44,10 @@ def main(output_dir: str):
         "rewirings": [entry["step"] for entry in trainer.state.log_history if "rewired_pairs" in entry],
     }
     (output / f"rank{rank}.json").write_text(json.dumps(summary))
+    # Tear gloo down before interpreter exit: left to process teardown, its threads can abort a rank
+    # ("terminate called without an active exception"), seen once in CI with torch 2.13.
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
