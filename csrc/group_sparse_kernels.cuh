@@ -393,9 +393,8 @@ __global__ void __launch_bounds__(kThreads, 2) grad_weight_mma_kernel(
 //    fall on different banks.
 //  * Ordering: warps add their tiles one after another in warp order, passing a token through named
 //    barriers (a warp computes its next item while the others add), so a block's sums are free of
-//    atomics and bitwise reproducible. Blocks then either add their tile to
-//    an fp32 grad_x^T with atomics (fast) or write partial sums that a second kernel adds in split
-//    order (DETERMINISTIC).
+//    atomics and bitwise reproducible. Blocks then either add their tile to an fp32 grad_x^T with
+//    atomics (fast) or write partial sums that a second kernel adds in split order (DETERMINISTIC).
 // ---------------------------------------------------------------------------------------------
 template <int LC>
 __device__ __forceinline__ int dgrad_label_of_slot(int step, int slot) {
