@@ -6,7 +6,7 @@ import logging
 import torch
 from transformers import TrainerCallback
 
-from .rewiring import INITS, SCOPES, reset_optimizer_state_, rewire_
+from .rewiring import check_rewiring_options, reset_optimizer_state_, rewire_
 
 
 logger = logging.getLogger(__name__)
@@ -57,14 +57,7 @@ class RewiringCallback(TrainerCallback):
     ):
         if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
             raise ValueError(f"`interval` must be a positive integer number of steps, got {interval!r}.")
-        if not 0.0 < fraction <= 1.0:
-            raise ValueError(f"`fraction` must lie in (0, 1], got {fraction}.")
-        if not 0.0 <= end_fraction <= 1.0:
-            raise ValueError(f"`end_fraction` must lie in [0, 1], got {end_fraction}.")
-        if scope not in SCOPES:
-            raise ValueError(f"`scope` must be one of {SCOPES}, got {scope!r}.")
-        if init not in INITS:
-            raise ValueError(f"`init` must be one of {INITS}, got {init!r}.")
+        check_rewiring_options(fraction, scope, init, end_fraction)
         self.interval = interval
         self.fraction = fraction
         self.end_fraction = end_fraction

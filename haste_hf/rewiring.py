@@ -67,6 +67,31 @@ def rewiring_seed(seed: int, step: int) -> int:
     return int.from_bytes(digest, "little")
 
 
+def check_rewiring_options(
+    fraction: float,
+    scope: str,
+    init: str,
+    end_fraction: float | None = None,
+    *,
+    names: dict[str, str] | None = None,
+    zero_fraction_ok: bool = False,
+) -> None:
+    """Raises a ValueError naming the offending argument, with its caller's name (``names`` maps
+    ``"fraction"``, ``"scope"``, ``"init"``, ``"end_fraction"`` to it). A rewiring step may prune
+    nothing (``zero_fraction_ok``); a rewiring schedule must prune something."""
+    names = {"fraction": "fraction", "scope": "scope", "init": "init", "end_fraction": "end_fraction", **(names or {})}
+    above_lower_end = fraction >= 0.0 if zero_fraction_ok else fraction > 0.0
+    if not (above_lower_end and fraction <= 1.0):
+        interval = "[0, 1]" if zero_fraction_ok else "(0, 1]"
+        raise ValueError(f"`{names['fraction']}` must lie in {interval}, got {fraction}.")
+    if end_fraction is not None and not 0.0 <= end_fraction <= 1.0:
+        raise ValueError(f"`{names['end_fraction']}` must lie in [0, 1], got {end_fraction}.")
+    if scope not in SCOPES:
+        raise ValueError(f"`{names['scope']}` must be one of {SCOPES}, got {scope!r}.")
+    if init not in INITS:
+        raise ValueError(f"`{names['init']}` must be one of {INITS}, got {init!r}.")
+
+
 def num_pairs_to_prune(num_pairs: int, fraction: float) -> int:
     """``floor(num_pairs * fraction)``, robust to binary rounding (0.29 * 100 gives 29, not 28)."""
     return math.floor(round(num_pairs * fraction, 6))
@@ -222,12 +247,7 @@ def rewire_(
         )
     if supports.device != weight.device:
         raise ValueError(f"`supports` ({supports.device}) and `weight` ({weight.device}) must be on one device.")
-    if not 0.0 <= fraction <= 1.0:
-        raise ValueError(f"`fraction` must lie in [0, 1], got {fraction}.")
-    if scope not in SCOPES:
-        raise ValueError(f"`scope` must be one of {SCOPES}, got {scope!r}.")
-    if init not in INITS:
-        raise ValueError(f"`init` must be one of {INITS}, got {init!r}.")
+    check_rewiring_options(fraction, scope, init, zero_fraction_ok=True)
     if supports.numel() > 0 and (int(supports.min()) < 0 or int(supports.max()) >= num_features):
         raise ValueError(f"`supports` holds indices outside [0, num_features={num_features}); pass the tail's input width.")
 

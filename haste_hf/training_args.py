@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 from transformers import TrainingArguments
 
-from .rewiring import INITS, SCOPES
+from .rewiring import check_rewiring_options
 
 
 OUTPUT_LAYER_DTYPES = ("float32", "bfloat16")
@@ -71,13 +71,10 @@ class HasteTrainingArguments(TrainingArguments):
             raise ValueError(f"`output_layer_dtype` must be one of {OUTPUT_LAYER_DTYPES} or None, got {self.output_layer_dtype!r}.")
         if self.rewiring_interval < 0:
             raise ValueError(f"`rewiring_interval` must be >= 0 (0 turns rewiring off), got {self.rewiring_interval}.")
-        if not 0.0 < self.rewiring_fraction <= 1.0:
-            raise ValueError(f"`rewiring_fraction` must lie in (0, 1], got {self.rewiring_fraction}.")
-        if not 0.0 <= self.rewiring_end <= 1.0:
-            raise ValueError(f"`rewiring_end` must lie in [0, 1], got {self.rewiring_end}.")
-        if self.rewiring_init not in INITS:
-            raise ValueError(f"`rewiring_init` must be one of {INITS}, got {self.rewiring_init!r}.")
-        if self.rewiring_scope not in SCOPES:
-            raise ValueError(f"`rewiring_scope` must be one of {SCOPES}, got {self.rewiring_scope!r}.")
+        check_rewiring_options(
+            self.rewiring_fraction, self.rewiring_scope, self.rewiring_init, self.rewiring_end,
+            names={"fraction": "rewiring_fraction", "scope": "rewiring_scope", "init": "rewiring_init",
+                   "end_fraction": "rewiring_end"},
+        )  # fmt: skip
         if self.eval_top_k < 1:
             raise ValueError(f"`eval_top_k` must be >= 1, got {self.eval_top_k}.")
