@@ -110,6 +110,12 @@ class HasteConfig(PretrainedConfig):
         self.tail_bias = tail_bias
         self.supports_seed = supports_seed
         self.format_version = format_version
+        # `PretrainedConfig.__init__` pushes its own attention (and experts) implementation, None unless one
+        # is asked for, down into every sub-config. The encoder config is the live encoder's own object: left
+        # to that, a wrapped pretrained encoder would forget its implementation and attend to padding.
+        for name in ("attn_implementation", "experts_implementation"):
+            if isinstance(getattr(type(encoder), f"_{name}", None), property):
+                kwargs.setdefault(name, {"encoder": getattr(encoder, f"_{name}")})
         super().__init__(**kwargs)
         self.validate_haste()
 
