@@ -12,6 +12,9 @@ from transformers import AutoConfig, PretrainedConfig
 HASTE_FORMAT_VERSION = 1
 
 POOLING_MODES = ("cls", "mean", "last_token")
+# The paper models the top 2-5% most frequent labels densely ("Head-Tail Split"); every entry point defaults
+# to this share.
+DEFAULT_HEAD_LABEL_FRACTION = 0.03
 LOSS_REDUCTIONS = ("sum", "mean")
 
 # Decoder-only families score a text from its last token; everything else averages its tokens, which
@@ -194,4 +197,4 @@ class HasteConfig(PretrainedConfig):
         return output
 
 
-__all__ = ["HASTE_FORMAT_VERSION", "HasteConfig", "default_pooling"]
+__all__ = ["DEFAULT_HEAD_LABEL_FRACTION", "HASTE_FORMAT_VERSION", "HasteConfig", "default_pooling"]

@@ -2,6 +2,7 @@ import gzip
 import json
 
 import pytest
+import torch
 from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
 from transformers import BertModel
 
@@ -82,19 +83,30 @@ def test_predict_writes_top_k_with_names(trained, tmp_path):
     assert records[0]["scores"] == sorted(records[0]["scores"], reverse=True)
 
 
-def test_group_then_train_from_grouping_file(dataset_dir, encoder_dir, tmp_path):
-    grouping = tmp_path / "grouping.safetensors"
-    assert main(["group", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output", str(grouping),
+def test_group_then_train_from_layout_file_with_default_validation(dataset_dir, encoder_dir, tmp_path):
+    layout_file = tmp_path / "layout.safetensors"
+    assert main(["group", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output", str(layout_file),
                  "--group-size", "4", "--head-fraction", "0.1"]) == 0  # fmt: skip
     arguments = ["train", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output-dir",
-                 str(tmp_path / "model"), "--max-steps", "2", "--group-size", "4", "--fan-in", "8",
-                 "--head-fraction", "0.1", "--grouping-file", str(grouping), "--validation-fraction", "0"]  # fmt: skip
+                 str(tmp_path / "model"), "--max-steps", "2", "--fan-in", "8", "--layout-file", str(layout_file)]  # fmt: skip
     assert main(arguments) == 0
-    from haste_hf.grouping import LabelGrouping
+    from haste_hf.label_plan import LabelLayout
 
-    order = LabelGrouping.load(str(grouping)).order
+    layout = LabelLayout.load(layout_file)
     model = HasteForExtremeClassification.from_pretrained(tmp_path / "model")
-    assert model.output_labels[3 : 3 + len(order)].tolist() == order.tolist()
+    assert model.config.group_size == 4 and model.config.head_label_count == 3
+    assert torch.equal(model.output_labels, layout.output_labels())
+
+
+def test_train_refuses_a_layout_of_another_split(dataset_dir, encoder_dir, tmp_path):
+    layout_file = tmp_path / "layout.safetensors"
+    assert main(["group", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output", str(layout_file),
+                 "--group-size", "4", "--grouping", "frequency", "--validation-fraction", "0"]) == 0  # fmt: skip
+    arguments = ["train", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output-dir",
+                 str(tmp_path / "model"), "--max-steps", "2", "--fan-in", "8", "--layout-file", str(layout_file)]  # fmt: skip
+    with pytest.raises(ValueError, match="another training split.*--validation-fraction"):
+        main(arguments)
+    assert not (tmp_path / "model").exists()
 
 
 def test_help_explains_every_flag(capsys):
