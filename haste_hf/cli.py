@@ -122,17 +122,25 @@ def command_train(args) -> int:
     return 0
 
 
-def load_trained(model_path):
+def load_trained(args):
+    """The model and tokenizer of `args.model`; the data flags left unset take the values training used."""
     from transformers import AutoTokenizer
 
     from .modeling_haste import HasteForExtremeClassification
+    from .recipe import saved_evaluation_settings
 
-    model = HasteForExtremeClassification.from_pretrained(model_path).to(default_device())
-    return model, AutoTokenizer.from_pretrained(model_path)
+    from_training = saved_evaluation_settings(args.model) if Path(args.model).is_dir() else {}
+    for name, value in from_training.items():
+        if getattr(args, name, None) is None or (name == "format" and args.format == "auto"):
+            setattr(args, name, value)
+    args.max_length = args.max_length or 128
+    args.eval_batch_size = args.eval_batch_size or 64
+    model = HasteForExtremeClassification.from_pretrained(args.model).to(default_device())
+    return model, AutoTokenizer.from_pretrained(args.model)
 
 
 def command_evaluate(args) -> int:
-    model, tokenizer = load_trained(args.model)
+    model, tokenizer = load_trained(args)
     data = load_data(args)
     if args.split not in data.splits:
         raise SystemExit(f"--split {args.split!r} is not in the dataset (splits: {sorted(data.splits)}).")
@@ -145,7 +153,7 @@ def command_evaluate(args) -> int:
 
 
 def command_predict(args) -> int:
-    model, tokenizer = load_trained(args.model)
+    model, tokenizer = load_trained(args)
     if args.input:
         texts = [line.rstrip("\n") for line in open(args.input, encoding="utf-8")]
     else:
@@ -191,8 +199,10 @@ def command_push(args) -> int:
 # ------------------------------------------------------------------------------------------------ parser
 
 
-def _add_data_arguments(parser, required=False):
+def _add_data_arguments(parser, required=False, of_trained_model=False):
+    """`of_trained_model`: the flags of `evaluate` and `predict`, which default to the model's training settings."""
     group = parser.add_argument_group("data")
+    saved = " (default: as in training)" if of_trained_model else ""
     group.add_argument("--data", required=required, help="Dataset folder in an Extreme Classification Repository format "
                        "(raw-text JSON lines, raw text + sparse labels, or bag-of-words). Default: the embedded demo set.")  # fmt: skip
     group.add_argument("--format", default="auto", help="Dataset format; 'auto' detects it from the file names.")
@@ -201,8 +211,10 @@ def _add_data_arguments(parser, required=False):
     group.add_argument("--dataset-name", default=None, help="Name for the model card and propensity presets (default: the folder name).")
     group.add_argument("--propensity-a", type=float, default=None, help="Propensity A for PSP (default: preset by dataset name).")
     group.add_argument("--propensity-b", type=float, default=None, help="Propensity B for PSP (default: preset by dataset name).")
-    group.add_argument("--max-length", type=int, default=128, help="Tokens per text; longer texts are truncated.")
-    group.add_argument("--eval-batch-size", type=int, default=64, help="Batch size of embedding, evaluation and prediction.")
+    group.add_argument("--max-length", type=int, default=None if of_trained_model else 128,
+                       help=f"Tokens per text; longer texts are truncated{saved}.")  # fmt: skip
+    group.add_argument("--eval-batch-size", type=int, default=None if of_trained_model else 64,
+                       help=f"Batch size of embedding, evaluation and prediction{saved}.")  # fmt: skip
 
 
 def _add_structure_arguments(parser):
@@ -271,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--model", required=True, help="Folder (or Hub id) of a trained model.")
     evaluate.add_argument("--split", default="test", help="Split to evaluate.")
     evaluate.add_argument("--output", default=None, help="Also write the metrics to this JSON file.")
-    _add_data_arguments(evaluate)
+    _add_data_arguments(evaluate, of_trained_model=True)
     evaluate.set_defaults(handler=command_evaluate)
 
     predict = commands.add_parser("predict", help="Write the top-k labels of texts to a JSON-lines file.", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -280,7 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--split", default="test", help="Dataset split to predict when no --input is given.")
     predict.add_argument("--output", required=True, help="JSON-lines file: label ids, scores and names per text.")
     predict.add_argument("-k", type=int, default=5, help="Labels per text.")
-    _add_data_arguments(predict)
+    _add_data_arguments(predict, of_trained_model=True)
     predict.set_defaults(handler=command_predict)
 
     group = commands.add_parser("group", help="Precompute the label layout: the head/tail split and the tail's label groups.", formatter_class=argparse.ArgumentDefaultsHelpFormatter)

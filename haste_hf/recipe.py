@@ -29,6 +29,11 @@ from .label_plan import LabelLayout
 DEMO_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 DEMO_DATASET_NAME = "debian_tags_mini"
 METRIC_KS = (1, 3, 5)
+# How `train` read and scored texts, kept beside the model so that `haste-hf evaluate` and `predict` reproduce
+# the test metrics that `train` printed without the flags being repeated. The token limit is not in it: it is
+# the saved tokenizer's `model_max_length`, which `pipeline` and every tokenizer call honour too.
+EVALUATION_SETTINGS_FILE = "evaluation_settings.json"
+EVALUATION_SETTINGS = ("format", "text_fields", "dataset_name", "propensity_a", "propensity_b", "eval_batch_size")
 
 
 @dataclass
@@ -220,9 +225,23 @@ def evaluate_split(model, tokenizer, data, split: str, propensity, *, batch_size
     return compute_xmc_metrics(top_ids, dataset["labels"], ks=ks, propensity=propensity)
 
 
+def saved_evaluation_settings(model_dir) -> dict:
+    """The `EVALUATION_SETTINGS` a trained folder was evaluated with, plus its `max_length`; {} for other folders."""
+    from transformers import AutoTokenizer
+
+    path = Path(model_dir) / EVALUATION_SETTINGS_FILE
+    if not path.is_file():
+        return {}
+    settings = json.loads(path.read_text())
+    settings["max_length"] = AutoTokenizer.from_pretrained(model_dir).model_max_length
+    return settings
+
+
 def save_trained(trainer, tokenizer, layout: LabelLayout, output_dir: str, *, encoder_name: str, dataset_name: str,
-                 test_metrics: dict, propensity, hub_model_id: str | None = None) -> None:  # fmt: skip
-    """The model, its tokenizer and its model card, in `output_dir`."""
+                 test_metrics: dict, propensity, hub_model_id: str | None = None,
+                 evaluation_settings: dict | None = None) -> None:  # fmt: skip
+    """The model, its tokenizer (whose `model_max_length` is the training length), its model card and the
+    settings its test metrics were computed with, in `output_dir`."""
     from .model_card import HasteModelCardData, write_model_card
 
     trainer.save_model(output_dir)
@@ -233,6 +252,8 @@ def save_trained(trainer, tokenizer, layout: LabelLayout, output_dir: str, *, en
         label_frequencies=layout.label_frequencies.numpy() if layout.label_frequencies is not None else None,
     )  # fmt: skip
     write_model_card(card, Path(output_dir) / "README.md")
+    if evaluation_settings is not None:
+        (Path(output_dir) / EVALUATION_SETTINGS_FILE).write_text(json.dumps(evaluation_settings, indent=2))
 
 
 # ------------------------------------------------------------------------------------------------ the recipe
@@ -289,6 +310,7 @@ def train(
 
     train_split, validation_split = split_validation(dataset.splits["train"], recipe.validation_fraction, seed)
     encoder_model, tokenizer = load_encoder(recipe.encoder)
+    tokenizer.model_max_length = recipe.max_length  # the model's input length from now on, saved with it
     pooling = recipe.pooling or default_pooling(encoder_model.config)
     if layout is None:
         layout = build_layout(
@@ -315,7 +337,8 @@ def train(
                                       max_length=recipe.max_length)  # fmt: skip
     if save:
         save_trained(trainer, tokenizer, layout, output_dir, encoder_name=recipe.encoder, dataset_name=dataset_name,
-                     test_metrics=test_metrics, propensity=propensity, hub_model_id=training_args.hub_model_id)  # fmt: skip
+                     test_metrics=test_metrics, propensity=propensity, hub_model_id=training_args.hub_model_id,
+                     evaluation_settings={name: getattr(recipe, name) for name in EVALUATION_SETTINGS})  # fmt: skip
         with open(Path(output_dir) / "test_metrics.json", "w") as f:
             json.dump(test_metrics, f, indent=2)
     return TrainingRun(
@@ -325,7 +348,7 @@ def train(
 
 
 __all__ = [
-    "DEMO_ENCODER", "METRIC_KS", "RecipeArguments", "TrainingRun", "build_layout", "build_model", "build_trainer",
+    "DEMO_ENCODER", "EVALUATION_SETTINGS_FILE", "METRIC_KS", "RecipeArguments", "TrainingRun", "build_layout", "build_model", "build_trainer",
     "evaluate_split", "load_dataset", "load_encoder", "model_selection_arguments", "predict_top_k", "propensity_of",
-    "resolve_encoder", "save_trained", "split_validation", "train",
+    "resolve_encoder", "save_trained", "saved_evaluation_settings", "split_validation", "train",
 ]  # fmt: skip

@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
-from transformers import BertModel
+from transformers import AutoTokenizer, BertModel
 
 from haste_hf import HasteForExtremeClassification
 from haste_hf.cli import build_parser, main
@@ -36,7 +36,8 @@ def dataset_dir(tmp_path_factory):
 
 
 def common(dataset_dir, encoder_dir=None):
-    return ["--data", str(dataset_dir), "--max-length", "16", "--eval-batch-size", "16"]
+    # 6 tokens cut most texts (up to 8 with [CLS] and [SEP]): a wrong length at evaluation shows in the metrics.
+    return ["--data", str(dataset_dir), "--max-length", "6", "--eval-batch-size", "16"]
 
 
 @pytest.fixture(scope="module")
@@ -62,14 +63,16 @@ def test_train_saves_model_tokenizer_card_and_metrics(trained, capsys):
     assert "| Label grouping | semantic |" in card and "A = 0.5, B = 0.4" in card
 
 
-def test_evaluate_prints_summary_and_matches_training(trained, dataset_dir, encoder_dir, capsys, tmp_path):
+def test_evaluate_without_repeated_flags_reproduces_training_metrics(trained, dataset_dir, capsys, tmp_path):
     output = tmp_path / "metrics.json"
-    args = ["evaluate", "--model", str(trained), *common(dataset_dir, encoder_dir), "--output", str(output),
-            "--propensity-a", "0.5", "--propensity-b", "0.4"]  # fmt: skip
-    assert main(args) == 0
+    assert main(["evaluate", "--model", str(trained), "--data", str(dataset_dir), "--output", str(output)]) == 0
     printed = capsys.readouterr().out
     assert "P " in printed and "PSP" in printed and "A=0.5, B=0.4" in printed
-    assert json.loads(output.read_text()) == pytest.approx(json.loads((trained / "test_metrics.json").read_text()))
+    assert json.loads(output.read_text()) == json.loads((trained / "test_metrics.json").read_text())
+    assert AutoTokenizer.from_pretrained(trained).model_max_length == 6
+    # An explicit flag still wins over the training setting.
+    assert main(["evaluate", "--model", str(trained), "--data", str(dataset_dir), "--max-length", "3", "--output", str(output)]) == 0
+    assert json.loads(output.read_text()) != json.loads((trained / "test_metrics.json").read_text())
 
 
 def test_predict_writes_top_k_with_names(trained, tmp_path):
