@@ -21,10 +21,18 @@ from .modeling_haste import (
 from .sparse_ops import group_sparse_linear
 
 
+def _publish(model, repo_id, **kwargs):
+    from .hub import push_to_hub
+
+    return push_to_hub(model, repo_id, **kwargs)
+
+
 __version__ = "0.1.0"
 
 AutoConfig.register(HasteConfig.model_type, HasteConfig, exist_ok=True)
 AutoModel.register(HasteConfig, HasteForExtremeClassification, exist_ok=True)
+# `model.push_to_hub` publishes card and code through the package, which sits above the model.
+HasteForExtremeClassification.hub_publisher = staticmethod(_publish)
 
 # Public name -> submodule that defines it, imported on first access.
 _LAZY_EXPORTS = {

@@ -25,7 +25,7 @@ from transformers.dynamic_module_utils import get_relative_import_files
 
 from . import modeling_haste
 from .configuration_haste import HasteConfig
-from .modeling_haste import LABEL_NAMES_FILE, HasteForExtremeClassification
+from .modeling_haste import LABEL_NAMES_FILE, HasteForExtremeClassification, check_complete_save
 
 
 CONFIG_FILE = "config.json"
@@ -169,6 +169,7 @@ def _stage_folder(folder: Path, staging: Path) -> HasteConfig:
             f"{folder} holds a {config_dict.get('model_type')!r} model, not a HASTE one "
             f"(model_type {HasteConfig.model_type!r}): push it with its own library."
         )
+    check_complete_save(folder)
     config = HasteConfig.from_pretrained(folder)
     relative = [path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file()]
     for name in filter_repo_objects(relative, ignore_patterns=IGNORED_IN_FOLDERS):

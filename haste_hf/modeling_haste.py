@@ -171,6 +171,75 @@ def pool_hidden_states(states: torch.Tensor, attention_mask: torch.Tensor, pooli
     return states[torch.arange(states.shape[0], device=states.device), last]
 
 
+# Saves stage their files in a hidden folder inside the target and mark the target while they move the
+# files in: a save killed midway leaves the mark, and loading refuses a folder that mixes two saves.
+STAGING_PREFIX = ".haste-staging-"
+INCOMPLETE_SAVE_FILE = ".haste-save-incomplete"
+_PUSH_ARGUMENTS = ("private", "token", "revision", "commit_message", "commit_description", "create_pr", "tags")
+
+
+def check_complete_save(folder: str):
+    """Raises an `OSError` when `folder` holds the mark of an interrupted save (see `save_folder_atomically`)."""
+    if os.path.isfile(os.path.join(folder, INCOMPLETE_SAVE_FILE)):
+        raise OSError(
+            f"{folder} holds an interrupted save ({INCOMPLETE_SAVE_FILE} is present): its files may mix two "
+            "saves. Save the model to it again, or load an earlier checkpoint."
+        )
+
+
+def save_folder_atomically(target: str, write) -> None:
+    """Calls `write(staging)` to write files into a fresh hidden folder inside `target`, then moves them
+    into `target`, replacing what was there: a failed `write` leaves `target` as it was, a kill while the
+    files move in leaves a mark that loading refuses. Only `target` need be writable, not its parent.
+    Leftovers of killed saves are removed; weight files the new save does not write are removed too, as
+    they would shadow the new ones."""
+    target = os.fspath(target)
+    if os.path.isfile(target):
+        raise ValueError(f"`save_directory` ({target}) is a file: give a folder path.")
+    os.makedirs(target, exist_ok=True)
+    for name in os.listdir(target):
+        if name.startswith(STAGING_PREFIX):
+            shutil.rmtree(os.path.join(target, name), ignore_errors=True)
+    staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=target)
+    try:
+        write(staging)
+        new_files = sorted(os.listdir(staging))
+        marker = os.path.join(target, INCOMPLETE_SAVE_FILE)
+        with open(marker, "w", encoding="utf-8") as f:
+            json.dump({"files": new_files}, f)
+        for stale in os.listdir(target):
+            if stale.startswith("model") and stale.endswith((".safetensors", ".safetensors.index.json")) and stale not in new_files:
+                os.remove(os.path.join(target, stale))
+        for name in new_files:
+            destination = os.path.join(target, name)
+            if os.path.isdir(destination) and not os.path.islink(destination):
+                shutil.rmtree(destination)
+            os.replace(os.path.join(staging, name), destination)
+        os.remove(marker)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def check_finite_weights(state_dict) -> None:
+    """Raises a `ValueError` naming the floating tensors of `state_dict` that hold NaN or infinity (one
+    device sync per device, no overflow on large finite values)."""
+    named = [(name, tensor) for name, tensor in state_dict.items() if tensor.is_floating_point() and tensor.numel()]
+    by_device = {}
+    for name, tensor in named:
+        by_device.setdefault(tensor.device, []).append((name, tensor))
+    bad = []
+    for pairs in by_device.values():
+        largest = torch._foreach_norm([tensor.detach() for _, tensor in pairs], ord=float("inf"))
+        finite = torch.stack([value.float() for value in largest]).isfinite().tolist()
+        bad += [name for (name, _), ok in zip(pairs, finite) if not ok]
+    if bad:
+        shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise ValueError(
+            f"Refusing to save non-finite (NaN or infinite) weights in {shown}: training diverged. Lower the "
+            "learning rates, or train with `on_non_finite='skip'` to skip steps whose gradients are not finite."
+        )
+
+
 class HastePreTrainedModel(PreTrainedModel):
     config_class = HasteConfig
     base_model_prefix = "encoder"
@@ -181,6 +250,8 @@ class HastePreTrainedModel(PreTrainedModel):
     _supports_attention_backend = True
     # Summed BCE over labels is already per-example: a Trainer must not rescale it for accumulation.
     accepts_loss_kwargs = False
+    # `haste_hf.hub.push_to_hub` when the package is imported; this file stays free of Hub and card code.
+    hub_publisher = None
 
     def _init_weights(self, module):
         super()._init_weights(module)
@@ -519,44 +590,40 @@ class HasteForExtremeClassification(HastePreTrainedModel):
 
     # ----------------------------------------------------------------------------------------- saving
 
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        """`PreTrainedModel.save_pretrained`, plus the label names, written all-or-nothing: files go to a
-        temporary folder beside `save_directory` and are moved in only once every one was written."""
+    def save_pretrained(self, save_directory, *args, push_to_hub: bool = False, **kwargs):
+        """`PreTrainedModel.save_pretrained`, plus the label names, written all-or-nothing (see
+        [`save_folder_atomically`]); refuses weights that are not finite. With `push_to_hub=True` the
+        saved model is then published to `repo_id` (default: the folder's name) by `push_to_hub`."""
         save_directory = os.fspath(save_directory)
-        if os.path.isfile(save_directory):
-            raise ValueError(f"`save_directory` ({save_directory}) is a file: give a folder path.")
-        parent = os.path.dirname(os.path.abspath(save_directory))
-        os.makedirs(parent, exist_ok=True)
-        staging = tempfile.mkdtemp(prefix=".haste-save-", dir=parent)
-        try:
-            super().save_pretrained(staging, *args, **kwargs)
+        hub_kwargs = {name: kwargs.pop(name) for name in _PUSH_ARGUMENTS if name in kwargs}
+        repo_id = kwargs.pop("repo_id", None) or os.path.basename(os.path.abspath(save_directory))
+        check_finite_weights(self.state_dict() if kwargs.get("state_dict") is None else kwargs["state_dict"])
+
+        def write(staging):
+            super(HasteForExtremeClassification, self).save_pretrained(staging, *args, **kwargs)
             if self.label_names is not None and kwargs.get("is_main_process", True):
                 with open(os.path.join(staging, LABEL_NAMES_FILE), "w", encoding="utf-8") as f:
                     json.dump(self.label_names, f, ensure_ascii=False)
-            os.makedirs(save_directory, exist_ok=True)
-            new_files = set(os.listdir(staging))
-            for stale in os.listdir(save_directory):
-                # Weights from an earlier save with other sharding would shadow the new ones.
-                if stale.startswith("model") and stale.endswith((".safetensors", ".safetensors.index.json")) and stale not in new_files:
-                    os.remove(os.path.join(save_directory, stale))
-            for name in new_files:
-                os.replace(os.path.join(staging, name), os.path.join(save_directory, name))
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+
+        save_folder_atomically(save_directory, write)
+        if push_to_hub:
+            return self.push_to_hub(repo_id, **hub_kwargs)
+        return None
 
     def push_to_hub(self, repo_id: str, **kwargs):
-        """Publishes the model with its label names, exportable code and HASTE model card in one commit (see
-        `haste_hf.hub.push_to_hub`): a plain upload would replace the card and, unless the classes were
-        registered for auto classes, leave out the code that `trust_remote_code=True` loading needs."""
-        try:
-            from haste_hf.hub import push_to_hub
-        except ImportError:  # running as exported remote code, without haste_hf
+        """Publishes the model with its label names, exportable code and HASTE model card in one commit
+        (`haste_hf.hub.push_to_hub`, installed as `hub_publisher` when `haste_hf` is imported): a plain
+        upload would replace the card. Exported remote code without `haste_hf` pushes the transformers way."""
+        if self.hub_publisher is None:
             return super().push_to_hub(repo_id, **kwargs)
-        return push_to_hub(self, repo_id, **kwargs)
+        return self.hub_publisher(self, repo_id, **kwargs)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        folder = os.path.join(os.fspath(pretrained_model_name_or_path), kwargs.get("subfolder") or "")
+        check_complete_save(folder)
         model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        model.check_label_layout(source=pretrained_model_name_or_path)
         hub_kwargs = {name: kwargs[name] for name in ("cache_dir", "revision", "token", "local_files_only", "subfolder") if name in kwargs}
         names_file = cached_file(
             pretrained_model_name_or_path,
@@ -570,6 +637,37 @@ class HasteForExtremeClassification(HastePreTrainedModel):
                 model.set_label_names(json.load(f))
         return model
 
+    def check_label_layout(self, source="the model"):
+        """Raises a `ValueError` naming `source` unless the tail's supports are distinct features in
+        range and `output_labels` places every label exactly once: a corrupt checkpoint would otherwise
+        load and fail in an index error, or rank the wrong labels."""
+        if self.tail is not None:
+            supports = self.tail.supports
+            if supports.numel() and (int(supports.min()) < 0 or int(supports.max()) >= self.tail.in_features):
+                raise ValueError(
+                    f"{source}: tail supports hold feature indices in [{int(supports.min())}, {int(supports.max())}], "
+                    f"outside [0, {self.tail.in_features}): the weights file is corrupt or belongs to another model."
+                )
+            ordered = supports.sort(dim=1).values
+            repeated = (ordered[:, 1:] == ordered[:, :-1]).any(dim=1)
+            if bool(repeated.any()):
+                group = int(torch.nonzero(repeated)[0])
+                raise ValueError(
+                    f"{source}: tail group {group} lists a feature twice in its support {supports[group].tolist()}: "
+                    "the weights file is corrupt."
+                )
+        label_count = self.config.label_count
+        placed = self.output_labels[self.output_labels >= 0]
+        if (
+            int((self.output_labels < -1).sum()) or placed.numel() != label_count
+            or (placed.numel() and int(placed.max()) >= label_count)
+            or placed.unique().numel() != label_count
+        ):  # fmt: skip
+            raise ValueError(
+                f"{source}: `output_labels` must place each of the {label_count} labels exactly once (padding -1): "
+                "the weights file is corrupt or belongs to another model."
+            )
+
 
 __all__ = [
     "ExtremeClassifierOutput",
@@ -581,4 +679,5 @@ __all__ = [
     "output_labels_from_frequencies",
     "pool_hidden_states",
     "random_supports",
+    "save_folder_atomically",
 ]

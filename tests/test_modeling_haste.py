@@ -222,7 +222,7 @@ def test_failed_save_leaves_previous_checkpoint_intact(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         model.save_pretrained(tmp_path)
     assert {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)} == before
-    assert not [name for name in os.listdir(tmp_path.parent) if name.startswith(".haste-save-")]
+    assert not [name for name in os.listdir(tmp_path) if name.startswith(".haste-")]
 
 
 def test_sharded_save_replaces_single_file(tmp_path):
