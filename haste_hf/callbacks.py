@@ -97,3 +97,59 @@ class RewiringCallback(TrainerCallback):
         # Log this step, so the count reaches the console and the logging integrations too.
         control.should_log = True
         logger.info("Step %d: rewired %d (group, slot) pairs of the sparse tail.", state.global_step, result.count)
+
+
+NON_FINITE_ACTIONS = ("stop", "skip")
+
+
+class NonFiniteGradientCallback(TrainerCallback):
+    """Guards each optimizer step against divergence: a NaN or infinite gradient (from a non-finite loss,
+    an overflowing weight or a NaN in the encoder's output) either stops training with a
+    `FloatingPointError` (`action="stop"`) or drops the update (`"skip"`: gradients are cleared, so
+    neither optimizer moves its weights or momentum; the schedules still advance). Skipped steps are
+    counted in `skipped_steps`. A skip is refused when the weights themselves are no longer finite,
+    since no later step could recover from that.
+
+    One device sync per optimizer step: the largest absolute gradient of each tensor is gathered and
+    tested at once (the max, unlike the norm, never overflows on large finite gradients).
+    """
+
+    def __init__(self, action: str = "stop"):
+        if action not in NON_FINITE_ACTIONS:
+            raise ValueError(f"`on_non_finite` must be one of {NON_FINITE_ACTIONS}, got {action!r}.")
+        self.action = action
+        self.skipped_steps = 0
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        parameters = [param for param in unwrap_model(model).parameters() if param.grad is not None]
+        if all_finite([param.grad for param in parameters]):
+            return
+        step = state.global_step + 1
+        if self.action == "stop":
+            raise FloatingPointError(
+                f"Training diverged at step {step}: the loss or gradients are NaN or infinite. Lower the "
+                "learning rates (encoder and output layer), check the data and the encoder's outputs, or "
+                "set `on_non_finite='skip'` (CLI: --on-non-finite skip) to skip such steps."
+            )
+        if not all_finite(parameters):
+            raise FloatingPointError(
+                f"Training diverged at step {step}: the weights themselves are NaN or infinite, so skipping "
+                "steps cannot recover. Lower the learning rates."
+            )
+        self.skipped_steps += 1
+        logger.warning("Step %d skipped: its gradients are NaN or infinite (%d skipped so far).", step, self.skipped_steps)
+        for param in parameters:
+            param.grad = None
+
+
+def all_finite(tensors) -> bool:
+    """Whether every tensor holds only finite values, with one sync per device."""
+    by_device = {}
+    for tensor in tensors:
+        if tensor.is_floating_point() and tensor.numel():
+            by_device.setdefault(tensor.device, []).append(tensor.detach())
+    for group in by_device.values():
+        largest = torch._foreach_norm(group, ord=float("inf"))
+        if not bool(torch.stack([value.float() for value in largest]).isfinite().all()):
+            return False
+    return True

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from transformers import Trainer
 
-from .callbacks import RewiringCallback, unwrap_model
+from .callbacks import NonFiniteGradientCallback, RewiringCallback, unwrap_model
 from .modeling_haste import HasteForExtremeClassification
 from .optimization import HasteOptimizer, StochasticRoundingSGD, get_haste_scheduler, unwrap_haste_optimizer
 from .training_args import HasteTrainingArguments
@@ -58,6 +58,8 @@ class HasteTrainer(Trainer):
                 if module is not None:
                     module.to(dtype)
         super().__init__(model, args, *trainer_args, **kwargs)
+        self.non_finite_guard = NonFiniteGradientCallback(args.on_non_finite)
+        self.add_callback(self.non_finite_guard)
         if args.rewiring_interval and self.model.tail is not None:
             self.add_callback(
                 RewiringCallback(
@@ -131,6 +133,8 @@ class HasteTrainer(Trainer):
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "learning_rate" in logs:
             logs["output_learning_rate"] = self._output_learning_rate
+            if self.non_finite_guard.skipped_steps:
+                logs["skipped_steps"] = self.non_finite_guard.skipped_steps
         # A rewiring at this step left its count in the history (see RewiringCallback): log it with the rest.
         last = self.state.log_history[-1] if self.state.log_history else {}
         if set(last) == {"rewired_pairs", "step"} and last["step"] == self.state.global_step:

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 from transformers import TrainingArguments
 
+from .callbacks import NON_FINITE_ACTIONS
 from .rewiring import check_rewiring_options
 
 
@@ -51,6 +52,10 @@ class HasteTrainingArguments(TrainingArguments):
         default="global", metadata={"help": "Prune the weakest pairs over all groups ('global') or in each ('group')."}
     )
     rewiring_seed: int | None = field(default=None, metadata={"help": "Seed of rewiring; defaults to `seed`."})
+    on_non_finite: str = field(
+        default="stop",
+        metadata={"help": "A step with NaN or infinite gradients: 'stop' training with an error, or 'skip' its update."},
+    )
     eval_top_k: int = field(default=5, metadata={"help": "Labels predicted per example during evaluation."})
     # The collator tokenizes the `text` column itself, so the Trainer must keep it.
     remove_unused_columns: bool = field(default=False, metadata={"help": "Keep dataset columns for the collator."})
@@ -76,5 +81,7 @@ class HasteTrainingArguments(TrainingArguments):
             names={"fraction": "rewiring_fraction", "scope": "rewiring_scope", "init": "rewiring_init",
                    "end_fraction": "rewiring_end"},
         )  # fmt: skip
+        if self.on_non_finite not in NON_FINITE_ACTIONS:
+            raise ValueError(f"`on_non_finite` must be one of {NON_FINITE_ACTIONS}, got {self.on_non_finite!r}.")
         if self.eval_top_k < 1:
             raise ValueError(f"`eval_top_k` must be >= 1, got {self.eval_top_k}.")
