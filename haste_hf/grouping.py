@@ -537,7 +537,7 @@ def _semantic_order(
             beta *= 2  # no bucket held a full group: use fewer, larger buckets (ends with a single bucket)
         pool = pool[leftover]
     progress.close()
-    return torch.cat(pieces)
+    return torch.cat(pieces) if pieces else pool  # no rows: an empty order
 
 
 def group_labels(

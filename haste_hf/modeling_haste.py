@@ -456,7 +456,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
                 f"`labels` holds ids outside [0, {label_count}) other than the padding value {IGNORE_INDEX}: "
                 "pass positive label ids padded with -100, or a dense [batch, label_count] multi-hot."
             )
-        positions = torch.where(valid, self.label_positions[labels.clamp(min=0)], -1)
+        positions = torch.where(valid, self.label_positions[labels.clamp(min=0).long()], -1)
         # A label listed twice is one positive, not two.
         positions = positions.sort(dim=1, descending=True).values
         repeated = torch.zeros_like(valid)
@@ -480,9 +480,19 @@ class HasteForExtremeClassification(HastePreTrainedModel):
                     f"A dense multi-hot `labels` needs {config.label_count} columns, got {labels.shape[1]}: "
                     "pass one column per label, or padded positive ids (int64, -100 padding)."
                 )
+            if labels.dtype != torch.bool and not bool(((labels >= 0) & (labels <= 1)).all()):
+                raise ValueError(
+                    "A dense float `labels` must hold targets in [0, 1] (NaN is not one): got values in "
+                    f"[{labels.min().item()}, {labels.max().item()}]."
+                )
             targets = labels[:, self.output_labels[: config.label_count]].to(valid_logits.dtype)
             loss = loss - (valid_logits * targets).sum()
         else:
+            if not labels.dtype.is_signed:
+                raise ValueError(
+                    f"`labels` of dtype {labels.dtype} cannot hold the -100 padding of label ids: pass padded ids "
+                    "as int64, or a multi-hot as float or bool."
+                )
             positions = self._positive_positions(labels)
             positive_logits = valid_logits.gather(1, positions.clamp(min=0))
             loss = loss - positive_logits.masked_fill(positions < 0, 0.0).sum()

