@@ -321,7 +321,7 @@ def test_labels_as_int8_ids_bool_or_soft_targets_in_range_give_the_right_loss():
     input_ids, attention_mask = batch(model)
     ids = torch.tensor([[1, 2], [3, -100], [5, 39]])
     dense = torch.zeros(3, LABELS)
-    dense[[0, 0, 1, 2], [1, 2, 3, 39]] = 1.0
+    dense[[0, 0, 1, 2, 2], [1, 2, 3, 5, 39]] = 1.0
     reference = model(input_ids, attention_mask, labels=ids).loss
     for labels in (ids.to(torch.int8), ids.to(torch.int32), dense.bool(), dense):
         assert torch.allclose(model(input_ids, attention_mask, labels=labels).loss, reference)
