@@ -5,6 +5,7 @@ Sections: saving and loading; training divergence; labels and data; the command 
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -336,3 +337,255 @@ def test_semantic_grouping_of_labels_without_any_positive_keeps_them_all():
 
     grouping = group_labels(torch.zeros(LABELS, 8), torch.arange(4, LABELS), 4, "semantic", device="cpu")
     assert sorted(grouping.order.tolist()) == list(range(4, LABELS))
+
+
+# ---------------------------------------------------------------------------------------------- command line
+
+CLI_LABELS = 30
+
+
+@pytest.fixture(scope="module")
+def cli_files(tmp_path_factory):
+    """A 30-label raw-text dataset, 40- and 20-label ones, a bag-of-words one, a saved 30-label model and texts."""
+    import gzip
+
+    from datasets.utils.logging import disable_progress_bar
+
+    disable_progress_bar()
+    root = tmp_path_factory.mktemp("cli")
+
+    def dataset(name, labels):
+        path = root / name
+        path.mkdir()
+        for split, rows in (("trn", planted_texts(labels, 40, seed=0)), ("tst", planted_texts(labels, 12, seed=1))):
+            with gzip.open(path / f"{split}.json.gz", "wt") as f:
+                for i, row in enumerate(rows):
+                    f.write(json.dumps({"uid": str(i), "title": row["text"], "content": "", "target_ind": row["labels"]}) + "\n")
+        with gzip.open(path / "lbl.json.gz", "wt") as f:
+            f.writelines(json.dumps({"uid": str(label), "title": f"label {label}"}) + "\n" for label in range(labels))
+        return path
+
+    files = {name: dataset(name, labels) for name, labels in (("data", CLI_LABELS), ("data40", 40), ("data20", 20))}
+    bow = root / "bow"
+    bow.mkdir()
+    (bow / "train.txt").write_text("2 5 3\n0,2 1:0.5 4:1.0\n1 0:1.0\n")
+    files["bow"] = bow
+    model = make_model(label_count=CLI_LABELS, head_label_count=2)
+    model.set_label_names([f"label {i}" for i in range(CLI_LABELS)])
+    files["model"] = root / "model"
+    model.save_pretrained(files["model"])
+    tiny_tokenizer(files["model"])
+    files["texts"] = root / "texts.txt"
+    files["texts"].write_text("w3 w40 w50\nw7 w60\n")
+    files["empty"] = root / "empty.txt"
+    files["empty"].write_text("")
+    return files
+
+
+def run_cli(capsys, argv):
+    """Exit status and stderr lines of `haste-hf ARGV`."""
+    from haste_hf.cli import main
+
+    capsys.readouterr()  # what the test's own setup printed
+    try:
+        status = main([str(arg) for arg in argv])
+    except SystemExit as exit:
+        status = exit.code
+    # Progress bars (loading weights, predicting) are not messages.
+    return status, [line for line in capsys.readouterr().err.strip().splitlines() if line.strip() and not re.search(r"\d+%\|", line)]
+
+
+def assert_one_line_error(status, lines, expected_status, command, *fragments):
+    assert status == expected_status, lines
+    assert len(lines) == 1 and lines[0].startswith(f"haste-hf {command}: error: "), lines
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+# Each: the flags after the command, and fragments the one line must contain. Checked while parsing.
+TRAIN_USAGE_ERRORS = [
+    (["--batch-size", "0"], ["--batch-size", "must be >= 1, got 0"]),
+    (["--batch-size", "-3"], ["--batch-size", "got -3"]),
+    (["--batch-size", "eight"], ["--batch-size", "expected an integer, got 'eight'"]),
+    (["--gradient-accumulation-steps", "0"], ["--gradient-accumulation-steps", "must be >= 1"]),
+    (["--validation-fraction", "1"], ["--validation-fraction", "< 1, got 1"]),
+    (["--validation-fraction", "-0.1"], ["--validation-fraction", ">= 0"]),
+    (["--validation-fraction", "nan"], ["--validation-fraction", "got nan"]),
+    (["--epochs", "0"], ["--epochs", "must be > 0"]),
+    (["--max-steps", "0"], ["--max-steps", ">= 1 or -1"]),
+    (["--lr=-1e-5"], ["--lr", "must be >= 0"]),
+    (["--output-lr", "-0.1"], ["--output-lr", "must be >= 0"]),
+    (["--output-momentum", "1"], ["--output-momentum", "< 1"]),
+    (["--eval-steps", "0"], ["--eval-steps", "must be >= 1"]),
+    (["--logging-steps", "0"], ["--logging-steps", "must be >= 1"]),
+    (["--group-size", "0"], ["--group-size", "must be >= 1"]),
+    (["--fan-in", "0"], ["--fan-in", "must be >= 1"]),
+    (["--head-fraction", "1.5"], ["--head-fraction", "<= 1"]),
+    (["--max-length", "0"], ["--max-length", "must be >= 1"]),
+    (["--eval-batch-size", "0"], ["--eval-batch-size", "must be >= 1"]),
+    (["--rewiring-fraction", "0"], ["--rewiring-fraction", "> 0"]),
+    (["--rewiring-end", "2"], ["--rewiring-end", "<= 1"]),
+    (["--rewiring-interval", "-5"], ["--rewiring-interval", ">= 0"]),
+    (["--beta", "0.5"], ["--beta", ">= 1"]),
+    (["--num-workers", "-1"], ["--num-workers", ">= 0"]),
+    (["--propensity-a", "0"], ["--propensity-a", "> 0"]),
+    (["--on-non-finite", "ignore"], ["--on-non-finite", "invalid choice"]),
+    (["--format", "bow"], ["--format", "invalid choice"]),
+    (["--data", "no/such/folder"], ["--data", "no folder 'no/such/folder'"]),
+    (["--encoder", "./no-such-encoder"], ["--encoder", "no folder './no-such-encoder'"]),
+    (["--encoder", "a/b/c"], ["--encoder", "no folder 'a/b/c'"]),
+    (["--grouping-file", "missing.safetensors"], ["--grouping-file", "no file 'missing.safetensors'"]),
+    (["--push-to-hub", "not a repo"], ["--push-to-hub", "not a Hub repository id"]),
+    (["--no-such-flag"], ["unrecognized arguments: --no-such-flag"]),
+]
+
+
+@pytest.mark.parametrize("flags, fragments", TRAIN_USAGE_ERRORS, ids=[" ".join(flags) for flags, _ in TRAIN_USAGE_ERRORS])
+def test_train_usage_errors_are_one_line_before_anything_loads(capsys, monkeypatch, flags, fragments):
+    import haste_hf.cli
+
+    monkeypatch.setattr(haste_hf.cli, "command_train", lambda args: pytest.fail("the command ran"))
+    status, lines = run_cli(capsys, ["train", *flags])
+    assert_one_line_error(status, lines, 2, "train", *fragments)
+
+
+def test_a_file_given_as_data_folder(capsys, cli_files):
+    status, lines = run_cli(capsys, ["train", "--data", cli_files["texts"]])
+    assert_one_line_error(status, lines, 2, "train", "--data", "(it is a file)")
+
+
+def test_bag_of_words_data_is_refused_up_front(capsys, cli_files, monkeypatch):
+    import haste_hf.cli
+
+    monkeypatch.setattr(haste_hf.cli, "resolve_encoder", lambda name: pytest.fail("the encoder was loaded"))
+    status, lines = run_cli(capsys, ["train", "--data", cli_files["bow"], "--encoder", cli_files["model"]])
+    assert_one_line_error(status, lines, 2, "train", "--data", "bag-of-words", "raw-text release")
+
+
+@pytest.mark.parametrize("data, count", [("data40", "40"), ("data20", "20")])
+def test_evaluate_on_data_of_another_label_count_names_both_counts(capsys, cli_files, tmp_path, data, count):
+    output = tmp_path / "metrics.json"
+    status, lines = run_cli(capsys, ["evaluate", "--model", cli_files["model"], "--data", cli_files[data], "--output", output])
+    assert_one_line_error(status, lines, 2, "evaluate", "has 30 labels and the dataset " + count)
+    assert not output.exists()
+
+
+def test_evaluate_of_a_model_with_fewer_labels_than_the_summary_k(capsys, cli_files, tmp_path):
+    folder = tmp_path / "three"
+    make_model(label_count=3, head_label_count=1, group_size=2, fan_in=4).save_pretrained(folder)
+    tiny_tokenizer(folder)
+    data = tmp_path / "data3"
+    data.mkdir()
+    for name in ("trn.json", "tst.json"):
+        (data / name).write_text("".join(json.dumps({"uid": str(i), "title": f"w{i}", "target_ind": [i % 3]}) + "\n" for i in range(6)))
+    (data / "lbl.json").write_text("".join(json.dumps({"uid": str(i), "title": f"l{i}"}) + "\n" for i in range(3)))
+    output = tmp_path / "metrics.json"
+    status, _ = run_cli(capsys, ["evaluate", "--model", folder, "--data", data, "--output", output])
+    metrics = json.loads(output.read_text())
+    assert status == 0 and {"P@1", "P@3"} <= set(metrics) and "P@5" not in metrics
+
+
+EVALUATE_USAGE_ERRORS = [
+    (["--model", "no-such-model"], ["--model", "no folder 'no-such-model'"]),
+    (["--model", "./missing/model"], ["--model", "no folder './missing/model'"]),
+    (["--model", "{model}", "--output", "missing-folder/metrics.json"], ["--output", "does not exist"]),
+    (["--model", "{model}", "--output", "{model}"], ["--output", "is a folder"]),
+    (["--model", "{model}", "--data", "{data}", "--split", "dev"], ["--split", "'dev' is not a split", "test, train"]),
+    (["--model", "{model}", "--data", "{bow}"], ["--data", "bag-of-words"]),
+    (["--data", "{data}"], ["the following arguments are required: --model"]),
+]
+
+
+@pytest.mark.parametrize("flags, fragments", EVALUATE_USAGE_ERRORS, ids=[" ".join(flags) for flags, _ in EVALUATE_USAGE_ERRORS])
+def test_evaluate_usage_errors(capsys, cli_files, flags, fragments):
+    flags = [flag.format(**cli_files) for flag in flags]
+    status, lines = run_cli(capsys, ["evaluate", *flags])
+    assert_one_line_error(status, lines, 2, "evaluate", *fragments)
+
+
+PREDICT_USAGE_ERRORS = [
+    (["--input", "missing.txt"], ["--input", "no file 'missing.txt'"]),
+    (["--input", "{empty}"], ["--input", "holds no texts"]),
+    (["--input", "{texts}", "--output", "missing-folder/top.jsonl"], ["--output", "does not exist; create it first"]),
+    (["--input", "{texts}", "-k", "0"], ["-k", "must be >= 1"]),
+    (["--input", "{texts}", "-k", "31"], ["-k", "31 exceeds the 30 labels"]),
+    (["--model", "missing", "--input", "{texts}"], ["--model", "no folder 'missing'"]),
+]
+
+
+@pytest.mark.parametrize("flags, fragments", PREDICT_USAGE_ERRORS, ids=[" ".join(flags) for flags, _ in PREDICT_USAGE_ERRORS])
+def test_predict_usage_errors_leave_no_output(capsys, cli_files, tmp_path, flags, fragments):
+    flags = [flag.format(**cli_files) for flag in flags]
+    output = tmp_path / "top.jsonl"
+    arguments = ["--model", cli_files["model"], "--output", output, *flags]
+    status, lines = run_cli(capsys, ["predict", *arguments])
+    assert_one_line_error(status, lines, 2, "predict", *fragments)
+    assert not output.exists()
+
+
+def test_predict_with_non_finite_scores_fails_and_keeps_the_previous_output(capsys, cli_files, tmp_path):
+    folder = tmp_path / "nan-model"
+    make_model(label_count=CLI_LABELS, head_label_count=2).save_pretrained(folder)
+    tiny_tokenizer(folder)
+    corrupt(folder, "head.bias", lambda bias: bias.fill_(float("nan")))
+    output = tmp_path / "top.jsonl"
+    output.write_text("previous\n")
+    status, lines = run_cli(capsys, ["predict", "--model", folder, "--input", cli_files["texts"], "--output", output])
+    assert_one_line_error(status, lines, 1, "predict", "2 of 2 texts", "NaN or infinity")
+    assert output.read_text() == "previous\n" and set(os.listdir(tmp_path)) == {"nan-model", "top.jsonl"}
+
+
+def test_predict_writes_one_record_per_line_blank_lines_included(capsys, cli_files, tmp_path):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("w3 w40\n\nw7\n")
+    output = tmp_path / "top.jsonl"
+    status, _ = run_cli(capsys, ["predict", "--model", cli_files["model"], "--input", texts, "--output", output, "-k", "30"])
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert status == 0 and len(records) == 3 and all(sorted(r["label_ids"]) == list(range(30)) for r in records)
+
+
+def test_a_corrupt_model_is_a_one_line_library_error(capsys, cli_files, tmp_path):
+    folder = tmp_path / "corrupt"
+    make_model(label_count=CLI_LABELS, head_label_count=2).save_pretrained(folder)
+    tiny_tokenizer(folder)
+    corrupt(folder, "tail.supports", lambda supports: supports.__setitem__((0, 0), 1000))
+    status, lines = run_cli(capsys, ["predict", "--model", folder, "--input", cli_files["texts"], "--output", tmp_path / "o.jsonl"])
+    assert_one_line_error(status, lines, 1, "predict", "tail supports", "outside [0, 32)")
+
+
+def test_an_interrupted_save_is_a_one_line_library_error(capsys, cli_files, tmp_path):
+    folder = tmp_path / "interrupted"
+    make_model(label_count=CLI_LABELS, head_label_count=2).save_pretrained(folder)
+    (folder / INCOMPLETE_SAVE_FILE).write_text("{}")
+    for command in (["evaluate", "--data", cli_files["data"]], ["push", "--repo-id", "user/model"]):
+        status, lines = run_cli(capsys, [command[0], "--model", folder, *command[1:]])
+        assert_one_line_error(status, lines, 1, command[0], "interrupted save")
+
+
+GROUP_AND_PUSH_USAGE_ERRORS = [
+    (["group", "--output", "missing-folder/grouping.safetensors"], ["--output", "does not exist"]),
+    (["group", "--output", "g.safetensors", "--group-size", "0"], ["--group-size", ">= 1"]),
+    (["group", "--output", "g.safetensors", "--data", "missing"], ["--data", "no folder 'missing'"]),
+    (["group", "--output", "g.safetensors", "--data", "{bow}"], ["--data", "bag-of-words"]),
+    (["push", "--model", "missing", "--repo-id", "user/model"], ["--model", "no folder 'missing'"]),
+    (["push", "--model", "{texts}", "--repo-id", "user/model"], ["--model", "(it is a file)"]),
+    (["push", "--model", "{model}", "--repo-id", "user/a/b"], ["--repo-id", "not a Hub repository id"]),
+    (["push", "--model", "{model}"], ["required: --repo-id"]),
+]
+
+
+@pytest.mark.parametrize("argv, fragments", GROUP_AND_PUSH_USAGE_ERRORS, ids=[" ".join(argv) for argv, _ in GROUP_AND_PUSH_USAGE_ERRORS])
+def test_group_and_push_usage_errors(capsys, cli_files, argv, fragments):
+    argv = [arg.format(**cli_files) for arg in argv]
+    status, lines = run_cli(capsys, argv)
+    assert_one_line_error(status, lines, 2, argv[0], *fragments)
+
+
+def test_pushing_a_folder_that_holds_no_model_is_a_one_line_library_error(capsys, tmp_path):
+    status, lines = run_cli(capsys, ["push", "--model", tmp_path, "--repo-id", "user/model"])
+    assert_one_line_error(status, lines, 1, "push", "has no config.json")
+
+
+def test_no_command_is_a_one_line_error(capsys):
+    status, lines = run_cli(capsys, [])
+    assert status == 2 and len(lines) == 1 and "required: command" in lines[0]
