@@ -7,19 +7,52 @@ every `rewiring_interval` steps; evaluation ranks labels with top-k, never gathe
 """
 
 import os
+import re
 import shutil
 
 import torch
 from torch import nn
 from transformers import Trainer
+from transformers.trainer_callback import TrainerState
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .callbacks import NonFiniteGradientCallback, RewiringCallback, unwrap_model
-from .modeling_haste import HasteForExtremeClassification
+from .modeling_haste import INCOMPLETE_SAVE_FILE, HasteForExtremeClassification
 from .optimization import HasteOptimizer, StochasticRoundingSGD, get_haste_scheduler, unwrap_haste_optimizer
 from .training_args import HasteTrainingArguments
 
 
 OUTPUT_LAYER_MODULES = ("head", "tail")
+_CHECKPOINT = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+
+
+def checkpoint_is_complete(folder: str | os.PathLike) -> bool:
+    """Whether a Trainer checkpoint finished saving: its trainer state, written last, is there and reads,
+    and no save of its model was interrupted."""
+    state_file = os.path.join(folder, "trainer_state.json")
+    if not os.path.isfile(state_file) or os.path.exists(os.path.join(folder, INCOMPLETE_SAVE_FILE)):
+        return False
+    try:
+        TrainerState.load_from_json(state_file)
+    except (ValueError, TypeError, KeyError):
+        return False
+    return True
+
+
+def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
+    """The `checkpoint-N` folder of `output_dir` with the highest N that finished saving (one a kill left
+    half-written is passed over), or None."""
+    if not os.path.isdir(output_dir):
+        return None
+    steps = sorted(
+        (int(match.group(1)), name)
+        for name in os.listdir(output_dir)
+        if (match := _CHECKPOINT.match(name)) and os.path.isdir(os.path.join(output_dir, name))
+    )
+    for _, name in reversed(steps):
+        if checkpoint_is_complete(os.path.join(output_dir, name)):
+            return os.path.join(output_dir, name)
+    return None
 
 
 def split_parameters(model: HasteForExtremeClassification) -> tuple[list[tuple[str, nn.Parameter]], list[nn.Parameter]]:
@@ -71,6 +104,21 @@ class HasteTrainer(Trainer):
                     seed=args.rewiring_seed,
                 )
             )
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
+        """`Trainer.train`; `resume_from_checkpoint=True` picks the last checkpoint that finished saving (a
+        half-written one is passed over), and a checkpoint path given that did not finish is refused."""
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = last_complete_checkpoint(self.args.output_dir)
+            if resume_from_checkpoint is None:
+                raise ValueError(f"No complete checkpoint to resume from in `output_dir` ({self.args.output_dir}).")
+        elif resume_from_checkpoint and not checkpoint_is_complete(resume_from_checkpoint):
+            earlier = last_complete_checkpoint(os.path.dirname(os.path.abspath(resume_from_checkpoint)))
+            raise ValueError(
+                f"{resume_from_checkpoint} is not a complete checkpoint (no readable trainer_state.json, or an "
+                "interrupted save)" + (f": resume from {earlier}." if earlier else ".")
+            )
+        return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def create_optimizer(self, model=None) -> torch.optim.Optimizer:
         if self.optimizer is None:

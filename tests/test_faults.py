@@ -21,7 +21,7 @@ import haste_hf.hub
 from haste_hf import HasteConfig, HasteForExtremeClassification
 from haste_hf.data import XMCDataCollator
 from haste_hf.modeling_haste import INCOMPLETE_SAVE_FILE, STAGING_PREFIX, save_folder_atomically
-from haste_hf.trainer import HasteTrainer
+from haste_hf.trainer import HasteTrainer, last_complete_checkpoint
 from haste_hf.training_args import HasteTrainingArguments
 
 
@@ -282,6 +282,28 @@ def test_skipping_cannot_recover_non_finite_weights(tmp_path, tokenizer, train_s
     trainer = make_trainer(tmp_path, tokenizer, train_set, model=model, on_non_finite="skip")
     with pytest.raises(FloatingPointError, match="weights themselves"):
         trainer.train()
+
+
+def test_resume_passes_over_a_checkpoint_a_kill_left_half_written(tmp_path, tokenizer, train_set):
+    make_trainer(tmp_path, tokenizer, train_set, max_steps=4, save_strategy="steps", save_steps=2).train()
+    half_written = tmp_path / "checkpoint-6"
+    half_written.mkdir()
+    (half_written / "model.safetensors").write_bytes(b"partial")
+    truncated = tmp_path / "checkpoint-5"
+    truncated.mkdir()
+    (truncated / "trainer_state.json").write_text('{"global_step": 5, "log_hist')
+    assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-4")
+    resumed = make_trainer(tmp_path, tokenizer, train_set, max_steps=6, save_strategy="no")
+    resumed.train(resume_from_checkpoint=True)
+    assert resumed.state.global_step == 6 and len([log for log in resumed.state.log_history if "loss" in log]) == 6
+    with pytest.raises(ValueError, match="checkpoint-6 is not a complete checkpoint.*resume from .*checkpoint-4"):
+        make_trainer(tmp_path, tokenizer, train_set).train(resume_from_checkpoint=str(half_written))
+
+
+def test_resume_with_no_complete_checkpoint_is_refused(tmp_path, tokenizer, train_set):
+    (tmp_path / "checkpoint-2").mkdir()
+    with pytest.raises(ValueError, match="No complete checkpoint to resume from"):
+        make_trainer(tmp_path, tokenizer, train_set).train(resume_from_checkpoint=True)
 
 
 def test_unknown_non_finite_action_is_refused(tmp_path):
