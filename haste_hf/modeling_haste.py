@@ -607,11 +607,14 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         save_directory = os.fspath(save_directory)
         hub_kwargs = {name: kwargs.pop(name) for name in _PUSH_ARGUMENTS if name in kwargs}
         repo_id = kwargs.pop("repo_id", None) or os.path.basename(os.path.abspath(save_directory))
+        if not self.should_save_on_this_rank(kwargs.get("is_main_process", True)):
+            # Other ranks write nothing; they take part only in what the save gathers from them.
+            return super().save_pretrained(save_directory, *args, **kwargs)
         check_finite_weights(self.state_dict() if kwargs.get("state_dict") is None else kwargs["state_dict"])
 
         def write(staging):
             super(HasteForExtremeClassification, self).save_pretrained(staging, *args, **kwargs)
-            if self.label_names is not None and kwargs.get("is_main_process", True):
+            if self.label_names is not None:
                 with open(os.path.join(staging, LABEL_NAMES_FILE), "w", encoding="utf-8") as f:
                     json.dump(self.label_names, f, ensure_ascii=False)
 
