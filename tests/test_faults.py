@@ -15,6 +15,7 @@ import torch
 from datasets import Dataset
 from safetensors.torch import load_file, save_file
 from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
+from transformers import PreTrainedModel
 from transformers import TrainerCallback as TrainerCallbackBase
 
 import haste_hf.hub
@@ -54,9 +55,19 @@ def assert_no_leftovers(path):
 # ------------------------------------------------------------------------------------- saving and loading
 
 
-def test_save_into_a_writable_folder_under_a_read_only_parent(tmp_path):
+def test_save_into_a_writable_folder_under_a_read_only_parent(tmp_path, monkeypatch):
     target = tmp_path / "volume" / "model"
     target.mkdir(parents=True)
+    # Permissions do not bind root (CI may run as root): also check that nothing appears in the parent.
+    parent_listings = []
+    write = PreTrainedModel.save_pretrained
+
+    def watched(self, directory, *args, **kwargs):
+        result = write(self, directory, *args, **kwargs)
+        parent_listings.append(sorted(os.listdir(tmp_path / "volume")))
+        return result
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", watched)
     os.chmod(tmp_path / "volume", stat.S_IRUSR | stat.S_IXUSR)
     try:
         model = make_model()
@@ -64,6 +75,7 @@ def test_save_into_a_writable_folder_under_a_read_only_parent(tmp_path):
         model.save_pretrained(target)  # and again over the first save
     finally:
         os.chmod(tmp_path / "volume", stat.S_IRWXU)
+    assert parent_listings == [["model"], ["model"]]
     assert_no_leftovers(target)
     assert torch.equal(HasteForExtremeClassification.from_pretrained(target).tail.weight, model.tail.weight)
 
