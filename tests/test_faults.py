@@ -488,12 +488,16 @@ def test_a_file_given_as_data_folder(capsys, cli_files):
     assert_one_line_error(status, lines, 2, "train", "--data", "(it is a file)")
 
 
-def test_bag_of_words_data_is_refused_up_front(capsys, cli_files, monkeypatch):
-    import haste_hf.cli
+@pytest.mark.parametrize("command", ["train", "group", "evaluate"])
+def test_bag_of_words_data_is_refused_up_front(capsys, cli_files, monkeypatch, tmp_path, command):
+    import haste_hf.recipe
 
-    monkeypatch.setattr(haste_hf.cli, "resolve_encoder", lambda name: pytest.fail("the encoder was loaded"))
-    status, lines = run_cli(capsys, ["train", "--data", cli_files["bow"], "--encoder", cli_files["model"]])
-    assert_one_line_error(status, lines, 2, "train", "--data", "bag-of-words", "raw-text release")
+    monkeypatch.setattr(haste_hf.recipe, "load_encoder", lambda name: pytest.fail("the encoder was loaded"))
+    flags = {"train": ["--encoder", cli_files["model"], "--output-dir", tmp_path / "out"],
+             "group": ["--output", tmp_path / "layout.safetensors"], "evaluate": ["--model", cli_files["model"]]}[command]  # fmt: skip
+    status, lines = run_cli(capsys, [command, "--data", cli_files["bow"], *flags])
+    assert_one_line_error(status, lines, 1, command, "is a bag-of-words dataset", "raw-text release")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "layout.safetensors").exists()
 
 
 @pytest.mark.parametrize("data, count", [("data40", "40"), ("data20", "20")])
@@ -525,7 +529,6 @@ EVALUATE_USAGE_ERRORS = [
     (["--model", "{model}", "--output", "missing-folder/metrics.json"], ["--output", "does not exist"]),
     (["--model", "{model}", "--output", "{model}"], ["--output", "is a folder"]),
     (["--model", "{model}", "--data", "{data}", "--split", "dev"], ["--split", "'dev' is not a split", "test, train"]),
-    (["--model", "{model}", "--data", "{bow}"], ["--data", "bag-of-words"]),
     (["--data", "{data}"], ["the following arguments are required: --model"]),
 ]
 
@@ -565,7 +568,7 @@ def test_predict_with_non_finite_scores_fails_and_keeps_the_previous_output(caps
     output = tmp_path / "top.jsonl"
     output.write_text("previous\n")
     status, lines = run_cli(capsys, ["predict", "--model", folder, "--input", cli_files["texts"], "--output", output])
-    assert_one_line_error(status, lines, 1, "predict", "2 of 2 texts", "NaN or infinity")
+    assert_one_line_error(status, lines, 1, "predict", "scores 2 of 2 texts", "NaN or infinity")
     assert output.read_text() == "previous\n" and set(os.listdir(tmp_path)) == {"nan-model", "top.jsonl"}
 
 
@@ -600,7 +603,6 @@ GROUP_AND_PUSH_USAGE_ERRORS = [
     (["group", "--output", "missing-folder/grouping.safetensors"], ["--output", "does not exist"]),
     (["group", "--output", "g.safetensors", "--group-size", "0"], ["--group-size", ">= 1"]),
     (["group", "--output", "g.safetensors", "--data", "missing"], ["--data", "no folder 'missing'"]),
-    (["group", "--output", "g.safetensors", "--data", "{bow}"], ["--data", "bag-of-words"]),
     (["push", "--model", "missing", "--repo-id", "user/model"], ["--model", "no folder 'missing'"]),
     (["push", "--model", "{texts}", "--repo-id", "user/model"], ["--model", "(it is a file)"]),
     (["push", "--model", "{model}", "--repo-id", "user/a/b"], ["--repo-id", "not a Hub repository id"]),
