@@ -1,5 +1,6 @@
 import gzip
 import json
+import re
 
 import pytest
 import torch
@@ -101,14 +102,15 @@ def test_group_then_train_from_layout_file_with_default_validation(dataset_dir, 
     assert torch.equal(model.output_labels, layout.output_labels())
 
 
-def test_train_refuses_a_layout_of_another_split(dataset_dir, encoder_dir, tmp_path):
+def test_train_refuses_a_layout_of_another_split(dataset_dir, encoder_dir, tmp_path, capsys):
     layout_file = tmp_path / "layout.safetensors"
     assert main(["group", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output", str(layout_file),
                  "--group-size", "4", "--grouping", "frequency", "--validation-fraction", "0"]) == 0  # fmt: skip
     arguments = ["train", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output-dir",
                  str(tmp_path / "model"), "--max-steps", "2", "--fan-in", "8", "--layout-file", str(layout_file)]  # fmt: skip
-    with pytest.raises(ValueError, match="another training split.*--validation-fraction"):
-        main(arguments)
+    capsys.readouterr()
+    assert main(arguments) == 1
+    assert re.search("^haste-hf train: error: .*another training split.*--validation-fraction", capsys.readouterr().err, re.M)
     assert not (tmp_path / "model").exists()
 
 
