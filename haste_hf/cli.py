@@ -182,11 +182,16 @@ def training_arguments_of(args) -> dict:
 
 
 def command_train(args) -> int:
-    from .recipe import train
+    from .recipe import check_output_dir, train
 
+    try:
+        check_output_dir(args.output_dir, overwrite=args.overwrite_output_dir, resume=bool(args.resume_from_checkpoint))
+    except ValueError as error:
+        raise UsageError(f"argument --output-dir: {error}") from None
     run = train(
         args.data, args.encoder, args.output_dir, training_args=training_arguments_of(args),
-        head_label_fraction=args.head_fraction, **{name: getattr(args, name) for name in _RECIPE_OPTIONS},
+        head_label_fraction=args.head_fraction, overwrite_output_dir=args.overwrite_output_dir,
+        resume_from_checkpoint=args.resume_from_checkpoint, **{name: getattr(args, name) for name in _RECIPE_OPTIONS},
     )  # fmt: skip
     layout = run.layout
     summary = format_summary(
@@ -372,6 +377,11 @@ def build_parser() -> argparse.ArgumentParser:
         _add_structure_arguments(train)
         train.add_argument("--encoder", type=model_reference, default=DEMO_ENCODER, help="Encoder model id or path ('minilm': the offline MiniLM package).")
         train.add_argument("--output-dir", default="haste-model", help="Where the model, tokenizer, card and checkpoints go.")
+        existing = train.add_mutually_exclusive_group()
+        existing.add_argument("--overwrite-output-dir", action="store_true",
+                              help="Replace the model and checkpoints already in --output-dir (refused without this flag).")  # fmt: skip
+        existing.add_argument("--resume-from-checkpoint", nargs="?", const=True, default=None, metavar="PATH", type=existing_folder,
+                              help="Continue training from the last complete checkpoint in --output-dir, or from PATH.")  # fmt: skip
         train.add_argument("--label-texts", action="store_true", help="Add the labels' own texts as training points.")
         optim = train.add_argument_group("optimisation")
         optim.add_argument("--epochs", type=positive_float, default=3, help="Training epochs.")
@@ -394,7 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
         optim.add_argument("--rewiring-init", choices=("zero", "random"), default="zero", help="Weights of regrown slots.")
         optim.add_argument("--logging-steps", type=positive_int, default=20, help="Steps between loss logs.")
         optim.add_argument("--eval-steps", type=positive_int, default=None,
-                           help="Evaluate on the validation split (and checkpoint) every N steps instead of every epoch.")  # fmt: skip
+                           help="Checkpoint (and evaluate on the validation split, if any) every N steps instead of every epoch.")  # fmt: skip
         optim.add_argument("--num-workers", type=non_negative_int, default=0, help="Data loader worker processes.")
         publish = train.add_argument_group("publishing")
         publish.add_argument("--push-to-hub", metavar="REPO_ID", type=hub_id, default=None, help="Push the trained model to this Hub repository.")

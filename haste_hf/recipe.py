@@ -15,6 +15,7 @@ The `haste-hf train` command, the examples and `benchmarks/real_data.py` call `t
 
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ import numpy as np
 
 from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, default_pooling
 from .label_plan import LabelLayout
+from .modeling_haste import save_folder_atomically
 
 
 DEMO_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
@@ -178,12 +180,31 @@ def build_model(encoder, layout: LabelLayout, *, label_names=None, fan_in: int =
 
 
 def model_selection_arguments(has_validation: bool, eval_steps: int | None = None) -> dict:
-    """Evaluate and checkpoint on the validation split each epoch (or `eval_steps`), keeping the best P@1."""
-    strategy = "no" if not has_validation else "steps" if eval_steps else "epoch"
+    """Checkpoint each epoch (or every `eval_steps`), so that a run can be resumed; with a validation split,
+    evaluate on it at the same times and keep the best P@1."""
+    strategy = "steps" if eval_steps else "epoch"
     return dict(
-        eval_strategy=strategy, save_strategy=strategy, eval_steps=eval_steps, save_steps=eval_steps,
-        load_best_model_at_end=has_validation, metric_for_best_model="P@1", greater_is_better=True, save_total_limit=1,
+        eval_strategy=strategy if has_validation else "no", save_strategy=strategy, eval_steps=eval_steps,
+        save_steps=eval_steps, load_best_model_at_end=has_validation, metric_for_best_model="P@1" if has_validation else None,
+        greater_is_better=True if has_validation else None, save_total_limit=1,
     )  # fmt: skip
+
+
+def check_output_dir(output_dir, *, overwrite: bool = False, resume: bool = False) -> None:
+    """Raises a `ValueError` when `output_dir` holds a model or checkpoints and neither `overwrite` (replace
+    them) nor `resume` (continue from the last checkpoint) was asked for: a run must not silently replace a
+    finished one, nor rotate its checkpoints away."""
+    from .trainer import checkpoint_folders
+
+    folder = Path(output_dir)
+    held = [name for name in ("config.json", "model.safetensors", "model.safetensors.index.json") if (folder / name).is_file()]
+    held += [path.name for path in checkpoint_folders(folder)]
+    if held and not (overwrite or resume):
+        shown = ", ".join(held[:4]) + (", ..." if len(held) > 4 else "")
+        raise ValueError(
+            f"{folder} already holds a model ({shown}): pass --overwrite-output-dir (`overwrite_output_dir=True`) "
+            "to replace it, or --resume-from-checkpoint (`resume_from_checkpoint=True`) to continue its training."
+        )
 
 
 def build_trainer(model, tokenizer, training_args, train_split, validation_split, propensity, max_length: int, callbacks=None):
@@ -194,7 +215,8 @@ def build_trainer(model, tokenizer, training_args, train_split, validation_split
     return HasteTrainer(
         model=model, args=training_args, train_dataset=train_split, eval_dataset=validation_split,
         data_collator=XMCDataCollator(tokenizer, max_length=max_length),
-        compute_metrics=make_compute_metrics(ks=METRIC_KS, propensity=propensity), callbacks=callbacks,
+        compute_metrics=make_compute_metrics(ks=[k for k in METRIC_KS if k <= model.config.label_count], propensity=propensity),
+        callbacks=callbacks,
     )  # fmt: skip
 
 
@@ -254,22 +276,44 @@ def saved_evaluation_settings(model_dir) -> dict:
 
 
 def save_trained(trainer, tokenizer, layout: LabelLayout, output_dir: str, *, encoder_name: str, dataset_name: str,
-                 test_metrics: dict, propensity, hub_model_id: str | None = None,
+                 test_metrics: dict | None, propensity, hub_model_id: str | None = None,
                  evaluation_settings: dict | None = None) -> None:  # fmt: skip
-    """The model, its tokenizer (whose `model_max_length` is the training length), its model card and the
-    settings its test metrics were computed with, in `output_dir`."""
+    """The model, its tokenizer (whose `model_max_length` is the training length), its training arguments, its
+    model card and the settings its test metrics are computed with, switched into `output_dir` at once
+    (`saving.save_trained_folder`); `test_metrics.json` too unless `test_metrics` is None (not computed yet).
+    Checkpoints and logs in `output_dir` stay."""
+    import torch
+    from transformers.trainer import TRAINING_ARGS_NAME
+
+    from .callbacks import unwrap_model
+    from .saving import save_trained_folder
+
+    if not trainer.is_world_process_zero():
+        return
+
+    def write_extra(folder: Path):
+        torch.save(trainer.args, folder / TRAINING_ARGS_NAME)
+        if evaluation_settings is not None:
+            (folder / EVALUATION_SETTINGS_FILE).write_text(json.dumps(evaluation_settings, indent=2))
+        write_results(folder, trainer, layout, output_dir, encoder_name=encoder_name, dataset_name=dataset_name,
+                      test_metrics=test_metrics, propensity=propensity, hub_model_id=hub_model_id)  # fmt: skip
+
+    save_trained_folder(output_dir, unwrap_model(trainer.model), tokenizer, write_extra)
+
+
+def write_results(folder: Path, trainer, layout: LabelLayout, output_dir: str, *, encoder_name: str, dataset_name: str,
+                  test_metrics: dict | None, propensity, hub_model_id: str | None = None) -> None:  # fmt: skip
+    """The model card (with the test metrics, when computed) and `test_metrics.json`, written into `folder`."""
     from .model_card import HasteModelCardData, write_model_card
 
-    trainer.save_model(output_dir)
-    tokenizer.save_pretrained(output_dir)
     card = HasteModelCardData.from_trainer(
         trainer, model_id=hub_model_id or Path(output_dir).name, encoder=encoder_name, dataset_name=dataset_name,
-        grouping=layout.strategy, metrics=test_metrics, split="test", propensity={"A": propensity.a, "B": propensity.b},
+        grouping=layout.strategy, metrics=test_metrics or {}, split="test", propensity={"A": propensity.a, "B": propensity.b},
         label_frequencies=layout.label_frequencies.numpy() if layout.label_frequencies is not None else None,
     )  # fmt: skip
-    write_model_card(card, Path(output_dir) / "README.md")
-    if evaluation_settings is not None:
-        (Path(output_dir) / EVALUATION_SETTINGS_FILE).write_text(json.dumps(evaluation_settings, indent=2))
+    write_model_card(card, folder / "README.md")
+    if test_metrics is not None:
+        (folder / "test_metrics.json").write_text(json.dumps(test_metrics, indent=2))
 
 
 # ------------------------------------------------------------------------------------------------ the recipe
@@ -285,6 +329,8 @@ def train(
     callbacks=None,
     save: bool = True,
     evaluate_test: bool = True,
+    overwrite_output_dir: bool = False,
+    resume_from_checkpoint: str | bool | None = None,
     **options,
 ) -> TrainingRun:
     """Trains a HASTE model on an XMC dataset and evaluates it on the dataset's test split.
@@ -298,12 +344,17 @@ def train(
         layout: a precomputed `LabelLayout` of the training split (checked against it); by default computed
             from `options` (`group_size`, `head_label_fraction`, `grouping`, `beta`, `layout_file`).
         callbacks: extra `TrainerCallback`s.
-        save: write the model folder (model, tokenizer, card, `test_metrics.json`).
+        save: write the model folder (model, tokenizer, card, `test_metrics.json`). The model is saved before
+            the test evaluation, so a failure there loses nothing; the metrics are added after.
         evaluate_test: evaluate on the test split when the dataset has one.
+        overwrite_output_dir: replace a model and checkpoints already in `output_dir` (refused otherwise).
+        resume_from_checkpoint: continue the training of `output_dir` from its last complete checkpoint
+            (True) or from the checkpoint folder given.
         **options: the other `RecipeArguments` fields.
     """
     import torch
 
+    from .trainer import checkpoint_folders
     from .training_args import HasteTrainingArguments
 
     recipe = RecipeArguments(data=None if data is None or not isinstance(data, (str, os.PathLike)) else os.fspath(data),
@@ -312,6 +363,11 @@ def train(
     dataset = data if data is not None and not isinstance(data, (str, os.PathLike)) else load_dataset(
         recipe.data, recipe.format, recipe.text_fields, recipe.label_texts
     )  # fmt: skip
+    if dataset.train_label_frequencies is not None and not np.asarray(dataset.train_label_frequencies).any():
+        raise ValueError(
+            f"The training split of {recipe.data or DEMO_DATASET_NAME} has no positive label (every point's label list "
+            "is empty): there is nothing to learn. Check the label column or file."
+        )
     if not isinstance(training_args, HasteTrainingArguments):
         overrides = dict(training_args or {})
         output_dir = output_dir or overrides.pop("output_dir", None) or "haste-model"
@@ -322,6 +378,7 @@ def train(
         )  # fmt: skip
         training_args = HasteTrainingArguments(**{**defaults, **overrides})
     output_dir = output_dir or training_args.output_dir
+    check_output_dir(output_dir, overwrite=overwrite_output_dir, resume=bool(resume_from_checkpoint))
     seed = training_args.seed
 
     train_split, validation_split = split_validation(dataset.splits["train"], recipe.validation_fraction, seed)
@@ -343,20 +400,25 @@ def train(
     dataset_name = dataset_name_of(recipe.data, recipe.dataset_name)
     propensity = propensity_of(dataset, dataset_name, recipe.propensity_a, recipe.propensity_b)
     trainer = build_trainer(model, tokenizer, training_args, train_split, validation_split, propensity, recipe.max_length, callbacks)
-    trainer.train()
+    if overwrite_output_dir and not resume_from_checkpoint and trainer.is_world_process_zero():
+        for checkpoint in checkpoint_folders(output_dir):  # another run's: resuming or rotation would pick them
+            shutil.rmtree(checkpoint)
+    trainer.train(resume_from_checkpoint=resume_from_checkpoint)
     training_seconds = time.time() - started
 
     model = trainer.model
+    card_fields = dict(encoder_name=recipe.encoder, dataset_name=dataset_name, propensity=propensity,
+                       hub_model_id=training_args.hub_model_id)  # fmt: skip
+    if save:  # before the test evaluation: whatever happens there, the trained model is kept
+        save_trained(trainer, tokenizer, layout, output_dir, test_metrics=None, **card_fields,
+                     evaluation_settings={name: getattr(recipe, name) for name in EVALUATION_SETTINGS})  # fmt: skip
     test_metrics = {}
     if evaluate_test and "test" in dataset.splits:
         test_metrics = evaluate_split(model, tokenizer, dataset, "test", propensity, batch_size=recipe.eval_batch_size,
                                       max_length=recipe.max_length)  # fmt: skip
-    if save:
-        save_trained(trainer, tokenizer, layout, output_dir, encoder_name=recipe.encoder, dataset_name=dataset_name,
-                     test_metrics=test_metrics, propensity=propensity, hub_model_id=training_args.hub_model_id,
-                     evaluation_settings={name: getattr(recipe, name) for name in EVALUATION_SETTINGS})  # fmt: skip
-        with open(Path(output_dir) / "test_metrics.json", "w") as f:
-            json.dump(test_metrics, f, indent=2)
+    if save and trainer.is_world_process_zero():
+        save_folder_atomically(output_dir, lambda folder: write_results(
+            Path(folder), trainer, layout, output_dir, test_metrics=test_metrics, **card_fields))  # fmt: skip
     return TrainingRun(
         model=model, tokenizer=tokenizer, layout=layout, trainer=trainer, test_metrics=test_metrics,
         propensity=propensity, training_seconds=training_seconds, output_dir=output_dir if save else None,
@@ -365,6 +427,6 @@ def train(
 
 __all__ = [
     "DEMO_ENCODER", "EVALUATION_SETTINGS_FILE", "METRIC_KS", "RecipeArguments", "TrainingRun", "build_layout", "build_model", "build_trainer",
-    "evaluate_split", "load_dataset", "load_encoder", "model_selection_arguments", "predict_top_k", "propensity_of",
+    "check_output_dir", "evaluate_split", "load_dataset", "load_encoder", "model_selection_arguments", "predict_top_k", "propensity_of",
     "resolve_encoder", "save_trained", "saved_evaluation_settings", "split_validation", "train",
 ]  # fmt: skip

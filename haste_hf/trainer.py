@@ -9,6 +9,7 @@ every `rewiring_interval` steps; evaluation ranks labels with top-k, never gathe
 import os
 import re
 import shutil
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -39,20 +40,18 @@ def checkpoint_is_complete(folder: str | os.PathLike) -> bool:
     return True
 
 
+def checkpoint_folders(output_dir: str | os.PathLike) -> list[Path]:
+    """The `checkpoint-N` folders of `output_dir` (complete or not), by increasing N."""
+    if not os.path.isdir(output_dir):
+        return []
+    found = [(int(match.group(1)), path) for path in Path(output_dir).iterdir() if (match := _CHECKPOINT.match(path.name)) and path.is_dir()]
+    return [path for _, path in sorted(found)]
+
+
 def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
     """The `checkpoint-N` folder of `output_dir` with the highest N that finished saving (one a kill left
     half-written is passed over), or None."""
-    if not os.path.isdir(output_dir):
-        return None
-    steps = sorted(
-        (int(match.group(1)), name)
-        for name in os.listdir(output_dir)
-        if (match := _CHECKPOINT.match(name)) and os.path.isdir(os.path.join(output_dir, name))
-    )
-    for _, name in reversed(steps):
-        if checkpoint_is_complete(os.path.join(output_dir, name)):
-            return os.path.join(output_dir, name)
-    return None
+    return next((str(path) for path in reversed(checkpoint_folders(output_dir)) if checkpoint_is_complete(path)), None)
 
 
 def split_parameters(model: HasteForExtremeClassification) -> tuple[list[tuple[str, nn.Parameter]], list[nn.Parameter]]:
@@ -194,7 +193,9 @@ class HasteTrainer(Trainer):
         inputs = self._prepare_inputs(inputs)
         labels = inputs.get("labels")
         with torch.no_grad(), self.compute_loss_context_manager():
-            outputs = model(**inputs, return_logits=False, top_k=None if prediction_loss_only else self.args.eval_top_k)
+            # A model of fewer labels than `eval_top_k` ranks them all.
+            top_k = min(self.args.eval_top_k, unwrap_model(model).config.label_count)
+            outputs = model(**inputs, return_logits=False, top_k=None if prediction_loss_only else top_k)
         loss = None if outputs.loss is None else outputs.loss.detach().mean()
         if prediction_loss_only:
             return loss, None, None
