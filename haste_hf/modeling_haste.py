@@ -191,8 +191,8 @@ def save_folder_atomically(target: str, write) -> None:
     """Calls `write(staging)` to write files into a fresh hidden folder inside `target`, then moves them
     into `target`, replacing what was there: a failed `write` leaves `target` as it was, a kill while the
     files move in leaves a mark that loading refuses. Only `target` need be writable, not its parent.
-    Leftovers of killed saves are removed; weight files the new save does not write are removed too, as
-    they would shadow the new ones."""
+    Leftovers of killed saves are removed; when the new files include weights, weight files they do not
+    replace are removed too (a single file would shadow new shards, and the other way round)."""
     target = os.fspath(target)
     if os.path.isfile(target):
         raise ValueError(f"`save_directory` ({target}) is a file: give a folder path.")
@@ -207,9 +207,10 @@ def save_folder_atomically(target: str, write) -> None:
         marker = os.path.join(target, INCOMPLETE_SAVE_FILE)
         with open(marker, "w", encoding="utf-8") as f:
             json.dump({"files": new_files}, f)
-        for stale in os.listdir(target):
-            if stale.startswith("model") and stale.endswith((".safetensors", ".safetensors.index.json")) and stale not in new_files:
-                os.remove(os.path.join(target, stale))
+        if any(map(_is_weight_file, new_files)):
+            for stale in os.listdir(target):
+                if _is_weight_file(stale) and stale not in new_files:
+                    os.remove(os.path.join(target, stale))
         for name in new_files:
             destination = os.path.join(target, name)
             if os.path.isdir(destination) and not os.path.islink(destination):
@@ -218,6 +219,10 @@ def save_folder_atomically(target: str, write) -> None:
         os.remove(marker)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _is_weight_file(name: str) -> bool:
+    return name.startswith("model") and name.endswith((".safetensors", ".safetensors.index.json"))
 
 
 def check_finite_weights(state_dict) -> None:

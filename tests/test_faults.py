@@ -22,7 +22,7 @@ import haste_hf.hub
 from haste_hf import HasteConfig, HasteForExtremeClassification
 from haste_hf.data import XMCDataCollator
 from haste_hf.modeling_haste import INCOMPLETE_SAVE_FILE, STAGING_PREFIX, save_folder_atomically
-from haste_hf.trainer import HasteTrainer, last_complete_checkpoint
+from haste_hf.trainer import HasteTrainer, checkpoint_is_complete, last_complete_checkpoint
 from haste_hf.training_args import HasteTrainingArguments
 
 
@@ -425,8 +425,9 @@ def run_cli(capsys, argv):
         status = main([str(arg) for arg in argv])
     except SystemExit as exit:
         status = exit.code
-    # Progress bars (loading weights, predicting) are not messages.
-    return status, [line for line in capsys.readouterr().err.strip().splitlines() if line.strip() and not re.search(r"\d+%\|", line)]
+    # Progress bars (loading weights, predicting) and their cursor moves are not messages.
+    lines = (re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", line).strip() for line in capsys.readouterr().err.splitlines())
+    return status, [line for line in lines if line and not re.search(r"\d+%\|", line)]
 
 
 def assert_one_line_error(status, lines, expected_status, command, *fragments):
@@ -625,3 +626,127 @@ def test_pushing_a_folder_that_holds_no_model_is_a_one_line_library_error(capsys
 def test_no_command_is_a_one_line_error(capsys):
     status, lines = run_cli(capsys, [])
     assert status == 2 and len(lines) == 1 and "required: command" in lines[0]
+
+
+# ------------------------------------------------------------------------------------------- the train command
+
+
+@pytest.fixture(scope="module")
+def encoder_dir(tmp_path_factory):
+    from transformers import BertModel
+
+    path = tmp_path_factory.mktemp("encoder")
+    BertModel(tiny_encoder_config("bert")).save_pretrained(path)
+    tiny_tokenizer(path)
+    return path
+
+
+def train_flags(data, encoder_dir, output_dir, *extra):
+    return ["train", "--data", data, "--encoder", encoder_dir, "--output-dir", output_dir, "--max-length", "16",
+            "--eval-batch-size", "16", "--batch-size", "16", "--group-size", "4", "--fan-in", "8", "--epochs", "1",
+            "--rewiring-interval", "0", *extra]  # fmt: skip
+
+
+def test_training_into_a_folder_holding_a_model_is_refused_and_leaves_it_untouched(capsys, cli_files, encoder_dir, tmp_path):
+    output = tmp_path / "out"
+    assert run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output))[0] == 0
+    before = folder_state(output)
+    status, lines = run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output))
+    assert_one_line_error(status, lines, 2, "train", "--output-dir", "already holds a model", "--overwrite-output-dir",
+                          "--resume-from-checkpoint")  # fmt: skip
+    assert folder_state(output) == before
+
+
+def test_overwrite_output_dir_replaces_the_model_and_the_previous_runs_checkpoints(capsys, cli_files, encoder_dir, tmp_path):
+    output = tmp_path / "out"
+    flags = ("--validation-fraction", "0", "--eval-steps", "1")
+    assert run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output, *flags, "--epochs", "2"))[0] == 0
+    assert [path.name for path in output.glob("checkpoint-*")] == ["checkpoint-6"]
+    status, _ = run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output, *flags, "--overwrite-output-dir", "--fan-in", "4"))
+    assert status == 0 and [path.name for path in output.glob("checkpoint-*")] == ["checkpoint-3"]
+    assert HasteForExtremeClassification.from_pretrained(output).config.fan_in == 4
+    assert_no_leftovers(output)
+
+
+def test_checkpoints_are_written_without_a_validation_split(capsys, cli_files, encoder_dir, tmp_path):
+    output = tmp_path / "out"
+    assert run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output, "--validation-fraction", "0", "--eval-steps", "2"))[0] == 0
+    assert [path.name for path in output.glob("checkpoint-*")] == ["checkpoint-3"]  # the last of 2 kept
+    assert checkpoint_is_complete(output / "checkpoint-3")
+
+
+def test_resume_from_checkpoint_continues_the_run_past_a_half_written_checkpoint(capsys, cli_files, encoder_dir, tmp_path):
+    output = tmp_path / "out"
+    flags = ("--validation-fraction", "0", "--eval-steps", "2", "--epochs", "2", "--logging-steps", "1")
+    assert run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output, *flags, "--max-steps", "4"))[0] == 0
+    killed = output / "checkpoint-6"
+    killed.mkdir()
+    (killed / "config.json").write_text("{}")
+    status, _ = run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output, *flags, "--resume-from-checkpoint"))
+    state = json.loads((output / "checkpoint-6" / "trainer_state.json").read_text())
+    assert status == 0 and state["global_step"] == 6
+    assert [log["step"] for log in state["log_history"] if "loss" in log][:4] == [1, 2, 3, 4]  # from the first run
+
+
+def test_resume_from_a_named_incomplete_checkpoint_is_a_one_line_error(capsys, cli_files, encoder_dir, tmp_path):
+    output = tmp_path / "out"
+    (output / "checkpoint-2").mkdir(parents=True)
+    status, lines = run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output, "--resume-from-checkpoint", output / "checkpoint-2"))
+    assert_one_line_error(status, lines, 1, "train", "checkpoint-2 is not a complete checkpoint")
+
+
+def test_resume_and_overwrite_together_are_refused(capsys, tmp_path):
+    status, lines = run_cli(capsys, ["train", "--overwrite-output-dir", "--resume-from-checkpoint", "--output-dir", tmp_path])
+    assert_one_line_error(status, lines, 2, "train", "not allowed with argument")
+
+
+def test_a_failed_test_evaluation_keeps_the_trained_model(capsys, cli_files, encoder_dir, tmp_path, monkeypatch):
+    import haste_hf.recipe
+
+    def fail(*args, **kwargs):
+        raise ValueError("evaluation failed")
+
+    monkeypatch.setattr(haste_hf.recipe, "evaluate_split", fail)
+    output = tmp_path / "out"
+    status, lines = run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output))
+    assert_one_line_error(status, lines, 1, "train", "evaluation failed")
+    model = HasteForExtremeClassification.from_pretrained(output)
+    assert model.config.label_count == CLI_LABELS and (output / "tokenizer_config.json").exists()
+    assert (output / "README.md").exists() and not (output / "test_metrics.json").exists()
+    assert_no_leftovers(output)
+
+
+def test_a_dataset_of_fewer_labels_than_the_summary_k_trains_and_evaluates(capsys, encoder_dir, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = planted_texts(3, 24, seed=0, labels_per_text=1)
+    for name in ("trn.json", "tst.json"):
+        (data / name).write_text("".join(json.dumps({"uid": str(i), "title": r["text"], "target_ind": r["labels"]}) + "\n" for i, r in enumerate(rows)))
+    (data / "lbl.json").write_text("".join(json.dumps({"uid": str(i), "title": f"l{i}"}) + "\n" for i in range(3)))
+    output = tmp_path / "out"
+    status, lines = run_cli(capsys, train_flags(data, encoder_dir, output, "--group-size", "2", "--fan-in", "4"))
+    metrics = json.loads((output / "test_metrics.json").read_text())
+    assert status == 0 and {"P@1", "P@3"} <= set(metrics) and "P@5" not in metrics
+
+
+def test_data_without_any_positive_label_is_refused_before_the_encoder_loads(capsys, encoder_dir, tmp_path, monkeypatch):
+    import haste_hf.recipe
+
+    monkeypatch.setattr(haste_hf.recipe, "load_encoder", lambda name: pytest.fail("the encoder was loaded"))
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "trn.json").write_text("".join(json.dumps({"uid": str(i), "title": f"w{i}", "target_ind": []}) + "\n" for i in range(8)))
+    (data / "lbl.json").write_text("".join(json.dumps({"uid": str(i), "title": f"l{i}"}) + "\n" for i in range(5)))
+    status, lines = run_cli(capsys, train_flags(data, encoder_dir, tmp_path / "out"))
+    assert_one_line_error(status, lines, 1, "train", "has no positive label")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_diverging_run_is_a_one_line_error_and_saves_no_final_model(capsys, cli_files, encoder_dir, tmp_path):
+    output = tmp_path / "out"
+    status, lines = run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output, "--lr", "1e6", "--output-lr", "1e6",
+                                                "--validation-fraction", "0", "--eval-steps", "1", "--epochs", "3"))  # fmt: skip
+    assert_one_line_error(status, lines, 1, "train", "Training diverged at step", "--on-non-finite skip")
+    assert not (output / "config.json").exists()
+    for checkpoint in output.glob("checkpoint-*"):
+        assert all(torch.isfinite(t).all() for t in load_file(checkpoint / "model.safetensors").values())
