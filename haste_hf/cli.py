@@ -411,8 +411,9 @@ def build_parser() -> argparse.ArgumentParser:
         publish.add_argument("--hub-model-id", default=None, help="Repository id named in the model card.")
         publish.add_argument("--private", action="store_true", help="Create the Hub repository as private.")
         train.set_defaults(handler=command_train)
+    # The demo's folder is its own: running it again replaces it.
     commands.choices["demo"].set_defaults(encoder="minilm", epochs=3, batch_size=32, max_length=32, lr=1e-4,
-                                          rewiring_interval=50, output_dir="haste-demo")  # fmt: skip
+                                          rewiring_interval=50, output_dir="haste-demo", overwrite_output_dir=True)  # fmt: skip
 
     evaluate = commands.add_parser("evaluate", help="Evaluate a trained model on a dataset split.", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     evaluate.add_argument("--model", required=True, type=trained_model_reference, help="Folder (or Hub id) of a trained model.")

@@ -548,6 +548,7 @@ PREDICT_USAGE_ERRORS = [
     (["--input", "{texts}", "-k", "0"], ["-k", "must be >= 1"]),
     (["--input", "{texts}", "-k", "31"], ["-k", "31 exceeds the 30 labels"]),
     (["--model", "missing", "--input", "{texts}"], ["--model", "no folder 'missing'"]),
+    (["--data", "{data}", "--split", "dev"], ["--split", "'dev' is not a split"]),
 ]
 
 
@@ -750,3 +751,10 @@ def test_a_diverging_run_is_a_one_line_error_and_saves_no_final_model(capsys, cl
     assert not (output / "config.json").exists()
     for checkpoint in output.glob("checkpoint-*"):
         assert all(torch.isfinite(t).all() for t in load_file(checkpoint / "model.safetensors").values())
+
+
+def test_the_demo_replaces_its_own_folder_and_train_does_not():
+    from haste_hf.cli import build_parser
+
+    assert build_parser().parse_args(["demo"]).overwrite_output_dir is True
+    assert build_parser().parse_args(["train"]).overwrite_output_dir is False
