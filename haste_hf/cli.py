@@ -12,18 +12,15 @@
 import argparse
 import json
 import os
-import re
 import sys
 from pathlib import Path
 
 from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION
-from .recipe import DEMO_ENCODER, METRIC_KS as SUMMARY_KS, MINILM_ALIASES, resolve_encoder  # noqa: F401  (resolve_encoder: public here too)
+from .recipe import DEMO_ENCODER, HUB_ID_PATTERN, METRIC_KS as SUMMARY_KS, resolve_encoder  # noqa: F401  (resolve_encoder: public here too)
 
 
 SUMMARY_METRICS = ("P", "PSP", "nDCG")
 DEBUG_VARIABLE = "HASTE_HF_DEBUG"
-# `namespace/name` or `name`, as the Hub spells repository ids.
-_HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")
 
 
 class UsageError(Exception):
@@ -35,31 +32,21 @@ class UsageError(Exception):
 # "haste-hf CMD: error: argument --flag: <message>".
 
 
-def _number(kind, low=None, high=None, low_open=False, high_open=False, allow=()):
+def _positive(kind):
     def parse(text):
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
-        if value in allow:
-            return value
-        if value != value or (low is not None and (value < low or (low_open and value == low))) or (
-            high is not None and (value > high or (high_open and value == high))
-        ):
-            lower = "" if low is None else f"{'>' if low_open else '>='} {low}"
-            upper = "" if high is None else f"{'<' if high_open else '<='} {high}"
-            extra = "".join(f" or {value!r}" for value in allow)
-            raise argparse.ArgumentTypeError(f"must be {' and '.join(filter(None, (lower, upper)))}{extra}, got {text}")
+        if not value > 0:  # NaN too
+            raise argparse.ArgumentTypeError(f"must be {'>= 1' if kind is int else '> 0'}, got {text}")
         return value
 
     return parse
 
 
-positive_int = _number(int, low=1)
-non_negative_int = _number(int, low=0)
-non_negative_float = _number(float, low=0)
-positive_float = _number(float, low=0, low_open=True)
-fraction = _number(float, low=0, high=1)
+positive_int = _positive(int)
+positive_float = _positive(float)
 
 
 def existing_folder(text):
@@ -85,21 +72,19 @@ def output_file(text):
 
 
 def hub_id(text):
-    if not _HUB_ID.match(text):
+    if not HUB_ID_PATTERN.match(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a Hub repository id such as user/model")
     return text
 
 
 def model_reference(text, namespaced=False):
-    """A local model folder, or a Hub id; a path that names no folder is an error, not a Hub id. With
-    `namespaced`, a Hub id must read `namespace/name` (only old canonical models, encoders all, lack one)."""
-    if os.path.isdir(text) or text in MINILM_ALIASES:
-        return text
-    if os.path.exists(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is a file; give a model folder or a Hub id")
-    looks_like_path = text.startswith((".", "/", "~")) or os.sep in text.strip(os.sep).replace("/", "", 1)
-    if looks_like_path or not _HUB_ID.match(text) or (namespaced and "/" not in text):
-        raise argparse.ArgumentTypeError(f"no folder {text!r} (and it is not a Hub id such as user/model)")
+    """A local model folder, or a Hub id; a path that names no folder is an error, not a Hub id."""
+    from .recipe import check_model_source
+
+    try:
+        check_model_source(text, namespaced=namespaced)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).split(": ", 1)[1].rstrip(".")) from None
     return text
 
 
@@ -149,68 +134,32 @@ def evaluate_split(model, tokenizer, data, split, args, propensity):
     return evaluate_split(model, tokenizer, data, split, propensity, batch_size=args.eval_batch_size, max_length=args.max_length)
 
 
-# Recipe options set by `train` flags of the same name.
-_RECIPE_OPTIONS = ("format", "text_fields", "label_texts", "validation_fraction", "dataset_name", "propensity_a",
-                   "propensity_b", "max_length", "eval_batch_size", "group_size", "fan_in", "head_projection_dim",
-                   "tail_projection_dim", "pooling", "grouping", "layout_file", "beta")  # fmt: skip
-
-
-def training_arguments_of(args) -> dict:
-    """`HasteTrainingArguments` fields from the `train` flags."""
-    import torch
-
-    from .recipe import model_selection_arguments
-
-    return dict(
-        output_dir=args.output_dir, num_train_epochs=args.epochs, max_steps=args.max_steps,
-        per_device_train_batch_size=args.batch_size, per_device_eval_batch_size=args.eval_batch_size,
-        gradient_accumulation_steps=args.gradient_accumulation_steps,
-        learning_rate=args.lr, warmup_steps=args.warmup, weight_decay=args.weight_decay,
-        output_learning_rate=args.output_lr, output_momentum=args.output_momentum,
-        output_weight_decay=args.output_weight_decay, output_warmup_steps=args.output_warmup,
-        output_layer_dtype="bfloat16" if args.bf16 else None, bf16=args.bf16,
-        rewiring_interval=args.rewiring_interval, rewiring_fraction=args.rewiring_fraction,
-        rewiring_end=args.rewiring_end, rewiring_init=args.rewiring_init,
-        logging_steps=args.logging_steps, seed=args.seed, report_to=[], hub_model_id=args.hub_model_id,
-        dataloader_num_workers=args.num_workers, dataloader_pin_memory=torch.cuda.is_available(),
-        on_non_finite=args.on_non_finite,
-        **model_selection_arguments(args.validation_fraction > 0, args.eval_steps),
-    )  # fmt: skip
-
-
 # ------------------------------------------------------------------------------------------------ commands
 
 
 def command_train(args) -> int:
     from .recipe import check_output_dir, train
 
+    training = args.training
     try:
-        check_output_dir(args.output_dir, overwrite=args.overwrite_output_dir, resume=bool(args.resume_from_checkpoint))
+        check_output_dir(training.output_dir, overwrite=args.recipe.overwrite_output_dir, resume=bool(training.resume_from_checkpoint))
     except ValueError as error:
         raise UsageError(f"argument --output-dir: {error}") from None
-    run = train(
-        args.data, args.encoder, args.output_dir, training_args=training_arguments_of(args),
-        head_label_fraction=args.head_fraction, overwrite_output_dir=args.overwrite_output_dir,
-        resume_from_checkpoint=args.resume_from_checkpoint, **{name: getattr(args, name) for name in _RECIPE_OPTIONS},
-    )  # fmt: skip
+    run = train(args.recipe.data, args.recipe.encoder, training_args=training, recipe_args=args.recipe)
     layout = run.layout
     summary = format_summary(
         "Test metrics (%)",
         run.test_metrics,
         {
-            "labels": f"{layout.label_count:,} (head {layout.head_label_count:,}, tail {layout.tail_label_count:,} in groups of {layout.group_size}, fan-in {args.fan_in})",
+            "labels": f"{layout.label_count:,} (head {layout.head_label_count:,}, tail {layout.tail_label_count:,} in groups of {layout.group_size}, fan-in {args.recipe.fan_in})",
             "grouping": layout.strategy,
             "propensity": f"A={run.propensity.a}, B={run.propensity.b}",
             "steps": run.trainer.state.global_step,
             "time": f"{run.training_seconds / 60:.1f} min",
-            "saved to": args.output_dir,
+            "saved to": run.output_dir,
         },
     )
     print(summary)
-    if args.push_to_hub:
-        from .hub import push_to_hub
-
-        push_to_hub(args.output_dir, args.push_to_hub, private=args.private)
     return 0
 
 
@@ -290,15 +239,16 @@ def command_predict(args) -> int:
 
 
 def command_group(args) -> int:
-    from .recipe import build_layout, load_encoder, split_validation
+    from .recipe import build_layout, load_dataset, load_encoder, split_validation
 
-    data = load_data(args)
-    train_split, _ = split_validation(data.splits["train"], args.validation_fraction, args.seed)
-    encoder, tokenizer = load_encoder(args.encoder)
+    recipe = args.recipe
+    data = load_dataset(recipe.data, recipe.format, recipe.text_fields, recipe.label_texts)
+    train_split, _ = split_validation(data.splits["train"], recipe.validation_fraction, args.seed)
+    encoder, tokenizer = load_encoder(recipe.encoder)
     layout = build_layout(
-        train_split, data.num_labels, encoder, tokenizer, group_size=args.group_size,
-        head_label_fraction=args.head_fraction, grouping=args.grouping, pooling=args.pooling, beta=args.beta,
-        seed=args.seed, max_length=args.max_length, batch_size=args.eval_batch_size,
+        train_split, data.num_labels, encoder, tokenizer, group_size=recipe.group_size,
+        head_label_fraction=recipe.head_label_fraction, grouping=recipe.grouping, pooling=recipe.pooling,
+        beta=recipe.beta, seed=args.seed, max_length=recipe.max_length, batch_size=args.per_device_eval_batch_size,
     )  # fmt: skip
     layout.save(args.output)
     print(f"{layout.describe()} -> {args.output}")
@@ -342,78 +292,96 @@ def _add_data_arguments(parser, required=False, of_trained_model=False):
                        help=f"Batch size of embedding, evaluation and prediction{saved}.")  # fmt: skip
 
 
-def _add_structure_arguments(parser):
-    group = parser.add_argument_group("output layer")
-    group.add_argument("--head-fraction", type=fraction, default=DEFAULT_HEAD_LABEL_FRACTION, help="Share of labels (most frequent) in the dense head.")
-    group.add_argument("--group-size", type=positive_int, default=16, help="Labels per tail group G (1: per-label fan-in).")
-    group.add_argument("--fan-in", type=positive_int, default=64, help="Features F each tail label connects to.")
-    group.add_argument("--head-projection-dim", type=positive_int, default=None, help="Width of the head's projection (default: none).")
-    group.add_argument("--tail-projection-dim", type=positive_int, default=None, help="Width of the tail's projection (default: none).")
-    group.add_argument("--pooling", choices=("cls", "mean", "last_token"), default=None, help="Pooling (default: by encoder family).")
-    group.add_argument("--grouping", choices=("semantic", "frequency", "random"), default="semantic",
-                       help="How tail labels are grouped: by label embeddings (the paper), by frequency, or at random.")  # fmt: skip
-    group.add_argument("--layout-file", "--grouping-file", dest="layout_file", type=existing_file, default=None,
-                       help="A label layout saved by `haste-hf group` with the same data, --validation-fraction and --seed "
-                       "(skips the head/tail split and the grouping).")  # fmt: skip
-    group.add_argument("--beta", type=_number(float, low=1), default=16, help="Semantic grouping: k-means buckets hold about beta groups.")
-    group.add_argument("--seed", type=int, default=0, help="Seed of everything random.")
-    group.add_argument("--validation-fraction", type=_number(float, low=0, high=1, high_open=True), default=0.1,
-                       help="Share of training points held out for model selection (never the test set); 0: none.")  # fmt: skip
+# The `train` flags are every `RecipeArguments` and `HasteTrainingArguments` field (`--learning-rate`, ...);
+# these defaults differ from the dataclasses' for a command-line run: checkpoint and evaluate each epoch on the
+# validation split and keep the best P@1.
+TRAIN_DEFAULTS = dict(
+    output_dir="haste-model", per_device_train_batch_size=32, per_device_eval_batch_size=64, warmup_steps=0.1,
+    weight_decay=0.01, logging_steps=20, seed=0, eval_strategy="epoch", save_strategy="epoch",
+    load_best_model_at_end=True, metric_for_best_model="P@1", greater_is_better=True, save_total_limit=1,
+    report_to="none",
+)  # fmt: skip
+# The demo's folder is its own: running it again replaces it.
+DEMO_DEFAULTS = dict(encoder="minilm", num_train_epochs=3, per_device_train_batch_size=32, max_length=32,
+                     learning_rate=1e-4, rewiring_interval=50, output_dir="haste-demo", overwrite_output_dir=True)  # fmt: skip
+# Short forms of `train` flags (those of earlier versions), read as the long ones.
+SHORT_FLAGS = {
+    "--lr": "--learning-rate", "--epochs": "--num-train-epochs", "--batch-size": "--per-device-train-batch-size",
+    "--eval-batch-size": "--per-device-eval-batch-size", "--warmup": "--warmup-steps",
+    "--output-lr": "--output-learning-rate", "--output-warmup": "--output-warmup-steps",
+    "--num-workers": "--dataloader-num-workers", "--private": "--hub-private-repo",
+}  # fmt: skip
+TRAIN_EPILOG = (
+    " Every flag may also come from a JSON or YAML file (--config FILE; its keys are the flag names with"
+    " underscores, e.g. learning_rate: 1.0e-4), flags on the command line win. Short forms: "
+    + ", ".join(f"{short} ({long})" for short, long in SHORT_FLAGS.items())
+    + ". Publishing: --push-to-hub --hub-model-id user/name. bf16: --bf16 (autocast) and --output-layer-dtype bfloat16."
+)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _recipe_parser():
+    from transformers import HfArgumentParser
+
+    from .recipe import RecipeArguments
+
+    return HfArgumentParser(RecipeArguments, add_help=False)
+
+
+def _train_parser_kwargs() -> dict:
+    from transformers import HfArgumentParser
+
+    from .recipe import RecipeArguments
+    from .training_args import HasteTrainingArguments
+
+    config = argparse.ArgumentParser(add_help=False)
+    config.add_argument("--config", default=None, help="A JSON or YAML file of flag values (keys: flag names with underscores).")
+    fields = HfArgumentParser((RecipeArguments, HasteTrainingArguments), add_help=False)
+    return dict(parents=[config, fields], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+
+
+def read_config_file(path: str, known: set[str]) -> dict:
+    """Flag values from a JSON or YAML mapping; unknown keys are refused with the nearest known name."""
+    import difflib
+
+    if not os.path.isfile(path):
+        raise UsageError(f"argument --config: no file {path!r}")
+    text = Path(path).read_text(encoding="utf-8")
+    if path.endswith((".yaml", ".yml")):
+        import yaml
+
+        try:
+            values = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            raise UsageError(f"argument --config: {path} is not valid YAML: {error}") from None
+    else:
+        try:
+            values = json.loads(text)
+        except ValueError as error:
+            raise UsageError(f"argument --config: {path} is not valid JSON: {error}") from None
+    if not isinstance(values, dict):
+        raise UsageError(f"argument --config: {path}: expected a mapping of flag names to values, got {type(values).__name__}.")
+    values = {key.replace("-", "_"): value for key, value in values.items()}
+    for key in values:
+        if key not in known:
+            near = difflib.get_close_matches(key, known, n=1)
+            raise UsageError(f"argument --config: {path}: unknown key {key!r}" + (f" (did you mean {near[0]!r}?)" if near else "") + ".")
+    return values
+
+
+def build_parser(config: dict | None = None) -> argparse.ArgumentParser:
+    """The `haste-hf` parser; `config` (flag values read from a `--config` file) sets `train` / `demo` defaults."""
     parser = ArgumentParser(
         prog="haste-hf", description="HASTE extreme multi-label classifiers for Hugging Face Transformers.",
         epilog=f"Errors are reported in one line; set {DEBUG_VARIABLE}=1 for the traceback.",
     )  # fmt: skip
     commands = parser.add_subparsers(dest="command", required=True)
 
-    for name, help_text in (
-        ("train", "Train a HASTE model on a dataset (default: the embedded demo set) and evaluate it on its test split."),
-        ("demo", "Train on the embedded demo set with the offline MiniLM encoder (same flags as `train`)."),
-    ):
-        train = commands.add_parser(name, help=help_text, description=help_text, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-        _add_data_arguments(train)
-        _add_structure_arguments(train)
-        train.add_argument("--encoder", type=model_reference, default=DEMO_ENCODER, help="Encoder model id or path ('minilm': the offline MiniLM package).")
-        train.add_argument("--output-dir", default="haste-model", help="Where the model, tokenizer, card and checkpoints go.")
-        existing = train.add_mutually_exclusive_group()
-        existing.add_argument("--overwrite-output-dir", action="store_true",
-                              help="Replace the model and checkpoints already in --output-dir (refused without this flag).")  # fmt: skip
-        existing.add_argument("--resume-from-checkpoint", nargs="?", const=True, default=None, metavar="PATH", type=existing_folder,
-                              help="Continue training from the last complete checkpoint in --output-dir, or from PATH.")  # fmt: skip
-        train.add_argument("--label-texts", action="store_true", help="Add the labels' own texts as training points.")
-        optim = train.add_argument_group("optimisation")
-        optim.add_argument("--epochs", type=positive_float, default=3, help="Training epochs.")
-        optim.add_argument("--max-steps", type=_number(int, low=1, allow=(-1,)), default=-1, help="Stop after this many steps (overrides --epochs when > 0).")
-        optim.add_argument("--batch-size", type=positive_int, default=32, help="Training batch size per device.")
-        optim.add_argument("--gradient-accumulation-steps", type=positive_int, default=1, help="Batches per optimizer step.")
-        optim.add_argument("--lr", type=non_negative_float, default=5e-5, help="Encoder (AdamW) learning rate.")
-        optim.add_argument("--weight-decay", type=non_negative_float, default=0.01, help="Encoder weight decay.")
-        optim.add_argument("--warmup", type=non_negative_float, default=0.1, help="Encoder warm-up: steps, or a fraction of training if < 1.")
-        optim.add_argument("--output-lr", type=non_negative_float, default=0.05, help="Output layer (SGD) learning rate.")
-        optim.add_argument("--output-momentum", type=_number(float, low=0, high=1, high_open=True), default=0.9, help="Output layer SGD momentum.")
-        optim.add_argument("--output-weight-decay", type=non_negative_float, default=1e-4, help="Output layer decoupled weight decay.")
-        optim.add_argument("--output-warmup", type=non_negative_float, default=0.0, help="Output layer warm-up (steps, or fraction if < 1).")
-        optim.add_argument("--bf16", action="store_true", help="bf16 autocast, and a bf16 output layer with stochastic rounding.")
-        optim.add_argument("--on-non-finite", choices=("stop", "skip"), default="stop",
-                           help="A step with NaN or infinite gradients: stop training with an error, or skip its update.")  # fmt: skip
-        optim.add_argument("--rewiring-interval", type=non_negative_int, default=2000, help="Steps between rewirings (0: off).")
-        optim.add_argument("--rewiring-fraction", type=_number(float, low=0, high=1, low_open=True), default=0.2, help="Share of (group, slot) pairs regrown per rewiring.")
-        optim.add_argument("--rewiring-end", type=fraction, default=2 / 3, help="Last rewiring at this fraction of training.")
-        optim.add_argument("--rewiring-init", choices=("zero", "random"), default="zero", help="Weights of regrown slots.")
-        optim.add_argument("--logging-steps", type=positive_int, default=20, help="Steps between loss logs.")
-        optim.add_argument("--eval-steps", type=positive_int, default=None,
-                           help="Checkpoint (and evaluate on the validation split, if any) every N steps instead of every epoch.")  # fmt: skip
-        optim.add_argument("--num-workers", type=non_negative_int, default=0, help="Data loader worker processes.")
-        publish = train.add_argument_group("publishing")
-        publish.add_argument("--push-to-hub", metavar="REPO_ID", type=hub_id, default=None, help="Push the trained model to this Hub repository.")
-        publish.add_argument("--hub-model-id", default=None, help="Repository id named in the model card.")
-        publish.add_argument("--private", action="store_true", help="Create the Hub repository as private.")
-        train.set_defaults(handler=command_train)
-    # The demo's folder is its own: running it again replaces it.
-    commands.choices["demo"].set_defaults(encoder="minilm", epochs=3, batch_size=32, max_length=32, lr=1e-4,
-                                          rewiring_interval=50, output_dir="haste-demo", overwrite_output_dir=True)  # fmt: skip
+    train_help = "Train a HASTE model on a dataset (default: the embedded demo set) and evaluate it on its test split."
+    demo_help = "Train on the embedded demo set with the offline MiniLM encoder (the flags of `train`, demo defaults)."
+    train = commands.add_parser("train", help=train_help, description=train_help + TRAIN_EPILOG, **_train_parser_kwargs())
+    demo = commands.add_parser("demo", help=demo_help, description=demo_help + TRAIN_EPILOG, **_train_parser_kwargs())
+    train.set_defaults(handler=command_train, **{**TRAIN_DEFAULTS, **(config or {})})
+    demo.set_defaults(handler=command_train, **{**TRAIN_DEFAULTS, **DEMO_DEFAULTS, **(config or {})})
 
     evaluate = commands.add_parser("evaluate", help="Evaluate a trained model on a dataset split.", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     evaluate.add_argument("--model", required=True, type=trained_model_reference, help="Folder (or Hub id) of a trained model.")
@@ -431,11 +399,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_arguments(predict, of_trained_model=True)
     predict.set_defaults(handler=command_predict)
 
-    group = commands.add_parser("group", help="Precompute the label layout: the head/tail split and the tail's label groups.", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    group.add_argument("--encoder", type=model_reference, default=DEMO_ENCODER, help="Encoder model id or path.")
+    group_help = "Precompute the label layout: the head/tail split and the tail's label groups of the training split."
+    group = commands.add_parser("group", help=group_help, description=group_help, parents=[_recipe_parser()],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
     group.add_argument("--output", required=True, type=output_file, help="Where to save the label layout (safetensors), for `train --layout-file`.")
-    _add_data_arguments(group)
-    _add_structure_arguments(group)
+    group.add_argument("--seed", type=int, default=TRAIN_DEFAULTS["seed"], help="Seed of the validation hold-out and the grouping (as `train --seed`).")
+    group.add_argument("--per-device-eval-batch-size", "--eval-batch-size", dest="per_device_eval_batch_size", type=positive_int,
+                       default=TRAIN_DEFAULTS["per_device_eval_batch_size"], help="Batch size of the label embeddings.")  # fmt: skip
     group.set_defaults(handler=command_group)
 
     push = commands.add_parser("push", help="Publish a trained model folder to the Hub (weights, code, labels, card).", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -448,8 +418,83 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _long_flag(token: str) -> str:
+    """`token` with a short flag name (`--lr`, `--lr=0.1`) replaced by its long one."""
+    name, equals, value = token.partition("=")
+    return SHORT_FLAGS.get(name, name) + equals + value
+
+
+def _config_path(argv: list[str]) -> str | None:
+    for position, token in enumerate(argv):
+        if token == "--config" and position + 1 < len(argv):
+            return argv[position + 1]
+        if token.startswith("--config="):
+            return token.split("=", 1)[1]
+    return None
+
+
+def _resume_flag(argv: list[str]) -> list[str]:
+    """`--resume-from-checkpoint` given alone reads as `--resume-from-checkpoint last` (the last complete checkpoint)."""
+    from .recipe import LAST_CHECKPOINT
+
+    return [
+        f"{token}={LAST_CHECKPOINT}" if token == "--resume-from-checkpoint" and (position + 1 == len(argv) or argv[position + 1].startswith("-")) else token
+        for position, token in enumerate(argv)
+    ]  # fmt: skip
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """Parses `haste-hf` arguments; `train` / `demo` / `group` get `args.recipe` (`RecipeArguments`) and `train` /
+    `demo` `args.training` (`HasteTrainingArguments`), read from the flags and the `--config` file. A bad flag
+    value, one the dataclasses refuse included, raises `UsageError` (or exits, from argparse) in one line."""
+    import dataclasses
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    is_train = bool(argv) and argv[0] in ("train", "demo")
+    if is_train:
+        argv = _resume_flag([argv[0], *map(_long_flag, argv[1:])])
+    config = None
+    if is_train and _config_path(argv):
+        from .recipe import RecipeArguments
+        from .training_args import HasteTrainingArguments
+
+        known = {f.name for dataclass in (RecipeArguments, HasteTrainingArguments) for f in dataclasses.fields(dataclass) if f.init}
+        config = read_config_file(_config_path(argv), known)
+    parser = build_parser(config)
+    args, unknown = parser.parse_known_args(argv)
+    args.prog = parser._subparsers._group_actions[0].choices[args.command].prog
+    if unknown:
+        parser._subparsers._group_actions[0].choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command in ("train", "demo", "group"):
+        from .recipe import RecipeArguments
+
+        dataclass_types = [RecipeArguments]
+        if args.command != "group":
+            from .training_args import HasteTrainingArguments
+
+            dataclass_types.append(HasteTrainingArguments)
+        values = vars(args)
+        try:
+            parsed = [dataclass(**{f.name: values[f.name] for f in dataclasses.fields(dataclass) if f.init and f.name in values})
+                      for dataclass in dataclass_types]  # fmt: skip
+        except ValueError as error:
+            raise UsageError(error) from None
+        args.recipe = parsed[0]
+        if len(parsed) > 1:
+            args.training = parsed[1]
+    return args
+
+
 def one_line(error: BaseException) -> str:
     return " ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
+
+
+def _report(prog: str, message: str) -> None:
+    """`message` on a line of its own on stderr: a progress bar the error interrupted is closed first."""
+    tqdm = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ())):
+        bar.close()
+    print(f"{prog}: {message}", file=sys.stderr)
 
 
 def main(argv=None) -> int:
@@ -457,24 +502,25 @@ def main(argv=None) -> int:
     before anything heavy loads where they can be told from the arguments; errors the library reports
     (bad data, a diverged run, a refused file) print their message in one line and exit with status 1.
     `HASTE_HF_DEBUG=1` shows tracebacks instead."""
-    parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
-    command_parser = parser._subparsers._group_actions[0].choices[args.command]
-    if unknown:
-        command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    prog = command_parser.prog
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parse_args(argv)
+    except UsageError as error:
+        command = f" {argv[0]}" if argv and not argv[0].startswith("-") else ""
+        print(f"haste-hf{command}: error: {one_line(error)}", file=sys.stderr)
+        return 2
     if os.environ.get(DEBUG_VARIABLE):
         return args.handler(args)
     try:
         return args.handler(args)
     except UsageError as error:
-        print(f"{prog}: error: {one_line(error)}", file=sys.stderr)
+        _report(args.prog, f"error: {one_line(error)}")
         return 2
     except (ValueError, TypeError, OSError, FloatingPointError) as error:
-        print(f"{prog}: error: {one_line(error)}", file=sys.stderr)
+        _report(args.prog, f"error: {one_line(error)}")
         return 1
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
+        _report(args.prog, "interrupted")
         return 130
 
 

@@ -27,7 +27,7 @@ from transformers import AutoConfig, AutoModel, PreTrainedModel
 from transformers import initialization as init
 from transformers.utils import ModelOutput, cached_file
 
-from .configuration_haste import HasteConfig
+from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, HasteConfig
 from .sparse_ops import group_sparse_linear
 
 
@@ -295,6 +295,23 @@ def _check_layout(layout, label_count, config_kwargs, label_frequencies, label_g
     return layout.label_count, head_ids.numel()
 
 
+def _is_integer_multi_hot(labels: torch.Tensor, label_count: int) -> bool:
+    """Whether integer `labels` `[B, label_count]` of 0s and 1s (what `MultiLabelBinarizer` gives) is a multi-hot.
+
+    Read as padded ids, such a tensor would list labels 0 and 1 over and over, which no collator produces;
+    with 2 labels or fewer both readings are plausible, so the caller must say which one it means."""
+    if labels.dtype.is_floating_point or labels.dtype == torch.bool or labels.shape[1] != label_count:
+        return False
+    if not bool(((labels == 0) | (labels == 1)).all()):
+        return False
+    if label_count <= 2:
+        raise ValueError(
+            f"Integer `labels` of shape {tuple(labels.shape)} holding only 0 and 1 read both as a multi-hot and as "
+            "padded label ids: pass a multi-hot as bool or float, or pad label ids with -100."
+        )
+    return True
+
+
 def _encoder_kwargs(encoder_config) -> dict:
     """Drops the pooler where the architecture has an optional one: HASTE pools itself, and an unused
     pooler breaks DDP with gradient checkpointing."""
@@ -360,7 +377,8 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             label_grouping: the tail labels in group order (array of ids, or an object with `.order`);
                 by default, decreasing frequency.
             label_names: optional names of the L labels, saved with the model.
-            head_label_count / head_label_fraction: size of the dense head (give at most one; default 0).
+            head_label_count / head_label_fraction: size of the dense head (give at most one; default: the
+                paper's share, `DEFAULT_HEAD_LABEL_FRACTION` = 3% of the labels; 0 for no head).
             encoder_kwargs: extra arguments of `AutoModel.from_pretrained` (e.g. `dtype`, `revision`).
             layout: a `haste_hf.LabelLayout` (head ids, tail order, G): replaces `label_frequencies`,
                 `label_grouping` and the head size, and must agree with `label_count` and `group_size`
@@ -375,6 +393,8 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             raise ValueError("Give `label_count` (the number of labels), or a `layout` that holds it.")
         if head_label_count is not None and head_label_fraction is not None:
             raise ValueError("Give `head_label_count` or `head_label_fraction`, not both.")
+        if head_label_count is None and head_label_fraction is None:
+            head_label_fraction = DEFAULT_HEAD_LABEL_FRACTION
         if head_label_fraction is not None:
             if not 0.0 <= head_label_fraction <= 1.0:
                 raise ValueError(f"`head_label_fraction` must lie in [0, 1], got {head_label_fraction}.")
@@ -479,6 +499,8 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         loss = F.softplus(valid_logits).sum()
         if labels.dim() != 2 or labels.shape[0] != logits.shape[0]:
             raise ValueError(f"`labels` must be 2-D with one row per example, got shape {tuple(labels.shape)}.")
+        if _is_integer_multi_hot(labels, config.label_count):
+            labels = labels.bool()
         if labels.dtype.is_floating_point or labels.dtype == torch.bool:
             if labels.shape[1] != config.label_count:
                 raise ValueError(
@@ -534,7 +556,8 @@ class HasteForExtremeClassification(HastePreTrainedModel):
     ) -> ExtremeClassifierOutput | tuple:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, max_positives)` or `(batch_size, label_count)`, *optional*):
-            Positive label ids padded with -100 (any label count), or a dense float/bool multi-hot.
+            Positive label ids padded with -100 (any label count), or a dense multi-hot (float, bool, or
+            integer 0/1 as `MultiLabelBinarizer` gives).
         return_logits (`bool`, *optional*):
             Return logits in label order; defaults to True only when no `labels` are given.
         top_k (`int`, *optional*):

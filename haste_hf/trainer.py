@@ -93,16 +93,16 @@ class HasteTrainer(Trainer):
         self.non_finite_guard = NonFiniteGradientCallback(args.on_non_finite)
         self.add_callback(self.non_finite_guard)
         if args.rewiring_interval and self.model.tail is not None:
-            self.add_callback(
-                RewiringCallback(
-                    interval=args.rewiring_interval,
-                    fraction=args.rewiring_fraction,
-                    end_fraction=args.rewiring_end,
-                    scope=args.rewiring_scope,
-                    init=args.rewiring_init,
-                    seed=args.rewiring_seed,
-                )
+            rewiring = RewiringCallback(
+                interval=args.rewiring_interval,
+                fraction=args.rewiring_fraction,
+                end_fraction=args.rewiring_end,
+                scope=args.rewiring_scope,
+                init=args.rewiring_init,
+                seed=args.rewiring_seed,
             )
+            rewiring.check_model(self.model)
+            self.add_callback(rewiring)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
         """`Trainer.train`; `resume_from_checkpoint=True` picks the last checkpoint that finished saving (a

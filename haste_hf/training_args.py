@@ -63,10 +63,26 @@ class HasteTrainingArguments(TrainingArguments):
     ddp_broadcast_buffers: bool | None = field(default=False, metadata={"help": "Broadcast buffers every step (DDP)."})
 
     def __post_init__(self):
-        super().__post_init__()
-        for name in ("output_learning_rate", "output_momentum", "output_weight_decay", "output_warmup_steps", "output_max_grad_norm"):
+        # The Trainer accepts these and fails deep inside (or trains nothing); refused here, by name.
+        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
+        for name in ("learning_rate", "weight_decay", "dataloader_num_workers"):
             if getattr(self, name) < 0:
                 raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}.")
+        if self.max_steps == 0 or self.max_steps < -1:
+            raise ValueError(f"`max_steps` must be >= 1, or -1 to train `num_train_epochs` epochs; got {self.max_steps}.")
+        if self.max_steps == -1 and not self.num_train_epochs > 0:
+            raise ValueError(f"`num_train_epochs` must be > 0 (or give `max_steps`), got {self.num_train_epochs}.")
+        for name in ("eval_steps", "save_steps"):
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
+                raise ValueError(f"`{name}` must be > 0 (steps, or a fraction of training if < 1), got {getattr(self, name)}.")
+        super().__post_init__()
+        for name in ("output_learning_rate", "output_weight_decay", "output_warmup_steps", "output_max_grad_norm"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}.")
+        if not 0 <= self.output_momentum < 1:
+            raise ValueError(f"`output_momentum` must lie in [0, 1), got {self.output_momentum}.")
         if self.output_max_grad_norm > 0 and not self.max_grad_norm > 0:
             raise ValueError(
                 "`output_max_grad_norm` takes effect only where the Trainer clips gradients, which needs "

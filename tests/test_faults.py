@@ -337,7 +337,6 @@ def batch(model, size=3):
         (torch.full((3, LABELS), 2.0), "targets in \\[0, 1\\]"),
         (torch.full((3, LABELS), -0.5), "targets in \\[0, 1\\]"),
         (torch.zeros(3, LABELS).index_fill_(1, torch.tensor([4]), float("nan")), "NaN is not one"),
-        (torch.zeros(3, LABELS, dtype=torch.uint8), "dtype torch.uint8 cannot hold the -100 padding"),
         (torch.tensor([[1, 2], [3, 0], [5, 6]], dtype=torch.uint8), "dtype torch.uint8"),
         (torch.tensor([[1, 40], [3, -100], [5, 6]]), "outside \\[0, 40\\)"),
         (torch.tensor([[1, -7], [3, -100], [5, 6]]), "outside \\[0, 40\\)"),
@@ -351,14 +350,14 @@ def test_bad_labels_are_refused(labels, message):
         model(input_ids, attention_mask, labels=labels)
 
 
-def test_labels_as_int8_ids_bool_or_soft_targets_in_range_give_the_right_loss():
+def test_labels_as_int8_ids_bool_uint8_multi_hot_or_soft_targets_give_the_right_loss():
     model = make_model().eval()
     input_ids, attention_mask = batch(model)
     ids = torch.tensor([[1, 2], [3, -100], [5, 39]])
     dense = torch.zeros(3, LABELS)
     dense[[0, 0, 1, 2, 2], [1, 2, 3, 5, 39]] = 1.0
     reference = model(input_ids, attention_mask, labels=ids).loss
-    for labels in (ids.to(torch.int8), ids.to(torch.int32), dense.bool(), dense):
+    for labels in (ids.to(torch.int8), ids.to(torch.int32), dense.bool(), dense, dense.to(torch.uint8)):
         assert torch.allclose(model(input_ids, attention_mask, labels=labels).loss, reference)
     soft = dense * 0.5
     logits = model(input_ids, attention_mask).logits
@@ -426,7 +425,7 @@ def run_cli(capsys, argv):
     except SystemExit as exit:
         status = exit.code
     # Progress bars (loading weights, predicting) and their cursor moves are not messages.
-    lines = (re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", line).strip() for line in capsys.readouterr().err.splitlines())
+    lines = (re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", line).strip() for line in capsys.readouterr().err.split("\n"))
     return status, [line for line in lines if line and not re.search(r"\d+%\|", line)]
 
 
@@ -439,38 +438,38 @@ def assert_one_line_error(status, lines, expected_status, command, *fragments):
 
 # Each: the flags after the command, and fragments the one line must contain. Checked while parsing.
 TRAIN_USAGE_ERRORS = [
-    (["--batch-size", "0"], ["--batch-size", "must be >= 1, got 0"]),
-    (["--batch-size", "-3"], ["--batch-size", "got -3"]),
-    (["--batch-size", "eight"], ["--batch-size", "expected an integer, got 'eight'"]),
-    (["--gradient-accumulation-steps", "0"], ["--gradient-accumulation-steps", "must be >= 1"]),
-    (["--validation-fraction", "1"], ["--validation-fraction", "< 1, got 1"]),
-    (["--validation-fraction", "-0.1"], ["--validation-fraction", ">= 0"]),
-    (["--validation-fraction", "nan"], ["--validation-fraction", "got nan"]),
-    (["--epochs", "0"], ["--epochs", "must be > 0"]),
-    (["--max-steps", "0"], ["--max-steps", ">= 1 or -1"]),
-    (["--lr=-1e-5"], ["--lr", "must be >= 0"]),
-    (["--output-lr", "-0.1"], ["--output-lr", "must be >= 0"]),
-    (["--output-momentum", "1"], ["--output-momentum", "< 1"]),
-    (["--eval-steps", "0"], ["--eval-steps", "must be >= 1"]),
-    (["--logging-steps", "0"], ["--logging-steps", "must be >= 1"]),
-    (["--group-size", "0"], ["--group-size", "must be >= 1"]),
-    (["--fan-in", "0"], ["--fan-in", "must be >= 1"]),
-    (["--head-fraction", "1.5"], ["--head-fraction", "<= 1"]),
-    (["--max-length", "0"], ["--max-length", "must be >= 1"]),
-    (["--eval-batch-size", "0"], ["--eval-batch-size", "must be >= 1"]),
-    (["--rewiring-fraction", "0"], ["--rewiring-fraction", "> 0"]),
-    (["--rewiring-end", "2"], ["--rewiring-end", "<= 1"]),
-    (["--rewiring-interval", "-5"], ["--rewiring-interval", ">= 0"]),
-    (["--beta", "0.5"], ["--beta", ">= 1"]),
-    (["--num-workers", "-1"], ["--num-workers", ">= 0"]),
-    (["--propensity-a", "0"], ["--propensity-a", "> 0"]),
-    (["--on-non-finite", "ignore"], ["--on-non-finite", "invalid choice"]),
-    (["--format", "bow"], ["--format", "invalid choice"]),
-    (["--data", "no/such/folder"], ["--data", "no folder 'no/such/folder'"]),
-    (["--encoder", "./no-such-encoder"], ["--encoder", "no folder './no-such-encoder'"]),
-    (["--encoder", "a/b/c"], ["--encoder", "no folder 'a/b/c'"]),
-    (["--grouping-file", "missing.safetensors"], ["--grouping-file", "no file 'missing.safetensors'"]),
-    (["--push-to-hub", "not a repo"], ["--push-to-hub", "not a Hub repository id"]),
+    (["--batch-size", "0"], ["`per_device_train_batch_size` must be >= 1, got 0"]),
+    (["--per-device-train-batch-size", "-3"], ["`per_device_train_batch_size` must be >= 1, got -3"]),
+    (["--batch-size", "eight"], ["--per-device-train-batch-size", "invalid int value: 'eight'"]),
+    (["--gradient-accumulation-steps", "0"], ["`gradient_accumulation_steps` must be >= 1"]),
+    (["--eval-batch-size", "0"], ["`per_device_eval_batch_size` must be >= 1"]),
+    (["--validation-fraction", "1"], ["`validation_fraction` must lie in [0, 1)", "got 1.0"]),
+    (["--validation-fraction", "-0.1"], ["`validation_fraction` must lie in [0, 1)"]),
+    (["--validation-fraction", "nan"], ["`validation_fraction` must lie in [0, 1)", "got nan"]),
+    (["--epochs", "0"], ["`num_train_epochs` must be > 0"]),
+    (["--max-steps", "0"], ["`max_steps` must be >= 1, or -1"]),
+    (["--lr=-1e-5"], ["`learning_rate` must be >= 0"]),
+    (["--output-lr=-0.1"], ["`output_learning_rate` must be >= 0"]),
+    (["--output-momentum", "1"], ["`output_momentum` must lie in [0, 1)"]),
+    (["--eval-strategy", "steps", "--save-strategy", "steps", "--eval-steps", "0"], ["`eval_steps` must be > 0"]),
+    (["--logging-steps", "0"], ["non-zero --logging_steps"]),
+    (["--group-size", "0"], ["`group_size` must be >= 1"]),
+    (["--fan-in", "0"], ["`fan_in` must be >= 1"]),
+    (["--head-fraction", "1.5"], ["`head_label_fraction` must lie in [0, 1]"]),
+    (["--max-length", "0"], ["`max_length` must be >= 1"]),
+    (["--rewiring-fraction", "0"], ["rewiring_fraction"]),
+    (["--rewiring-end", "2"], ["rewiring_end"]),
+    (["--rewiring-interval=-5"], ["`rewiring_interval` must be >= 0"]),
+    (["--beta", "0.5"], ["`beta`", "must be >= 1"]),
+    (["--num-workers=-1"], ["`dataloader_num_workers` must be >= 0"]),
+    (["--propensity-a", "0"], ["`propensity_a` must be > 0"]),
+    (["--on-non-finite", "ignore"], ["`on_non_finite` must be one of"]),
+    (["--format", "xml"], ["`format` must be one of"]),
+    (["--data", "no/such/folder"], ["`data`: no folder 'no/such/folder'"]),
+    (["--encoder", "./no-such-encoder"], ["`encoder`: no folder './no-such-encoder'"]),
+    (["--encoder", "a/b/c"], ["`encoder`: no folder 'a/b/c'"]),
+    (["--grouping-file", "missing.safetensors"], ["`layout_file`: no file 'missing.safetensors'"]),
+    (["--config", "missing.yaml"], ["--config", "missing.yaml"]),
     (["--no-such-flag"], ["unrecognized arguments: --no-such-flag"]),
 ]
 
@@ -486,7 +485,14 @@ def test_train_usage_errors_are_one_line_before_anything_loads(capsys, monkeypat
 
 def test_a_file_given_as_data_folder(capsys, cli_files):
     status, lines = run_cli(capsys, ["train", "--data", cli_files["texts"]])
-    assert_one_line_error(status, lines, 2, "train", "--data", "(it is a file)")
+    assert_one_line_error(status, lines, 2, "train", "`data`", "(it is a file)")
+
+
+def test_a_config_file_with_an_unknown_key_is_a_one_line_error(capsys, tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text("learning_rte: 1.0e-4\n")
+    status, lines = run_cli(capsys, ["train", "--config", config])
+    assert_one_line_error(status, lines, 2, "train", "unknown key 'learning_rte'", "did you mean 'learning_rate'")
 
 
 @pytest.mark.parametrize("command", ["train", "group", "evaluate"])
@@ -603,8 +609,8 @@ def test_an_interrupted_save_is_a_one_line_library_error(capsys, cli_files, tmp_
 
 GROUP_AND_PUSH_USAGE_ERRORS = [
     (["group", "--output", "missing-folder/grouping.safetensors"], ["--output", "does not exist"]),
-    (["group", "--output", "g.safetensors", "--group-size", "0"], ["--group-size", ">= 1"]),
-    (["group", "--output", "g.safetensors", "--data", "missing"], ["--data", "no folder 'missing'"]),
+    (["group", "--output", "g.safetensors", "--group-size", "0"], ["`group_size` must be >= 1"]),
+    (["group", "--output", "g.safetensors", "--data", "missing"], ["`data`: no folder 'missing'"]),
     (["push", "--model", "missing", "--repo-id", "user/model"], ["--model", "no folder 'missing'"]),
     (["push", "--model", "{texts}", "--repo-id", "user/model"], ["--model", "(it is a file)"]),
     (["push", "--model", "{model}", "--repo-id", "user/a/b"], ["--repo-id", "not a Hub repository id"]),
@@ -698,7 +704,7 @@ def test_resume_from_a_named_incomplete_checkpoint_is_a_one_line_error(capsys, c
 
 def test_resume_and_overwrite_together_are_refused(capsys, tmp_path):
     status, lines = run_cli(capsys, ["train", "--overwrite-output-dir", "--resume-from-checkpoint", "--output-dir", tmp_path])
-    assert_one_line_error(status, lines, 2, "train", "not allowed with argument")
+    assert_one_line_error(status, lines, 2, "train", "--overwrite-output-dir", "not both")
 
 
 def test_a_failed_test_evaluation_keeps_the_trained_model(capsys, cli_files, encoder_dir, tmp_path, monkeypatch):
@@ -745,9 +751,10 @@ def test_data_without_any_positive_label_is_refused_before_the_encoder_loads(cap
 
 def test_a_diverging_run_is_a_one_line_error_and_saves_no_final_model(capsys, cli_files, encoder_dir, tmp_path):
     output = tmp_path / "out"
-    status, lines = run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output, "--lr", "1e6", "--output-lr", "1e6",
-                                                "--validation-fraction", "0", "--eval-steps", "1", "--epochs", "3"))  # fmt: skip
-    assert_one_line_error(status, lines, 1, "train", "Training diverged at step", "--on-non-finite skip")
+    status, lines = run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output, "--lr", "1e8", "--output-lr", "1e8",
+                                                "--validation-fraction", "0", "--epochs", "20"))  # fmt: skip
+    # Stopped at the first non-finite gradient, or at a checkpoint of weights that already overflowed.
+    assert_one_line_error(status, lines, 1, "train", "diverged", "on_non_finite")
     assert not (output / "config.json").exists()
     for checkpoint in output.glob("checkpoint-*"):
         assert all(torch.isfinite(t).all() for t in load_file(checkpoint / "model.safetensors").values())
@@ -758,3 +765,10 @@ def test_the_demo_replaces_its_own_folder_and_train_does_not():
 
     assert build_parser().parse_args(["demo"]).overwrite_output_dir is True
     assert build_parser().parse_args(["train"]).overwrite_output_dir is False
+
+
+def test_a_config_file_that_does_not_parse_is_a_one_line_error(capsys, tmp_path):
+    for name, text in (("run.yaml", "learning_rate: [1\n"), ("run.json", "{learning_rate: 1}")):
+        (tmp_path / name).write_text(text)
+        status, lines = run_cli(capsys, ["train", "--config", tmp_path / name])
+        assert_one_line_error(status, lines, 2, "train", "--config", "is not valid")
