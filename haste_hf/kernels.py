@@ -351,10 +351,11 @@ def linear_loss(
         deterministic = torch.are_deterministic_algorithms_enabled()
     tracked = [x, weight] + ([bias] if bias is not None else [])
     store_gradient = torch.is_grad_enabled() and any(tensor.requires_grad for tensor in tracked)
-    loss_value, _ = _linear_loss_op(
-        x.contiguous(), weight.contiguous(), bias, supports, positions, valid_count, float(scale), loss,
-        store_gradient, deterministic,
-    )  # fmt: skip
+    with torch.autocast("cuda", enabled=False):  # the logits and their gradient in the layer's dtype
+        loss_value, _ = _linear_loss_op(
+            x.contiguous(), weight.contiguous(), bias, supports, positions, valid_count, float(scale), loss,
+            store_gradient, deterministic,
+        )  # fmt: skip
     return loss_value
 
 

@@ -161,9 +161,11 @@ def output_layer_loss(
         raise ValueError(f"`loss` must be one of {sorted(LOSSES)}, got {loss!r}.")
     if positions.dim() != 2 or positions.shape[0] != x.shape[0]:
         raise ValueError(f"`positions` must be [batch, positives] with {x.shape[0]} rows, got {tuple(positions.shape)}.")
-    if x.is_cuda and _KERNELS is not None and _KERNELS.is_available() and _KERNELS.fuses_loss(x, weight, supports):
-        return _KERNELS.linear_loss(x, weight, bias, supports, positions, valid_count, scale, loss)
-    return _ChunkedLinearLoss.apply(x, weight, bias, supports, positions, valid_count, scale, loss)
+    # The layer computes in its own dtype, also under autocast (as `HasteTrainer` trains a bf16 output layer).
+    with torch.autocast(x.device.type, enabled=False):
+        if x.is_cuda and _KERNELS is not None and _KERNELS.is_available() and _KERNELS.fuses_loss(x, weight, supports):
+            return _KERNELS.linear_loss(x, weight, bias, supports, positions, valid_count, scale, loss)
+        return _ChunkedLinearLoss.apply(x, weight, bias, supports, positions, valid_count, scale, loss)
 
 
 __all__ = ["LOSSES", "bce", "output_layer_loss", "squared_hinge", "targets_of_chunk"]

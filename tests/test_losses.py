@@ -296,9 +296,9 @@ def test_fused_loss_matches_the_float64_reference(case, loss):
     for grad, expected_grad in zip(grads, expected_grads):
         assert torch.isfinite(grad).all()
         assert relative_error(grad, expected_grad) < TOLERANCE[dtype], relative_error(grad, expected_grad)
-    # Against the chunked path on the same device: the same rounded logits, so nearly the same loss.
+    # Against the chunked path on the same device: logits rounded alike up to a few last-bit flips.
     chunked = losses._ChunkedLinearLoss.apply(x, weight, bias, supports, positions, valid_count, scale, loss)
-    assert relative_error(value, chunked) < 1e-4
+    assert relative_error(value, chunked) < 1e-3
     # Reproducible sums; without autograd nothing is stored and the loss is the same.
     assert torch.equal(kernels.linear_loss(x, weight, bias, supports, positions, valid_count, scale, loss), value)
     with torch.no_grad():
@@ -397,3 +397,14 @@ def test_validation_mode_checks_label_ids_on_the_device(monkeypatch):
     monkeypatch.setattr(modeling_haste, "VALIDATE_LABELS", True)
     with pytest.raises(ValueError, match="outside"):
         model._positive_positions(torch.tensor([[50, -100]], device="cuda"))
+
+
+@gpu
+def test_fused_loss_under_autocast_computes_in_the_layers_dtype():
+    x, weight, bias, supports = make_layer("dense", 24, 40, 90, torch.float32, "cuda")
+    positions = random_positions(24, 90).cuda()
+    expected = kernels.linear_loss(x, weight, bias, None, positions, 90, 1.0)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        value, grads = run(losses.output_layer_loss, x, weight, bias, None, positions, 90, 1.0, "bce")
+    torch.testing.assert_close(value, expected)
+    assert all(grad.dtype == torch.float32 for grad in grads)
