@@ -187,7 +187,7 @@ def command_train(args) -> int:
     )  # fmt: skip
     trainer = HasteTrainer(
         model=model, args=training_args, train_dataset=train_split, eval_dataset=validation_split,
-        data_collator=XMCDataCollator(tokenizer, max_length=args.max_length),
+        data_collator=XMCDataCollator(tokenizer, max_length=args.max_length, label_count=model.config.label_count),
         compute_metrics=make_compute_metrics(ks=SUMMARY_KS, propensity=propensity),
     )  # fmt: skip
     trainer.train()

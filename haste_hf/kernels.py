@@ -294,18 +294,19 @@ def _linear_loss_backward(ctx, grad_loss, _grad_of_gradient):
     if grad_logits.shape[0] != x.shape[0]:
         raise RuntimeError("haste::linear_loss ran without storing its logit gradient (store_gradient=False).")
     # The stored gradient already holds the loss's scale; the upstream factor (1 for `loss.backward()`)
-    # multiplies the results, which are linear in it.
+    # scales the small operand of each product, `x` or the `[B, d]` result, never a `[B, n]` or weight-sized
+    # tensor (a pass over the weight gradient would cost its bytes twice and a copy of it in memory).
     grad_x = grad_weight = grad_bias = None
     if supports is None:
         if ctx.needs_input_grad[0]:
             grad_x = torch.mul(grad_logits @ weight, grad_loss)
         if ctx.needs_input_grad[1]:
-            grad_weight = torch.mul(grad_logits.t() @ x, grad_loss)
+            grad_weight = grad_logits.t() @ torch.mul(x, grad_loss)
     else:
         if ctx.needs_input_grad[0]:
             grad_x = torch.mul(_grad_input_op(grad_logits, weight, supports, x.shape[1], ctx.deterministic), grad_loss)
         if ctx.needs_input_grad[1]:
-            grad_weight = torch.mul(_grad_weight_op(grad_logits, x, supports, weight.shape[1]), grad_loss)
+            grad_weight = _grad_weight_op(grad_logits, torch.mul(x, grad_loss), supports, weight.shape[1])
     if ctx.needs_input_grad[2]:
         grad_bias = (grad_logits.sum(0, dtype=torch.float32) * grad_loss).to(ctx.bias_dtype)
     return grad_x, grad_weight, grad_bias, None, None, None, None, None, None, None
