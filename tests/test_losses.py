@@ -141,6 +141,12 @@ def test_positions_outside_the_layer_are_not_positives():
         torch.testing.assert_close(value, reference(x, weight, bias, supports, clean, 13, 1.0, "bce")[0])
 
 
+def test_targets_of_a_chunk_count_each_position_of_the_layer_once():
+    positions = torch.tensor([[4, 4, 6, -1, 7], [5, 9, 2, 8, -100]])
+    targets = losses.targets_of_chunk(positions, 4, 8, 7, torch.float32)  # columns 4..7, 7 is padding
+    assert targets.tolist() == [[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 0.0]]
+
+
 def test_chunked_loss_never_holds_a_batch_by_outputs_tensor(monkeypatch):
     """The CPU path's memory is bounded by the chunk, whatever the number of outputs."""
     monkeypatch.setattr(losses, "_LOSS_CHUNK_ELEMENTS", 16 * 64)
