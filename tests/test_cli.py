@@ -2,8 +2,9 @@ import gzip
 import json
 
 import pytest
+import torch
 from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
-from transformers import BertModel
+from transformers import AutoTokenizer, BertModel
 
 from haste_hf import HasteForExtremeClassification
 from haste_hf.cli import build_parser, main
@@ -35,7 +36,8 @@ def dataset_dir(tmp_path_factory):
 
 
 def common(dataset_dir, encoder_dir=None):
-    return ["--data", str(dataset_dir), "--max-length", "16", "--eval-batch-size", "16"]
+    # 6 tokens cut most texts (up to 8 with [CLS] and [SEP]): a wrong length at evaluation shows in the metrics.
+    return ["--data", str(dataset_dir), "--max-length", "6", "--eval-batch-size", "16"]
 
 
 @pytest.fixture(scope="module")
@@ -61,14 +63,16 @@ def test_train_saves_model_tokenizer_card_and_metrics(trained, capsys):
     assert "| Label grouping | semantic |" in card and "A = 0.5, B = 0.4" in card
 
 
-def test_evaluate_prints_summary_and_matches_training(trained, dataset_dir, encoder_dir, capsys, tmp_path):
+def test_evaluate_without_repeated_flags_reproduces_training_metrics(trained, dataset_dir, capsys, tmp_path):
     output = tmp_path / "metrics.json"
-    args = ["evaluate", "--model", str(trained), *common(dataset_dir, encoder_dir), "--output", str(output),
-            "--propensity-a", "0.5", "--propensity-b", "0.4"]  # fmt: skip
-    assert main(args) == 0
+    assert main(["evaluate", "--model", str(trained), "--data", str(dataset_dir), "--output", str(output)]) == 0
     printed = capsys.readouterr().out
     assert "P " in printed and "PSP" in printed and "A=0.5, B=0.4" in printed
-    assert json.loads(output.read_text()) == pytest.approx(json.loads((trained / "test_metrics.json").read_text()))
+    assert json.loads(output.read_text()) == json.loads((trained / "test_metrics.json").read_text())
+    assert AutoTokenizer.from_pretrained(trained).model_max_length == 6
+    # An explicit flag still wins over the training setting.
+    assert main(["evaluate", "--model", str(trained), "--data", str(dataset_dir), "--max-length", "3", "--output", str(output)]) == 0
+    assert json.loads(output.read_text()) != json.loads((trained / "test_metrics.json").read_text())
 
 
 def test_predict_writes_top_k_with_names(trained, tmp_path):
@@ -82,19 +86,30 @@ def test_predict_writes_top_k_with_names(trained, tmp_path):
     assert records[0]["scores"] == sorted(records[0]["scores"], reverse=True)
 
 
-def test_group_then_train_from_grouping_file(dataset_dir, encoder_dir, tmp_path):
-    grouping = tmp_path / "grouping.safetensors"
-    assert main(["group", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output", str(grouping),
+def test_group_then_train_from_layout_file_with_default_validation(dataset_dir, encoder_dir, tmp_path):
+    layout_file = tmp_path / "layout.safetensors"
+    assert main(["group", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output", str(layout_file),
                  "--group-size", "4", "--head-fraction", "0.1"]) == 0  # fmt: skip
     arguments = ["train", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output-dir",
-                 str(tmp_path / "model"), "--max-steps", "2", "--group-size", "4", "--fan-in", "8",
-                 "--head-fraction", "0.1", "--grouping-file", str(grouping), "--validation-fraction", "0"]  # fmt: skip
+                 str(tmp_path / "model"), "--max-steps", "2", "--fan-in", "8", "--layout-file", str(layout_file)]  # fmt: skip
     assert main(arguments) == 0
-    from haste_hf.grouping import LabelGrouping
+    from haste_hf.label_plan import LabelLayout
 
-    order = LabelGrouping.load(str(grouping)).order
+    layout = LabelLayout.load(layout_file)
     model = HasteForExtremeClassification.from_pretrained(tmp_path / "model")
-    assert model.output_labels[3 : 3 + len(order)].tolist() == order.tolist()
+    assert model.config.group_size == 4 and model.config.head_label_count == 3
+    assert torch.equal(model.output_labels, layout.output_labels())
+
+
+def test_train_refuses_a_layout_of_another_split(dataset_dir, encoder_dir, tmp_path):
+    layout_file = tmp_path / "layout.safetensors"
+    assert main(["group", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output", str(layout_file),
+                 "--group-size", "4", "--grouping", "frequency", "--validation-fraction", "0"]) == 0  # fmt: skip
+    arguments = ["train", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output-dir",
+                 str(tmp_path / "model"), "--max-steps", "2", "--fan-in", "8", "--layout-file", str(layout_file)]  # fmt: skip
+    with pytest.raises(ValueError, match="another training split.*--validation-fraction"):
+        main(arguments)
+    assert not (tmp_path / "model").exists()
 
 
 def test_help_explains_every_flag(capsys):

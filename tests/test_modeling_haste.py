@@ -330,6 +330,55 @@ def test_encoder_families(family, tmp_path):
         torch.testing.assert_close(loaded(input_ids, attention_mask).logits, model(input_ids, attention_mask).logits)
 
 
+def _padding_gap(model, pad_token_id):
+    """Largest change of a text's logits when it is scored alone vs padded in a batch beside a longer one."""
+    generator = torch.Generator().manual_seed(1)
+    short = torch.randint(4, VOCAB_SIZE, (1, 5), generator=generator)
+    long = torch.randint(4, VOCAB_SIZE, (1, 9), generator=generator)
+    padded = torch.cat([torch.cat([short, torch.full((1, 4), pad_token_id)], dim=1), long])
+    mask = torch.ones_like(padded)
+    mask[0, 5:] = 0
+    with torch.no_grad():
+        alone = model(short, torch.ones_like(short)).logits[0]
+        in_batch = model(padded, mask).logits[0]
+    return (alone - in_batch).abs().max().item()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_padding_is_never_attended_to_fresh_or_reloaded(family, tmp_path):
+    # Every way of building a model must mask padding as the reloaded model does: otherwise training and
+    # its reported metrics see other inputs than every saved model.
+    config = tiny_encoder_config(family)
+    pad_token_id = config.pad_token_id or 0
+    torch.manual_seed(0)
+    AutoModel.from_config(config).save_pretrained(tmp_path / "encoder")
+    built = {
+        "config": make_model(family=family),
+        "encoder path": HasteForExtremeClassification.from_encoder_pretrained(tmp_path / "encoder", LABELS, head_label_count=4, group_size=4, fan_in=8),
+        "encoder object": HasteForExtremeClassification.from_encoder_pretrained(
+            AutoModel.from_pretrained(tmp_path / "encoder"), LABELS, head_label_count=4, group_size=4, fan_in=8
+        ),
+    }  # fmt: skip
+    for how, model in built.items():
+        model.eval()
+        assert model.encoder.config._attn_implementation is not None, how
+        assert _padding_gap(model, pad_token_id) < 1e-5, how
+        model.save_pretrained(tmp_path / how)
+        reloaded = HasteForExtremeClassification.from_pretrained(tmp_path / how).eval()
+        assert _padding_gap(reloaded, pad_token_id) < 1e-5, f"{how}, reloaded"
+        with torch.no_grad():
+            input_ids, attention_mask, _ = random_batch()
+            torch.testing.assert_close(reloaded(input_ids, attention_mask).logits, model(input_ids, attention_mask).logits)
+
+
+def test_wrapper_attention_implementation_reaches_the_encoder():
+    config = HasteConfig(encoder=tiny_encoder_config("bert"), label_count=LABELS, fan_in=8, attn_implementation="eager")
+    assert config.encoder._attn_implementation == "eager"
+    encoder_config = tiny_encoder_config("bert")
+    encoder_config._attn_implementation = "sdpa"
+    assert HasteConfig(encoder=encoder_config, label_count=LABELS, fan_in=8).encoder._attn_implementation == "sdpa"
+
+
 def test_last_token_pooling_handles_left_and_right_padding():
     model = make_model(family="qwen3")
     input_ids = random_batch(length=6)[0][:1]
