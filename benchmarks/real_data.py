@@ -164,11 +164,12 @@ def train_variant(name, args, data, frequencies, embeddings, device, counter, st
     bf16 = device.type == "cuda"
     training_args = dict(
         output_dir=os.path.join(args.work_dir, name), num_train_epochs=args.epochs,
-        per_device_train_batch_size=args.batch_size, learning_rate=args.lr, warmup_steps=args.warmup,
+        per_device_train_batch_size=args.batch_size, per_device_eval_batch_size=args.eval_batch_size,
+        learning_rate=args.lr, warmup_steps=args.warmup,
         weight_decay=0.01, output_learning_rate=args.output_lr, output_momentum=0.9,
         output_layer_dtype="bfloat16" if bf16 else None, bf16=bf16, rewiring_interval=rewiring_interval,
         logging_steps=max(1, steps_per_epoch // 4), seed=args.seed, dataloader_num_workers=args.num_workers,
-        use_cpu=device.type != "cuda", disable_tqdm=True,
+        use_cpu=device.type != "cuda", disable_tqdm=True, eval_strategy="no", save_strategy="no",
     )  # fmt: skip
     timer = make_epoch_timer(device)
     if device.type == "cuda":
@@ -179,7 +180,7 @@ def train_variant(name, args, data, frequencies, embeddings, device, counter, st
         data, args.encoder, training_args=training_args, layout=layout, callbacks=[timer], save=False,
         evaluate_test=False, validation_fraction=0, fan_in=structure["fan_in"],
         head_projection_dim=structure["head_projection_dim"], max_length=args.max_length,
-        eval_batch_size=args.eval_batch_size, propensity_a=args.propensity_a, propensity_b=args.propensity_b,
+        propensity_a=args.propensity_a, propensity_b=args.propensity_b,
     )  # fmt: skip
     kernel_calls = counter.calls - calls_before
     peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None

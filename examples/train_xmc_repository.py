@@ -46,7 +46,7 @@ print(LabelLayout.load(layout_file).describe())
 bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 run = train(
     data, args.encoder, args.output_dir, layout_file=str(layout_file), fan_in=args.fan_in,
-    validation_fraction=VALIDATION_FRACTION, max_length=MAX_LENGTH, eval_batch_size=256,
+    validation_fraction=VALIDATION_FRACTION, max_length=MAX_LENGTH,
     dataset_name=Path(args.data).name,
     training_args={
         "num_train_epochs": args.epochs, "per_device_train_batch_size": 128, "per_device_eval_batch_size": 256,

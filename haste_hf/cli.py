@@ -63,62 +63,27 @@ def evaluate_split(model, tokenizer, data, split, args, propensity):
     return evaluate_split(model, tokenizer, data, split, propensity, batch_size=args.eval_batch_size, max_length=args.max_length)
 
 
-# Recipe options set by `train` flags of the same name.
-_RECIPE_OPTIONS = ("format", "text_fields", "label_texts", "validation_fraction", "dataset_name", "propensity_a",
-                   "propensity_b", "max_length", "eval_batch_size", "group_size", "fan_in", "head_projection_dim",
-                   "tail_projection_dim", "pooling", "grouping", "layout_file", "beta")  # fmt: skip
-
-
-def training_arguments_of(args) -> dict:
-    """`HasteTrainingArguments` fields from the `train` flags."""
-    import torch
-
-    from .recipe import model_selection_arguments
-
-    return dict(
-        output_dir=args.output_dir, num_train_epochs=args.epochs, max_steps=args.max_steps,
-        per_device_train_batch_size=args.batch_size, per_device_eval_batch_size=args.eval_batch_size,
-        gradient_accumulation_steps=args.gradient_accumulation_steps,
-        learning_rate=args.lr, warmup_steps=args.warmup, weight_decay=args.weight_decay,
-        output_learning_rate=args.output_lr, output_momentum=args.output_momentum,
-        output_weight_decay=args.output_weight_decay, output_warmup_steps=args.output_warmup,
-        output_layer_dtype="bfloat16" if args.bf16 else None, bf16=args.bf16,
-        rewiring_interval=args.rewiring_interval, rewiring_fraction=args.rewiring_fraction,
-        rewiring_end=args.rewiring_end, rewiring_init=args.rewiring_init,
-        logging_steps=args.logging_steps, seed=args.seed, report_to=[], hub_model_id=args.hub_model_id,
-        dataloader_num_workers=args.num_workers, dataloader_pin_memory=torch.cuda.is_available(),
-        **model_selection_arguments(args.validation_fraction > 0, args.eval_steps),
-    )  # fmt: skip
-
-
 # ------------------------------------------------------------------------------------------------ commands
 
 
 def command_train(args) -> int:
     from .recipe import train
 
-    run = train(
-        args.data, args.encoder, args.output_dir, training_args=training_arguments_of(args),
-        head_label_fraction=args.head_fraction, **{name: getattr(args, name) for name in _RECIPE_OPTIONS},
-    )  # fmt: skip
+    run = train(args.recipe.data, args.recipe.encoder, training_args=args.training, recipe_args=args.recipe)
     layout = run.layout
     summary = format_summary(
         "Test metrics (%)",
         run.test_metrics,
         {
-            "labels": f"{layout.label_count:,} (head {layout.head_label_count:,}, tail {layout.tail_label_count:,} in groups of {layout.group_size}, fan-in {args.fan_in})",
+            "labels": f"{layout.label_count:,} (head {layout.head_label_count:,}, tail {layout.tail_label_count:,} in groups of {layout.group_size}, fan-in {args.recipe.fan_in})",
             "grouping": layout.strategy,
             "propensity": f"A={run.propensity.a}, B={run.propensity.b}",
             "steps": run.trainer.state.global_step,
             "time": f"{run.training_seconds / 60:.1f} min",
-            "saved to": args.output_dir,
+            "saved to": run.output_dir,
         },
     )
     print(summary)
-    if args.push_to_hub:
-        from .hub import push_to_hub
-
-        push_to_hub(args.output_dir, args.push_to_hub, private=args.private)
     return 0
 
 
@@ -173,15 +138,16 @@ def command_predict(args) -> int:
 
 
 def command_group(args) -> int:
-    from .recipe import build_layout, load_encoder, split_validation
+    from .recipe import build_layout, load_dataset, load_encoder, split_validation
 
-    data = load_data(args)
-    train_split, _ = split_validation(data.splits["train"], args.validation_fraction, args.seed)
-    encoder, tokenizer = load_encoder(args.encoder)
+    recipe = args.recipe
+    data = load_dataset(recipe.data, recipe.format, recipe.text_fields, recipe.label_texts)
+    train_split, _ = split_validation(data.splits["train"], recipe.validation_fraction, args.seed)
+    encoder, tokenizer = load_encoder(recipe.encoder)
     layout = build_layout(
-        train_split, data.num_labels, encoder, tokenizer, group_size=args.group_size,
-        head_label_fraction=args.head_fraction, grouping=args.grouping, pooling=args.pooling, beta=args.beta,
-        seed=args.seed, max_length=args.max_length, batch_size=args.eval_batch_size,
+        train_split, data.num_labels, encoder, tokenizer, group_size=recipe.group_size,
+        head_label_fraction=recipe.head_label_fraction, grouping=recipe.grouping, pooling=recipe.pooling,
+        beta=recipe.beta, seed=args.seed, max_length=recipe.max_length, batch_size=args.per_device_eval_batch_size,
     )  # fmt: skip
     layout.save(args.output)
     print(f"{layout.describe()} -> {args.output}")
@@ -217,67 +183,84 @@ def _add_data_arguments(parser, required=False, of_trained_model=False):
                        help=f"Batch size of embedding, evaluation and prediction{saved}.")  # fmt: skip
 
 
-def _add_structure_arguments(parser):
-    group = parser.add_argument_group("output layer")
-    group.add_argument("--head-fraction", type=float, default=DEFAULT_HEAD_LABEL_FRACTION, help="Share of labels (most frequent) in the dense head.")
-    group.add_argument("--group-size", type=int, default=16, help="Labels per tail group G (1: per-label fan-in).")
-    group.add_argument("--fan-in", type=int, default=64, help="Features F each tail label connects to.")
-    group.add_argument("--head-projection-dim", type=int, default=None, help="Width of the head's projection (default: none).")
-    group.add_argument("--tail-projection-dim", type=int, default=None, help="Width of the tail's projection (default: none).")
-    group.add_argument("--pooling", choices=("cls", "mean", "last_token"), default=None, help="Pooling (default: by encoder family).")
-    group.add_argument("--grouping", choices=("semantic", "frequency", "random"), default="semantic",
-                       help="How tail labels are grouped: by label embeddings (the paper), by frequency, or at random.")  # fmt: skip
-    group.add_argument("--layout-file", "--grouping-file", dest="layout_file", default=None,
-                       help="A label layout saved by `haste-hf group` with the same data, --validation-fraction and --seed "
-                       "(skips the head/tail split and the grouping).")  # fmt: skip
-    group.add_argument("--beta", type=float, default=16, help="Semantic grouping: k-means buckets hold about beta groups.")
-    group.add_argument("--seed", type=int, default=0, help="Seed of everything random.")
-    group.add_argument("--validation-fraction", type=float, default=0.1,
-                       help="Share of training points held out for model selection (never the test set); 0: none.")  # fmt: skip
+# The `train` flags are every `RecipeArguments` and `HasteTrainingArguments` field (`--learning-rate`, ...);
+# these defaults differ from the dataclasses' for a command-line run: checkpoint and evaluate each epoch on the
+# validation split and keep the best P@1.
+TRAIN_DEFAULTS = dict(
+    output_dir="haste-model", per_device_train_batch_size=32, per_device_eval_batch_size=64, warmup_steps=0.1,
+    weight_decay=0.01, logging_steps=20, seed=0, eval_strategy="epoch", save_strategy="epoch",
+    load_best_model_at_end=True, metric_for_best_model="P@1", greater_is_better=True, save_total_limit=1,
+    report_to="none",
+)  # fmt: skip
+DEMO_DEFAULTS = dict(encoder="minilm", num_train_epochs=3, per_device_train_batch_size=32, max_length=32,
+                     learning_rate=1e-4, rewiring_interval=50, output_dir="haste-demo")  # fmt: skip
+# Short forms of `train` flags (those of earlier versions), read as the long ones.
+SHORT_FLAGS = {
+    "--lr": "--learning-rate", "--epochs": "--num-train-epochs", "--batch-size": "--per-device-train-batch-size",
+    "--eval-batch-size": "--per-device-eval-batch-size", "--warmup": "--warmup-steps",
+    "--output-lr": "--output-learning-rate", "--output-warmup": "--output-warmup-steps",
+    "--num-workers": "--dataloader-num-workers", "--private": "--hub-private-repo",
+}  # fmt: skip
+TRAIN_EPILOG = (
+    " Every flag may also come from a JSON or YAML file (--config FILE; its keys are the flag names with"
+    " underscores, e.g. learning_rate: 1.0e-4), flags on the command line win. Short forms: "
+    + ", ".join(f"{short} ({long})" for short, long in SHORT_FLAGS.items())
+    + ". Publishing: --push-to-hub --hub-model-id user/name. bf16: --bf16 (autocast) and --output-layer-dtype bfloat16."
+)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _recipe_parser():
+    from transformers import HfArgumentParser
+
+    from .recipe import RecipeArguments
+
+    return HfArgumentParser(RecipeArguments, add_help=False)
+
+
+def _train_parser_kwargs() -> dict:
+    from transformers import HfArgumentParser
+
+    from .recipe import RecipeArguments
+    from .training_args import HasteTrainingArguments
+
+    config = argparse.ArgumentParser(add_help=False)
+    config.add_argument("--config", default=None, help="A JSON or YAML file of flag values (keys: flag names with underscores).")
+    fields = HfArgumentParser((RecipeArguments, HasteTrainingArguments), add_help=False)
+    return dict(parents=[config, fields], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+
+
+def read_config_file(path: str, known: set[str]) -> dict:
+    """Flag values from a JSON or YAML mapping; unknown keys are refused with the nearest known name."""
+    import difflib
+
+    text = Path(path).read_text(encoding="utf-8")
+    if path.endswith((".yaml", ".yml")):
+        import yaml
+
+        values = yaml.safe_load(text)
+    else:
+        values = json.loads(text)
+    if not isinstance(values, dict):
+        raise SystemExit(f"--config {path}: expected a mapping of flag names to values, got {type(values).__name__}.")
+    values = {key.replace("-", "_"): value for key, value in values.items()}
+    for key in values:
+        if key not in known:
+            near = difflib.get_close_matches(key, known, n=1)
+            raise SystemExit(f"--config {path}: unknown key {key!r}" + (f" (did you mean {near[0]!r}?)" if near else "") + ".")
+    return values
+
+
+def build_parser(config: dict | None = None) -> argparse.ArgumentParser:
+    """The `haste-hf` parser; `config` (flag values read from a `--config` file) sets `train` / `demo` defaults."""
     parser = argparse.ArgumentParser(prog="haste-hf", description="HASTE extreme multi-label classifiers for Hugging Face Transformers.")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    for name, help_text in (
-        ("train", "Train a HASTE model on a dataset (default: the embedded demo set) and evaluate it on its test split."),
-        ("demo", "Train on the embedded demo set with the offline MiniLM encoder (same flags as `train`)."),
-    ):
-        train = commands.add_parser(name, help=help_text, description=help_text, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-        _add_data_arguments(train)
-        _add_structure_arguments(train)
-        train.add_argument("--encoder", default=DEMO_ENCODER, help="Encoder model id or path ('minilm': the offline MiniLM package).")
-        train.add_argument("--output-dir", default="haste-model", help="Where the model, tokenizer, card and checkpoints go.")
-        train.add_argument("--label-texts", action="store_true", help="Add the labels' own texts as training points.")
-        optim = train.add_argument_group("optimisation")
-        optim.add_argument("--epochs", type=float, default=3, help="Training epochs.")
-        optim.add_argument("--max-steps", type=int, default=-1, help="Stop after this many steps (overrides --epochs when > 0).")
-        optim.add_argument("--batch-size", type=int, default=32, help="Training batch size per device.")
-        optim.add_argument("--gradient-accumulation-steps", type=int, default=1, help="Batches per optimizer step.")
-        optim.add_argument("--lr", type=float, default=5e-5, help="Encoder (AdamW) learning rate.")
-        optim.add_argument("--weight-decay", type=float, default=0.01, help="Encoder weight decay.")
-        optim.add_argument("--warmup", type=float, default=0.1, help="Encoder warm-up: steps, or a fraction of training if < 1.")
-        optim.add_argument("--output-lr", type=float, default=0.05, help="Output layer (SGD) learning rate.")
-        optim.add_argument("--output-momentum", type=float, default=0.9, help="Output layer SGD momentum.")
-        optim.add_argument("--output-weight-decay", type=float, default=1e-4, help="Output layer decoupled weight decay.")
-        optim.add_argument("--output-warmup", type=float, default=0.0, help="Output layer warm-up (steps, or fraction if < 1).")
-        optim.add_argument("--bf16", action="store_true", help="bf16 autocast, and a bf16 output layer with stochastic rounding.")
-        optim.add_argument("--rewiring-interval", type=int, default=2000, help="Steps between rewirings (0: off).")
-        optim.add_argument("--rewiring-fraction", type=float, default=0.2, help="Share of (group, slot) pairs regrown per rewiring.")
-        optim.add_argument("--rewiring-end", type=float, default=2 / 3, help="Last rewiring at this fraction of training.")
-        optim.add_argument("--rewiring-init", choices=("zero", "random"), default="zero", help="Weights of regrown slots.")
-        optim.add_argument("--logging-steps", type=int, default=20, help="Steps between loss logs.")
-        optim.add_argument("--eval-steps", type=int, default=None,
-                           help="Evaluate on the validation split (and checkpoint) every N steps instead of every epoch.")  # fmt: skip
-        optim.add_argument("--num-workers", type=int, default=0, help="Data loader worker processes.")
-        publish = train.add_argument_group("publishing")
-        publish.add_argument("--push-to-hub", metavar="REPO_ID", default=None, help="Push the trained model to this Hub repository.")
-        publish.add_argument("--hub-model-id", default=None, help="Repository id named in the model card.")
-        publish.add_argument("--private", action="store_true", help="Create the Hub repository as private.")
-        train.set_defaults(handler=command_train)
-    commands.choices["demo"].set_defaults(encoder="minilm", epochs=3, batch_size=32, max_length=32, lr=1e-4,
-                                          rewiring_interval=50, output_dir="haste-demo")  # fmt: skip
+    train_help = "Train a HASTE model on a dataset (default: the embedded demo set) and evaluate it on its test split."
+    demo_help = "Train on the embedded demo set with the offline MiniLM encoder (the flags of `train`, demo defaults)."
+    train = commands.add_parser("train", help=train_help, description=train_help + TRAIN_EPILOG, **_train_parser_kwargs())
+    demo = commands.add_parser("demo", help=demo_help, description=demo_help + TRAIN_EPILOG, **_train_parser_kwargs())
+    train.set_defaults(handler=command_train, **{**TRAIN_DEFAULTS, **(config or {})})
+    demo.set_defaults(handler=command_train, **{**TRAIN_DEFAULTS, **DEMO_DEFAULTS, **(config or {})})
 
     evaluate = commands.add_parser("evaluate", help="Evaluate a trained model on a dataset split.", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     evaluate.add_argument("--model", required=True, help="Folder (or Hub id) of a trained model.")
@@ -295,11 +278,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_arguments(predict, of_trained_model=True)
     predict.set_defaults(handler=command_predict)
 
-    group = commands.add_parser("group", help="Precompute the label layout: the head/tail split and the tail's label groups.", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    group.add_argument("--encoder", default=DEMO_ENCODER, help="Encoder model id or path.")
+    group_help = "Precompute the label layout: the head/tail split and the tail's label groups of the training split."
+    group = commands.add_parser("group", help=group_help, description=group_help, parents=[_recipe_parser()],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
     group.add_argument("--output", required=True, help="Where to save the label layout (safetensors), for `train --layout-file`.")
-    _add_data_arguments(group)
-    _add_structure_arguments(group)
+    group.add_argument("--seed", type=int, default=TRAIN_DEFAULTS["seed"], help="Seed of the validation hold-out and the grouping (as `train --seed`).")
+    group.add_argument("--per-device-eval-batch-size", "--eval-batch-size", dest="per_device_eval_batch_size", type=int,
+                       default=TRAIN_DEFAULTS["per_device_eval_batch_size"], help="Batch size of the label embeddings.")  # fmt: skip
     group.set_defaults(handler=command_group)
 
     push = commands.add_parser("push", help="Publish a trained model folder to the Hub (weights, code, labels, card).", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -312,8 +297,57 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _long_flag(token: str) -> str:
+    """`token` with a short flag name (`--lr`, `--lr=0.1`) replaced by its long one."""
+    name, equals, value = token.partition("=")
+    return SHORT_FLAGS.get(name, name) + equals + value
+
+
+def _config_path(argv: list[str]) -> str | None:
+    for position, token in enumerate(argv):
+        if token == "--config" and position + 1 < len(argv):
+            return argv[position + 1]
+        if token.startswith("--config="):
+            return token.split("=", 1)[1]
+    return None
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """Parses `haste-hf` arguments; `train` / `demo` / `group` get `args.recipe` (`RecipeArguments`) and `train` /
+    `demo` `args.training` (`HasteTrainingArguments`), read from the flags and the `--config` file."""
+    import dataclasses
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    is_train = bool(argv) and argv[0] in ("train", "demo")
+    if is_train:
+        argv = [argv[0], *map(_long_flag, argv[1:])]
+    config = None
+    if is_train and _config_path(argv):
+        from .recipe import RecipeArguments
+        from .training_args import HasteTrainingArguments
+
+        known = {f.name for dataclass in (RecipeArguments, HasteTrainingArguments) for f in dataclasses.fields(dataclass) if f.init}
+        config = read_config_file(_config_path(argv), known)
+    args = build_parser(config).parse_args(argv)
+    if args.command in ("train", "demo", "group"):
+        from .recipe import RecipeArguments
+
+        dataclass_types = [RecipeArguments]
+        if args.command != "group":
+            from .training_args import HasteTrainingArguments
+
+            dataclass_types.append(HasteTrainingArguments)
+        values = vars(args)
+        parsed = [dataclass(**{f.name: values[f.name] for f in dataclasses.fields(dataclass) if f.init and f.name in values})
+                  for dataclass in dataclass_types]  # fmt: skip
+        args.recipe = parsed[0]
+        if len(parsed) > 1:
+            args.training = parsed[1]
+    return args
+
+
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     return args.handler(args)
 
 

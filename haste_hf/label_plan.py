@@ -265,6 +265,28 @@ class LabelLayout:
                 "(`haste-hf group` takes `--validation-fraction` and `--seed` as `train` does)."
             )
 
+    def check_options(
+        self, group_size: int | None = None, head_label_fraction: float | None = None, strategy: str | None = None
+    ) -> None:
+        """Raises a ValueError when a structure option given beside the layout contradicts it (None: not given)."""
+        if group_size is not None and group_size != self.group_size:
+            raise ValueError(
+                f"`group_size` ({group_size}) differs from the label layout's G ({self.group_size}): leave it out, or "
+                f"compute a layout with G = {group_size}."
+            )
+        if head_label_fraction is not None:
+            head_label_count = math.floor(float(head_label_fraction) * self.label_count + 0.5)
+            if head_label_count != self.head_label_count:
+                raise ValueError(
+                    f"`head_label_fraction` ({head_label_fraction}) gives a head of {head_label_count} labels, the label "
+                    f"layout's has {self.head_label_count}: leave it out, or compute a layout with this fraction."
+                )
+        if strategy is not None and strategy != self.strategy:
+            raise ValueError(
+                f"The label layout's groups are {self.strategy}, not {strategy}: leave the grouping option out, or "
+                "compute a layout with it."
+            )
+
     # ------------------------------------------------------------------------------------------------ files
 
     def save(self, path: str | os.PathLike) -> None:

@@ -27,7 +27,7 @@ from transformers import AutoConfig, AutoModel, PreTrainedModel
 from transformers import initialization as init
 from transformers.utils import ModelOutput, cached_file
 
-from .configuration_haste import HasteConfig
+from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, HasteConfig
 from .losses import LOSSES, output_layer_loss, targets_of_chunk
 from .sparse_ops import group_sparse_linear, group_sparse_topk, merge_topk
 
@@ -221,6 +221,23 @@ def _check_layout(layout, label_count, config_kwargs, label_frequencies, label_g
     return layout.label_count, head_ids.numel()
 
 
+def _is_integer_multi_hot(labels: torch.Tensor, label_count: int) -> bool:
+    """Whether integer `labels` `[B, label_count]` of 0s and 1s (what `MultiLabelBinarizer` gives) is a multi-hot.
+
+    Read as padded ids, such a tensor would list labels 0 and 1 over and over, which no collator produces;
+    with 2 labels or fewer both readings are plausible, so the caller must say which one it means."""
+    if labels.dtype.is_floating_point or labels.dtype == torch.bool or labels.shape[1] != label_count:
+        return False
+    if not bool(((labels == 0) | (labels == 1)).all()):
+        return False
+    if label_count <= 2:
+        raise ValueError(
+            f"Integer `labels` of shape {tuple(labels.shape)} holding only 0 and 1 read both as a multi-hot and as "
+            "padded label ids: pass a multi-hot as bool or float, or pad label ids with -100."
+        )
+    return True
+
+
 def _encoder_kwargs(encoder_config) -> dict:
     """Drops the pooler where the architecture has an optional one: HASTE pools itself, and an unused
     pooler breaks DDP with gradient checkpointing."""
@@ -286,7 +303,8 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             label_grouping: the tail labels in group order (array of ids, or an object with `.order`);
                 by default, decreasing frequency.
             label_names: optional names of the L labels, saved with the model.
-            head_label_count / head_label_fraction: size of the dense head (give at most one; default 0).
+            head_label_count / head_label_fraction: size of the dense head (give at most one; default: the
+                paper's share, `DEFAULT_HEAD_LABEL_FRACTION` = 3% of the labels; 0 for no head).
             encoder_kwargs: extra arguments of `AutoModel.from_pretrained` (e.g. `dtype`, `revision`).
             layout: a `haste_hf.LabelLayout` (head ids, tail order, G): replaces `label_frequencies`,
                 `label_grouping` and the head size, and must agree with `label_count` and `group_size`
@@ -301,6 +319,8 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             raise ValueError("Give `label_count` (the number of labels), or a `layout` that holds it.")
         if head_label_count is not None and head_label_fraction is not None:
             raise ValueError("Give `head_label_count` or `head_label_fraction`, not both.")
+        if head_label_count is None and head_label_fraction is None:
+            head_label_fraction = DEFAULT_HEAD_LABEL_FRACTION
         if head_label_fraction is not None:
             if not 0.0 <= head_label_fraction <= 1.0:
                 raise ValueError(f"`head_label_fraction` must lie in [0, 1], got {head_label_fraction}.")
@@ -398,17 +418,21 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             torch._assert_async(~invalid.any(), message)
         return torch.where(valid, self.label_positions[labels.masked_fill(~valid | invalid, 0)], -1)
 
-    def _check_labels(self, labels: torch.Tensor, batch_size: int) -> bool:
-        """Raises on a malformed `labels`; True when it is a dense multi-hot."""
+    def _dense_labels(self, labels: torch.Tensor, batch_size: int) -> torch.Tensor | None:
+        """`labels` as a dense multi-hot (float, bool, or an integer one of 0s and 1s read as bool), or None
+        for padded ids; raises on a malformed `labels`."""
         if labels.dim() != 2 or labels.shape[0] != batch_size:
             raise ValueError(f"`labels` must be 2-D with one row per example, got shape {tuple(labels.shape)}.")
-        dense = labels.dtype.is_floating_point or labels.dtype == torch.bool
-        if dense and labels.shape[1] != self.config.label_count:
+        if _is_integer_multi_hot(labels, self.config.label_count):
+            return labels.bool()
+        if not (labels.dtype.is_floating_point or labels.dtype == torch.bool):
+            return None
+        if labels.shape[1] != self.config.label_count:
             raise ValueError(
                 f"A dense multi-hot `labels` needs {self.config.label_count} columns, got {labels.shape[1]}: "
                 "pass one column per label, or padded positive ids (int64, -100 padding)."
             )
-        return dense
+        return labels
 
     def _loss_scale(self, batch_size: int) -> float:
         return 1.0 / (batch_size * (self.config.label_count if self.config.loss_reduction == "mean" else 1))
@@ -419,8 +443,9 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         label ids goes through `fused_loss`, which never materialises the logits."""
         config = self.config
         valid_logits = logits[:, : config.label_count].float()  # padding slots trail the last group
-        if self._check_labels(labels, logits.shape[0]):
-            targets = labels[:, self.output_labels[: config.label_count]].to(valid_logits.dtype)
+        dense = self._dense_labels(labels, logits.shape[0])
+        if dense is not None:
+            targets = dense[:, self.output_labels[: config.label_count]].to(valid_logits.dtype)
         else:
             positions = self._positive_positions(labels)
             targets = targets_of_chunk(positions, 0, config.label_count, config.label_count, valid_logits.dtype)
@@ -482,7 +507,8 @@ class HasteForExtremeClassification(HastePreTrainedModel):
     ) -> ExtremeClassifierOutput | tuple:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, max_positives)` or `(batch_size, label_count)`, *optional*):
-            Positive label ids padded with -100 (any label count), or a dense float/bool multi-hot.
+            Positive label ids padded with -100 (any label count), or a dense multi-hot (float, bool, or
+            integer 0/1 as `MultiLabelBinarizer` gives).
         return_logits (`bool`, *optional*):
             Return logits in label order; defaults to True only when no `labels` are given.
         top_k (`int`, *optional*):
@@ -505,7 +531,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             return_logits = labels is None
         if top_k is not None:
             self._check_k(top_k)
-        dense_labels = labels is not None and self._check_labels(labels, pooled.shape[0])
+        dense_labels = labels is not None and self._dense_labels(labels, pooled.shape[0]) is not None
         # Logits over all positions only when they are returned, or for a dense multi-hot's loss.
         position_logits = self._position_logits(head_x, tail_x) if return_logits or dense_labels else None
         loss = None

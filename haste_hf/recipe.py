@@ -13,14 +13,17 @@ The `haste-hf train` command, the examples and `benchmarks/real_data.py` call `t
 `save_trained`) are public for scripts that change one of them.
 """
 
+import copy
 import json
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from transformers.trainer_utils import IntervalStrategy
+from transformers.utils import logging
 
 from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, default_pooling
 from .label_plan import LabelLayout
@@ -29,23 +32,32 @@ from .label_plan import LabelLayout
 DEMO_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 DEMO_DATASET_NAME = "debian_tags_mini"
 METRIC_KS = (1, 3, 5)
+DEFAULT_GROUP_SIZE = 16
+DEFAULT_GROUPING = "semantic"
+DEFAULT_BETA = 16.0
+
+logger = logging.get_logger(__name__)
 # How `train` read and scored texts, kept beside the model so that `haste-hf evaluate` and `predict` reproduce
 # the test metrics that `train` printed without the flags being repeated. The token limit is not in it: it is
 # the saved tokenizer's `model_max_length`, which `pipeline` and every tokenizer call honour too.
 EVALUATION_SETTINGS_FILE = "evaluation_settings.json"
-EVALUATION_SETTINGS = ("format", "text_fields", "dataset_name", "propensity_a", "propensity_b", "eval_batch_size")
+EVALUATION_SETTINGS = ("format", "text_fields", "dataset_name", "propensity_a", "propensity_b")
 
 
 @dataclass
 class RecipeArguments:
-    """What the recipe needs besides `HasteTrainingArguments`: data, encoder, output-layer structure, layout."""
+    """What the recipe needs besides `HasteTrainingArguments`: data, encoder, output-layer structure, label layout.
+
+    Each field is also a `haste-hf train` flag (`--group-size`, ...); `None` means the default named in its help
+    or, for the structure fields, the label layout's value when a layout is given.
+    """
 
     data: str | None = field(default=None, metadata={"help": "Dataset folder in an Extreme Classification Repository "
         "format (raw-text JSON lines, raw text + sparse labels). Default: the embedded demo set."})  # fmt: skip
     encoder: str = field(default=DEMO_ENCODER, metadata={"help": "Encoder model id or path ('minilm': the offline MiniLM package)."})
     format: str = field(default="auto", metadata={"help": "Dataset format; 'auto' detects it from the file names."})
-    text_fields: str | None = field(default=None, metadata={"help": "Text of a JSON-lines instance: 'title' or "
-        "'title_content'. Default: title (title_content for the demo set)."})  # fmt: skip
+    text_fields: Literal["title", "title_content"] | None = field(default=None, metadata={"help": "Text of a JSON-lines "
+        "instance: its title, or title + content. Default: title (title_content for the demo set)."})  # fmt: skip
     label_texts: bool = field(default=False, metadata={"help": "Add the labels' own texts as training points."})
     validation_fraction: float = field(default=0.1, metadata={"help": "Share of training points held out for model "
         "selection (never the test set); 0: none."})  # fmt: skip
@@ -53,19 +65,23 @@ class RecipeArguments:
     propensity_a: float | None = field(default=None, metadata={"help": "Propensity A for PSP (default: preset by dataset name)."})
     propensity_b: float | None = field(default=None, metadata={"help": "Propensity B for PSP (default: preset by dataset name)."})
     max_length: int = field(default=128, metadata={"help": "Tokens per text; longer texts are truncated."})
-    eval_batch_size: int = field(default=64, metadata={"help": "Batch size of label embedding, test evaluation and prediction."})
-    head_label_fraction: float = field(default=DEFAULT_HEAD_LABEL_FRACTION, metadata={"help": "Share of labels (the most "
-        "frequent) in the dense head; the paper uses 2-5%."})  # fmt: skip
-    group_size: int = field(default=16, metadata={"help": "Labels per tail group G (1: per-label fan-in)."})
+    head_label_fraction: float | None = field(default=None, metadata={"aliases": ["--head-fraction"], "help":
+        f"Share of labels (the most frequent) in the dense head (default {DEFAULT_HEAD_LABEL_FRACTION}: the paper "
+        "models the top 2-5%% densely)."})  # fmt: skip
+    group_size: int | None = field(default=None, metadata={"help": f"Labels per tail group G (default {DEFAULT_GROUP_SIZE}; "
+        "1: per-label fan-in)."})  # fmt: skip
     fan_in: int = field(default=64, metadata={"help": "Features F each tail label connects to."})
     head_projection_dim: int | None = field(default=None, metadata={"help": "Width of the head's projection (default: none)."})
     tail_projection_dim: int | None = field(default=None, metadata={"help": "Width of the tail's projection (default: none)."})
-    pooling: str | None = field(default=None, metadata={"help": "Pooling: cls, mean or last_token (default: by encoder family)."})
-    grouping: str = field(default="semantic", metadata={"help": "How tail labels are grouped: by label embeddings "
-        "(semantic, the paper), by frequency, or at random."})  # fmt: skip
-    layout_file: str | None = field(default=None, metadata={"help": "A label layout saved by `haste-hf group` "
-        "(skips the head/tail split and the grouping)."})  # fmt: skip
-    beta: float = field(default=16, metadata={"help": "Semantic grouping: k-means buckets hold about beta groups."})
+    pooling: Literal["cls", "mean", "last_token"] | None = field(default=None, metadata={"help": "Pooling of the "
+        "encoder's token states (default: by encoder family)."})  # fmt: skip
+    grouping: Literal["semantic", "frequency", "random"] | None = field(default=None, metadata={"help": "How tail labels "
+        "are grouped: by label embeddings (semantic, the paper; the default), by frequency, or at random."})  # fmt: skip
+    beta: float | None = field(default=None, metadata={"help": f"Semantic grouping: k-means buckets hold about beta "
+        f"groups (default {DEFAULT_BETA})."})  # fmt: skip
+    layout_file: str | None = field(default=None, metadata={"aliases": ["--grouping-file"], "help": "A label layout saved "
+        "by `haste-hf group` with the same data, --validation-fraction and --seed (skips the head/tail split and the "
+        "grouping)."})  # fmt: skip
 
 
 @dataclass
@@ -145,19 +161,27 @@ def propensity_of(data, dataset_name: str, a: float | None = None, b: float | No
 
 
 def build_layout(
-    train_split, label_count: int, encoder, tokenizer, *, group_size: int,
-    head_label_fraction: float = DEFAULT_HEAD_LABEL_FRACTION, grouping: str = "semantic", pooling: str | None = None,
-    beta: float = 16, seed: int = 0, max_length: int = 128, batch_size: int = 64, layout_file: str | None = None,
+    train_split, label_count: int, encoder=None, tokenizer=None, *, layout: "LabelLayout | str | os.PathLike | None" = None,
+    group_size: int | None = None, head_label_fraction: float | None = None, grouping: str | None = None,
+    beta: float | None = None, pooling: str | None = None, seed: int = 0, max_length: int = 128, batch_size: int = 64,
 ) -> LabelLayout:  # fmt: skip
-    """The label layout of `train_split`: loaded from `layout_file` (and checked against the split) or computed."""
-    if layout_file:
-        layout = LabelLayout.load(layout_file)
+    """The label layout of `train_split`.
+
+    A given `layout` (object or file) is checked against the split and against the structure options given
+    (None: take the layout's); otherwise it is computed with those options (None: the defaults).
+    """
+    if layout is not None:
+        if not isinstance(layout, LabelLayout):
+            layout = LabelLayout.load(layout)
         layout.check_split(train_split)
+        layout.check_options(group_size=group_size, head_label_fraction=head_label_fraction, strategy=grouping)
+        if beta is not None:
+            logger.warning("`beta` is ignored: the label layout's groups are already formed.")
         return layout
     return LabelLayout.from_training_split(
-        train_split, label_count, group_size, head_label_fraction=head_label_fraction, strategy=grouping,
-        encoder=encoder, tokenizer=tokenizer, pooling=pooling, max_length=max_length, batch_size=batch_size,
-        beta=beta, seed=seed,
+        train_split, label_count, group_size or DEFAULT_GROUP_SIZE, head_label_fraction=head_label_fraction,
+        strategy=grouping or DEFAULT_GROUPING, encoder=encoder, tokenizer=tokenizer, pooling=pooling,
+        max_length=max_length, batch_size=batch_size, beta=DEFAULT_BETA if beta is None else beta, seed=seed,
     )  # fmt: skip
 
 
@@ -226,7 +250,8 @@ def evaluate_split(model, tokenizer, data, split: str, propensity, *, batch_size
 
 
 def saved_evaluation_settings(model_dir) -> dict:
-    """The `EVALUATION_SETTINGS` a trained folder was evaluated with, plus its `max_length`; {} for other folders."""
+    """The `EVALUATION_SETTINGS`, `eval_batch_size` and `max_length` a trained folder's test metrics were computed
+    with; {} for other folders."""
     from transformers import AutoTokenizer
 
     path = Path(model_dir) / EVALUATION_SETTINGS_FILE
@@ -259,16 +284,43 @@ def save_trained(trainer, tokenizer, layout: LabelLayout, output_dir: str, *, en
 # ------------------------------------------------------------------------------------------------ the recipe
 
 
+def _training_arguments(training_args, output_dir: str | None, has_validation: bool):
+    """`training_args` as `HasteTrainingArguments` fitted to the run: a dict is completed with the recipe's
+    defaults; evaluation is turned off without a validation split; the recipe pushes the final folder itself."""
+    import torch
+
+    from .training_args import HasteTrainingArguments
+
+    if not isinstance(training_args, HasteTrainingArguments):
+        overrides = dict(training_args or {})
+        defaults = dict(output_dir=output_dir or "haste-model", **model_selection_arguments(has_validation, overrides.get("eval_steps")))
+        training_args = HasteTrainingArguments(**{**defaults, **overrides})
+    else:
+        training_args = copy.deepcopy(training_args)
+    if output_dir is not None:
+        training_args.output_dir = output_dir
+    if not has_validation and training_args.eval_strategy != "no":
+        logger.info("No validation split (validation_fraction=0): evaluation during training and best-model selection are off.")
+        training_args.eval_strategy = IntervalStrategy.NO
+        training_args.load_best_model_at_end = False
+    if training_args.dataloader_pin_memory and not torch.cuda.is_available():
+        training_args.dataloader_pin_memory = False  # pinning needs CUDA: without it, only a warning per run
+    push = training_args.push_to_hub
+    training_args.push_to_hub = False  # the Trainer would push checkpoints without the test metrics and card
+    return training_args, push
+
+
 def train(
     data=None,
     encoder: str = DEMO_ENCODER,
     output_dir: str | None = None,
     *,
     training_args=None,
-    layout: LabelLayout | None = None,
+    layout: "LabelLayout | str | None" = None,
     callbacks=None,
     save: bool = True,
     evaluate_test: bool = True,
+    recipe_args: RecipeArguments | None = None,
     **options,
 ) -> TrainingRun:
     """Trains a HASTE model on an XMC dataset and evaluates it on the dataset's test split.
@@ -277,49 +329,41 @@ def train(
         data: a dataset folder, an `XMCDataset`, or None for the embedded demo set.
         encoder: model id or path of the encoder.
         output_dir: where the model, tokenizer, card and checkpoints go (default: `training_args.output_dir`).
-        training_args: a `HasteTrainingArguments`, or a dict of its fields (the recipe adds `output_dir`, the
-            model selection on the validation split and `seed`-consistent defaults; the dict wins).
-        layout: a precomputed `LabelLayout` of the training split (checked against it); by default computed
-            from `options` (`group_size`, `head_label_fraction`, `grouping`, `beta`, `layout_file`).
+        training_args: a `HasteTrainingArguments`, or a dict of its fields completed with the recipe's defaults
+            (checkpoint and evaluate each epoch on the validation split, keep the best P@1). With
+            `push_to_hub=True` the saved folder is pushed to `hub_model_id` once, test metrics and card included.
+        layout: a `LabelLayout` (or its file) of the training split, checked against it; by default computed from
+            the structure options (`group_size`, `head_label_fraction`, `grouping`, `beta`).
         callbacks: extra `TrainerCallback`s.
         save: write the model folder (model, tokenizer, card, `test_metrics.json`).
         evaluate_test: evaluate on the test split when the dataset has one.
-        **options: the other `RecipeArguments` fields.
+        recipe_args: all `RecipeArguments` at once (what `haste-hf train` passes); or give them as `**options`.
     """
-    import torch
-
-    from .training_args import HasteTrainingArguments
-
-    recipe = RecipeArguments(data=None if data is None or not isinstance(data, (str, os.PathLike)) else os.fspath(data),
-                             encoder=encoder, **options)  # fmt: skip
+    if recipe_args is None:
+        path = os.fspath(data) if isinstance(data, (str, os.PathLike)) else None
+        recipe_args = RecipeArguments(data=path, encoder=encoder, **options)
+    elif options:
+        raise ValueError(f"Give the recipe's options in `recipe_args` or as keywords, not both (got {sorted(options)}).")
+    recipe = recipe_args
     started = time.time()
     dataset = data if data is not None and not isinstance(data, (str, os.PathLike)) else load_dataset(
         recipe.data, recipe.format, recipe.text_fields, recipe.label_texts
     )  # fmt: skip
-    if not isinstance(training_args, HasteTrainingArguments):
-        overrides = dict(training_args or {})
-        output_dir = output_dir or overrides.pop("output_dir", None) or "haste-model"
-        has_validation = recipe.validation_fraction > 0
-        defaults = dict(
-            output_dir=output_dir, report_to=[], dataloader_pin_memory=torch.cuda.is_available(),
-            **model_selection_arguments(has_validation, overrides.get("eval_steps")),
-        )  # fmt: skip
-        training_args = HasteTrainingArguments(**{**defaults, **overrides})
-    output_dir = output_dir or training_args.output_dir
-    seed = training_args.seed
+    training_args, push = _training_arguments(training_args, output_dir, recipe.validation_fraction > 0)
+    output_dir, seed = training_args.output_dir, training_args.seed
+    if push and not save:
+        raise ValueError("`push_to_hub=True` pushes the saved folder: it needs `save=True`.")
 
     train_split, validation_split = split_validation(dataset.splits["train"], recipe.validation_fraction, seed)
     encoder_model, tokenizer = load_encoder(recipe.encoder)
     tokenizer.model_max_length = recipe.max_length  # the model's input length from now on, saved with it
     pooling = recipe.pooling or default_pooling(encoder_model.config)
-    if layout is None:
-        layout = build_layout(
-            train_split, dataset.num_labels, encoder_model, tokenizer, group_size=recipe.group_size,
-            head_label_fraction=recipe.head_label_fraction, grouping=recipe.grouping, pooling=pooling, beta=recipe.beta,
-            seed=seed, max_length=recipe.max_length, batch_size=recipe.eval_batch_size, layout_file=recipe.layout_file,
-        )  # fmt: skip
-    else:
-        layout.check_split(train_split)
+    layout = build_layout(
+        train_split, dataset.num_labels, encoder_model, tokenizer, layout=layout if layout is not None else recipe.layout_file,
+        group_size=recipe.group_size, head_label_fraction=recipe.head_label_fraction, grouping=recipe.grouping,
+        beta=recipe.beta, pooling=pooling, seed=seed, max_length=recipe.max_length,
+        batch_size=training_args.per_device_eval_batch_size,
+    )  # fmt: skip
     model = build_model(
         encoder_model, layout, label_names=dataset.label_texts, fan_in=recipe.fan_in, pooling=pooling,
         head_projection_dim=recipe.head_projection_dim, tail_projection_dim=recipe.tail_projection_dim,
@@ -333,14 +377,20 @@ def train(
     model = trainer.model
     test_metrics = {}
     if evaluate_test and "test" in dataset.splits:
-        test_metrics = evaluate_split(model, tokenizer, dataset, "test", propensity, batch_size=recipe.eval_batch_size,
-                                      max_length=recipe.max_length)  # fmt: skip
+        test_metrics = evaluate_split(model, tokenizer, dataset, "test", propensity, max_length=recipe.max_length,
+                                      batch_size=training_args.per_device_eval_batch_size)  # fmt: skip
     if save:
         save_trained(trainer, tokenizer, layout, output_dir, encoder_name=recipe.encoder, dataset_name=dataset_name,
                      test_metrics=test_metrics, propensity=propensity, hub_model_id=training_args.hub_model_id,
-                     evaluation_settings={name: getattr(recipe, name) for name in EVALUATION_SETTINGS})  # fmt: skip
+                     evaluation_settings={name: getattr(recipe, name) for name in EVALUATION_SETTINGS}
+                     | {"eval_batch_size": training_args.per_device_eval_batch_size})  # fmt: skip
         with open(Path(output_dir) / "test_metrics.json", "w") as f:
             json.dump(test_metrics, f, indent=2)
+    if push:
+        from .hub import push_to_hub
+
+        push_to_hub(output_dir, training_args.hub_model_id or Path(output_dir).name, private=training_args.hub_private_repo,
+                    revision=training_args.hub_revision, token=training_args.hub_token)  # fmt: skip
     return TrainingRun(
         model=model, tokenizer=tokenizer, layout=layout, trainer=trainer, test_metrics=test_metrics,
         propensity=propensity, training_seconds=training_seconds, output_dir=output_dir if save else None,

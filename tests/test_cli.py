@@ -7,7 +7,7 @@ from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
 from transformers import AutoTokenizer, BertModel
 
 from haste_hf import HasteForExtremeClassification
-from haste_hf.cli import build_parser, main
+from haste_hf.cli import build_parser, main, parse_args
 
 
 LABELS = 30
@@ -86,12 +86,12 @@ def test_predict_writes_top_k_with_names(trained, tmp_path):
     assert records[0]["scores"] == sorted(records[0]["scores"], reverse=True)
 
 
-def test_group_then_train_from_layout_file_with_default_validation(dataset_dir, encoder_dir, tmp_path):
+def test_group_then_train_from_its_file_with_the_default_validation_fraction(dataset_dir, encoder_dir, tmp_path):
     layout_file = tmp_path / "layout.safetensors"
     assert main(["group", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output", str(layout_file),
                  "--group-size", "4", "--head-fraction", "0.1"]) == 0  # fmt: skip
     arguments = ["train", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output-dir",
-                 str(tmp_path / "model"), "--max-steps", "2", "--fan-in", "8", "--layout-file", str(layout_file)]  # fmt: skip
+                 str(tmp_path / "model"), "--max-steps", "2", "--fan-in", "8", "--grouping-file", str(layout_file)]  # fmt: skip
     assert main(arguments) == 0
     from haste_hf.label_plan import LabelLayout
 
@@ -123,3 +123,61 @@ def test_help_explains_every_flag(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     assert "--group-size" in capsys.readouterr().out
+
+
+def test_every_training_argument_is_a_train_flag():
+    import dataclasses
+
+    from haste_hf.recipe import RecipeArguments
+    from haste_hf.training_args import HasteTrainingArguments
+
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    flags = {option for action in train._actions for option in action.option_strings}
+    for dataclass in (RecipeArguments, HasteTrainingArguments):
+        for field in dataclasses.fields(dataclass):
+            if field.init:
+                assert f"--{field.name.replace('_', '-')}" in flags, field.name
+
+
+def test_train_flags_short_forms_and_report_to():
+    args = parse_args(["train", "--lr", "1e-3", "--epochs=2", "--batch-size", "8", "--report-to", "tensorboard",
+                       "--head-fraction", "0.1", "--group-size", "4", "--optim", "sgd", "--output-dir", "out"])  # fmt: skip
+    training, recipe = args.training, args.recipe
+    assert (training.learning_rate, training.num_train_epochs, training.per_device_train_batch_size) == (1e-3, 2, 8)
+    assert training.report_to == ["tensorboard"] and training.output_dir == "out" and training.seed == 0
+    assert (recipe.head_label_fraction, recipe.group_size, recipe.grouping) == (0.1, 4, None)
+    demo = parse_args(["demo"])
+    assert (demo.recipe.encoder, demo.recipe.max_length, demo.training.output_dir) == ("minilm", 32, "haste-demo")
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_train_reads_its_flags_from_a_config_file_and_the_command_line_wins(tmp_path, suffix):
+    values = {"learning_rate": 3e-4, "num_train_epochs": 5, "group_size": 8, "report_to": ["tensorboard"],
+              "grouping": "random", "output-dir": str(tmp_path / "from-config")}  # fmt: skip
+    config = tmp_path / f"config{suffix}"
+    if suffix == ".json":
+        config.write_text(json.dumps(values))
+    else:
+        import yaml
+
+        config.write_text(yaml.safe_dump(values))
+    args = parse_args(["train", "--config", str(config), "--epochs", "7"])
+    assert args.training.learning_rate == 3e-4 and args.training.num_train_epochs == 7
+    assert args.training.report_to == ["tensorboard"] and args.training.output_dir == str(tmp_path / "from-config")
+    assert (args.recipe.group_size, args.recipe.grouping) == (8, "random")
+    config.write_text(json.dumps({"learning_rat": 1e-3}) if suffix == ".json" else "learning_rat: 0.001\n")
+    with pytest.raises(SystemExit, match="unknown key 'learning_rat' \\(did you mean 'learning_rate'\\?\\)"):
+        parse_args(["train", "--config", str(config)])
+
+
+def test_train_refuses_structure_flags_that_contradict_the_layout_file(dataset_dir, encoder_dir, tmp_path):
+    layout_file = tmp_path / "layout.safetensors"
+    assert main(["group", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output", str(layout_file),
+                 "--group-size", "4", "--grouping", "frequency"]) == 0  # fmt: skip
+    base = ["train", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output-dir",
+            str(tmp_path / "model"), "--max-steps", "1", "--fan-in", "8", "--layout-file", str(layout_file)]  # fmt: skip
+    for flags, message in ((["--group-size", "8"], r"`group_size` \(8\) differs from the label layout's G \(4\)"),
+                           (["--head-fraction", "0.5"], "gives a head of 15 labels, the label layout's has 1"),
+                           (["--grouping", "semantic"], "groups are frequency, not semantic")):  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            main(base + flags)

@@ -451,3 +451,48 @@ def test_loss_falls_on_planted_task():
     labels = torch.arange(LABELS).unsqueeze(1)
     top1 = model.predict_topk(*planted_batch(labels), k=1).label_ids
     assert (top1 == labels).float().mean() > 0.8
+
+
+def test_integer_multi_hot_labels_are_a_multi_hot_not_padded_ids():
+    """`MultiLabelBinarizer` and many datasets give an int64 0/1 matrix `[B, L]`."""
+    model = make_model()
+    input_ids, attention_mask, labels = random_batch()
+    dense = multi_hot(labels)
+    with torch.no_grad():
+        expected = model(input_ids, attention_mask, labels=dense).loss
+        from_integers = model(input_ids, attention_mask, labels=dense.long()).loss
+    torch.testing.assert_close(from_integers, expected)
+
+
+def test_integer_zero_one_labels_over_two_labels_are_ambiguous():
+    model = make_model(label_count=2, head_label_count=1, group_size=1, fan_in=4)
+    input_ids, attention_mask, _ = random_batch()
+    with pytest.raises(ValueError, match="multi-hot as bool or float, or pad label ids with -100"):
+        model(input_ids, attention_mask, labels=torch.tensor([[0, 1]] * 4))
+    model(input_ids, attention_mask, labels=torch.tensor([[0, -100]] * 4))  # padded ids: unambiguous
+
+
+def test_a_grouping_made_for_another_group_size_is_refused():
+    from transformers import BertModel
+
+    from haste_hf.grouping import group_labels
+
+    frequencies = torch.arange(LABELS, 0, -1)
+    grouping = group_labels(None, torch.arange(4, LABELS), group_size=8, strategy="frequency", label_counts=frequencies)
+    encoder = BertModel(tiny_encoder_config("bert"), add_pooling_layer=False)
+    with pytest.raises(ValueError, match=r"groups of 8 labels, but the model's `group_size` is 4"):
+        HasteForExtremeClassification.from_encoder_pretrained(
+            encoder, LABELS, label_frequencies=frequencies, label_grouping=grouping, head_label_count=4,
+            group_size=4, fan_in=8,
+        )  # fmt: skip
+
+
+def test_the_model_api_defaults_to_the_papers_head():
+    from transformers import BertModel
+
+    from haste_hf.cli import build_parser
+
+    encoder = BertModel(tiny_encoder_config("bert"), add_pooling_layer=False)
+    model = HasteForExtremeClassification.from_encoder_pretrained(encoder, 200, group_size=4, fan_in=8)
+    assert model.config.head_label_count == 6  # 3% of 200, as the CLI
+    assert build_parser().parse_args(["train"]).head_fraction == haste_hf.DEFAULT_HEAD_LABEL_FRACTION == 0.03
