@@ -5,6 +5,8 @@ Flat and self-contained (it imports only transformers) so that `register_for_aut
 into a checkpoint folder that loads with `trust_remote_code=True` where `haste_hf` is not installed.
 """
 
+import math
+
 from transformers import AutoConfig, PretrainedConfig
 
 
@@ -15,7 +17,14 @@ POOLING_MODES = ("cls", "mean", "last_token")
 # The paper models the top 2-5% most frequent labels densely ("Head-Tail Split"); every entry point defaults
 # to this share.
 DEFAULT_HEAD_LABEL_FRACTION = 0.03
+
+
+def head_label_count_for(head_label_fraction: float, label_count: int) -> int:
+    """The head size of a share of `label_count` labels, rounded half up (0.03 of 450 labels: 14)."""
+    return math.floor(float(head_label_fraction) * label_count + 0.5)
 LOSS_REDUCTIONS = ("sum", "mean")
+# The names of `haste_hf.losses.LOSSES` (this file imports transformers only).
+LOSSES = ("bce", "squared_hinge")
 
 # Decoder-only families score a text from its last token; everything else averages its tokens, which
 # is also how sentence-transformers checkpoints (the usual starting point for XMC encoders) were trained.
@@ -45,9 +54,10 @@ class HasteConfig(PretrainedConfig):
             Configuration of the wrapped encoder (any `AutoModel`-loadable architecture).
         label_count (`int`):
             Number of labels L.
-        head_label_count (`int`, *optional*, defaults to 0):
+        head_label_count (`int`, *optional*):
             Labels served by the dense head (the most frequent ones). `label_count` makes the whole
-            output layer dense; 0 removes the head.
+            output layer dense; 0 removes the head. Defaults to the paper's share,
+            `DEFAULT_HEAD_LABEL_FRACTION` (3%) of `label_count`.
         group_size (`int`, *optional*, defaults to 32):
             Labels per tail group G; they share one support of `fan_in` features. 1 gives per-label
             fixed fan-in.
@@ -61,9 +71,12 @@ class HasteConfig(PretrainedConfig):
             decoder-only models, `"mean"` otherwise.
         classifier_dropout (`float`, *optional*, defaults to 0.0):
             Dropout on the pooled encoder output during training.
+        loss (`str`, *optional*, defaults to `"bce"`):
+            The per-label loss: `"bce"` (binary cross-entropy with logits, the paper's) or `"squared_hinge"`
+            (max(0, 1 - s z)^2 with s = +1 for positives, -1 for negatives).
         loss_reduction (`str`, *optional*, defaults to `"sum"`):
-            `"sum"`: binary cross-entropy summed over labels and averaged over the batch (the paper's
-            objective). `"mean"`: averaged over labels too.
+            `"sum"`: the loss summed over labels and averaged over the batch (the paper's objective).
+            `"mean"`: averaged over labels too.
         tail_bias (`bool`, *optional*, defaults to `False`):
             Whether tail labels have a bias.
         supports_seed (`int`, *optional*, defaults to 0):
@@ -79,13 +92,14 @@ class HasteConfig(PretrainedConfig):
         self,
         encoder: PretrainedConfig | dict | None = None,
         label_count: int = 1,
-        head_label_count: int = 0,
+        head_label_count: int | None = None,
         group_size: int = 32,
         fan_in: int = 64,
         head_projection_dim: int | None = None,
         tail_projection_dim: int | None = None,
         pooling: str | None = None,
         classifier_dropout: float = 0.0,
+        loss: str = "bce",
         loss_reduction: str = "sum",
         tail_bias: bool = False,
         supports_seed: int = 0,
@@ -102,6 +116,8 @@ class HasteConfig(PretrainedConfig):
             encoder = AutoConfig.for_model("bert")
         self.encoder = encoder
         self.label_count = label_count
+        if head_label_count is None and isinstance(label_count, int):
+            head_label_count = head_label_count_for(DEFAULT_HEAD_LABEL_FRACTION, label_count)
         self.head_label_count = head_label_count
         self.group_size = group_size
         self.fan_in = fan_in
@@ -109,6 +125,7 @@ class HasteConfig(PretrainedConfig):
         self.tail_projection_dim = tail_projection_dim
         self.pooling = pooling if pooling is not None else default_pooling(encoder)
         self.classifier_dropout = classifier_dropout
+        self.loss = loss
         self.loss_reduction = loss_reduction
         self.tail_bias = tail_bias
         self.supports_seed = supports_seed
@@ -182,6 +199,8 @@ class HasteConfig(PretrainedConfig):
             )
         if self.pooling not in POOLING_MODES:
             raise ValueError(f"`pooling` must be one of {POOLING_MODES}, got {self.pooling!r}.")
+        if self.loss not in LOSSES:
+            raise ValueError(f"`loss` must be one of {LOSSES}, got {self.loss!r}.")
         if self.loss_reduction not in LOSS_REDUCTIONS:
             raise ValueError(f"`loss_reduction` must be one of {LOSS_REDUCTIONS}, got {self.loss_reduction!r}.")
         if not 0.0 <= self.classifier_dropout < 1.0:
@@ -197,4 +216,4 @@ class HasteConfig(PretrainedConfig):
         return output
 
 
-__all__ = ["DEFAULT_HEAD_LABEL_FRACTION", "HASTE_FORMAT_VERSION", "HasteConfig", "default_pooling"]
+__all__ = ["DEFAULT_HEAD_LABEL_FRACTION", "HASTE_FORMAT_VERSION", "HasteConfig", "default_pooling", "head_label_count_for"]

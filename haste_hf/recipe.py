@@ -288,7 +288,7 @@ def build_trainer(model, tokenizer, training_args, train_split, validation_split
 
     return HasteTrainer(
         model=model, args=training_args, train_dataset=train_split, eval_dataset=validation_split,
-        data_collator=XMCDataCollator(tokenizer, max_length=max_length),
+        data_collator=XMCDataCollator(tokenizer, max_length=max_length, label_count=model.config.label_count),
         compute_metrics=make_compute_metrics(ks=[k for k in METRIC_KS if k <= model.config.label_count], propensity=propensity),
         callbacks=callbacks,
     )  # fmt: skip
@@ -487,7 +487,7 @@ def train(
     tokenizer.model_max_length = recipe.max_length  # the model's input length from now on, saved with it
     pooling = recipe.pooling or default_pooling(encoder_model.config)
     layout = build_layout(
-        train_split, dataset.num_labels, encoder_model, tokenizer, layout=layout if layout is not None else recipe.layout_file,
+        train_split, dataset.label_count, encoder_model, tokenizer, layout=layout if layout is not None else recipe.layout_file,
         group_size=recipe.group_size, head_label_fraction=recipe.head_label_fraction, grouping=recipe.grouping,
         beta=recipe.beta, pooling=pooling, seed=seed, max_length=recipe.max_length,
         batch_size=training_args.per_device_eval_batch_size,

@@ -16,6 +16,8 @@ from torch import nn
 from transformers import Trainer
 from transformers.trainer_callback import TrainerState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.training_args import OptimizerNames
+from transformers.utils import logging
 
 from .callbacks import NonFiniteGradientCallback, RewiringCallback, unwrap_model
 from .modeling_haste import INCOMPLETE_SAVE_FILE, HasteForExtremeClassification
@@ -53,6 +55,8 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
     half-written is passed over), or None."""
     return next((str(path) for path in reversed(checkpoint_folders(output_dir)) if checkpoint_is_complete(path)), None)
 
+logger = logging.get_logger(__name__)
+
 
 def split_parameters(model: HasteForExtremeClassification) -> tuple[list[tuple[str, nn.Parameter]], list[nn.Parameter]]:
     """(encoder-side named parameters, output-layer parameters) of a HASTE model: the output layer is the
@@ -66,6 +70,20 @@ def split_parameters(model: HasteForExtremeClassification) -> tuple[list[tuple[s
         else:
             encoder_side.append((name, param))
     return encoder_side, output_layer
+
+
+def _warn_ignored_options(args: HasteTrainingArguments) -> None:
+    """Warns about the `TrainingArguments` fields that `HasteTrainer` does not use."""
+    default = HasteTrainingArguments.__dataclass_fields__["optim"].default
+    if OptimizerNames(args.optim) != OptimizerNames(default):
+        logger.warning(
+            f"`optim={args.optim.value}` is ignored: HasteTrainer trains the encoder with AdamW (`learning_rate`, "
+            "`adam_*`, `weight_decay`) and the head and tail with SGD (the `output_*` fields)."
+        )
+    if args.optim_args:
+        logger.warning("`optim_args` is ignored: HasteTrainer builds its own optimizers (see `optim`).")
+    if args.label_smoothing_factor:
+        logger.warning("`label_smoothing_factor` is ignored: the model computes its own BCE loss.")
 
 
 class HasteTrainer(Trainer):
@@ -90,13 +108,14 @@ class HasteTrainer(Trainer):
                 if module is not None:
                     module.to(dtype)
         super().__init__(model, args, *trainer_args, **kwargs)
+        _warn_ignored_options(args)
         self.non_finite_guard = NonFiniteGradientCallback(args.on_non_finite)
         self.add_callback(self.non_finite_guard)
         if args.rewiring_interval and self.model.tail is not None:
             rewiring = RewiringCallback(
                 interval=args.rewiring_interval,
                 fraction=args.rewiring_fraction,
-                end_fraction=args.rewiring_end,
+                end_fraction=args.rewiring_end_fraction,
                 scope=args.rewiring_scope,
                 init=args.rewiring_init,
                 seed=args.rewiring_seed,
@@ -157,6 +176,7 @@ class HasteTrainer(Trainer):
                 output_scheduler_type=args.output_lr_scheduler_type,
                 output_warmup=args.output_warmup_steps,
                 encoder_scheduler_kwargs=args.lr_scheduler_kwargs or None,
+                output_scheduler_kwargs=args.output_lr_scheduler_kwargs or None,
             )
             self._created_lr_scheduler = True
         return self.lr_scheduler

@@ -24,7 +24,7 @@ def main(output_dir: str):
     )
     args = HasteTrainingArguments(
         output_dir=str(output / "run"), per_device_train_batch_size=8, max_steps=12, learning_rate=3e-3,
-        output_learning_rate=0.1, rewiring_interval=3, rewiring_fraction=0.25, rewiring_end=1.0, logging_steps=1,
+        output_learning_rate=0.1, rewiring_interval=3, rewiring_fraction=0.25, rewiring_end_fraction=1.0, logging_steps=1,
         save_strategy="no", report_to=[], use_cpu=True, ddp_backend="gloo", seed=0, disable_tqdm=True,
     )  # fmt: skip
     trainer = HasteTrainer(
