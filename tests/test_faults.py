@@ -666,10 +666,12 @@ def test_training_into_a_folder_holding_a_model_is_refused_and_leaves_it_untouch
 
 def test_overwrite_output_dir_replaces_the_model_and_the_previous_runs_checkpoints(capsys, cli_files, encoder_dir, tmp_path):
     output = tmp_path / "out"
-    flags = ("--validation-fraction", "0", "--eval-steps", "1")
+    flags = ("--validation-fraction", "0")
     assert run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output, *flags, "--epochs", "2"))[0] == 0
     assert [path.name for path in output.glob("checkpoint-*")] == ["checkpoint-6"]
-    status, _ = run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output, *flags, "--overwrite-output-dir", "--fan-in", "4"))
+    # A limit of 2 would keep the old run's checkpoint-6 beside the new checkpoint-3, were it not removed.
+    status, _ = run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output, *flags, "--overwrite-output-dir", "--fan-in", "4",
+                                            "--save-total-limit", "2"))  # fmt: skip
     assert status == 0 and [path.name for path in output.glob("checkpoint-*")] == ["checkpoint-3"]
     assert HasteForExtremeClassification.from_pretrained(output).config.fan_in == 4
     assert_no_leftovers(output)
@@ -677,14 +679,14 @@ def test_overwrite_output_dir_replaces_the_model_and_the_previous_runs_checkpoin
 
 def test_checkpoints_are_written_without_a_validation_split(capsys, cli_files, encoder_dir, tmp_path):
     output = tmp_path / "out"
-    assert run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output, "--validation-fraction", "0", "--eval-steps", "2"))[0] == 0
-    assert [path.name for path in output.glob("checkpoint-*")] == ["checkpoint-3"]  # the last of 2 kept
+    assert run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output, "--validation-fraction", "0"))[0] == 0
+    assert [path.name for path in output.glob("checkpoint-*")] == ["checkpoint-3"]  # each epoch, the last kept
     assert checkpoint_is_complete(output / "checkpoint-3")
 
 
 def test_resume_from_checkpoint_continues_the_run_past_a_half_written_checkpoint(capsys, cli_files, encoder_dir, tmp_path):
     output = tmp_path / "out"
-    flags = ("--validation-fraction", "0", "--eval-steps", "2", "--epochs", "2", "--logging-steps", "1")
+    flags = ("--validation-fraction", "0", "--epochs", "2", "--logging-steps", "1")
     assert run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output, *flags, "--max-steps", "4"))[0] == 0
     killed = output / "checkpoint-6"
     killed.mkdir()
