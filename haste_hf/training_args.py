@@ -60,6 +60,11 @@ class HasteTrainingArguments(TrainingArguments):
         default="stop",
         metadata={"help": "A step with NaN or infinite gradients: 'stop' training with an error, or 'skip' its update."},
     )
+    resume_from_checkpoint: str | None = field(
+        default=None,
+        metadata={"help": "Continue the run in `output_dir` from this checkpoint folder, or from its last complete "
+                  "checkpoint with 'last' (`haste-hf train`: the flag alone); `haste_hf.train` reads it."},
+    )  # fmt: skip
     eval_top_k: int = field(default=5, metadata={"help": "Labels predicted per example during evaluation."})
     # The collator tokenizes the `text` column itself, so the Trainer must keep it.
     remove_unused_columns: bool = field(default=False, metadata={"help": "Keep dataset columns for the collator."})
