@@ -78,22 +78,18 @@ class RewiringCallback(TrainerCallback):
                 f"RewiringCallback needs a model with a sparse tail (`model.tail`), got {type(model).__name__} "
                 "without one; remove the callback for models without a tail."
             )
-        head_count = model.output_labels.numel() - tail.out_features
-        label_mask = (model.output_labels[head_count:] >= 0).view(tail.weight.shape[0], tail.weight.shape[1])
-        result = rewire_(
-            tail.weight,
-            tail.supports,
-            num_features=tail.in_features,
-            fraction=self.fraction,
-            scope=self.scope,
-            init=self.init,
-            seed=args.seed if self.seed is None else self.seed,
-            step=state.global_step,
-            label_mask=label_mask,
-        )
+        rewiring = dict(fraction=self.fraction, scope=self.scope, init=self.init,
+                        seed=args.seed if self.seed is None else self.seed, step=state.global_step)  # fmt: skip
+        if getattr(model, "output_layer_shard", None) is not None:
+            result, count = model.output_layer_shard.rewire_(model, **rewiring)
+        else:
+            head_count = model.output_labels.numel() - tail.out_features
+            label_mask = (model.output_labels[head_count:] >= 0).view(tail.weight.shape[0], tail.weight.shape[1])
+            result = rewire_(tail.weight, tail.supports, num_features=tail.in_features, label_mask=label_mask, **rewiring)
+            count = result.count
         if optimizer is not None:
             reset_optimizer_state_(optimizer, tail.weight, result)
-        state.log_history.append({"rewired_pairs": result.count, "step": state.global_step})
+        state.log_history.append({"rewired_pairs": count, "step": state.global_step})
         # Log this step, so the count reaches the console and the logging integrations too.
         control.should_log = True
-        logger.info("Step %d: rewired %d (group, slot) pairs of the sparse tail.", state.global_step, result.count)
+        logger.info("Step %d: rewired %d (group, slot) pairs of the sparse tail.", state.global_step, count)

@@ -11,6 +11,7 @@
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -80,23 +81,49 @@ def format_summary(title: str, metrics: dict, extra: dict | None = None) -> str:
     return "\n".join(lines)
 
 
+def process_rank_and_count() -> tuple[int, int]:
+    """(rank, world size) of this process: (0, 1) outside torchrun / accelerate launch."""
+    import torch.distributed as dist
+
+    return (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
+
+
 def predict_top_k(model, tokenizer, texts, k, batch_size=64, max_length=128, desc="Predicting"):
-    """Top-k label ids and scores `[N, k]` for `texts`, in batches, with a progress bar."""
+    """Top-k label ids and scores `[N, k]` for `texts`, in batches, with a progress bar.
+
+    Under several processes each rank predicts a contiguous share of the texts, in the same number of
+    batches (a sharded output layer scores them together), and every rank returns all rows.
+    """
     import torch
     from tqdm.auto import tqdm
 
+    from .distributed import balanced_ranges
+
+    rank, world_size = process_rank_and_count()
     device = next(model.parameters()).device
     model.eval()
-    ids, scores = [], []
     texts = list(texts)
-    for start in tqdm(range(0, len(texts), batch_size), desc=desc, unit="batch"):
-        batch = tokenizer(texts[start : start + batch_size], truncation=True, max_length=max_length, padding=True, return_tensors="pt")
-        batch = {name: tensor.to(device) for name, tensor in batch.items()}
+    shares = balanced_ranges(len(texts), world_size)
+    batch_count = max(1, math.ceil(max(stop - start for start, stop in shares) / batch_size))
+    start, stop = shares[rank]
+    ids, scores = [], []
+    for batch_texts in tqdm(np.array_split(np.asarray(texts[start:stop], dtype=object), batch_count), desc=desc,
+                            unit="batch", disable=rank != 0):  # fmt: skip
+        # An empty share still joins the collective, with an empty batch.
+        batch = tokenizer(list(batch_texts) or [""], truncation=True, max_length=max_length, padding=True, return_tensors="pt")
+        batch = {name: tensor[: len(batch_texts)].to(device) for name, tensor in batch.items()}
         with torch.no_grad():
             top = model.predict_topk(**batch, k=k)
         ids.append(top.label_ids.cpu().numpy())
         scores.append(top.scores.cpu().numpy())
-    return np.concatenate(ids), np.concatenate(scores)
+    ids, scores = np.concatenate(ids), np.concatenate(scores)
+    if world_size > 1:
+        import torch.distributed as dist
+
+        parts = [None] * world_size
+        dist.all_gather_object(parts, (ids, scores))
+        ids, scores = np.concatenate([part[0] for part in parts]), np.concatenate([part[1] for part in parts])
+    return ids, scores
 
 
 def evaluate_split(model, tokenizer, data, split, args, propensity):
@@ -134,10 +161,12 @@ def build_grouping(args, data, train_split, frequencies, tail_ids, encoder, toke
 
 def command_train(args) -> int:
     import torch
-    from transformers import AutoModel, AutoTokenizer
+    from accelerate import PartialState
+    from transformers import AutoModel, AutoTokenizer, set_seed
 
     from .configuration_haste import default_pooling
     from .data import XMCDataCollator, label_frequencies
+    from .distributed import broadcast_object
     from .grouping import split_head_tail
     from .metrics import make_compute_metrics
     from .model_card import HasteModelCardData, write_model_card
@@ -146,6 +175,8 @@ def command_train(args) -> int:
     from .training_args import HasteTrainingArguments
 
     started = time.time()
+    # Under torchrun / accelerate launch: join the process group now, so that grouping runs once.
+    is_main = PartialState().is_main_process
     data = load_data(args)
     train_split = data.splits["train"]
     validation_split = None
@@ -159,7 +190,12 @@ def command_train(args) -> int:
     tokenizer = AutoTokenizer.from_pretrained(encoder_path)
     encoder = AutoModel.from_pretrained(encoder_path, dtype=torch.float32)
     pooling = args.pooling or default_pooling(encoder.config)
-    grouping = build_grouping(args, data, train_split, frequencies, tail_ids, encoder, tokenizer, pooling)
+    grouping = None
+    if is_main:  # the other ranks take rank 0's groups: CUDA reductions need not give every rank the same
+        grouping = build_grouping(args, data, train_split, frequencies, tail_ids, encoder, tokenizer, pooling)
+        grouping.order = grouping.order.cpu()
+    grouping = broadcast_object(grouping)
+    set_seed(args.seed)  # every rank builds the same output layer
     model = HasteForExtremeClassification.from_encoder_pretrained(
         encoder, data.num_labels, label_frequencies=frequencies, label_grouping=grouping,
         label_names=data.label_texts, head_label_count=len(head_ids), group_size=args.group_size,
@@ -184,6 +220,7 @@ def command_train(args) -> int:
         load_best_model_at_end=has_validation, metric_for_best_model="P@1", greater_is_better=True,
         save_total_limit=1, logging_steps=args.logging_steps, seed=args.seed, report_to=[],
         dataloader_num_workers=args.num_workers, dataloader_pin_memory=torch.cuda.is_available(),
+        shard_output_layer=args.shard_output_layer,
     )  # fmt: skip
     trainer = HasteTrainer(
         model=model, args=training_args, train_dataset=train_split, eval_dataset=validation_split,
@@ -195,7 +232,9 @@ def command_train(args) -> int:
 
     model = trainer.model
     test_metrics = evaluate_split(model, tokenizer, data, "test", args, propensity) if "test" in data.splits else {}
-    trainer.save_model(args.output_dir)
+    trainer.save_model(args.output_dir)  # on every rank: a sharded output layer is gathered
+    if not is_main:
+        return 0
     tokenizer.save_pretrained(args.output_dir)
     card = HasteModelCardData.from_trainer(
         trainer, model_id=args.hub_model_id or Path(args.output_dir).name, encoder=args.encoder,
@@ -364,6 +403,9 @@ def build_parser() -> argparse.ArgumentParser:
         optim.add_argument("--eval-steps", type=int, default=None,
                            help="Evaluate on the validation split (and checkpoint) every N steps instead of every epoch.")  # fmt: skip
         optim.add_argument("--num-workers", type=int, default=0, help="Data loader worker processes.")
+        optim.add_argument("--shard-output-layer", action=argparse.BooleanOptionalAction, default=None,
+                           help="Under several processes, split head and tail by labels over the GPUs instead of "
+                           "replicating them (default: on when there is more than one process).")  # fmt: skip
         publish = train.add_argument_group("publishing")
         publish.add_argument("--push-to-hub", metavar="REPO_ID", default=None, help="Push the trained model to this Hub repository.")
         publish.add_argument("--hub-model-id", default=None, help="Repository id named in the model card.")

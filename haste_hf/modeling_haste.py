@@ -226,6 +226,9 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         self.register_buffer("output_labels", torch.empty(positions, dtype=torch.int64))
         self.label_names: list[str] | None = None
         self._label_positions_cache = None
+        # Set by `haste_hf.distributed.shard_output_layer_`: this rank holds a share of head and tail, and
+        # scores through it together with the other ranks.
+        self.output_layer_shard = None
         self.post_init()
 
     # ----------------------------------------------------------------------------------------- building
@@ -423,18 +426,27 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             if value is not None
         }
         pooled, encoder_outputs = self.encode(input_ids, attention_mask, **encoder_kwargs)
-        position_logits = self.position_logits(pooled)
-        loss = self.compute_loss(position_logits, labels) if labels is not None else None
         if return_logits is None:
-            return_logits = labels is None
-        top_scores = top_label_ids = None
-        if top_k is not None:
-            self._check_k(top_k)
-            top_scores, top_positions = self._top_positions(position_logits, top_k)
-            top_label_ids = self.output_labels[top_positions]
+            return_logits = labels is None and self.output_layer_shard is None
+        logits = top_scores = top_label_ids = None
+        if self.output_layer_shard is not None:
+            if return_logits:
+                raise ValueError(
+                    "A sharded output layer gives no [batch, label_count] logits: pass `top_k` for the best labels."
+                )
+            loss, top_scores, top_label_ids = self.output_layer_shard.forward(self, pooled, labels, top_k)
+        else:
+            position_logits = self.position_logits(pooled)
+            loss = self.compute_loss(position_logits, labels) if labels is not None else None
+            if top_k is not None:
+                self._check_k(top_k)
+                top_scores, top_positions = self._top_positions(position_logits, top_k)
+                top_label_ids = self.output_labels[top_positions]
+            if return_logits:
+                logits = self.logits_in_label_order(position_logits)
         output = ExtremeClassifierOutput(
             loss=loss,
-            logits=self.logits_in_label_order(position_logits) if return_logits else None,
+            logits=logits,
             top_label_ids=top_label_ids,
             top_scores=top_scores,
             hidden_states=getattr(encoder_outputs, "hidden_states", None),
@@ -452,6 +464,8 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         `O(B * (k + chunk))`, never `O(B * label_count)`."""
         self._check_k(k)
         pooled, _ = self.encode(input_ids, attention_mask, **encoder_kwargs)
+        if self.output_layer_shard is not None:
+            return self.output_layer_shard.predict_topk(self, pooled, k, _TOPK_CHUNK_ELEMENTS)
         head_x, tail_x = self._branch_inputs(pooled)
         batch_size = pooled.shape[0]
         best_scores = torch.full((batch_size, 0), float("-inf"), device=pooled.device)
@@ -480,6 +494,11 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         """`PreTrainedModel.save_pretrained`, plus the label names, written all-or-nothing: files go to a
         temporary folder beside `save_directory` and are moved in only once every one was written."""
         save_directory = os.fspath(save_directory)
+        if self.output_layer_shard is not None and kwargs.get("state_dict") is None:
+            raise ValueError(
+                "This model holds one rank's share of the output layer: save it on every rank with "
+                "`haste_hf.distributed.save_sharded_pretrained` (or `HasteTrainer.save_model`), which gathers it."
+            )
         if os.path.isfile(save_directory):
             raise ValueError(f"`save_directory` ({save_directory}) is a file: give a folder path.")
         parent = os.path.dirname(os.path.abspath(save_directory))

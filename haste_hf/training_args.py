@@ -51,6 +51,10 @@ class HasteTrainingArguments(TrainingArguments):
         default="global", metadata={"help": "Prune the weakest pairs over all groups ('global') or in each ('group')."}
     )
     rewiring_seed: int | None = field(default=None, metadata={"help": "Seed of rewiring; defaults to `seed`."})
+    shard_output_layer: bool | None = field(
+        default=None,
+        metadata={"help": "Split head and tail by labels over the ranks instead of replicating them (None: when more than one)."},
+    )
     eval_top_k: int = field(default=5, metadata={"help": "Labels predicted per example during evaluation."})
     # The collator tokenizes the `text` column itself, so the Trainer must keep it.
     remove_unused_columns: bool = field(default=False, metadata={"help": "Keep dataset columns for the collator."})
