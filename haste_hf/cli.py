@@ -88,6 +88,22 @@ def process_rank_and_count() -> tuple[int, int]:
     return (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
 
 
+def join_process_group(timeout_seconds: int = 1800) -> None:
+    """Initialises torch.distributed when launched as several processes (NCCL on GPUs, gloo on CPUs), as
+    the Trainer would later; the timeout leaves rank 0 time to group the labels alone."""
+    import os
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    if int(os.environ.get("WORLD_SIZE", "1")) < 2 or dist.is_initialized():
+        return
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", timeout=timedelta(seconds=timeout_seconds))
+
+
 def predict_top_k(model, tokenizer, texts, k, batch_size=64, max_length=128, desc="Predicting"):
     """Top-k label ids and scores `[N, k]` for `texts`, in batches, with a progress bar.
 
@@ -161,7 +177,6 @@ def build_grouping(args, data, train_split, frequencies, tail_ids, encoder, toke
 
 def command_train(args) -> int:
     import torch
-    from accelerate import PartialState
     from transformers import AutoModel, AutoTokenizer, set_seed
 
     from .configuration_haste import default_pooling
@@ -175,8 +190,8 @@ def command_train(args) -> int:
     from .training_args import HasteTrainingArguments
 
     started = time.time()
-    # Under torchrun / accelerate launch: join the process group now, so that grouping runs once.
-    is_main = PartialState().is_main_process
+    join_process_group()  # under torchrun / accelerate launch: now, so that grouping runs once
+    is_main = process_rank_and_count()[0] == 0
     data = load_data(args)
     train_split = data.splits["train"]
     validation_split = None
@@ -220,7 +235,7 @@ def command_train(args) -> int:
         load_best_model_at_end=has_validation, metric_for_best_model="P@1", greater_is_better=True,
         save_total_limit=1, logging_steps=args.logging_steps, seed=args.seed, report_to=[],
         dataloader_num_workers=args.num_workers, dataloader_pin_memory=torch.cuda.is_available(),
-        shard_output_layer=args.shard_output_layer,
+        use_cpu=not torch.cuda.is_available(), shard_output_layer=args.shard_output_layer,
     )  # fmt: skip
     trainer = HasteTrainer(
         model=model, args=training_args, train_dataset=train_split, eval_dataset=validation_split,

@@ -63,7 +63,16 @@ class HasteTrainer(Trainer):
         if resolve_shard_output_layer(args.shard_output_layer, args.world_size):
             self.output_layer_shard = shard_output_layer_(unwrap_model(model))
             ignore_shards_in_ddp(unwrap_model(model))
+        if args.world_size > 1 and args.data_seed is None:
+            args.data_seed = args.seed  # see below: the data order must not follow the per-rank seeds
         super().__init__(model, args, *trainer_args, **kwargs)
+        if args.world_size > 1:
+            # The Trainer seeds every rank alike, so the ranks drew the same dropout masks for their examples
+            # (all of them wherever the padded lengths agree), where one process draws fresh ones for the
+            # whole batch. Each rank takes its own stream, rank 0 the single process's; the data order
+            # stays a function of `seed` through `data_seed`, which the sampler would otherwise take from
+            # the torch seed.
+            torch.manual_seed(args.seed + args.process_index)
         if args.rewiring_interval and self.model.tail is not None:
             self.add_callback(
                 RewiringCallback(

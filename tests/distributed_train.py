@@ -140,6 +140,9 @@ def main(output: Path):
         "gradients_projected": one_step_gradients(output, tail_projection_dim=16),
     }
     replicated = make_trainer(output / "replicated", shard=False)
+    streams = [None] * dist.get_world_size()
+    dist.all_gather_object(streams, torch.rand(4))
+    results["dropout_streams"] = streams
     replicated.train()
     results["replicated"] = run_summary(replicated)
     sharded = make_trainer(output / "sharded", shard=True, save_strategy="steps", save_steps=4, save_total_limit=2)
