@@ -415,10 +415,6 @@ class OutputLayerShard:
                     full[name] = gathered
         return full
 
-    def local_state_dict(self, full_state: dict) -> dict:
-        """This rank's rows of an unsharded state dict."""
-        return {name: (value[self.local_rows(name)] if name in self.SHARDED_TENSORS else value) for name, value in full_state.items()}
-
     def load_checkpoint_(self, model, folder: str) -> None:
         """Loads this rank's rows of a HASTE checkpoint folder (one safetensors file or an indexed set),
         reading only those rows of the sharded tensors."""

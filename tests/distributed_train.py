@@ -84,8 +84,9 @@ def run_summary(trainer) -> dict:
     }
 
 
-def one_step_gradients(output: Path, tail_projection_dim) -> dict:
-    """Loss and gradients of one global batch, this rank holding its examples (and its share of labels)."""
+def one_step_gradients(output: Path, tail_projection_dim, dense_labels=False) -> dict:
+    """Loss and gradients of one global batch, this rank holding its examples (and its share of labels);
+    labels as padded ids, or as a dense multi-hot."""
     rank, world_size = world()
     model = make_model(tail_projection_dim)
     wrapped = model
@@ -96,6 +97,10 @@ def one_step_gradients(output: Path, tail_projection_dim) -> dict:
     rows = planted_texts(LABELS, GLOBAL_BATCH, seed=2)
     per_rank = GLOBAL_BATCH // world_size
     batch = collator(output)(rows[rank * per_rank : (rank + 1) * per_rank])
+    if dense_labels:
+        ids = batch["labels"]  # padding goes to an extra column, then dropped
+        multi_hot = torch.zeros(ids.shape[0], LABELS + 1).scatter_(1, torch.where(ids == -100, LABELS, ids), 1.0)
+        batch["labels"] = multi_hot[:, :LABELS]
     loss = wrapped(**batch).loss
     loss.backward()
     loss = loss.detach().clone()
@@ -137,7 +142,7 @@ def main(output: Path):
     rank = dist.get_rank()
     results = {
         "gradients": one_step_gradients(output, tail_projection_dim=None),
-        "gradients_projected": one_step_gradients(output, tail_projection_dim=16),
+        "gradients_projected": one_step_gradients(output, tail_projection_dim=16, dense_labels=True),
     }
     replicated = make_trainer(output / "replicated", shard=False)
     streams = [None] * dist.get_world_size()

@@ -64,11 +64,13 @@ def test_assignment_is_contiguous_and_balanced():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("key, tail_projection_dim", [("gradients", None), ("gradients_projected", 16)])
-def test_sharded_step_gives_single_process_loss_and_gradients(two_processes, one_process, key, tail_projection_dim):
+@pytest.mark.parametrize("key, tail_projection_dim, dense", [("gradients", None, False), ("gradients_projected", 16, True)])
+def test_sharded_step_gives_single_process_loss_and_gradients(two_processes, one_process, key, tail_projection_dim, dense):
+    """Without projections the head and tail read one gathered tensor; with one, the two inputs go in one
+    gather; labels as padded ids and as a dense multi-hot."""
     output, results = two_processes
     distributed_train, one_output, _ = one_process
-    expected = distributed_train.one_step_gradients(one_output, tail_projection_dim)
+    expected = distributed_train.one_step_gradients(one_output, tail_projection_dim, dense)
     sharded = results[key]
     torch.testing.assert_close(sharded["loss"], expected["loss"], **LOSS_TOLERANCE)
     assert set(sharded["encoder"]) == set(expected["encoder"])
