@@ -186,10 +186,13 @@ def device_name(device) -> str:
 
 
 def commit() -> str:
+    """`HASTE_COMMIT` where set (a copy of the tree may sit inside another checkout), else git's HEAD."""
+    if os.environ.get("HASTE_COMMIT"):
+        return os.environ["HASTE_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("HASTE_COMMIT", "unknown")
+        return "unknown"
 
 
 def emulate(args) -> str:
@@ -219,12 +222,14 @@ def emulate(args) -> str:
 
     lines.append("")
     lines.append("One rank of an N-way split: its L/N labels over the global batch N x B (measured)")
-    lines.append(f"{'N':>3} {'labels/rank':>12} {'batch':>6} {'out-layer ms':>13} {'peak MiB':>10} {'params/rank':>12}")
+    lines.append("(state: bf16 weights and gradients and fp32 momentum, 8 bytes a parameter; the rest of the peak is the")
+    lines.append(" step's activations, B_global x L/N logits and their fp32 loss terms, the same at every N)")
+    lines.append(f"{'N':>3} {'labels/rank':>12} {'batch':>6} {'out-layer ms':>13} {'peak MiB':>10} {'params/rank':>12} {'state MiB':>10}")
     for world_size, (seconds, peak, parameters) in measured.items():
         labels = layout(args, world_size)
         labels = labels["head"] + labels["groups"] * args.group_size
         lines.append(f"{world_size:>3} {labels:>12,} {world_size * args.batch:>6} {1e3 * seconds:>13.1f} "
-                     f"{peak / MIB:>10,.0f} {parameters / 1e6:>11.1f}M")  # fmt: skip
+                     f"{peak / MIB:>10,.0f} {parameters / 1e6:>11.1f}M {8 * parameters / MIB:>10,.0f}")  # fmt: skip
 
     lines.append("")
     lines.append("Bytes of each collective per step (MiB)")
