@@ -254,12 +254,13 @@ class OutputLayerShard:
             parts.append(model.tail(tail_x))
         return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
 
-    def _valid_columns(self, device) -> torch.Tensor:
-        """Bool per column of this rank's logits: False at the padding slots of the last group."""
+    @property
+    def valid_column_count(self) -> int:
+        """Columns of this rank's logits that are labels: all but the padding slots of the last group, which
+        trail the last rank's columns."""
         head_width = self.head_rows[1] - self.head_rows[0]
-        tail_width = (self.tail_groups[1] - self.tail_groups[0]) * self.group_size
-        tail_positions = torch.arange(self.tail_first_position, self.tail_first_position + tail_width, device=device)
-        return torch.cat([torch.ones(head_width, dtype=torch.bool, device=device), tail_positions < self.label_count])
+        tail_stop = self.head_label_count + self.tail_groups[1] * self.group_size
+        return head_width + min(tail_stop, self.label_count) - self.tail_first_position
 
     def _gather_labels(self, model, labels: torch.Tensor, sizes: list[int]) -> torch.Tensor:
         """Positive label ids of the global batch `[B_global, P]`, -100 padded."""
@@ -292,7 +293,7 @@ class OutputLayerShard:
             global_labels = self._gather_labels(model, labels, sizes)
             columns = self._local_columns(model._positive_positions(global_labels))
             float_logits = logits.float()
-            valid_logits = float_logits[:, self._valid_columns(logits.device)]
+            valid_logits = float_logits[:, : self.valid_column_count]
             positives = float_logits.gather(1, columns.clamp(min=0)).masked_fill(columns < 0, 0.0)
             scale = 1.0 / (self.label_count if self.loss_reduction == "mean" else 1)
             per_example = (F.softplus(valid_logits).sum(1) - positives.sum(1)) * scale  # this rank's labels
