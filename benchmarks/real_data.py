@@ -145,66 +145,50 @@ def make_epoch_timer(device):
     return EpochTimer()
 
 
-def train_variant(name, args, data, train_split, frequencies, propensity, embeddings, device, counter, steps_per_epoch):
+def train_variant(name, args, data, frequencies, embeddings, device, counter, steps_per_epoch):
+    """One variant through the package's training recipe (`haste_hf.recipe.train`), with its own layout."""
     import torch
-    from transformers import AutoModel, AutoTokenizer
 
-    from haste_hf.cli import predict_top_k
-    from haste_hf.data import XMCDataCollator
-    from haste_hf.grouping import group_labels, split_head_tail
-    from haste_hf.metrics import compute_xmc_metrics
-    from haste_hf.modeling_haste import HasteForExtremeClassification
-    from haste_hf.trainer import HasteTrainer
-    from haste_hf.training_args import HasteTrainingArguments
+    from haste_hf.label_plan import LabelLayout
+    from haste_hf.recipe import evaluate_split, train
 
     structure = variant_structure(name, args)
-    head_ids, tail_ids = split_head_tail(frequencies, head_fraction=structure["head_fraction"])
-    grouping = None
-    if len(tail_ids):
-        grouping = group_labels(
-            embeddings if structure["grouping"] == "semantic" else None, tail_ids, structure["group_size"],
-            structure["grouping"], label_counts=frequencies, seed=args.seed,
-        )  # fmt: skip
-    tokenizer = AutoTokenizer.from_pretrained(args.encoder)
-    encoder = AutoModel.from_pretrained(args.encoder, dtype=torch.float32)
-    model = HasteForExtremeClassification.from_encoder_pretrained(
-        encoder, data.num_labels, label_frequencies=frequencies, label_grouping=grouping,
-        head_label_count=len(head_ids), group_size=structure["group_size"], fan_in=structure["fan_in"],
-        head_projection_dim=structure["head_projection_dim"],
+    layout = LabelLayout.from_frequencies(
+        frequencies, structure["group_size"], head_label_fraction=structure["head_fraction"],
+        strategy=structure["grouping"] or "frequency", label_embeddings=embeddings, seed=args.seed,
+        split_fingerprint=args.split_fingerprint, train_points=len(data.splits["train"]),
     )  # fmt: skip
     total_steps = steps_per_epoch * args.epochs
     # A few rewirings inside the default window (the first two thirds of training).
     rewiring_interval = max(1, math.floor(total_steps * (2 / 3) / (args.rewirings + 1))) if structure["rewiring"] else 0
     bf16 = device.type == "cuda"
-    training_args = HasteTrainingArguments(
+    training_args = dict(
         output_dir=os.path.join(args.work_dir, name), num_train_epochs=args.epochs,
-        per_device_train_batch_size=args.batch_size, learning_rate=args.lr, warmup_steps=args.warmup,
+        per_device_train_batch_size=args.batch_size, per_device_eval_batch_size=args.eval_batch_size,
+        learning_rate=args.lr, warmup_steps=args.warmup,
         weight_decay=0.01, output_learning_rate=args.output_lr, output_momentum=0.9,
         output_layer_dtype="bfloat16" if bf16 else None, bf16=bf16, rewiring_interval=rewiring_interval,
-        eval_strategy="no", save_strategy="no", logging_steps=max(1, steps_per_epoch // 4), seed=args.seed,
-        report_to=[], dataloader_num_workers=args.num_workers, use_cpu=device.type != "cuda",
-        disable_tqdm=True,
+        logging_steps=max(1, steps_per_epoch // 4), seed=args.seed, dataloader_num_workers=args.num_workers,
+        use_cpu=device.type != "cuda", disable_tqdm=True, eval_strategy="no", save_strategy="no",
     )  # fmt: skip
     timer = make_epoch_timer(device)
-    trainer = HasteTrainer(
-        model=model, args=training_args, train_dataset=train_split,
-        data_collator=XMCDataCollator(tokenizer, max_length=args.max_length), callbacks=[timer],
-    )  # fmt: skip
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     calls_before = counter.calls
-    started = time.time()
-    trainer.train()
-    train_seconds = time.time() - started
+    run = train(
+        data, args.encoder, training_args=training_args, layout=layout, callbacks=[timer], save=False,
+        evaluate_test=False, validation_fraction=0, fan_in=structure["fan_in"],
+        head_projection_dim=structure["head_projection_dim"], max_length=args.max_length,
+        propensity_a=args.propensity_a, propensity_b=args.propensity_b,
+    )  # fmt: skip
     kernel_calls = counter.calls - calls_before
     peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None
-    model = trainer.model
-    test = data.splits["test"]
+    model, trainer = run.model, run.trainer
     started = time.time()
-    top_ids, _ = predict_top_k(model, tokenizer, test["text"], max(KS), args.eval_batch_size, args.max_length, f"Test {name}")
+    metrics = evaluate_split(model, run.tokenizer, data, "test", run.propensity, batch_size=args.eval_batch_size,
+                             max_length=args.max_length, ks=KS)  # fmt: skip
     predict_seconds = time.time() - started
-    metrics = compute_xmc_metrics(top_ids, test["labels"], ks=KS, propensity=propensity)
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     rewirings = [entry["rewired_pairs"] for entry in trainer.state.log_history if "rewired_pairs" in entry]
     result = {
@@ -212,16 +196,17 @@ def train_variant(name, args, data, train_split, frequencies, propensity, embedd
         "epoch_seconds": timer.seconds, "mean_epoch_seconds": float(np.mean(timer.seconds)) if timer.seconds else None,
         # The first epoch also pays one-off costs (CUDA context warm-up, first kernel launches).
         "mean_epoch_seconds_after_first": float(np.mean(timer.seconds[1:])) if len(timer.seconds) > 1 else None,
-        "train_seconds": train_seconds, "predict_seconds": predict_seconds, "steps": trainer.state.global_step,
-        "head_labels": len(head_ids), "tail_labels": len(tail_ids), "group_size": structure["group_size"] if len(tail_ids) else None,
-        "fan_in": structure["fan_in"] if len(tail_ids) else None, "grouping": structure["grouping"],
+        "train_seconds": run.training_seconds, "predict_seconds": predict_seconds, "steps": trainer.state.global_step,
+        "head_labels": layout.head_label_count, "tail_labels": layout.tail_label_count,
+        "group_size": layout.group_size if layout.tail_label_count else None,
+        "fan_in": structure["fan_in"] if layout.tail_label_count else None, "grouping": structure["grouping"],
         "head_projection_dim": structure["head_projection_dim"], "rewiring_interval": rewiring_interval,
         "rewirings": len(rewirings), "rewired_pairs": rewirings,
-        "kernel_calls": kernel_calls, "kernels": "yes" if kernel_calls else ("no" if len(tail_ids) else "-"),
+        "kernel_calls": kernel_calls, "kernels": "yes" if kernel_calls else ("no" if layout.tail_label_count else "-"),
         "parameters_output_layer": sum(p.numel() for n, p in model.named_parameters() if not n.startswith("encoder.")),
         "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
     }  # fmt: skip
-    del trainer, model, encoder
+    del run, trainer, model
     return result
 
 
@@ -291,9 +276,9 @@ def main(argv=None) -> int:
     import torch
     import transformers
 
-    from haste_hf.data import label_frequencies, load_xmc_dataset
+    from haste_hf.data import load_xmc_dataset
     from haste_hf.grouping import compute_label_embeddings
-    from haste_hf.metrics import Propensity
+    from haste_hf.label_plan import count_labels
 
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -306,8 +291,10 @@ def main(argv=None) -> int:
         train_split = train_split.select(range(min(args.limit_train, len(train_split))))
     if args.limit_test:
         data.splits["test"] = test_split = test_split.select(range(min(args.limit_test, len(test_split))))
-    frequencies = label_frequencies(train_split, data.num_labels)
-    propensity = Propensity.from_frequencies(frequencies, len(train_split), a=args.propensity_a, b=args.propensity_b)
+    data.splits["train"] = train_split
+    frequencies, args.split_fingerprint, _ = count_labels(train_split, data.num_labels)
+    # Propensities from the training points used (the recipe reads them from here).
+    data.train_label_frequencies, data.num_train_points = frequencies, len(train_split)
     print(f"{args.data}: {len(train_split):,} train, {len(test_split):,} test, {data.num_labels:,} labels "
           f"({int((frequencies > 0).sum()):,} seen in the training points used)", flush=True)  # fmt: skip
 
@@ -349,7 +336,7 @@ def main(argv=None) -> int:
         embeddings = compute_label_embeddings(
             encoder, train_split["text"], train_split["labels"], data.num_labels,
             tokenizer=AutoTokenizer.from_pretrained(args.encoder), batch_size=args.eval_batch_size,
-            max_length=args.max_length, pooling="mean",
+            max_length=args.max_length,
         )  # fmt: skip
         embedding_seconds = time.time() - started
         del encoder
@@ -363,9 +350,7 @@ def main(argv=None) -> int:
             results.append({"name": name, "status": f"skipped (past the {args.time_budget:.0f} s time budget)"})
             continue
         try:
-            result = train_variant(
-                name, args, data, train_split, frequencies, propensity, embeddings, device, counter, steps_per_epoch
-            )
+            result = train_variant(name, args, data, frequencies, embeddings, device, counter, steps_per_epoch)
         except Exception as error:  # noqa: BLE001  OOM or any other failure: record it and go on with the next variant
             traceback.print_exc()
             reason = "OOM" if isinstance(error, torch.OutOfMemoryError) else f"{type(error).__name__}: {error}"

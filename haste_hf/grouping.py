@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .configuration_haste import POOLING_MODES
+from .configuration_haste import POOLING_MODES, default_pooling
 from .modeling_haste import pool_hidden_states
 
 GROUPING_STRATEGIES = ("semantic", "frequency", "random")
@@ -110,7 +110,7 @@ def split_head_tail(
 # ----------------------------------------------------------------------------------------------------------
 
 
-def _text_embedder(encoder, tokenizer, pooling: str, max_length: int | None, device: torch.device):
+def _text_embedder(encoder, tokenizer, pooling: str | None, max_length: int | None, device: torch.device):
     """Returns `(embed, restore)`: `embed(list[str]) -> [B, d]` and a callable undoing changes to the encoder."""
     from transformers import PreTrainedModel
 
@@ -123,6 +123,7 @@ def _text_embedder(encoder, tokenizer, pooling: str, max_length: int | None, dev
     if isinstance(encoder, PreTrainedModel):
         if tokenizer is None:
             raise ValueError("`tokenizer` is required when `encoder` is a transformers model.")
+        pooling = pooling or default_pooling(encoder.config)
         was_training = encoder.training
         encoder.to(device).eval()
 
@@ -169,7 +170,7 @@ def compute_label_embeddings(
     tokenizer=None,
     batch_size: int = 64,
     max_length: int | None = 128,
-    pooling: str = "cls",
+    pooling: str | None = None,
     device: str | torch.device | None = None,
     show_progress: bool = True,
 ) -> torch.Tensor:
@@ -193,7 +194,8 @@ def compute_label_embeddings(
         batch_size: number of texts encoded at once.
         max_length: truncation length for a transformers `encoder`.
         pooling: `"cls"` (first token), `"mean"` (masked mean) or `"last_token"` (last attended token), for a
-            transformers `encoder`.
+            transformers `encoder`; by default the pooling a HASTE model over this encoder uses
+            (`configuration_haste.default_pooling`), so the labels are embedded as the model embeds texts.
         device: where the encoder and the accumulator live; defaults to CUDA when available.
         show_progress: show a tqdm progress bar over batches.
 
@@ -201,7 +203,7 @@ def compute_label_embeddings(
         `[num_labels, d]` float32 tensor on `device`, rows of unit norm. A label without any positive instance
         gets the zero vector; `group_labels` places such labels after all semantically grouped ones.
     """
-    if pooling not in POOLING_MODES:
+    if pooling is not None and pooling not in POOLING_MODES:
         raise ValueError(f"`pooling` must be one of {POOLING_MODES}, got {pooling!r}.")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")

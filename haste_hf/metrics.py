@@ -25,6 +25,7 @@ prediction loop, `filter_scores_` sets them to -inf on the model side instead; b
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -36,13 +37,9 @@ import torch
 DEFAULT_KS = (1, 3, 5)
 METRIC_NAMES = ("P", "nDCG", "PSP", "PSnDCG", "R")
 
-# (A, B) of Jain et al. (2016), matched as case-insensitive substrings of the dataset name.
-PROPENSITY_PRESETS = {
-    "amazon-670k": (0.6, 2.6),
-    "amazon-3m": (0.6, 2.6),
-    "wikilshtc": (0.5, 0.4),
-    "wikipedia": (0.5, 0.4),
-}
+# (A, B) of Jain et al. (2016) by dataset family; see `propensity_parameters` for how names are matched.
+AMAZON_PROPENSITY_PARAMETERS = (0.6, 2.6)
+WIKIPEDIA_PROPENSITY_PARAMETERS = (0.5, 0.4)
 DEFAULT_PROPENSITY_PARAMETERS = (0.55, 1.5)
 
 
@@ -51,13 +48,18 @@ def propensity_parameters(
 ) -> tuple[float, float]:
     """The (A, B) of the propensity model: explicit values win, else the preset matching `dataset_name`.
 
-    Presets: names containing `Amazon-670K` or `Amazon-3M` -> (0.6, 2.6); `WikiLSHTC` or `Wikipedia` ->
-    (0.5, 0.4); anything else -> (0.55, 1.5). Code bases disagree on the matching rule, so report the values.
+    Names are compared lowercased with everything but letters and digits removed, so `LF-AmazonTitles-131K`,
+    `AmazonTitles-670K`, `Amazon670K` and `amazon_3m` are all spelled alike. The Amazon product datasets (names
+    with `amazon`, except the category set AmazonCat) -> (0.6, 2.6); `WikiLSHTC` and `Wikipedia` -> (0.5, 0.4);
+    anything else -> (0.55, 1.5). Code bases disagree on the matching rule, so report the values.
     """
     preset = DEFAULT_PROPENSITY_PARAMETERS
     if dataset_name is not None:
-        name = dataset_name.lower()
-        preset = next((value for key, value in PROPENSITY_PRESETS.items() if key in name), preset)
+        name = re.sub(r"[^a-z0-9]", "", dataset_name.lower())
+        if "amazon" in name and "amazoncat" not in name:
+            preset = AMAZON_PROPENSITY_PARAMETERS
+        elif "wikilshtc" in name or "wikipedia" in name:
+            preset = WIKIPEDIA_PROPENSITY_PARAMETERS
     return (preset[0] if a is None else float(a), preset[1] if b is None else float(b))
 
 

@@ -27,7 +27,7 @@ from transformers import AutoConfig, AutoModel, PreTrainedModel
 from transformers import initialization as init
 from transformers.utils import ModelOutput, cached_file
 
-from .configuration_haste import HasteConfig
+from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, HasteConfig
 from .sparse_ops import group_sparse_linear
 
 
@@ -138,6 +138,13 @@ def output_labels_from_frequencies(
     by_frequency = torch.sort(-frequencies.to(torch.float64), stable=True).indices
     head, tail = by_frequency[: config.head_label_count], by_frequency[config.head_label_count :]
     if tail_order is not None:
+        grouped_by = getattr(tail_order, "group_size", None)
+        if grouped_by is not None and grouped_by != config.group_size:
+            raise ValueError(
+                f"`label_grouping` groups the tail in groups of {grouped_by} labels, but the model's `group_size` is "
+                f"{config.group_size}: its groups would straddle the model's. Pass group_size={grouped_by}, or "
+                f"group the tail again with group_size={config.group_size}."
+            )
         tail_order = torch.as_tensor(getattr(tail_order, "order", tail_order), dtype=torch.int64)
         if tail_order.shape != tail.shape or not torch.equal(tail_order.sort().values, tail.sort().values):
             raise ValueError(
@@ -189,6 +196,46 @@ class HastePreTrainedModel(PreTrainedModel):
             init.copy_(module.output_labels, default_output_labels(self.config))
 
 
+def _check_layout(layout, label_count, config_kwargs, label_frequencies, label_grouping, head_label_count, head_label_fraction):
+    """`(label_count, head_label_count)` of a label layout, after checking it against the other arguments."""
+    given = [name for name, value in (("label_frequencies", label_frequencies), ("label_grouping", label_grouping),
+                                      ("head_label_fraction", head_label_fraction)) if value is not None]  # fmt: skip
+    if given:
+        raise ValueError(f"`layout` already fixes the head and the tail order: leave out {', '.join(given)}.")
+    if label_count is not None and label_count != layout.label_count:
+        raise ValueError(f"`label_count` ({label_count}) differs from the layout's ({layout.label_count}): the layout was made for other data.")
+    head_ids = torch.as_tensor(layout.head_ids)
+    if head_label_count is not None and head_label_count != head_ids.numel():
+        raise ValueError(f"`head_label_count` ({head_label_count}) differs from the layout's head ({head_ids.numel()} labels): leave it out.")
+    group_size = config_kwargs.get("group_size")
+    if group_size is not None and group_size != layout.group_size:
+        raise ValueError(
+            f"`group_size` ({group_size}) differs from the layout's G ({layout.group_size}): its tail order groups "
+            f"{layout.group_size} labels at a time. Leave `group_size` out, or make a layout with G = {group_size}."
+        )
+    every_label = torch.cat([head_ids, torch.as_tensor(layout.tail_order)])
+    if not torch.equal(every_label.sort().values, torch.arange(layout.label_count, device=every_label.device)):
+        raise ValueError(f"The layout's head and tail must hold every label id in [0, {layout.label_count}) exactly once.")
+    return layout.label_count, head_ids.numel()
+
+
+def _is_integer_multi_hot(labels: torch.Tensor, label_count: int) -> bool:
+    """Whether integer `labels` `[B, label_count]` of 0s and 1s (what `MultiLabelBinarizer` gives) is a multi-hot.
+
+    Read as padded ids, such a tensor would list labels 0 and 1 over and over, which no collator produces;
+    with 2 labels or fewer both readings are plausible, so the caller must say which one it means."""
+    if labels.dtype.is_floating_point or labels.dtype == torch.bool or labels.shape[1] != label_count:
+        return False
+    if not bool(((labels == 0) | (labels == 1)).all()):
+        return False
+    if label_count <= 2:
+        raise ValueError(
+            f"Integer `labels` of shape {tuple(labels.shape)} holding only 0 and 1 read both as a multi-hot and as "
+            "padded label ids: pass a multi-hot as bool or float, or pad label ids with -100."
+        )
+    return True
+
+
 def _encoder_kwargs(encoder_config) -> dict:
     """Drops the pooler where the architecture has an optional one: HASTE pools itself, and an unused
     pooler breaks DDP with gradient checkpointing."""
@@ -237,31 +284,44 @@ class HasteForExtremeClassification(HastePreTrainedModel):
     def from_encoder_pretrained(
         cls,
         encoder,
-        label_count: int,
+        label_count: int | None = None,
         label_frequencies=None,
         label_grouping=None,
         label_names: list[str] | None = None,
         head_label_count: int | None = None,
         head_label_fraction: float | None = None,
         encoder_kwargs: dict | None = None,
+        layout=None,
         **config_kwargs,
     ) -> "HasteForExtremeClassification":
         """A new HASTE model around a pretrained encoder.
 
         Args:
             encoder: a model id or path (loaded with `AutoModel.from_pretrained`) or an encoder model.
-            label_count: number of labels L.
+            label_count: number of labels L (may be left out with a `layout`).
             label_frequencies: training count of each label `[L]`; the head takes the most frequent.
                 Without it, labels are taken to be ordered by decreasing frequency already.
             label_grouping: the tail labels in group order (array of ids, or an object with `.order`);
                 by default, decreasing frequency.
             label_names: optional names of the L labels, saved with the model.
-            head_label_count / head_label_fraction: size of the dense head (give at most one; default 0).
+            head_label_count / head_label_fraction: size of the dense head (give at most one; default: the
+                paper's share, `DEFAULT_HEAD_LABEL_FRACTION` = 3% of the labels; 0 for no head).
             encoder_kwargs: extra arguments of `AutoModel.from_pretrained` (e.g. `dtype`, `revision`).
+            layout: a `haste_hf.LabelLayout` (head ids, tail order, G): replaces `label_frequencies`,
+                `label_grouping` and the head size, and must agree with `label_count` and `group_size`
+                where those are given.
             **config_kwargs: the other [`HasteConfig`] fields (`group_size`, `fan_in`, ...).
         """
+        if layout is not None:
+            label_count, head_label_count = _check_layout(layout, label_count, config_kwargs, label_frequencies,
+                                                          label_grouping, head_label_count, head_label_fraction)  # fmt: skip
+            config_kwargs["group_size"] = layout.group_size
+        elif label_count is None:
+            raise ValueError("Give `label_count` (the number of labels), or a `layout` that holds it.")
         if head_label_count is not None and head_label_fraction is not None:
             raise ValueError("Give `head_label_count` or `head_label_fraction`, not both.")
+        if head_label_count is None and head_label_fraction is None:
+            head_label_fraction = DEFAULT_HEAD_LABEL_FRACTION
         if head_label_fraction is not None:
             if not 0.0 <= head_label_fraction <= 1.0:
                 raise ValueError(f"`head_label_fraction` must lie in [0, 1], got {head_label_fraction}.")
@@ -278,9 +338,12 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             encoder=encoder.config, label_count=label_count, head_label_count=head_label_count or 0, **config_kwargs
         )
         model = cls(config, encoder=encoder).to(encoder.dtype)
-        if label_frequencies is None:
-            label_frequencies = torch.arange(label_count, 0, -1)
-        model.output_labels.copy_(output_labels_from_frequencies(config, label_frequencies, label_grouping))
+        if layout is not None:
+            model.output_labels.copy_(torch.as_tensor(layout.output_labels()))
+        else:
+            if label_frequencies is None:
+                label_frequencies = torch.arange(label_count, 0, -1)
+            model.output_labels.copy_(output_labels_from_frequencies(config, label_frequencies, label_grouping))
         model.set_label_names(label_names)
         return model
 
@@ -363,6 +426,8 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         loss = F.softplus(valid_logits).sum()
         if labels.dim() != 2 or labels.shape[0] != logits.shape[0]:
             raise ValueError(f"`labels` must be 2-D with one row per example, got shape {tuple(labels.shape)}.")
+        if _is_integer_multi_hot(labels, config.label_count):
+            labels = labels.bool()
         if labels.dtype.is_floating_point or labels.dtype == torch.bool:
             if labels.shape[1] != config.label_count:
                 raise ValueError(
@@ -408,7 +473,8 @@ class HasteForExtremeClassification(HastePreTrainedModel):
     ) -> ExtremeClassifierOutput | tuple:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, max_positives)` or `(batch_size, label_count)`, *optional*):
-            Positive label ids padded with -100 (any label count), or a dense float/bool multi-hot.
+            Positive label ids padded with -100 (any label count), or a dense multi-hot (float, bool, or
+            integer 0/1 as `MultiLabelBinarizer` gives).
         return_logits (`bool`, *optional*):
             Return logits in label order; defaults to True only when no `labels` are given.
         top_k (`int`, *optional*):

@@ -79,7 +79,11 @@ class _GroupSparseLinearFunction(torch.autograd.Function):
         batch_size = x.shape[0]
         num_groups, group_size, fan_in = weight.shape
         grad_out = grad_out.reshape(batch_size, num_groups, group_size)
-        grad_x = torch.zeros_like(x) if ctx.needs_input_grad[0] else None
+        # Every feature collects one term per group that reads it (K * F / d of them, thousands at large L):
+        # summed in bf16 / fp16 they lose most of their digits, so the sum is kept in fp32 (at least).
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            grad_x = torch.zeros(x.shape, dtype=torch.promote_types(x.dtype, torch.float32), device=x.device)
         grad_weight = torch.empty_like(weight) if ctx.needs_input_grad[1] else None
         for chunk in _group_chunks(batch_size, num_groups, fan_in):
             chunk_grad = grad_out[:, chunk]
@@ -88,8 +92,8 @@ class _GroupSparseLinearFunction(torch.autograd.Function):
                 grad_weight[chunk] = torch.einsum("bkg,bkf->kgf", chunk_grad, x[:, chunk_supports])
             if grad_x is not None:
                 grad_gathered = torch.einsum("bkg,kgf->bkf", chunk_grad, weight[chunk])
-                grad_x.index_add_(1, chunk_supports.reshape(-1), grad_gathered.reshape(batch_size, -1))
-        return grad_x, grad_weight, None
+                grad_x.index_add_(1, chunk_supports.reshape(-1), grad_gathered.reshape(batch_size, -1).to(grad_x.dtype))
+        return None if grad_x is None else grad_x.to(x.dtype), grad_weight, None
 
 
 def _compiled_kernels():

@@ -74,16 +74,16 @@ class HasteTrainer(Trainer):
             # the torch seed.
             torch.manual_seed(args.seed + args.process_index)
         if args.rewiring_interval and self.model.tail is not None:
-            self.add_callback(
-                RewiringCallback(
-                    interval=args.rewiring_interval,
-                    fraction=args.rewiring_fraction,
-                    end_fraction=args.rewiring_end,
-                    scope=args.rewiring_scope,
-                    init=args.rewiring_init,
-                    seed=args.rewiring_seed,
-                )
+            rewiring = RewiringCallback(
+                interval=args.rewiring_interval,
+                fraction=args.rewiring_fraction,
+                end_fraction=args.rewiring_end,
+                scope=args.rewiring_scope,
+                init=args.rewiring_init,
+                seed=args.rewiring_seed,
             )
+            rewiring.check_model(self.model)
+            self.add_callback(rewiring)
 
     def create_optimizer(self, model=None) -> torch.optim.Optimizer:
         if self.optimizer is None:

@@ -53,7 +53,7 @@ class HasteTrainingArguments(TrainingArguments):
     rewiring_seed: int | None = field(default=None, metadata={"help": "Seed of rewiring; defaults to `seed`."})
     shard_output_layer: bool | None = field(
         default=None,
-        metadata={"help": "Split head and tail by labels over the ranks instead of replicating them (None: when more than one)."},
+        metadata={"help": "Split head and tail by labels over the processes (true) or replicate them (false); default: split when there is more than one."},
     )
     eval_top_k: int = field(default=5, metadata={"help": "Labels predicted per example during evaluation."})
     # The collator tokenizes the `text` column itself, so the Trainer must keep it.

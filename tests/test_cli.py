@@ -2,11 +2,12 @@ import gzip
 import json
 
 import pytest
+import torch
 from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
-from transformers import BertModel
+from transformers import AutoTokenizer, BertModel
 
 from haste_hf import HasteForExtremeClassification
-from haste_hf.cli import build_parser, main
+from haste_hf.cli import build_parser, main, parse_args
 
 
 LABELS = 30
@@ -35,7 +36,8 @@ def dataset_dir(tmp_path_factory):
 
 
 def common(dataset_dir, encoder_dir=None):
-    return ["--data", str(dataset_dir), "--max-length", "16", "--eval-batch-size", "16"]
+    # 6 tokens cut most texts (up to 8 with [CLS] and [SEP]): a wrong length at evaluation shows in the metrics.
+    return ["--data", str(dataset_dir), "--max-length", "6", "--eval-batch-size", "16"]
 
 
 @pytest.fixture(scope="module")
@@ -61,14 +63,16 @@ def test_train_saves_model_tokenizer_card_and_metrics(trained, capsys):
     assert "| Label grouping | semantic |" in card and "A = 0.5, B = 0.4" in card
 
 
-def test_evaluate_prints_summary_and_matches_training(trained, dataset_dir, encoder_dir, capsys, tmp_path):
+def test_evaluate_without_repeated_flags_reproduces_training_metrics(trained, dataset_dir, capsys, tmp_path):
     output = tmp_path / "metrics.json"
-    args = ["evaluate", "--model", str(trained), *common(dataset_dir, encoder_dir), "--output", str(output),
-            "--propensity-a", "0.5", "--propensity-b", "0.4"]  # fmt: skip
-    assert main(args) == 0
+    assert main(["evaluate", "--model", str(trained), "--data", str(dataset_dir), "--output", str(output)]) == 0
     printed = capsys.readouterr().out
     assert "P " in printed and "PSP" in printed and "A=0.5, B=0.4" in printed
-    assert json.loads(output.read_text()) == pytest.approx(json.loads((trained / "test_metrics.json").read_text()))
+    assert json.loads(output.read_text()) == json.loads((trained / "test_metrics.json").read_text())
+    assert AutoTokenizer.from_pretrained(trained).model_max_length == 6
+    # An explicit flag still wins over the training setting.
+    assert main(["evaluate", "--model", str(trained), "--data", str(dataset_dir), "--max-length", "3", "--output", str(output)]) == 0
+    assert json.loads(output.read_text()) != json.loads((trained / "test_metrics.json").read_text())
 
 
 def test_predict_writes_top_k_with_names(trained, tmp_path):
@@ -82,19 +86,30 @@ def test_predict_writes_top_k_with_names(trained, tmp_path):
     assert records[0]["scores"] == sorted(records[0]["scores"], reverse=True)
 
 
-def test_group_then_train_from_grouping_file(dataset_dir, encoder_dir, tmp_path):
-    grouping = tmp_path / "grouping.safetensors"
-    assert main(["group", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output", str(grouping),
+def test_group_then_train_from_its_file_with_the_default_validation_fraction(dataset_dir, encoder_dir, tmp_path):
+    layout_file = tmp_path / "layout.safetensors"
+    assert main(["group", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output", str(layout_file),
                  "--group-size", "4", "--head-fraction", "0.1"]) == 0  # fmt: skip
     arguments = ["train", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output-dir",
-                 str(tmp_path / "model"), "--max-steps", "2", "--group-size", "4", "--fan-in", "8",
-                 "--head-fraction", "0.1", "--grouping-file", str(grouping), "--validation-fraction", "0"]  # fmt: skip
+                 str(tmp_path / "model"), "--max-steps", "2", "--fan-in", "8", "--grouping-file", str(layout_file)]  # fmt: skip
     assert main(arguments) == 0
-    from haste_hf.grouping import LabelGrouping
+    from haste_hf.label_plan import LabelLayout
 
-    order = LabelGrouping.load(str(grouping)).order
+    layout = LabelLayout.load(layout_file)
     model = HasteForExtremeClassification.from_pretrained(tmp_path / "model")
-    assert model.output_labels[3 : 3 + len(order)].tolist() == order.tolist()
+    assert model.config.group_size == 4 and model.config.head_label_count == 3
+    assert torch.equal(model.output_labels, layout.output_labels())
+
+
+def test_train_refuses_a_layout_of_another_split(dataset_dir, encoder_dir, tmp_path):
+    layout_file = tmp_path / "layout.safetensors"
+    assert main(["group", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output", str(layout_file),
+                 "--group-size", "4", "--grouping", "frequency", "--validation-fraction", "0"]) == 0  # fmt: skip
+    arguments = ["train", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output-dir",
+                 str(tmp_path / "model"), "--max-steps", "2", "--fan-in", "8", "--layout-file", str(layout_file)]  # fmt: skip
+    with pytest.raises(ValueError, match="another training split.*--validation-fraction"):
+        main(arguments)
+    assert not (tmp_path / "model").exists()
 
 
 def test_help_explains_every_flag(capsys):
@@ -108,3 +123,61 @@ def test_help_explains_every_flag(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     assert "--group-size" in capsys.readouterr().out
+
+
+def test_every_training_argument_is_a_train_flag():
+    import dataclasses
+
+    from haste_hf.recipe import RecipeArguments
+    from haste_hf.training_args import HasteTrainingArguments
+
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    flags = {option for action in train._actions for option in action.option_strings}
+    for dataclass in (RecipeArguments, HasteTrainingArguments):
+        for field in dataclasses.fields(dataclass):
+            if field.init:
+                assert f"--{field.name.replace('_', '-')}" in flags, field.name
+
+
+def test_train_flags_short_forms_and_report_to():
+    args = parse_args(["train", "--lr", "1e-3", "--epochs=2", "--batch-size", "8", "--report-to", "tensorboard",
+                       "--head-fraction", "0.1", "--group-size", "4", "--optim", "sgd", "--output-dir", "out"])  # fmt: skip
+    training, recipe = args.training, args.recipe
+    assert (training.learning_rate, training.num_train_epochs, training.per_device_train_batch_size) == (1e-3, 2, 8)
+    assert training.report_to == ["tensorboard"] and training.output_dir == "out" and training.seed == 0
+    assert (recipe.head_label_fraction, recipe.group_size, recipe.grouping) == (0.1, 4, None)
+    demo = parse_args(["demo"])
+    assert (demo.recipe.encoder, demo.recipe.max_length, demo.training.output_dir) == ("minilm", 32, "haste-demo")
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_train_reads_its_flags_from_a_config_file_and_the_command_line_wins(tmp_path, suffix):
+    values = {"learning_rate": 3e-4, "num_train_epochs": 5, "group_size": 8, "report_to": ["tensorboard"],
+              "grouping": "random", "output-dir": str(tmp_path / "from-config")}  # fmt: skip
+    config = tmp_path / f"config{suffix}"
+    if suffix == ".json":
+        config.write_text(json.dumps(values))
+    else:
+        import yaml
+
+        config.write_text(yaml.safe_dump(values))
+    args = parse_args(["train", "--config", str(config), "--epochs", "7"])
+    assert args.training.learning_rate == 3e-4 and args.training.num_train_epochs == 7
+    assert args.training.report_to == ["tensorboard"] and args.training.output_dir == str(tmp_path / "from-config")
+    assert (args.recipe.group_size, args.recipe.grouping) == (8, "random")
+    config.write_text(json.dumps({"learning_rat": 1e-3}) if suffix == ".json" else "learning_rat: 0.001\n")
+    with pytest.raises(SystemExit, match="unknown key 'learning_rat' \\(did you mean 'learning_rate'\\?\\)"):
+        parse_args(["train", "--config", str(config)])
+
+
+def test_train_refuses_structure_flags_that_contradict_the_layout_file(dataset_dir, encoder_dir, tmp_path):
+    layout_file = tmp_path / "layout.safetensors"
+    assert main(["group", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output", str(layout_file),
+                 "--group-size", "4", "--grouping", "frequency"]) == 0  # fmt: skip
+    base = ["train", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output-dir",
+            str(tmp_path / "model"), "--max-steps", "1", "--fan-in", "8", "--layout-file", str(layout_file)]  # fmt: skip
+    for flags, message in ((["--group-size", "8"], r"`group_size` \(8\) differs from the label layout's G \(4\)"),
+                           (["--head-fraction", "0.5"], "gives a head of 15 labels, the label layout's has 1"),
+                           (["--grouping", "semantic"], "groups are frequency, not semantic")):  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            main(base + flags)

@@ -195,7 +195,8 @@ def test_cli_train_on_two_processes_equals_one(tmp_path):
                  "--fan-in", "8", "--head-fraction", "0.5", "--rewiring-interval", "3", "--max-length", "16",
                  "--eval-batch-size", "16", "--propensity-a", "0.5", "--propensity-b", "0.4", "--lr", "3e-3",
                  "--output-lr", "0.5"]  # fmt: skip
-    torchrun(["-m", "haste_hf.cli", *arguments, "--output-dir", str(tmp_path / "two"), "--batch-size", "8"], tmp_path)
+    # On CPUs the processes join a gloo group only with --use_cpu (without it the recipe refuses to run).
+    torchrun(["-m", "haste_hf.cli", *arguments, "--use_cpu", "--output-dir", str(tmp_path / "two"), "--batch-size", "8"], tmp_path)
     assert main([*arguments, "--output-dir", str(tmp_path / "one"), "--batch-size", "16"]) == 0
     one, two = load_file(tmp_path / "one" / "model.safetensors"), load_file(tmp_path / "two" / "model.safetensors")
     assert set(one) == set(two) and torch.equal(one["tail.supports"], two["tail.supports"])

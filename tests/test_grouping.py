@@ -137,6 +137,18 @@ def test_label_embeddings_match_naive_loop_with_hf_encoder(tiny_bert, pooling):
     torch.testing.assert_close(embeddings.double(), expected, atol=1e-5, rtol=1e-5)
 
 
+def test_label_embeddings_pool_as_the_model_does_by_default(tiny_bert):
+    from haste_hf.configuration_haste import default_pooling
+
+    model, tokenizer = tiny_bert
+    texts, labels = random_corpus(23, 9)
+    kwargs = dict(tokenizer=tokenizer, batch_size=5, device="cpu", show_progress=False)
+    by_default = compute_label_embeddings(model, texts, labels, 9, **kwargs)
+    assert default_pooling(model.config) == "mean"
+    torch.testing.assert_close(by_default, compute_label_embeddings(model, texts, labels, 9, pooling="mean", **kwargs))
+    assert not torch.allclose(by_default, compute_label_embeddings(model, texts, labels, 9, pooling="cls", **kwargs))
+
+
 def test_pooling_follows_the_attention_mask_on_either_padding_side():
     hidden = torch.arange(2 * 4 * 3, dtype=torch.float32).view(2, 4, 3)
     right = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])

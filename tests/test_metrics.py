@@ -231,3 +231,14 @@ def test_evaluate_metric_matches(tmp_path):
     result = metric.compute()
     assert result == compute_xmc_metrics(PREDICTIONS, TRUE, ks=(1, 3), propensity=propensity)
     assert XMCMetric(ks=(1,), cache_dir=str(tmp_path)).compute(predictions=[[3]], references=[[3]])["P@1"] == 1.0
+
+
+@pytest.mark.parametrize("name", ["AmazonTitles-670K", "Amazon670K", "LF-AmazonTitles-131K", "AmazonTitles-3M",
+                                  "amazon_3m", "LF-Amazon-131K"])  # fmt: skip
+def test_propensity_presets_match_every_spelling_of_the_amazon_datasets(name):
+    assert propensity_parameters(name) == (0.6, 2.6)
+
+
+@pytest.mark.parametrize("name", ["AmazonCat-13K", "LF-AmazonCat-13K", "EURLex-4K", "deps"])
+def test_propensity_presets_leave_other_datasets_at_the_default(name):
+    assert propensity_parameters(name) == (0.55, 1.5)

@@ -330,6 +330,55 @@ def test_encoder_families(family, tmp_path):
         torch.testing.assert_close(loaded(input_ids, attention_mask).logits, model(input_ids, attention_mask).logits)
 
 
+def _padding_gap(model, pad_token_id):
+    """Largest change of a text's logits when it is scored alone vs padded in a batch beside a longer one."""
+    generator = torch.Generator().manual_seed(1)
+    short = torch.randint(4, VOCAB_SIZE, (1, 5), generator=generator)
+    long = torch.randint(4, VOCAB_SIZE, (1, 9), generator=generator)
+    padded = torch.cat([torch.cat([short, torch.full((1, 4), pad_token_id)], dim=1), long])
+    mask = torch.ones_like(padded)
+    mask[0, 5:] = 0
+    with torch.no_grad():
+        alone = model(short, torch.ones_like(short)).logits[0]
+        in_batch = model(padded, mask).logits[0]
+    return (alone - in_batch).abs().max().item()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_padding_is_never_attended_to_fresh_or_reloaded(family, tmp_path):
+    # Every way of building a model must mask padding as the reloaded model does: otherwise training and
+    # its reported metrics see other inputs than every saved model.
+    config = tiny_encoder_config(family)
+    pad_token_id = config.pad_token_id or 0
+    torch.manual_seed(0)
+    AutoModel.from_config(config).save_pretrained(tmp_path / "encoder")
+    built = {
+        "config": make_model(family=family),
+        "encoder path": HasteForExtremeClassification.from_encoder_pretrained(tmp_path / "encoder", LABELS, head_label_count=4, group_size=4, fan_in=8),
+        "encoder object": HasteForExtremeClassification.from_encoder_pretrained(
+            AutoModel.from_pretrained(tmp_path / "encoder"), LABELS, head_label_count=4, group_size=4, fan_in=8
+        ),
+    }  # fmt: skip
+    for how, model in built.items():
+        model.eval()
+        assert model.encoder.config._attn_implementation is not None, how
+        assert _padding_gap(model, pad_token_id) < 1e-5, how
+        model.save_pretrained(tmp_path / how)
+        reloaded = HasteForExtremeClassification.from_pretrained(tmp_path / how).eval()
+        assert _padding_gap(reloaded, pad_token_id) < 1e-5, f"{how}, reloaded"
+        with torch.no_grad():
+            input_ids, attention_mask, _ = random_batch()
+            torch.testing.assert_close(reloaded(input_ids, attention_mask).logits, model(input_ids, attention_mask).logits)
+
+
+def test_wrapper_attention_implementation_reaches_the_encoder():
+    config = HasteConfig(encoder=tiny_encoder_config("bert"), label_count=LABELS, fan_in=8, attn_implementation="eager")
+    assert config.encoder._attn_implementation == "eager"
+    encoder_config = tiny_encoder_config("bert")
+    encoder_config._attn_implementation = "sdpa"
+    assert HasteConfig(encoder=encoder_config, label_count=LABELS, fan_in=8).encoder._attn_implementation == "sdpa"
+
+
 def test_last_token_pooling_handles_left_and_right_padding():
     model = make_model(family="qwen3")
     input_ids = random_batch(length=6)[0][:1]
@@ -402,3 +451,48 @@ def test_loss_falls_on_planted_task():
     labels = torch.arange(LABELS).unsqueeze(1)
     top1 = model.predict_topk(*planted_batch(labels), k=1).label_ids
     assert (top1 == labels).float().mean() > 0.8
+
+
+def test_integer_multi_hot_labels_are_a_multi_hot_not_padded_ids():
+    """`MultiLabelBinarizer` and many datasets give an int64 0/1 matrix `[B, L]`."""
+    model = make_model()
+    input_ids, attention_mask, labels = random_batch()
+    dense = multi_hot(labels)
+    with torch.no_grad():
+        expected = model(input_ids, attention_mask, labels=dense).loss
+        from_integers = model(input_ids, attention_mask, labels=dense.long()).loss
+    torch.testing.assert_close(from_integers, expected)
+
+
+def test_integer_zero_one_labels_over_two_labels_are_ambiguous():
+    model = make_model(label_count=2, head_label_count=1, group_size=1, fan_in=4)
+    input_ids, attention_mask, _ = random_batch()
+    with pytest.raises(ValueError, match="multi-hot as bool or float, or pad label ids with -100"):
+        model(input_ids, attention_mask, labels=torch.tensor([[0, 1]] * 4))
+    model(input_ids, attention_mask, labels=torch.tensor([[0, -100]] * 4))  # padded ids: unambiguous
+
+
+def test_a_grouping_made_for_another_group_size_is_refused():
+    from transformers import BertModel
+
+    from haste_hf.grouping import group_labels
+
+    frequencies = torch.arange(LABELS, 0, -1)
+    grouping = group_labels(None, torch.arange(4, LABELS), group_size=8, strategy="frequency", label_counts=frequencies)
+    encoder = BertModel(tiny_encoder_config("bert"), add_pooling_layer=False)
+    with pytest.raises(ValueError, match=r"groups of 8 labels, but the model's `group_size` is 4"):
+        HasteForExtremeClassification.from_encoder_pretrained(
+            encoder, LABELS, label_frequencies=frequencies, label_grouping=grouping, head_label_count=4,
+            group_size=4, fan_in=8,
+        )  # fmt: skip
+
+
+def test_the_model_api_defaults_to_the_papers_head():
+    from transformers import BertModel
+
+    from haste_hf.cli import build_parser
+
+    encoder = BertModel(tiny_encoder_config("bert"), add_pooling_layer=False)
+    model = HasteForExtremeClassification.from_encoder_pretrained(encoder, 200, group_size=4, fan_in=8)
+    assert model.config.head_label_count == 6  # 3% of 200, as the CLI
+    assert build_parser().parse_args(["train"]).head_fraction == haste_hf.DEFAULT_HEAD_LABEL_FRACTION == 0.03

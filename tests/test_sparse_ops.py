@@ -96,3 +96,20 @@ def test_only_supported_features_get_gradient():
 def test_bad_inputs_raise_clear_errors(change, message):
     with pytest.raises(ValueError, match=message):
         group_sparse_linear(*change(*random_problem()))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_feature_gradient_is_accumulated_in_float32(dtype):
+    # 4,096 groups reading F = 32 of d = 64 features: each feature gathers about 2,000 terms, as at large L.
+    x, weight, supports, _ = random_problem(batch=8, features=64, groups=4096, group_size=16, fan_in=32, seed=1)
+    grad_out = torch.randn(8, 4096 * 16, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    x, weight, grad_out = (tensor.to(dtype) for tensor in (x, weight, grad_out))
+    # The reference sums the same (rounded) values in float64: what is left is the error of the summation.
+    x64 = x.double().requires_grad_()
+    group_sparse_linear(x64, weight.double(), supports).backward(grad_out.double())
+    x_low = x.clone().requires_grad_()
+    group_sparse_linear(x_low, weight, supports).backward(grad_out)
+    assert x_low.grad.dtype == dtype
+    error = (x_low.grad.double() - x64.grad).abs().max() / x64.grad.abs().max()
+    # One rounding of the result to `dtype` (2^-9 for bf16) is the floor; summing in `dtype` gave 3e-2 to 1e-1.
+    assert error < 4 * torch.finfo(dtype).eps, error

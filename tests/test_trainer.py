@@ -203,3 +203,10 @@ def test_encoder_and_output_layer_are_clipped_apart(tmp_path, tokenizer, dataset
 def test_output_clipping_needs_trainer_clipping(tmp_path):
     with pytest.raises(ValueError, match="`output_max_grad_norm`"):
         HasteTrainingArguments(output_dir=str(tmp_path), max_grad_norm=0.0, output_max_grad_norm=1.0)
+
+
+def test_rewiring_a_tail_whose_fan_in_is_its_input_width_is_refused_at_construction(tmp_path, tokenizer, datasets_):
+    full_fan_in = make_model(tail_projection_dim=8, fan_in=8)
+    with pytest.raises(ValueError, match=r"fan-in \(8\) equals its input width \(8\).*rewiring_interval=0"):
+        make_trainer(tmp_path, tokenizer, datasets_[0], model=full_fan_in)
+    make_trainer(tmp_path, tokenizer, datasets_[0], model=full_fan_in, rewiring_interval=0)  # no rewiring: fine

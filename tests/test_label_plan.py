@@ -1,0 +1,113 @@
+"""The label layout: built once from a training split, saved as one file, checked against split and model."""
+
+import pytest
+import torch
+from datasets import Dataset
+from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
+from transformers import BertModel
+
+from haste_hf import DEFAULT_HEAD_LABEL_FRACTION, HasteForExtremeClassification
+from haste_hf.grouping import LabelGrouping, split_head_tail
+from haste_hf.label_plan import LabelLayout, count_labels
+
+
+LABELS = 40
+
+
+@pytest.fixture(scope="module")
+def split():
+    return Dataset.from_list(planted_texts(LABELS, 120, seed=0, labels_per_text=3))
+
+
+@pytest.fixture(scope="module")
+def encoder_and_tokenizer(tmp_path_factory):
+    torch.manual_seed(0)
+    return BertModel(tiny_encoder_config("bert"), add_pooling_layer=False), tiny_tokenizer(tmp_path_factory.mktemp("tok"))
+
+
+def test_counts_and_fingerprint_of_a_dataset_match_those_of_its_lists(split):
+    counts, fingerprint, points = count_labels(split, LABELS)
+    list_counts, list_fingerprint, list_points = count_labels(split["labels"], LABELS)
+    assert counts.tolist() == list_counts.tolist() and fingerprint == list_fingerprint and points == list_points == 120
+    assert counts.sum() == sum(len(labels) for labels in split["labels"])
+    # Another split of the same data (one point less, or the same points in another order) has another fingerprint.
+    assert count_labels(split.select(range(119)), LABELS)[1] != fingerprint
+    assert count_labels(split.shuffle(seed=1), LABELS)[1] != fingerprint
+    with pytest.raises(ValueError, match=r"\[0, 40\)"):
+        count_labels([[0, 40]], LABELS)
+
+
+@pytest.mark.parametrize("strategy", ["semantic", "frequency", "random"])
+def test_layout_of_a_training_split(split, encoder_and_tokenizer, strategy):
+    encoder, tokenizer = encoder_and_tokenizer
+    layout = LabelLayout.from_training_split(
+        split, LABELS, group_size=4, strategy=strategy, encoder=encoder, tokenizer=tokenizer, max_length=16,
+        device="cpu", show_progress=False,
+    )  # fmt: skip
+    counts, fingerprint, _ = count_labels(split, LABELS)
+    head, tail = split_head_tail(counts, head_fraction=DEFAULT_HEAD_LABEL_FRACTION)
+    assert layout.head_ids.tolist() == head.tolist()  # the paper's 3% of 40 labels: 1
+    assert sorted(layout.tail_order.tolist()) == sorted(tail.tolist())
+    assert layout.split_fingerprint == fingerprint and layout.train_points == 120
+    assert layout.label_frequencies.tolist() == counts.tolist()
+    assert (layout.group_size, layout.strategy, layout.tail_group_count) == (4, strategy, 10)
+    output_labels = layout.output_labels()
+    assert output_labels.shape == (1 + 10 * 4,) and output_labels[-1] == -1  # 39 tail labels: one padding slot
+
+
+def test_save_load_round_trip_is_one_safetensors_file(split, tmp_path):
+    layout = LabelLayout.from_training_split(split, LABELS, 8, head_label_count=5, strategy="random", seed=3)
+    path = tmp_path / "layout.safetensors"
+    layout.save(path)
+    assert [p.name for p in tmp_path.iterdir()] == ["layout.safetensors"]
+    loaded = LabelLayout.load(path)
+    for name in ("label_count", "group_size", "strategy", "seed", "split_fingerprint", "train_points"):
+        assert getattr(loaded, name) == getattr(layout, name), name
+    for name in ("head_ids", "tail_order", "label_frequencies"):
+        assert torch.equal(getattr(loaded, name), getattr(layout, name)), name
+    LabelGrouping(torch.arange(4), 2).save(str(tmp_path / "grouping.safetensors"))
+    with pytest.raises(ValueError, match="not a label layout file"):
+        LabelLayout.load(tmp_path / "grouping.safetensors")
+
+
+def test_check_split_refuses_another_split(split):
+    layout = LabelLayout.from_training_split(split, LABELS, 4, strategy="frequency")
+    layout.check_split(split)
+    held_out = split.train_test_split(test_size=0.1, seed=0)["train"]
+    with pytest.raises(ValueError, match=r"another training split \(120 points\).*\(108 points\).*--validation-fraction"):
+        layout.check_split(held_out)
+
+
+def test_layout_must_partition_the_labels():
+    with pytest.raises(ValueError, match="exactly once"):
+        LabelLayout(label_count=5, head_ids=[0], tail_order=[1, 2, 3], group_size=2)
+    with pytest.raises(ValueError, match="exactly once"):
+        LabelLayout(label_count=3, head_ids=[0, 1], tail_order=[1, 2], group_size=2)
+    with pytest.raises(ValueError, match="strategy"):
+        LabelLayout(label_count=2, head_ids=[0], tail_order=[1], group_size=1, strategy="alphabetical")
+
+
+def test_semantic_layout_needs_embeddings_or_an_encoder(split):
+    with pytest.raises(ValueError, match="encoder"):
+        LabelLayout.from_training_split(split, LABELS, 4)
+    with pytest.raises(ValueError, match="label_embeddings"):
+        LabelLayout.from_frequencies(count_labels(split, LABELS)[0], 4)
+
+
+def test_from_encoder_pretrained_builds_the_layout_and_checks_it(split, encoder_and_tokenizer):
+    encoder, _ = encoder_and_tokenizer
+    layout = LabelLayout.from_training_split(split, LABELS, 4, head_label_count=6, strategy="frequency")
+    model = HasteForExtremeClassification.from_encoder_pretrained(encoder, layout=layout, fan_in=8)
+    config = model.config
+    assert (config.label_count, config.head_label_count, config.group_size) == (LABELS, 6, 4)
+    assert torch.equal(model.output_labels, layout.output_labels())
+    assert torch.equal(LabelLayout.from_model(model).output_labels(), layout.output_labels())
+    for wrong, message in (
+        (dict(group_size=8), r"`group_size` \(8\) differs from the layout's G \(4\)"),
+        (dict(label_count=LABELS + 1), r"`label_count` \(41\) differs"),
+        (dict(head_label_count=2), r"`head_label_count` \(2\) differs"),
+        (dict(label_frequencies=layout.label_frequencies), "leave out label_frequencies"),
+        (dict(label_grouping=layout.grouping), "leave out label_grouping"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            HasteForExtremeClassification.from_encoder_pretrained(encoder, layout=layout, fan_in=8, **wrong)
