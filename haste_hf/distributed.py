@@ -262,7 +262,7 @@ class OutputLayerShard:
         tail_stop = self.head_label_count + self.tail_groups[1] * self.group_size
         return head_width + min(tail_stop, self.label_count) - self.tail_first_position
 
-    def _gather_labels(self, model, labels: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    def _gather_labels(self, labels: torch.Tensor, sizes: list[int]) -> torch.Tensor:
         """Positive label ids of the global batch `[B_global, P]`, -100 padded."""
         if labels.dim() != 2:
             raise ValueError(f"`labels` must be 2-D with one row per example, got shape {tuple(labels.shape)}.")
@@ -290,7 +290,7 @@ class OutputLayerShard:
         logits = self._local_logits(model, head_x, tail_x)
         loss = None
         if labels is not None:
-            global_labels = self._gather_labels(model, labels, sizes)
+            global_labels = self._gather_labels(labels, sizes)
             columns = self._local_columns(model._positive_positions(global_labels))
             float_logits = logits.float()
             valid_logits = float_logits[:, : self.valid_column_count]

@@ -340,16 +340,14 @@ def _training_arguments(training_args, output_dir: str | None, has_validation: b
     return training_args, push
 
 
-def _check_process_group() -> None:
-    """Launched as several processes, the `HasteTrainingArguments` have joined them into a process group by now;
-    where they have not (CPUs without `use_cpu`), each process would train alone."""
-    import torch.distributed as dist
-
+def _check_process_group(training_args) -> None:
+    """Launched as several processes, the `HasteTrainingArguments` have made them one data-parallel run by now;
+    where they have not (CPUs without `use_cpu`), each process would train alone on all the data."""
     processes = int(os.environ.get("WORLD_SIZE", "1"))
-    if processes > 1 and not (dist.is_available() and dist.is_initialized()):
+    if processes > 1 and training_args.world_size != processes:
         raise RuntimeError(
-            f"Launched as {processes} processes, but torch.distributed was not initialised, so each would train alone: "
-            "on CPUs pass `--use_cpu` (`use_cpu=True`); on GPUs launch with torchrun or `accelerate launch --multi_gpu`."
+            f"Launched as {processes} processes, but the Trainer sees {training_args.world_size}: each would train "
+            "alone. On CPUs pass `--use_cpu` (`use_cpu=True`); on GPUs launch with torchrun or `accelerate launch --multi_gpu`."
         )
 
 
@@ -398,7 +396,7 @@ def train(
     )  # fmt: skip
     training_args, push = _training_arguments(training_args, output_dir, recipe.validation_fraction > 0)
     output_dir, seed = training_args.output_dir, training_args.seed
-    _check_process_group()
+    _check_process_group(training_args)
     is_main = process_rank_and_count()[0] == 0
     if push and not save:
         raise ValueError("`push_to_hub=True` pushes the saved folder: it needs `save=True`.")

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from haste_hf.distributed import assign_output_layer, balanced_ranges, resolve_shard_output_layer
+from haste_hf.label_plan import LabelLayout
 
 
 TESTS = Path(__file__).parent
@@ -59,6 +60,8 @@ def test_assignment_is_contiguous_and_balanced():
     assert [(s.head_rows, s.tail_groups) for s in slices] == [((0, 3), (0, 5)), ((3, 5), (5, 9))]
     with pytest.raises(ValueError, match="every rank needs at least one"):
         assign_output_layer(head_label_count=5, tail_group_count=3, world_size=4)
+    layout = LabelLayout(label_count=40, head_ids=torch.arange(5), tail_order=torch.arange(5, 40), group_size=4)
+    assert layout.output_layer_slices(2) == slices
     assert resolve_shard_output_layer(None, 2) and not resolve_shard_output_layer(None, 1)
     assert not resolve_shard_output_layer(False, 4) and not resolve_shard_output_layer(True, 1)
 
