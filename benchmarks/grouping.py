@@ -19,26 +19,26 @@ from haste_hf.grouping import group_labels, grouping_objective
 
 
 def clustered_embeddings(
-    num_labels: int, dim: int, labels_per_topic: int, noise: float, device: torch.device, seed: int = 0
+    label_count: int, dim: int, labels_per_topic: int, noise: float, device: torch.device, seed: int = 0
 ) -> torch.Tensor:
     """Unit label embeddings scattered around random topic directions (cosine to the topic about
     `1 / sqrt(1 + noise**2)`), generated in chunks to bound the peak memory."""
     generator = torch.Generator(device=device).manual_seed(seed)
-    num_topics = max(1, num_labels // labels_per_topic)
+    num_topics = max(1, label_count // labels_per_topic)
     topics = F.normalize(torch.randn(num_topics, dim, generator=generator, device=device), dim=1)
-    embeddings = torch.empty(num_labels, dim, device=device)
+    embeddings = torch.empty(label_count, dim, device=device)
     chunk = 1 << 20
-    for start in range(0, num_labels, chunk):
-        rows = min(chunk, num_labels - start)
+    for start in range(0, label_count, chunk):
+        rows = min(chunk, label_count - start)
         topic = torch.randint(num_topics, (rows,), generator=generator, device=device)
         noise_rows = torch.randn(rows, dim, generator=generator, device=device) * (noise / dim**0.5)
         embeddings[start : start + rows] = F.normalize(topics[topic] + noise_rows, dim=1)
     return embeddings
 
 
-def run_case(num_labels: int, dim: int, group_size: int, beta: float, device: torch.device, args) -> dict:
-    embeddings = clustered_embeddings(num_labels, dim, args.labels_per_topic, args.noise, device)
-    label_ids = torch.arange(num_labels)
+def run_case(label_count: int, dim: int, group_size: int, beta: float, device: torch.device, args) -> dict:
+    embeddings = clustered_embeddings(label_count, dim, args.labels_per_topic, args.noise, device)
+    label_ids = torch.arange(label_count)
     if device.type == "cuda":  # CUDA context, cuBLAS handles and kernels are warmed up outside the timing
         group_labels(embeddings[:100_000], label_ids[:100_000], group_size, beta=beta, device=device)
         torch.cuda.synchronize()
@@ -51,7 +51,7 @@ def run_case(num_labels: int, dim: int, group_size: int, beta: float, device: to
         raise AssertionError("the grouping is not a permutation of the labels")
     random_grouping = group_labels(None, label_ids, group_size, "random", seed=0)
     return {
-        "labels": num_labels,
+        "labels": label_count,
         "dim": dim,
         "G": group_size,
         "beta": beta,
@@ -90,9 +90,9 @@ def main():
     columns = ["labels", "dim", "G", "beta", "device", "seconds", "objective", "random objective"]
     print("| " + " | ".join(columns) + " |")
     print("|" + "---|" * len(columns))
-    for num_labels, device in cases:
+    for label_count, device in cases:
         for group_size in args.group_sizes:
-            row = run_case(num_labels, args.dim, group_size, args.beta, device, args)
+            row = run_case(label_count, args.dim, group_size, args.beta, device, args)
             cells = [f"{row[c]:.3f}" if isinstance(row[c], float) and c != "beta" else str(row[c]) for c in columns]
             print("| " + " | ".join(cells) + " |", flush=True)
 

@@ -37,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from haste_hf.configuration_haste import DEFAULT_HEAD_LABEL_FRACTION
+
 KS = (1, 3, 5)
 # fixed_fan_in last: its G = 1 tail runs on the slower PyTorch path, so a time budget cuts it first.
 VARIANTS = ("haste", "no_head", "random_grouping", "dense_bottleneck", "dense", "fixed_fan_in")
@@ -45,13 +47,13 @@ VARIANTS = ("haste", "no_head", "random_grouping", "dense_bottleneck", "dense", 
 def variant_structure(name: str, args) -> dict:
     """Head size (fraction or count), group size, grouping strategy, projection and rewiring of a variant."""
     sparse = {"group_size": args.group_size, "fan_in": args.fan_in, "rewiring": True, "head_projection_dim": None}
-    dense = {"grouping": None, "group_size": args.group_size, "fan_in": args.fan_in, "rewiring": False, "head_fraction": 1.0}
+    dense = {"grouping": None, "group_size": args.group_size, "fan_in": args.fan_in, "rewiring": False, "head_label_fraction": 1.0}
     return {
-        "haste": {**sparse, "head_fraction": args.head_fraction, "grouping": "semantic"},
-        "no_head": {**sparse, "head_fraction": 0.0, "grouping": "semantic"},
-        "random_grouping": {**sparse, "head_fraction": args.head_fraction, "grouping": "random"},
+        "haste": {**sparse, "head_label_fraction": args.head_label_fraction, "grouping": "semantic"},
+        "no_head": {**sparse, "head_label_fraction": 0.0, "grouping": "semantic"},
+        "random_grouping": {**sparse, "head_label_fraction": args.head_label_fraction, "grouping": "random"},
         # G = 1: no label shares a support, so the order of the tail is irrelevant.
-        "fixed_fan_in": {**sparse, "head_fraction": args.head_fraction, "grouping": "frequency", "group_size": 1},
+        "fixed_fan_in": {**sparse, "head_label_fraction": args.head_label_fraction, "grouping": "frequency", "group_size": 1},
         "dense_bottleneck": {**dense, "head_projection_dim": args.bottleneck_dim},
         "dense": {**dense, "head_projection_dim": None},
     }[name]  # fmt: skip
@@ -60,7 +62,7 @@ def variant_structure(name: str, args) -> dict:
 # ------------------------------------------------------------------------------------------------ tree peer
 
 
-def run_tree_peer(train_texts, train_labels, test_texts, test_labels, num_labels, frequencies, num_train, a, b, threads):
+def run_tree_peer(train_texts, train_labels, test_texts, test_labels, label_count, frequencies, num_train, a, b, threads):
     """napkinxc PLT on TF-IDF features of the same texts; runs in a child process (CPU only)."""
     from napkinxc.models import PLT
     from sklearn.feature_extraction.text import TfidfVectorizer
@@ -154,7 +156,7 @@ def train_variant(name, args, data, frequencies, embeddings, device, counter, st
 
     structure = variant_structure(name, args)
     layout = LabelLayout.from_frequencies(
-        frequencies, structure["group_size"], head_label_fraction=structure["head_fraction"],
+        frequencies, structure["group_size"], head_label_fraction=structure["head_label_fraction"],
         strategy=structure["grouping"] or "frequency", label_embeddings=embeddings, seed=args.seed,
         split_fingerprint=args.split_fingerprint, train_points=len(data.splits["train"]),
     )  # fmt: skip
@@ -257,7 +259,7 @@ def main(argv=None) -> int:
     parser.add_argument("--lr", type=float, default=1e-4, help="Encoder (AdamW) learning rate.")
     parser.add_argument("--output-lr", type=float, default=0.1, help="Output layer (SGD, momentum 0.9) learning rate.")
     parser.add_argument("--warmup", type=float, default=0.1, help="Encoder warm-up fraction.")
-    parser.add_argument("--head-fraction", type=float, default=0.03)
+    parser.add_argument("--head-label-fraction", "--head-fraction", type=float, default=DEFAULT_HEAD_LABEL_FRACTION)
     parser.add_argument("--group-size", type=int, default=16)
     parser.add_argument("--fan-in", type=int, default=64)
     parser.add_argument("--bottleneck-dim", type=int, default=64)
@@ -292,10 +294,10 @@ def main(argv=None) -> int:
     if args.limit_test:
         data.splits["test"] = test_split = test_split.select(range(min(args.limit_test, len(test_split))))
     data.splits["train"] = train_split
-    frequencies, args.split_fingerprint, _ = count_labels(train_split, data.num_labels)
+    frequencies, args.split_fingerprint, _ = count_labels(train_split, data.label_count)
     # Propensities from the training points used (the recipe reads them from here).
     data.train_label_frequencies, data.num_train_points = frequencies, len(train_split)
-    print(f"{args.data}: {len(train_split):,} train, {len(test_split):,} test, {data.num_labels:,} labels "
+    print(f"{args.data}: {len(train_split):,} train, {len(test_split):,} test, {data.label_count:,} labels "
           f"({int((frequencies > 0).sum()):,} seen in the training points used)", flush=True)  # fmt: skip
 
     # The tree peer forks before CUDA starts and trains on the CPU while the GPU variants run.
@@ -304,7 +306,7 @@ def main(argv=None) -> int:
         pool = concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork"))
         tree_future = pool.submit(
             run_tree_peer, list(train_split["text"]), list(train_split["labels"]), list(test_split["text"]),
-            list(test_split["labels"]), data.num_labels, frequencies, len(train_split), args.propensity_a,
+            list(test_split["labels"]), data.label_count, frequencies, len(train_split), args.propensity_a,
             args.propensity_b, args.tree_threads,
         )  # fmt: skip
 
@@ -319,7 +321,7 @@ def main(argv=None) -> int:
         return {
             "device": device_name, "torch": torch.__version__, "transformers": transformers.__version__,
             "python": platform.python_version(), "data": args.data, "encoder": args.encoder,
-            "train_points": len(train_split), "test_points": len(test_split), "labels": data.num_labels,
+            "train_points": len(train_split), "test_points": len(test_split), "labels": data.label_count,
             "epochs": args.epochs, "batch_size": args.batch_size, "max_length": args.max_length, "lr": args.lr,
             "output_lr": args.output_lr, "warmup": args.warmup, "bf16": device.type == "cuda",
             "propensity": {"A": args.propensity_a, "B": args.propensity_b}, "kernel_build": kernel_build,
@@ -334,7 +336,7 @@ def main(argv=None) -> int:
         started = time.time()
         encoder = AutoModel.from_pretrained(args.encoder, dtype=torch.float32).to(device)
         embeddings = compute_label_embeddings(
-            encoder, train_split["text"], train_split["labels"], data.num_labels,
+            encoder, train_split["text"], train_split["labels"], data.label_count,
             tokenizer=AutoTokenizer.from_pretrained(args.encoder), batch_size=args.eval_batch_size,
             max_length=args.max_length,
         )  # fmt: skip

@@ -38,7 +38,7 @@ layout_file = Path(args.output_dir) / "label_layout.safetensors"
 if not layout_file.exists():
     train_split, _ = split_validation(data.splits["train"], VALIDATION_FRACTION, SEED)
     encoder, tokenizer = load_encoder(args.encoder)
-    layout = build_layout(train_split, data.num_labels, encoder, tokenizer, group_size=args.group_size, seed=SEED,
+    layout = build_layout(train_split, data.label_count, encoder, tokenizer, group_size=args.group_size, seed=SEED,
                           max_length=MAX_LENGTH, batch_size=256)  # fmt: skip
     layout.save(layout_file)
 print(LabelLayout.load(layout_file).describe())

@@ -1,15 +1,14 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
 """Trainer callbacks of HASTE training."""
 
-import logging
-
 import torch
 from transformers import TrainerCallback
+from transformers.utils import logging
 
 from .rewiring import check_rewiring_options, reset_optimizer_state_, rewire_
 
 
-logger = logging.getLogger(__name__)
+logger = logging.get_logger(__name__)
 
 
 def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:

@@ -145,7 +145,7 @@ def command_group(args) -> int:
     train_split, _ = split_validation(data.splits["train"], recipe.validation_fraction, args.seed)
     encoder, tokenizer = load_encoder(recipe.encoder)
     layout = build_layout(
-        train_split, data.num_labels, encoder, tokenizer, group_size=recipe.group_size,
+        train_split, data.label_count, encoder, tokenizer, group_size=recipe.group_size,
         head_label_fraction=recipe.head_label_fraction, grouping=recipe.grouping, pooling=recipe.pooling,
         beta=recipe.beta, seed=args.seed, max_length=recipe.max_length, batch_size=args.per_device_eval_batch_size,
     )  # fmt: skip
@@ -200,6 +200,7 @@ SHORT_FLAGS = {
     "--eval-batch-size": "--per-device-eval-batch-size", "--warmup": "--warmup-steps",
     "--output-lr": "--output-learning-rate", "--output-warmup": "--output-warmup-steps",
     "--num-workers": "--dataloader-num-workers", "--private": "--hub-private-repo",
+    "--rewiring-end": "--rewiring-end-fraction",
 }  # fmt: skip
 TRAIN_EPILOG = (
     " Every flag may also come from a JSON or YAML file (--config FILE; its keys are the flag names with"

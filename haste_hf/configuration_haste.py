@@ -5,6 +5,8 @@ Flat and self-contained (it imports only transformers) so that `register_for_aut
 into a checkpoint folder that loads with `trust_remote_code=True` where `haste_hf` is not installed.
 """
 
+import math
+
 from transformers import AutoConfig, PretrainedConfig
 
 
@@ -15,6 +17,11 @@ POOLING_MODES = ("cls", "mean", "last_token")
 # The paper models the top 2-5% most frequent labels densely ("Head-Tail Split"); every entry point defaults
 # to this share.
 DEFAULT_HEAD_LABEL_FRACTION = 0.03
+
+
+def head_label_count_for(head_label_fraction: float, label_count: int) -> int:
+    """The head size of a share of `label_count` labels, rounded half up (0.03 of 450 labels: 14)."""
+    return math.floor(float(head_label_fraction) * label_count + 0.5)
 LOSS_REDUCTIONS = ("sum", "mean")
 
 # Decoder-only families score a text from its last token; everything else averages its tokens, which
@@ -45,9 +52,10 @@ class HasteConfig(PretrainedConfig):
             Configuration of the wrapped encoder (any `AutoModel`-loadable architecture).
         label_count (`int`):
             Number of labels L.
-        head_label_count (`int`, *optional*, defaults to 0):
+        head_label_count (`int`, *optional*):
             Labels served by the dense head (the most frequent ones). `label_count` makes the whole
-            output layer dense; 0 removes the head.
+            output layer dense; 0 removes the head. Defaults to the paper's share,
+            `DEFAULT_HEAD_LABEL_FRACTION` (3%) of `label_count`.
         group_size (`int`, *optional*, defaults to 32):
             Labels per tail group G; they share one support of `fan_in` features. 1 gives per-label
             fixed fan-in.
@@ -79,7 +87,7 @@ class HasteConfig(PretrainedConfig):
         self,
         encoder: PretrainedConfig | dict | None = None,
         label_count: int = 1,
-        head_label_count: int = 0,
+        head_label_count: int | None = None,
         group_size: int = 32,
         fan_in: int = 64,
         head_projection_dim: int | None = None,
@@ -102,6 +110,8 @@ class HasteConfig(PretrainedConfig):
             encoder = AutoConfig.for_model("bert")
         self.encoder = encoder
         self.label_count = label_count
+        if head_label_count is None and isinstance(label_count, int):
+            head_label_count = head_label_count_for(DEFAULT_HEAD_LABEL_FRACTION, label_count)
         self.head_label_count = head_label_count
         self.group_size = group_size
         self.fan_in = fan_in
@@ -197,4 +207,4 @@ class HasteConfig(PretrainedConfig):
         return output
 
 
-__all__ = ["DEFAULT_HEAD_LABEL_FRACTION", "HASTE_FORMAT_VERSION", "HasteConfig", "default_pooling"]
+__all__ = ["DEFAULT_HEAD_LABEL_FRACTION", "HASTE_FORMAT_VERSION", "HasteConfig", "default_pooling", "head_label_count_for"]

@@ -64,7 +64,7 @@ class XMCSplit:
     """One split read from disk: its dataset, the label count the file declares, and optional BoW features."""
 
     dataset: Dataset
-    num_labels: int
+    label_count: int
     features: scipy.sparse.csr_matrix | None = None
 
 
@@ -75,7 +75,7 @@ class XMCDataset:
     Attributes:
         splits: `train` and, when present, `test`. Columns `text` (raw-text formats) and `labels`.
         label_texts: one text per label id, or `None` for bag-of-words data.
-        num_labels: size of the label space L.
+        label_count: size of the label space L.
         filters: split name -> int64 `[M, 2]` array of `(doc_idx, label_idx)` pairs to exclude from predictions.
         features: split name -> CSR `[N, D]` bag-of-words features, only when asked for.
         train_label_frequencies: int64 `[L]` label counts over the training file (before label-text
@@ -86,7 +86,7 @@ class XMCDataset:
 
     splits: DatasetDict
     label_texts: list[str] | None
-    num_labels: int
+    label_count: int
     filters: dict[str, np.ndarray] = field(default_factory=dict)
     features: dict[str, scipy.sparse.csr_matrix] = field(default_factory=dict)
     train_label_frequencies: np.ndarray | None = None
@@ -126,19 +126,19 @@ def _parse_header(path: Path, lines: Iterator[tuple[int, str]], names: tuple[str
     return tuple(int(token) for token in tokens)
 
 
-def _parse_label_ids(path: Path, line_number: int, tokens: list[str], num_labels: int) -> list[int]:
+def _parse_label_ids(path: Path, line_number: int, tokens: list[str], label_count: int) -> list[int]:
     try:
         labels = [int(token) for token in tokens]
     except ValueError:
         raise XMCFormatError(path, line_number, f"label ids must be integers, got {tokens!r}") from None
-    _check_label_ids(path, line_number, labels, num_labels)
+    _check_label_ids(path, line_number, labels, label_count)
     return labels
 
 
-def _check_label_ids(path: Path, line_number: int, labels: list[int], num_labels: int) -> None:
+def _check_label_ids(path: Path, line_number: int, labels: list[int], label_count: int) -> None:
     for label in labels:
-        if not 0 <= label < num_labels:
-            raise XMCFormatError(path, line_number, f"label id {label} is outside [0, {num_labels})")
+        if not 0 <= label < label_count:
+            raise XMCFormatError(path, line_number, f"label id {label} is outside [0, {label_count})")
     if len(set(labels)) != len(labels):
         raise XMCFormatError(path, line_number, f"duplicate label ids in {labels}")
 
@@ -185,7 +185,7 @@ def _split_bow_line(line: str) -> tuple[list[str], list[str]]:
 # Row generators (module level, so `Dataset.from_generator` can run and cache them)
 
 
-def _json_rows(path: str, num_labels: int, text_fields: TextFields) -> Iterator[dict[str, Any]]:
+def _json_rows(path: str, label_count: int, text_fields: TextFields) -> Iterator[dict[str, Any]]:
     path = Path(path)
     for line_number, line in _iter_lines(path):
         if not line.strip():
@@ -207,7 +207,7 @@ def _json_rows(path: str, num_labels: int, text_fields: TextFields) -> Iterator[
             isinstance(label, int) and not isinstance(label, bool) for label in labels
         ):
             raise XMCFormatError(path, line_number, "`target_ind` must be a list of integer label ids")
-        _check_label_ids(path, line_number, labels, num_labels)
+        _check_label_ids(path, line_number, labels, label_count)
         yield {"text": text, "labels": labels}
 
 
@@ -225,13 +225,13 @@ def _sparse_label_rows(labels_path: str) -> Iterator[tuple[int, list[int]]]:
     """Yields `(line number, label ids)` of a `N L` sparse label file; values are parsed but not used."""
     path = Path(labels_path)
     lines = _iter_lines(path)
-    num_rows, num_labels = _parse_header(path, lines, ("N", "L"))
+    num_rows, label_count = _parse_header(path, lines, ("N", "L"))
     rows_seen = 0
     for line_number, line in lines:
         if rows_seen == num_rows:
             raise _too_many_rows(path, line_number, num_rows)
-        labels, _ = _parse_sparse_pairs(path, line_number, line.split(), num_labels, "label id")
-        _check_label_ids(path, line_number, labels, num_labels)
+        labels, _ = _parse_sparse_pairs(path, line_number, line.split(), label_count, "label id")
+        _check_label_ids(path, line_number, labels, label_count)
         rows_seen += 1
         yield line_number, labels
     _check_row_count(path, rows_seen, num_rows)
@@ -263,14 +263,14 @@ def _sparse_label_only_rows(labels_path: str) -> Iterator[dict[str, Any]]:
 def _bow_rows(path: str) -> Iterator[dict[str, Any]]:
     path = Path(path)
     lines = _iter_lines(path)
-    num_rows, _, num_labels = _parse_header(path, lines, ("N", "D", "L"))
+    num_rows, _, label_count = _parse_header(path, lines, ("N", "D", "L"))
     rows_seen = 0
     for line_number, line in lines:
         if rows_seen == num_rows:
             raise _too_many_rows(path, line_number, num_rows)
         label_tokens, _ = _split_bow_line(line)
         rows_seen += 1
-        yield {"labels": _parse_label_ids(path, line_number, label_tokens, num_labels)}
+        yield {"labels": _parse_label_ids(path, line_number, label_tokens, label_count)}
     _check_row_count(path, rows_seen, num_rows)
 
 
@@ -328,7 +328,7 @@ def read_label_texts(path: str | Path) -> list[str]:
 
 def read_json_split(
     path: str | Path,
-    num_labels: int,
+    label_count: int,
     *,
     text_fields: TextFields = "title",
     split: str = "train",
@@ -337,14 +337,14 @@ def read_json_split(
     """Reads a `trn.json[.gz]`-style file: one JSON object per line with `title`, `content`, `target_ind`.
 
     Args:
-        num_labels: size of the label space (the number of lines of `lbl.json.gz`); ids must be below it.
+        label_count: size of the label space (the number of lines of `lbl.json.gz`); ids must be below it.
         text_fields: `"title"` uses the title only (title datasets); `"title_content"` uses
             `title + " " + content` (full-text datasets). Nothing is truncated here: the tokenizer does it.
     """
     if text_fields not in ("title", "title_content"):
         raise ValueError(f"text_fields must be 'title' or 'title_content', got {text_fields!r}")
-    gen_kwargs = {"path": str(path), "num_labels": num_labels, "text_fields": text_fields}
-    return XMCSplit(_generate(_json_rows, gen_kwargs, TEXT_FEATURES, split, cache_dir), num_labels)
+    gen_kwargs = {"path": str(path), "label_count": label_count, "text_fields": text_fields}
+    return XMCSplit(_generate(_json_rows, gen_kwargs, TEXT_FEATURES, split, cache_dir), label_count)
 
 
 def read_text_split(
@@ -376,9 +376,9 @@ def read_bow_file(
     in a second pass, into a float32 CSR `[N, D]` matrix.
     """
     dataset = _generate(_bow_rows, {"path": str(path)}, LABEL_FEATURES, split, cache_dir)
-    num_labels = _read_header(Path(path), ("N", "D", "L"))[2]
+    label_count = _read_header(Path(path), ("N", "D", "L"))[2]
     features = _read_features(Path(path), bow_labels=True) if return_features else None
-    return XMCSplit(dataset, num_labels, features)
+    return XMCSplit(dataset, label_count, features)
 
 
 def read_sparse_features(path: str | Path) -> scipy.sparse.csr_matrix:
@@ -415,7 +415,7 @@ def _read_features(path: Path, bow_labels: bool) -> scipy.sparse.csr_matrix:
     )
 
 
-def read_filter_file(path: str | Path, *, num_points: int | None = None, num_labels: int | None = None) -> np.ndarray:
+def read_filter_file(path: str | Path, *, num_points: int | None = None, label_count: int | None = None) -> np.ndarray:
     """Reads `filter_labels_*.txt` (`doc_idx label_idx` per line) into an int64 `[M, 2]` array.
 
     Each pair is to be excluded from that point's predictions before taking the top k (see
@@ -434,20 +434,20 @@ def read_filter_file(path: str | Path, *, num_points: int | None = None, num_lab
         doc, label = int(tokens[0]), int(tokens[1])
         if num_points is not None and doc >= num_points:
             raise XMCFormatError(path, line_number, f"doc_idx {doc} is outside [0, {num_points})")
-        if num_labels is not None and label >= num_labels:
-            raise XMCFormatError(path, line_number, f"label_idx {label} is outside [0, {num_labels})")
+        if label_count is not None and label >= label_count:
+            raise XMCFormatError(path, line_number, f"label_idx {label} is outside [0, {label_count})")
         pairs.extend((doc, label))
     return np.frombuffer(pairs, np.int64).reshape(-1, 2).copy()
 
 
-def label_frequencies(dataset: Dataset, num_labels: int, label_column: str = "labels") -> np.ndarray:
-    """Counts each label's positives over `dataset` (int64 `[num_labels]`), reading Arrow batches."""
-    counts = np.zeros(num_labels, dtype=np.int64)
+def label_frequencies(dataset: Dataset, label_count: int, label_column: str = "labels") -> np.ndarray:
+    """Counts each label's positives over `dataset` (int64 `[label_count]`), reading Arrow batches."""
+    counts = np.zeros(label_count, dtype=np.int64)
     for batch in dataset.with_format("arrow").iter(batch_size=65536):
         flat = pc.list_flatten(batch.column(label_column)).to_numpy()
-        if flat.size and (flat.min() < 0 or flat.max() >= num_labels):
-            raise ValueError(f"label ids must lie in [0, num_labels={num_labels}), found [{flat.min()}, {flat.max()}]")
-        counts += np.bincount(flat, minlength=num_labels)
+        if flat.size and (flat.min() < 0 or flat.max() >= label_count):
+            raise ValueError(f"label ids must lie in [0, label_count={label_count}), found [{flat.min()}, {flat.max()}]")
+        counts += np.bincount(flat, minlength=label_count)
     return counts
 
 
@@ -546,42 +546,42 @@ def load_xmc_dataset(
     if "train" not in splits:
         raise ValueError(f"no training split found in {path} for format {format!r}")
 
-    num_labels = splits["train"].num_labels
+    label_count = splits["train"].label_count
     for split, item in splits.items():
-        if item.num_labels != num_labels:
-            raise ValueError(f"{path}: the {split} split declares {item.num_labels} labels, train {num_labels}")
+        if item.label_count != label_count:
+            raise ValueError(f"{path}: the {split} split declares {item.label_count} labels, train {label_count}")
         if item.features is not None:
             features[split] = item.features
             if item.features.shape[0] != len(item.dataset):
                 raise ValueError(
                     f"{path}: {split} has {item.features.shape[0]} feature rows, {len(item.dataset)} labels"
                 )
-    if label_texts is not None and len(label_texts) != num_labels:
-        raise ValueError(f"{path}: {len(label_texts)} label texts for {num_labels} labels")
+    if label_texts is not None and len(label_texts) != label_count:
+        raise ValueError(f"{path}: {len(label_texts)} label texts for {label_count} labels")
 
     filters = {}
     for split in splits:
         filter_file = path / f"filter_labels_{split}.txt"
         if filter_file.is_file():
             filters[split] = read_filter_file(
-                filter_file, num_points=len(splits[split].dataset), num_labels=num_labels
+                filter_file, num_points=len(splits[split].dataset), label_count=label_count
             )
 
     train = splits["train"].dataset
-    frequencies = label_frequencies(train, num_labels)
+    frequencies = label_frequencies(train, label_count)
     num_train_points = len(train)
     if add_label_texts:
         if label_texts is None:
             raise ValueError(f"add_label_texts=True needs label texts, and {path} ({format}) has none")
         label_points = Dataset.from_dict(
-            {"text": label_texts, "labels": [[label] for label in range(num_labels)]}, features=TEXT_FEATURES
+            {"text": label_texts, "labels": [[label] for label in range(label_count)]}, features=TEXT_FEATURES
         )
         train = concatenate_datasets([train, label_points])
 
     return XMCDataset(
         splits=DatasetDict({"train": train, **{s: item.dataset for s, item in splits.items() if s != "train"}}),
         label_texts=label_texts,
-        num_labels=num_labels,
+        label_count=label_count,
         filters=filters,
         features=features,
         train_label_frequencies=frequencies,

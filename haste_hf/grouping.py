@@ -24,11 +24,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
+from transformers.utils import logging
 
-from .configuration_haste import POOLING_MODES, default_pooling
+from .configuration_haste import POOLING_MODES, default_pooling, head_label_count_for
 from .modeling_haste import pool_hidden_states
 
 GROUPING_STRATEGIES = ("semantic", "frequency", "random")
+
+logger = logging.get_logger(__name__)
 
 # Bytes of temporary memory one chunked step may allocate (similarity blocks, gathered bucket members).
 _CPU_CHUNK_BYTES = 256 * 2**20
@@ -62,47 +65,47 @@ def _as_int64_vector(values: ArrayLike, name: str) -> torch.Tensor:
 
 
 def split_head_tail(
-    label_counts: ArrayLike,
-    head_fraction: float | None = None,
-    head_count: int | None = None,
+    label_frequencies: ArrayLike,
+    head_label_fraction: float | None = None,
+    head_label_count: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Split labels into a dense head (the most frequent ones) and a sparse tail.
 
     Args:
-        label_counts: `[num_labels]` number of positive training instances of each label.
-        head_fraction: share of all labels that go to the head, in `[0, 1]` (rounded to the nearest count).
-        head_count: number of labels that go to the head. Pass exactly one of `head_fraction`, `head_count`.
+        label_frequencies: `[label_count]` number of positive training instances of each label.
+        head_label_fraction: share of all labels that go to the head, in `[0, 1]` (rounded to the nearest count).
+        head_label_count: number of labels that go to the head. Pass exactly one of `head_label_fraction`, `head_label_count`.
 
     Returns:
         `(head_ids, tail_ids)`: int64 arrays, each sorted by descending count; equal counts are ordered by
         ascending label id, so the split is deterministic.
     """
-    counts = label_counts.detach().cpu().numpy() if isinstance(label_counts, torch.Tensor) else np.asarray(label_counts)
+    counts = label_frequencies.detach().cpu().numpy() if isinstance(label_frequencies, torch.Tensor) else np.asarray(label_frequencies)
     if counts.ndim != 1:
-        raise ValueError(f"`label_counts` must be one-dimensional, got shape {counts.shape}.")
+        raise ValueError(f"`label_frequencies` must be one-dimensional, got shape {counts.shape}.")
     if counts.size and not np.issubdtype(counts.dtype, np.number):
-        raise ValueError(f"`label_counts` must be numeric, got dtype {counts.dtype}.")
+        raise ValueError(f"`label_frequencies` must be numeric, got dtype {counts.dtype}.")
     counts = counts.astype(np.float64)
     if not np.all(np.isfinite(counts)) or np.any(counts < 0):
-        raise ValueError("`label_counts` must be finite and non-negative.")
-    num_labels = counts.shape[0]
+        raise ValueError("`label_frequencies` must be finite and non-negative.")
+    label_count = counts.shape[0]
 
-    if (head_fraction is None) == (head_count is None):
+    if (head_label_fraction is None) == (head_label_count is None):
         raise ValueError(
-            "Pass exactly one of `head_fraction` (share of labels in the head, in [0, 1]) or `head_count` "
-            f"(number of head labels); got head_fraction={head_fraction}, head_count={head_count}."
+            "Pass exactly one of `head_label_fraction` (share of labels in the head, in [0, 1]) or `head_label_count` "
+            f"(number of head labels); got head_label_fraction={head_label_fraction}, head_label_count={head_label_count}."
         )
-    if head_fraction is not None:
-        if isinstance(head_fraction, bool) or not 0.0 <= float(head_fraction) <= 1.0:
-            raise ValueError(f"`head_fraction` must be a number in [0, 1], got {head_fraction!r}.")
-        head_count = math.floor(float(head_fraction) * num_labels + 0.5)
-    elif isinstance(head_count, bool) or not isinstance(head_count, (int, np.integer)):
-        raise ValueError(f"`head_count` must be an integer, got {head_count!r}.")
-    elif not 0 <= head_count <= num_labels:
-        raise ValueError(f"`head_count` must be in [0, {num_labels}] (the number of labels), got {head_count}.")
+    if head_label_fraction is not None:
+        if isinstance(head_label_fraction, bool) or not 0.0 <= float(head_label_fraction) <= 1.0:
+            raise ValueError(f"`head_label_fraction` must be a number in [0, 1], got {head_label_fraction!r}.")
+        head_label_count = head_label_count_for(head_label_fraction, label_count)
+    elif isinstance(head_label_count, bool) or not isinstance(head_label_count, (int, np.integer)):
+        raise ValueError(f"`head_label_count` must be an integer, got {head_label_count!r}.")
+    elif not 0 <= head_label_count <= label_count:
+        raise ValueError(f"`head_label_count` must be in [0, {label_count}] (the number of labels), got {head_label_count}.")
 
     by_frequency = np.argsort(-counts, kind="stable").astype(np.int64)
-    return by_frequency[:head_count], by_frequency[head_count:]
+    return by_frequency[:head_label_count], by_frequency[head_label_count:]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -136,6 +139,8 @@ def _text_embedder(encoder, tokenizer, pooling: str | None, max_length: int | No
 
         return embed, lambda: encoder.train(was_training)
 
+    if pooling is not None:
+        logger.warning(f"`pooling={pooling!r}` is ignored: it applies to a transformers encoder, this one embeds texts itself.")
     if callable(getattr(encoder, "encode", None)):  # a sentence-transformers model (duck-typed)
 
         def embed(texts: list[str]) -> torch.Tensor:
@@ -165,7 +170,7 @@ def compute_label_embeddings(
     encoder: "str | Callable | torch.nn.Module",
     texts: Iterable[str],
     labels: Iterable[Sequence[int]],
-    num_labels: int,
+    label_count: int,
     *,
     tokenizer=None,
     batch_size: int = 64,
@@ -177,7 +182,7 @@ def compute_label_embeddings(
     """Label embeddings from the positive training instances of each label.
 
     `e_l = normalize(mean_{i: y_il = 1} normalize(h_i))`, where `h_i` is the encoder embedding of training text
-    `i`. Instances are streamed in batches; only the `[num_labels, d]` float32 accumulator is kept in memory.
+    `i`. Instances are streamed in batches; only the `[label_count, d]` float32 accumulator is kept in memory.
 
     Args:
         encoder: one of
@@ -189,7 +194,7 @@ def compute_label_embeddings(
             - any callable mapping a list of texts to a `[len(texts), d]` tensor or array.
         texts: training texts, e.g. `dataset["text"]`; any iterable, read once.
         labels: for each text, the ids of its positive labels, e.g. `dataset["labels"]`; same length as `texts`.
-        num_labels: total number of labels `L`; every id must be in `[0, L)`.
+        label_count: total number of labels `L`; every id must be in `[0, L)`.
         tokenizer: tokenizer of a transformers `encoder`.
         batch_size: number of texts encoded at once.
         max_length: truncation length for a transformers `encoder`.
@@ -200,15 +205,15 @@ def compute_label_embeddings(
         show_progress: show a tqdm progress bar over batches.
 
     Returns:
-        `[num_labels, d]` float32 tensor on `device`, rows of unit norm. A label without any positive instance
+        `[label_count, d]` float32 tensor on `device`, rows of unit norm. A label without any positive instance
         gets the zero vector; `group_labels` places such labels after all semantically grouped ones.
     """
     if pooling is not None and pooling not in POOLING_MODES:
         raise ValueError(f"`pooling` must be one of {POOLING_MODES}, got {pooling!r}.")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
-    if isinstance(num_labels, bool) or not isinstance(num_labels, (int, np.integer)) or num_labels < 1:
-        raise ValueError(f"`num_labels` must be a positive integer, got {num_labels!r}.")
+    if isinstance(label_count, bool) or not isinstance(label_count, (int, np.integer)) or label_count < 1:
+        raise ValueError(f"`label_count` must be a positive integer, got {label_count!r}.")
     device = _default_device(device)
     embed, restore = _text_embedder(encoder, tokenizer, pooling, max_length, device)
 
@@ -225,9 +230,9 @@ def compute_label_embeddings(
             batch_texts = [text for text, _ in batch]
             label_lists = [np.asarray(ids, dtype=np.int64).reshape(-1) for _, ids in batch]
             flat_labels = np.concatenate(label_lists)
-            if flat_labels.size and (flat_labels.min() < 0 or flat_labels.max() >= num_labels):
+            if flat_labels.size and (flat_labels.min() < 0 or flat_labels.max() >= label_count):
                 raise ValueError(
-                    f"Label ids in batch {batch_index} must be in [0, {num_labels}) (`num_labels`); got ids in "
+                    f"Label ids in batch {batch_index} must be in [0, {label_count}) (`label_count`); got ids in "
                     f"[{flat_labels.min()}, {flat_labels.max()}]. Remove padding values such as -100."
                 )
             instance_embeddings = embed(batch_texts)
@@ -238,7 +243,7 @@ def compute_label_embeddings(
                 )
             instance_embeddings = F.normalize(instance_embeddings.to(device=device, dtype=torch.float32), dim=1)
             if sums is None:
-                sums = torch.zeros(num_labels, instance_embeddings.shape[1], dtype=torch.float32, device=device)
+                sums = torch.zeros(label_count, instance_embeddings.shape[1], dtype=torch.float32, device=device)
             rows = torch.repeat_interleave(
                 torch.arange(len(batch_texts), device=device),
                 torch.as_tensor([len(ids) for ids in label_lists], device=device),
@@ -280,17 +285,17 @@ class LabelGrouping:
         self.group_size = int(self.group_size)
 
     @property
-    def num_labels(self) -> int:
+    def label_count(self) -> int:
         return self.order.numel()
 
     @property
     def num_groups(self) -> int:
-        return math.ceil(self.num_labels / self.group_size)
+        return math.ceil(self.label_count / self.group_size)
 
     def groups(self) -> torch.Tensor:
         """`[num_groups, group_size]` int64 label ids; the last group is padded with -1."""
         padded = torch.full((self.num_groups * self.group_size,), -1, dtype=torch.int64)
-        padded[: self.num_labels] = self.order
+        padded[: self.label_count] = self.order
         return padded.view(self.num_groups, self.group_size)
 
     def output_labels(self, head_ids: ArrayLike | None = None) -> torch.Tensor:
@@ -537,7 +542,7 @@ def _semantic_order(
             beta *= 2  # no bucket held a full group: use fewer, larger buckets (ends with a single bucket)
         pool = pool[leftover]
     progress.close()
-    return torch.cat(pieces)
+    return torch.cat(pieces) if pieces else pool  # no label with an embedding: nothing to order
 
 
 def group_labels(
@@ -546,7 +551,7 @@ def group_labels(
     group_size: int,
     strategy: str = "semantic",
     *,
-    label_counts: ArrayLike | None = None,
+    label_frequencies: ArrayLike | None = None,
     beta: float = 16,
     seed: int = 0,
     device: str | torch.device | None = None,
@@ -562,17 +567,17 @@ def group_labels(
           `group_size - 1` most similar unassigned labels; bucket remainders are grouped again the same way
           until fewer than `group_size` are left. Labels with an all-zero embedding (no positive training
           instance) come last, in the order of `label_ids`.
-        - `"frequency"`: descending `label_counts` (ties by ascending id), consecutive `group_size`.
+        - `"frequency"`: descending `label_frequencies` (ties by ascending id), consecutive `group_size`.
         - `"random"`: a random permutation.
     Every group has exactly `group_size` labels except possibly the last.
 
     Args:
-        embeddings: `[num_labels, d]` label embeddings indexed by label id (as returned by
+        embeddings: `[label_count, d]` label embeddings indexed by label id (as returned by
             `compute_label_embeddings`); only the rows of `label_ids` are used. Required by `"semantic"`.
         label_ids: ids of the labels to group (the tail), distinct and non-negative.
         group_size: labels per group `G`.
         strategy: `"semantic"`, `"frequency"` or `"random"`.
-        label_counts: `[num_labels]` training counts, indexed by label id. Required by `"frequency"`.
+        label_frequencies: `[label_count]` training counts, indexed by label id. Required by `"frequency"`.
         beta: average bucket size in groups (`>= 1`); the paper uses 16.
         seed: seeds the k-means initialisation, greedy seeds and random permutation. Results are reproducible
             on one device type; CUDA float atomics may break near-ties differently between runs.
@@ -599,14 +604,14 @@ def group_labels(
         return LabelGrouping(label_ids[torch.randperm(label_ids.numel(), generator=generator)], group_size, strategy)
 
     if strategy == "frequency":
-        if label_counts is None:
-            raise ValueError('`label_counts` is required with strategy="frequency".')
+        if label_frequencies is None:
+            raise ValueError('`label_frequencies` is required with strategy="frequency".')
         counts = torch.as_tensor(
-            label_counts.detach().cpu().numpy() if isinstance(label_counts, torch.Tensor) else np.asarray(label_counts)
+            label_frequencies.detach().cpu().numpy() if isinstance(label_frequencies, torch.Tensor) else np.asarray(label_frequencies)
         ).to(torch.float64)
         if counts.ndim != 1 or counts.numel() <= max_id:
             raise ValueError(
-                f"`label_counts` must be one-dimensional and cover every id in `label_ids` (at least {max_id + 1} "
+                f"`label_frequencies` must be one-dimensional and cover every id in `label_ids` (at least {max_id + 1} "
                 f"entries), got shape {tuple(counts.shape)}."
             )
         # Equal counts by ascending id: sort the ids first, then stably by count.
@@ -623,7 +628,7 @@ def group_labels(
     embeddings = torch.from_numpy(embeddings) if isinstance(embeddings, np.ndarray) else embeddings
     if embeddings.ndim != 2 or embeddings.shape[0] <= max_id:
         raise ValueError(
-            f"`embeddings` must be [num_labels, d] with a row for every id in `label_ids` (at least {max_id + 1} "
+            f"`embeddings` must be [label_count, d] with a row for every id in `label_ids` (at least {max_id + 1} "
             f"rows), got shape {tuple(embeddings.shape)}."
         )
     if label_ids.numel() == 0:
@@ -653,17 +658,17 @@ def grouping_objective(
     count with similarity 0.
     """
     embeddings = torch.from_numpy(embeddings) if isinstance(embeddings, np.ndarray) else embeddings
-    if grouping.num_labels == 0:
+    if grouping.label_count == 0:
         return 0.0
     device = _default_device(device)
     group_size = grouping.group_size
     # Chunks are whole groups, so no group straddles two chunks.
     rows_per_chunk = group_size * max(1, _chunk_bytes(device) // (4 * embeddings.shape[1] * group_size))
     total = torch.zeros((), dtype=torch.float64, device=device)
-    for start in range(0, grouping.num_labels, rows_per_chunk):
+    for start in range(0, grouping.label_count, rows_per_chunk):
         ids = grouping.order[start : start + rows_per_chunk]
         vectors, _ = _normalized_rows(embeddings, ids, device, torch.float32)
         group = torch.arange(ids.numel(), device=device) // group_size
         centroids = torch.zeros(int(group[-1]) + 1, vectors.shape[1], device=device).index_add_(0, group, vectors)
         total += (vectors * F.normalize(centroids, dim=1)[group]).sum(dtype=torch.float64)
-    return float(total) / grouping.num_labels
+    return float(total) / grouping.label_count

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION
+from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, head_label_count_for
 from .grouping import GROUPING_STRATEGIES, LabelGrouping, compute_label_embeddings, group_labels, split_head_tail
 
 
@@ -154,14 +154,14 @@ class LabelLayout:
         frequencies = _int64_vector(label_frequencies, "label_frequencies")
         if head_label_count is None and head_label_fraction is None:
             head_label_fraction = DEFAULT_HEAD_LABEL_FRACTION
-        head_ids, tail_ids = split_head_tail(frequencies, head_fraction=head_label_fraction, head_count=head_label_count)
+        head_ids, tail_ids = split_head_tail(frequencies, head_label_fraction=head_label_fraction, head_label_count=head_label_count)
         if strategy == "semantic" and label_embeddings is None and len(tail_ids):
             raise ValueError(
                 'strategy="semantic" needs `label_embeddings` (see `compute_label_embeddings`), or use '
                 '`LabelLayout.from_training_split` with an encoder.'
             )
         grouping = group_labels(
-            label_embeddings, tail_ids, group_size, strategy, label_counts=frequencies, beta=beta, seed=seed,
+            label_embeddings, tail_ids, group_size, strategy, label_frequencies=frequencies, beta=beta, seed=seed,
             device=device, show_progress=show_progress,
         )  # fmt: skip
         return cls(
@@ -282,7 +282,7 @@ class LabelLayout:
                 f"compute a layout with G = {group_size}."
             )
         if head_label_fraction is not None:
-            head_label_count = math.floor(float(head_label_fraction) * self.label_count + 0.5)
+            head_label_count = head_label_count_for(head_label_fraction, self.label_count)
             if head_label_count != self.head_label_count:
                 raise ValueError(
                     f"`head_label_fraction` ({head_label_fraction}) gives a head of {head_label_count} labels, the label "

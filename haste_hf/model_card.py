@@ -92,7 +92,7 @@ class HasteModelCardData:
         ]  # fmt: skip
         rewiring = None
         if args.rewiring_interval:
-            rewiring = dict(interval=args.rewiring_interval, fraction=args.rewiring_fraction, end=args.rewiring_end,
+            rewiring = dict(interval=args.rewiring_interval, fraction=args.rewiring_fraction, end=args.rewiring_end_fraction,
                             init=args.rewiring_init, scope=args.rewiring_scope)  # fmt: skip
         evaluations = [entry for entry in trainer.state.log_history if any(_METRIC_KEY.match(k) for k in entry)]
         training = {

@@ -25,11 +25,13 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import AutoConfig, AutoModel, PreTrainedModel
 from transformers import initialization as init
-from transformers.utils import ModelOutput, cached_file
+from transformers.utils import ModelOutput, cached_file, logging
 
-from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, HasteConfig
+from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, HasteConfig, head_label_count_for
 from .sparse_ops import group_sparse_linear
 
+
+logger = logging.get_logger(__name__)
 
 LABEL_NAMES_FILE = "label_names.json"
 IGNORE_INDEX = -100
@@ -325,7 +327,9 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         if head_label_fraction is not None:
             if not 0.0 <= head_label_fraction <= 1.0:
                 raise ValueError(f"`head_label_fraction` must lie in [0, 1], got {head_label_fraction}.")
-            head_label_count = math.floor(head_label_fraction * label_count + 0.5)  # half up, as the grouping split
+            head_label_count = head_label_count_for(head_label_fraction, label_count)
+        if encoder_kwargs and not isinstance(encoder, (str, os.PathLike)):
+            logger.warning("`encoder_kwargs` is ignored: they are arguments of loading, and the encoder is given as a model.")
         if isinstance(encoder, (str, os.PathLike)):
             encoder_kwargs = encoder_kwargs or {}
             encoder_config = AutoConfig.from_pretrained(encoder, **encoder_kwargs)
@@ -335,7 +339,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         if _encoder_kwargs(encoder.config) and getattr(encoder, "pooler", None) is not None:
             encoder.pooler = None  # as `__init__` builds it: no pooler, so saved weights match a fresh model
         config = HasteConfig(
-            encoder=encoder.config, label_count=label_count, head_label_count=head_label_count or 0, **config_kwargs
+            encoder=encoder.config, label_count=label_count, head_label_count=head_label_count, **config_kwargs
         )
         model = cls(config, encoder=encoder).to(encoder.dtype)
         if layout is not None:

@@ -17,12 +17,7 @@ from collections.abc import Iterator, Mapping
 import torch
 from transformers import get_scheduler
 
-
-try:  # the fused CUDA update of bf16 parameters; PyTorch computes the same update everywhere else
-    import triton
-    import triton.language as tl
-except ImportError:
-    triton = None
+from . import triton_sgd
 
 
 # Bounds the float32 copies of parameter, gradient and momentum made by one update, so an output layer
@@ -56,72 +51,6 @@ def stochastic_round_to_bfloat16(values: torch.Tensor, generator: torch.Generato
     return torch.where(torch.isnan(values), values.to(torch.bfloat16), rounded)
 
 
-# Triton's Philox takes 32-bit offsets: larger tensors are updated in slices with a seed each.
-_FUSED_SLICE_ELEMENTS = 1 << 30
-_FUSED_BLOCK = 1024
-
-
-def _triton_available() -> bool:
-    return triton is not None
-
-
-if triton is not None:
-
-    @triton.jit
-    def _stochastic_round_kernel_part(values, noise):
-        bits = values.to(tl.int32, bitcast=True) + noise.to(tl.int32)
-        rounded = (bits & -65536).to(tl.float32, bitcast=True)
-        return tl.where(values != values, values, rounded).to(tl.bfloat16)
-
-    @triton.jit
-    def _bfloat16_sgd_kernel(
-        param_ptr, grad_ptr, buffer_ptr, numel, lr, momentum, decay, seed,
-        HAS_MOMENTUM: tl.constexpr, FIRST_STEP: tl.constexpr, NESTEROV: tl.constexpr, BUFFER_BF16: tl.constexpr,
-        BLOCK: tl.constexpr,
-    ):  # fmt: skip
-        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        in_range = offsets < numel
-        grad = tl.load(grad_ptr + offsets, mask=in_range, other=0.0).to(tl.float32)
-        random = tl.randint(seed, offsets).to(tl.uint32, bitcast=True)  # 32 bits: the low half rounds the weight, the high half the buffer
-        direction = grad
-        if HAS_MOMENTUM:
-            if FIRST_STEP:
-                average = grad
-            else:
-                average = tl.load(buffer_ptr + offsets, mask=in_range, other=0.0).to(tl.float32) * momentum + grad
-            if BUFFER_BF16:
-                tl.store(buffer_ptr + offsets, _stochastic_round_kernel_part(average, random >> 16), mask=in_range)
-            else:
-                tl.store(buffer_ptr + offsets, average, mask=in_range)
-            if NESTEROV:
-                direction = grad + momentum * average
-            else:
-                direction = average
-        weights = tl.load(param_ptr + offsets, mask=in_range, other=0.0).to(tl.float32) * decay - lr * direction
-        tl.store(param_ptr + offsets, _stochastic_round_kernel_part(weights, random & 0xFFFF), mask=in_range)
-
-
-def _fused_bfloat16_sgd_(param, buffer, group, first_momentum_step: bool, seed: int) -> None:
-    """`StochasticRoundingSGD`'s update of a contiguous bf16 CUDA parameter in one pass over memory.
-
-    Same arithmetic as the PyTorch path up to float32 rounding (the compiler may fuse multiply-adds) and
-    with random bits from Triton's Philox, counter-based on ``(seed, element)``.
-    """
-    flat_param, flat_grad = param.view(-1), param.grad.view(-1)
-    flat_buffer = flat_param if buffer is None else buffer.view(-1)  # never read without momentum
-    with torch.cuda.device(param.device):
-        for index, start in enumerate(range(0, flat_param.numel(), _FUSED_SLICE_ELEMENTS)):
-            stop = min(start + _FUSED_SLICE_ELEMENTS, flat_param.numel())
-            grid = (triton.cdiv(stop - start, _FUSED_BLOCK),)
-            _bfloat16_sgd_kernel[grid](
-                flat_param[start:stop], flat_grad[start:stop], flat_buffer[start:stop], stop - start,
-                group["lr"], group["momentum"], 1.0 - group["lr"] * group["weight_decay"],
-                _stable_seed(seed, index) >> 1,  # Triton takes a signed 64-bit seed
-                HAS_MOMENTUM=buffer is not None, FIRST_STEP=first_momentum_step, NESTEROV=group["nesterov"],
-                BUFFER_BF16=buffer is not None and buffer.dtype == torch.bfloat16, BLOCK=_FUSED_BLOCK,
-            )  # fmt: skip
-
-
 def _stable_seed(*parts) -> int:
     digest = hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little")
@@ -146,9 +75,9 @@ class StochasticRoundingSGD(torch.optim.Optimizer):
     data-parallel rank (so replicas stay equal), and the only state they need, the per-parameter step
     count ``state[p]["step"]``, is in `state_dict`, so a resumed run continues bit for bit.
 
-    Contiguous bf16 CUDA parameters are updated by one fused Triton kernel (``fused=None``: when Triton
-    is installed; ``True``: required; ``False``: never) that reads and writes each weight and buffer
-    once and draws its bits from Philox; elsewhere a PyTorch update in float32 blocks
+    Contiguous bf16 CUDA parameters are updated by one fused Triton kernel (`haste_hf.triton_sgd`;
+    ``fused=None``: when Triton is installed; ``True``: required; ``False``: never) that reads and writes
+    each weight and buffer once and draws its bits from Philox; elsewhere a PyTorch update in float32 blocks
     (`stochastic_round_to_bfloat16` with a generator seeded per parameter and step). Both compute the
     same update; their random bits differ, so CPU, fused and unfused runs agree in distribution, not bit
     for bit.
@@ -220,12 +149,12 @@ class StochasticRoundingSGD(torch.optim.Optimizer):
             and param.grad.is_contiguous()
             and (buffer is None or (buffer.is_contiguous() and buffer.dtype in (torch.float32, torch.bfloat16)))
         )
-        if self.fused and not (eligible and _triton_available()):
+        if self.fused and not (eligible and triton_sgd.is_available()):
             raise RuntimeError(
                 "`fused=True` needs Triton and contiguous bfloat16 CUDA parameters with stochastic rounding; "
                 "pass `fused=None` to fall back to the PyTorch update elsewhere."
             )
-        return self.fused is not False and eligible and _triton_available()
+        return self.fused is not False and eligible and triton_sgd.is_available()
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -249,7 +178,7 @@ class StochasticRoundingSGD(torch.optim.Optimizer):
                 buffer = state["momentum_buffer"] if group["momentum"] != 0.0 else None
                 seed = _stable_seed("haste_hf.sgd", self.seed, param_index, state["step"])
                 if self._use_fused(param, buffer, group):
-                    _fused_bfloat16_sgd_(param, buffer, group, first_momentum_step, seed)
+                    triton_sgd.fused_bfloat16_sgd_(param, buffer, group, first_momentum_step, seed)
                 else:
                     self._update_(param, buffer, group, first_momentum_step, seed)
         return loss

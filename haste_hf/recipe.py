@@ -407,7 +407,7 @@ def train(
     pooling = recipe.pooling or default_pooling(encoder_model.config)
     if is_main:  # once: the other ranks take rank 0's layout (CUDA reductions need not agree between runs)
         layout = build_layout(
-            train_split, dataset.num_labels, encoder_model, tokenizer, layout=layout if layout is not None else recipe.layout_file,
+            train_split, dataset.label_count, encoder_model, tokenizer, layout=layout if layout is not None else recipe.layout_file,
             group_size=recipe.group_size, head_label_fraction=recipe.head_label_fraction, grouping=recipe.grouping,
             beta=recipe.beta, pooling=pooling, seed=seed, max_length=recipe.max_length,
             batch_size=training_args.per_device_eval_batch_size,

@@ -13,6 +13,8 @@ import torch
 from torch import nn
 from transformers import Trainer
 from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
+from transformers.training_args import OptimizerNames
+from transformers.utils import logging
 
 from .callbacks import RewiringCallback, unwrap_model
 from .distributed import ignore_shards_in_ddp, resolve_shard_output_layer, shard_output_layer_
@@ -22,6 +24,8 @@ from .training_args import HasteTrainingArguments
 
 
 OUTPUT_LAYER_MODULES = ("head", "tail")
+
+logger = logging.get_logger(__name__)
 
 
 def split_parameters(model: HasteForExtremeClassification) -> tuple[list[tuple[str, nn.Parameter]], list[nn.Parameter]]:
@@ -36,6 +40,20 @@ def split_parameters(model: HasteForExtremeClassification) -> tuple[list[tuple[s
         else:
             encoder_side.append((name, param))
     return encoder_side, output_layer
+
+
+def _warn_ignored_options(args: HasteTrainingArguments) -> None:
+    """Warns about the `TrainingArguments` fields that `HasteTrainer` does not use."""
+    default = HasteTrainingArguments.__dataclass_fields__["optim"].default
+    if OptimizerNames(args.optim) != OptimizerNames(default):
+        logger.warning(
+            f"`optim={args.optim.value}` is ignored: HasteTrainer trains the encoder with AdamW (`learning_rate`, "
+            "`adam_*`, `weight_decay`) and the head and tail with SGD (the `output_*` fields)."
+        )
+    if args.optim_args:
+        logger.warning("`optim_args` is ignored: HasteTrainer builds its own optimizers (see `optim`).")
+    if args.label_smoothing_factor:
+        logger.warning("`label_smoothing_factor` is ignored: the model computes its own BCE loss.")
 
 
 class HasteTrainer(Trainer):
@@ -73,11 +91,12 @@ class HasteTrainer(Trainer):
             # stays a function of `seed` through `data_seed`, which the sampler would otherwise take from
             # the torch seed.
             torch.manual_seed(args.seed + args.process_index)
+        _warn_ignored_options(args)
         if args.rewiring_interval and self.model.tail is not None:
             rewiring = RewiringCallback(
                 interval=args.rewiring_interval,
                 fraction=args.rewiring_fraction,
-                end_fraction=args.rewiring_end,
+                end_fraction=args.rewiring_end_fraction,
                 scope=args.rewiring_scope,
                 init=args.rewiring_init,
                 seed=args.rewiring_seed,
@@ -124,6 +143,7 @@ class HasteTrainer(Trainer):
                 output_scheduler_type=args.output_lr_scheduler_type,
                 output_warmup=args.output_warmup_steps,
                 encoder_scheduler_kwargs=args.lr_scheduler_kwargs or None,
+                output_scheduler_kwargs=args.output_lr_scheduler_kwargs or None,
             )
             self._created_lr_scheduler = True
         return self.lr_scheduler

@@ -1,6 +1,7 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
 """Training arguments of HASTE: two optimizers with their own schedules, and rewiring."""
 
+import json
 from dataclasses import dataclass, field
 
 from transformers import TrainingArguments
@@ -30,6 +31,9 @@ class HasteTrainingArguments(TrainingArguments):
     output_momentum: float = field(default=0.9, metadata={"help": "Output layer SGD momentum (0: no buffer)."})
     output_weight_decay: float = field(default=1e-4, metadata={"help": "Output layer decoupled weight decay."})
     output_lr_scheduler_type: str = field(default="cosine", metadata={"help": "Output layer learning-rate schedule."})
+    output_lr_scheduler_kwargs: dict | str | None = field(
+        default=None, metadata={"help": "Extra arguments of the output layer's schedule (a dict, or its JSON text)."}
+    )
     output_warmup_steps: float = field(
         default=0.0, metadata={"help": "Output layer warm-up: steps if >= 1, else a fraction of training."}
     )
@@ -45,7 +49,7 @@ class HasteTrainingArguments(TrainingArguments):
     )
     rewiring_interval: int = field(default=2000, metadata={"help": "Steps between rewirings; 0 turns rewiring off."})
     rewiring_fraction: float = field(default=0.2, metadata={"help": "Share of (group, slot) pairs regrown per rewiring."})
-    rewiring_end: float = field(default=2 / 3, metadata={"help": "No rewiring after this fraction of training."})
+    rewiring_end_fraction: float = field(default=2 / 3, metadata={"help": "No rewiring after this fraction of training."})
     rewiring_init: str = field(default="zero", metadata={"help": "Weights of regrown slots: 'zero' or 'random'."})
     rewiring_scope: str = field(
         default="global", metadata={"help": "Prune the weakest pairs over all groups ('global') or in each ('group')."}
@@ -63,6 +67,8 @@ class HasteTrainingArguments(TrainingArguments):
 
     def __post_init__(self):
         super().__post_init__()
+        if isinstance(self.output_lr_scheduler_kwargs, str):  # from the command line, as `lr_scheduler_kwargs`
+            self.output_lr_scheduler_kwargs = json.loads(self.output_lr_scheduler_kwargs)
         for name in ("output_learning_rate", "output_momentum", "output_weight_decay", "output_warmup_steps", "output_max_grad_norm"):
             if getattr(self, name) < 0:
                 raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}.")
@@ -76,9 +82,9 @@ class HasteTrainingArguments(TrainingArguments):
         if self.rewiring_interval < 0:
             raise ValueError(f"`rewiring_interval` must be >= 0 (0 turns rewiring off), got {self.rewiring_interval}.")
         check_rewiring_options(
-            self.rewiring_fraction, self.rewiring_scope, self.rewiring_init, self.rewiring_end,
+            self.rewiring_fraction, self.rewiring_scope, self.rewiring_init, self.rewiring_end_fraction,
             names={"fraction": "rewiring_fraction", "scope": "rewiring_scope", "init": "rewiring_init",
-                   "end_fraction": "rewiring_end"},
+                   "end_fraction": "rewiring_end_fraction"},
         )  # fmt: skip
         if self.eval_top_k < 1:
             raise ValueError(f"`eval_top_k` must be >= 1, got {self.eval_top_k}.")

@@ -54,7 +54,7 @@ def make_trainer(output: Path, shard: bool, model=None, **overrides) -> HasteTra
     fields = dict(
         output_dir=str(output), per_device_train_batch_size=GLOBAL_BATCH // world_size, per_device_eval_batch_size=4,
         max_steps=STEPS, learning_rate=3e-3, output_learning_rate=0.1, rewiring_interval=3, rewiring_fraction=0.25,
-        rewiring_end=1.0, max_grad_norm=1.0, output_max_grad_norm=2.0, logging_steps=1, save_strategy="no",
+        rewiring_end_fraction=1.0, max_grad_norm=1.0, output_max_grad_norm=2.0, logging_steps=1, save_strategy="no",
         report_to=[], use_cpu=True, ddp_backend="gloo" if world_size > 1 else None, seed=0, disable_tqdm=True, shard_output_layer=shard,
     )  # fmt: skip
     fields.update(overrides)

@@ -120,3 +120,50 @@ def test_trainer_resume_reproduces_rewiring_and_optimizer_state(tmp_path):
     assert not torch.equal(model.tail.supports, tiny_haste_model().tail.supports)
     for (name, ours), theirs in zip(model.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(ours, theirs), name
+
+
+def rewired_supports(step, args_seed=5, callback_seed=None):
+    model = tiny_haste_model()
+    args = TrainingArguments(output_dir="unused", seed=args_seed, report_to="none")
+    callback = RewiringCallback(interval=10, fraction=0.3, seed=callback_seed)
+    callback.on_step_end(args, TrainerState(max_steps=100, global_step=step), TrainerControl(), model=model)
+    return model.tail.supports.clone()
+
+
+def test_two_rewirings_of_a_run_draw_from_different_streams():
+    """The callback hands the global step and the seed (its own, else the run's) to the rewiring."""
+    at_10 = rewired_supports(10)
+    assert torch.equal(at_10, rewired_supports(10))
+    assert not torch.equal(at_10, rewired_supports(20))  # same weights, another step: other features
+    assert not torch.equal(at_10, rewired_supports(10, args_seed=6))
+    assert torch.equal(rewired_supports(10, args_seed=5, callback_seed=7), rewired_supports(10, args_seed=6, callback_seed=7))
+
+
+def test_callback_keeps_the_padding_slots_of_the_last_group_out_of_the_scores():
+    model = tiny_haste_model()  # 27 tail labels in 7 groups of 4: label 3 of group 6 is padding
+    assert model.output_labels[-1] == -1 and (model.output_labels[3:-1] >= 0).all()
+    with torch.no_grad():
+        model.tail.weight.fill_(1.0)
+        model.tail.weight[6, :3, 0] = 0.01  # the weakest pair for the real labels of group 6 ...
+        model.tail.weight[6, 3, 0] = 100.0  # ... unless the padding label's weight counts
+    before = model.tail.supports.clone()
+    args = TrainingArguments(output_dir="unused", seed=0, report_to="none")
+    state = TrainerState(max_steps=100, global_step=10)
+    RewiringCallback(interval=10, fraction=1 / 42).on_step_end(args, state, TrainerControl(), model=model)  # 1 of 42 pairs
+    changed = (model.tail.supports != before).nonzero().tolist()
+    assert changed == [[6, 0]]
+
+
+def test_random_regrowth_of_a_bfloat16_tail_stays_within_the_initial_bound():
+    model = tiny_haste_model()
+    model.tail.to(torch.bfloat16)
+    before = model.tail.supports.clone()
+    args = TrainingArguments(output_dir="unused", seed=0, report_to="none")
+    state = TrainerState(max_steps=100, global_step=10)
+    RewiringCallback(interval=10, fraction=0.5, init="random").on_step_end(args, state, TrainerControl(), model=model)
+    regrown = (model.tail.supports != before).unsqueeze(1).expand_as(model.tail.weight)
+    values = model.tail.weight[regrown].float()
+    fan_in = model.config.fan_in
+    assert model.tail.weight.dtype == torch.bfloat16 and values.numel() == 4 * math.floor(7 * 6 * 0.5)
+    assert bool((values.abs() <= 1 / math.sqrt(fan_in)).all()) and bool((values != 0).all())
+    assert values.std() > 0.5 / math.sqrt(3 * fan_in)  # spread over the bound (uniform std: bound / sqrt(3))

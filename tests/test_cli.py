@@ -170,6 +170,16 @@ def test_train_reads_its_flags_from_a_config_file_and_the_command_line_wins(tmp_
         parse_args(["train", "--config", str(config)])
 
 
+def test_group_defaults_to_the_papers_head_share(dataset_dir, encoder_dir, tmp_path):
+    from haste_hf.label_plan import LabelLayout
+
+    layout_file = tmp_path / "layout.safetensors"
+    assert main(["group", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output", str(layout_file),
+                 "--grouping", "random"]) == 0  # fmt: skip
+    layout = LabelLayout.load(layout_file)
+    assert (layout.head_label_count, layout.group_size, layout.strategy) == (1, 16, "random")  # round(3% of 30) = 1
+
+
 def test_train_refuses_structure_flags_that_contradict_the_layout_file(dataset_dir, encoder_dir, tmp_path):
     layout_file = tmp_path / "layout.safetensors"
     assert main(["group", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output", str(layout_file),

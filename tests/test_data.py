@@ -67,7 +67,7 @@ def json_dir(tmp_path):
 def test_json_dataset_title_and_content(json_dir, cache):
     dataset = load_xmc_dataset(json_dir, cache_dir=cache)
     assert dataset.format == "json"
-    assert dataset.num_labels == 4
+    assert dataset.label_count == 4
     assert dataset.label_texts == ["label 0", "label 1", "label 2", "label 3"]
     assert dataset.splits["train"]["text"] == ["alpha", "beta", "gamma"]
     assert dataset.splits["train"]["labels"] == [[0, 2], [0], [3, 0, 1]]
@@ -107,19 +107,19 @@ def test_text_sparse_dataset(tmp_path, cache):
     write(tmp_path / "Y.txt", "zero\none\ntwo\nthree\nfour\n")
     assert detect_format(tmp_path) == "text_sparse"
     dataset = load_xmc_dataset(tmp_path, add_label_texts=True, cache_dir=cache)
-    assert dataset.num_labels == 5
+    assert dataset.label_count == 5
     assert dataset.label_texts == ["zero", "one", "two", "three", "four"]
     assert dataset.splits["train"]["text"][:3] == ["first text", "", "third"]
     assert dataset.splits["train"]["labels"][:3] == [[0, 4], [], [2]]
     assert dataset.splits["test"][0] == {"text": "test text", "labels": [3]}
     split = read_text_split(tmp_path / "trn_X.txt", tmp_path / "trn_X_Y.txt", cache_dir=cache)
-    assert split.num_labels == 5 and len(split.dataset) == 3
+    assert split.label_count == 5 and len(split.dataset) == 3
 
 
 def test_bow_file_labels_and_features(tmp_path, cache):
     path = write(tmp_path / "train.txt", "3 6 4\n1,3 0:0.5 5:2\n 2:1\n0 \n")
     split = read_bow_file(path, return_features=True, cache_dir=cache)
-    assert split.num_labels == 4
+    assert split.label_count == 4
     assert split.dataset["labels"] == [[1, 3], [], [0]]
     assert "text" not in split.dataset.column_names
     expected = np.zeros((3, 6), np.float32)
@@ -150,7 +150,7 @@ def test_bow_directory_and_split_form(tmp_path, cache):
     dataset = load_xmc_dataset(split, return_features=True, cache_dir=cache)
     assert dataset.splits["train"]["labels"] == [[2], [0, 1]]
     np.testing.assert_array_equal(dataset.features["train"].toarray(), [[1, 0, 0, 0.25], [0, 0, 0, 0]])
-    assert read_sparse_label_split(split / "trn_X_Y.txt", cache_dir=cache).num_labels == 3
+    assert read_sparse_label_split(split / "trn_X_Y.txt", cache_dir=cache).label_count == 3
     assert read_sparse_features(split / "trn_X_Xf.txt").shape == (2, 4)
 
 
@@ -213,7 +213,7 @@ def test_malformed_input_names_file_and_line(tmp_path, cache, name, content, rea
         "features": lambda: read_sparse_features(path),
         "json": lambda: read_json_split(path, 2, cache_dir=cache),
         "json_content": lambda: read_json_split(path, 2, text_fields="title_content", cache_dir=cache),
-        "filter": lambda: read_filter_file(path, num_points=3, num_labels=4),
+        "filter": lambda: read_filter_file(path, num_points=3, label_count=4),
     }
     with pytest.raises(XMCFormatError) as error:
         readers[reader]()
@@ -249,7 +249,7 @@ def test_label_counts_must_match_between_files(tmp_path, cache):
 
 def test_demo_dataset(cache):
     dataset = load_xmc_dataset(demo_dataset_path(), text_fields="title_content", cache_dir=cache)
-    assert (len(dataset.splits["train"]), len(dataset.splits["test"]), dataset.num_labels) == (3000, 800, 452)
+    assert (len(dataset.splits["train"]), len(dataset.splits["test"]), dataset.label_count) == (3000, 800, 452)
     frequencies = dataset.train_label_frequencies
     assert frequencies.min() >= 1 and np.all(np.diff(frequencies) <= 0)  # all seen, most frequent first
     assert all(labels for labels in dataset.splits["test"]["labels"])

@@ -20,11 +20,11 @@ from haste_hf.modeling_haste import pool_hidden_states
 WORDS = [f"w{i}" for i in range(VOCAB_SIZE - 5)]
 
 
-def clustered_embeddings(num_labels, dim, num_topics, noise, seed=0):
+def clustered_embeddings(label_count, dim, num_topics, noise, seed=0):
     generator = torch.Generator().manual_seed(seed)
     topics = F.normalize(torch.randn(num_topics, dim, generator=generator), dim=1)
-    topic = torch.randint(num_topics, (num_labels,), generator=generator)
-    return F.normalize(topics[topic] + noise / dim**0.5 * torch.randn(num_labels, dim, generator=generator), dim=1)
+    topic = torch.randint(num_topics, (label_count,), generator=generator)
+    return F.normalize(topics[topic] + noise / dim**0.5 * torch.randn(label_count, dim, generator=generator), dim=1)
 
 
 def assert_valid_grouping(grouping, label_ids, group_size):
@@ -44,7 +44,7 @@ def assert_valid_grouping(grouping, label_ids, group_size):
 
 def test_split_head_tail_takes_most_frequent_with_stable_ties():
     counts = [5, 9, 1, 9, 0, 5, 3]
-    head, tail = split_head_tail(counts, head_count=3)
+    head, tail = split_head_tail(counts, head_label_count=3)
     assert head.dtype == np.int64 and tail.dtype == np.int64
     assert head.tolist() == [1, 3, 0]
     assert tail.tolist() == [5, 6, 2, 4]
@@ -52,7 +52,7 @@ def test_split_head_tail_takes_most_frequent_with_stable_ties():
 
 @pytest.mark.parametrize("fraction, expected", [(0.0, 0), (0.25, 2), (0.3, 2), (0.36, 3), (1.0, 7)])
 def test_split_head_tail_fraction_rounds_to_nearest(fraction, expected):
-    head, tail = split_head_tail(torch.tensor([7, 6, 5, 4, 3, 2, 1]), head_fraction=fraction)
+    head, tail = split_head_tail(torch.tensor([7, 6, 5, 4, 3, 2, 1]), head_label_fraction=fraction)
     assert head.tolist() == list(range(expected))
     assert tail.tolist() == list(range(expected, 7))
 
@@ -61,12 +61,12 @@ def test_split_head_tail_fraction_rounds_to_nearest(fraction, expected):
     "kwargs, message",
     [
         ({}, "exactly one"),
-        ({"head_fraction": 0.1, "head_count": 1}, "exactly one"),
-        ({"head_fraction": 1.5}, "head_fraction"),
-        ({"head_fraction": -0.1}, "head_fraction"),
-        ({"head_count": 5}, "head_count"),
-        ({"head_count": -1}, "head_count"),
-        ({"head_count": 1.0}, "head_count"),
+        ({"head_label_fraction": 0.1, "head_label_count": 1}, "exactly one"),
+        ({"head_label_fraction": 1.5}, "head_label_fraction"),
+        ({"head_label_fraction": -0.1}, "head_label_fraction"),
+        ({"head_label_count": 5}, "head_label_count"),
+        ({"head_label_count": -1}, "head_label_count"),
+        ({"head_label_count": 1.0}, "head_label_count"),
     ],
 )
 def test_split_head_tail_rejects_bad_arguments(kwargs, message):
@@ -76,8 +76,8 @@ def test_split_head_tail_rejects_bad_arguments(kwargs, message):
 
 @pytest.mark.parametrize("counts", [[[1, 2]], [1, -2], [1.0, float("nan")]])
 def test_split_head_tail_rejects_bad_counts(counts):
-    with pytest.raises(ValueError, match="label_counts"):
-        split_head_tail(counts, head_count=1)
+    with pytest.raises(ValueError, match="label_frequencies"):
+        split_head_tail(counts, head_label_count=1)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -95,18 +95,18 @@ def tiny_bert(tmp_path_factory):
     )
 
 
-def random_corpus(num_texts, num_labels, seed=0):
+def random_corpus(num_texts, label_count, seed=0):
     rng = np.random.default_rng(seed)
     texts = [" ".join(rng.choice(WORDS, size=rng.integers(1, 12))) for _ in range(num_texts)]
-    labels = [rng.choice(num_labels, size=rng.integers(0, 4), replace=False).tolist() for _ in range(num_texts)]
+    labels = [rng.choice(label_count, size=rng.integers(0, 4), replace=False).tolist() for _ in range(num_texts)]
     return texts, labels
 
 
-def naive_label_embeddings(embed_one, texts, labels, num_labels):
+def naive_label_embeddings(embed_one, texts, labels, label_count):
     """One text and one label at a time, in float64."""
     instance = [F.normalize(embed_one(text).double(), dim=0) for text in texts]
     out = []
-    for label in range(num_labels):
+    for label in range(label_count):
         positives = [instance[i] for i, ids in enumerate(labels) if label in ids]
         if not positives:
             out.append(torch.zeros_like(instance[0]))
@@ -147,6 +147,23 @@ def test_label_embeddings_pool_as_the_model_does_by_default(tiny_bert):
     assert default_pooling(model.config) == "mean"
     torch.testing.assert_close(by_default, compute_label_embeddings(model, texts, labels, 9, pooling="mean", **kwargs))
     assert not torch.allclose(by_default, compute_label_embeddings(model, texts, labels, 9, pooling="cls", **kwargs))
+
+
+def test_pooling_beside_an_encoder_that_embeds_texts_itself_is_named_in_a_warning():
+    from transformers.testing_utils import CaptureLogger
+
+    from haste_hf import grouping
+
+    with CaptureLogger(grouping.logger) as captured:
+        compute_label_embeddings(lambda texts: torch.ones(len(texts), 3), ["a"], [[0]], 2, pooling="cls", device="cpu")
+    assert "`pooling='cls'` is ignored" in captured.out
+
+
+def test_semantic_grouping_of_labels_without_any_positive_keeps_their_order():
+    """A small training split may leave every tail label without a positive (all-zero embeddings)."""
+    label_ids = torch.tensor([7, 3, 5, 1, 9])
+    grouping = group_labels(torch.zeros(10, 4), label_ids, 2, "semantic", device="cpu", show_progress=False)
+    assert grouping.order.tolist() == label_ids.tolist()
 
 
 def test_pooling_follows_the_attention_mask_on_either_padding_side():
@@ -223,15 +240,15 @@ def test_label_embeddings_reject_bad_input(tiny_bert):
 
 @pytest.mark.parametrize("strategy", ["semantic", "frequency", "random"])
 @pytest.mark.parametrize(
-    "num_labels, group_size, beta",
+    "label_count, group_size, beta",
     [(1, 4, 16), (3, 4, 16), (4, 4, 1), (37, 4, 1), (1000, 8, 2), (2501, 16, 16), (700, 1, 4), (50, 64, 16)],
 )
-def test_groups_are_full_and_cover_the_labels(strategy, num_labels, group_size, beta):
+def test_groups_are_full_and_cover_the_labels(strategy, label_count, group_size, beta):
     embeddings = clustered_embeddings(3000, 12, 40, 1.0)
-    label_ids = torch.randperm(3000, generator=torch.Generator().manual_seed(num_labels))[:num_labels]
+    label_ids = torch.randperm(3000, generator=torch.Generator().manual_seed(label_count))[:label_count]
     counts = torch.randint(100, (3000,), generator=torch.Generator().manual_seed(1))
     grouping = group_labels(
-        embeddings, label_ids, group_size, strategy, label_counts=counts, beta=beta, device="cpu", seed=3
+        embeddings, label_ids, group_size, strategy, label_frequencies=counts, beta=beta, device="cpu", seed=3
     )
     assert grouping.group_size == group_size and grouping.strategy == strategy
     assert_valid_grouping(grouping, label_ids, group_size)
@@ -291,7 +308,7 @@ def test_large_buckets_are_split_and_identical_embeddings_terminate():
 
 def test_frequency_and_random_strategies():
     counts = torch.tensor([5, 1, 7, 1, 9, 0, 7])
-    grouping = group_labels(None, [1, 2, 3, 5, 6], 2, "frequency", label_counts=counts)
+    grouping = group_labels(None, [1, 2, 3, 5, 6], 2, "frequency", label_frequencies=counts)
     assert grouping.order.tolist() == [2, 6, 1, 3, 5]
     first = group_labels(None, torch.arange(50), 8, "random", seed=1)
     assert torch.equal(first.order, group_labels(None, torch.arange(50), 8, "random", seed=1).order)
@@ -317,7 +334,7 @@ def test_group_labels_rejects_bad_arguments():
         group_labels(embeddings, [1, 10], 2)
     with pytest.raises(ValueError, match="beta"):
         group_labels(embeddings, [1, 2], 2, beta=0.5)
-    with pytest.raises(ValueError, match="label_counts"):
+    with pytest.raises(ValueError, match="label_frequencies"):
         group_labels(None, [1, 2], 2, "frequency")
     with pytest.raises(ValueError, match="NaN"):
         group_labels(torch.full((3, 4), float("nan")), [0, 1], 2, device="cpu")

@@ -45,7 +45,7 @@ def test_layout_of_a_training_split(split, encoder_and_tokenizer, strategy):
         device="cpu", show_progress=False,
     )  # fmt: skip
     counts, fingerprint, _ = count_labels(split, LABELS)
-    head, tail = split_head_tail(counts, head_fraction=DEFAULT_HEAD_LABEL_FRACTION)
+    head, tail = split_head_tail(counts, head_label_fraction=DEFAULT_HEAD_LABEL_FRACTION)
     assert layout.head_ids.tolist() == head.tolist()  # the paper's 3% of 40 labels: 1
     assert sorted(layout.tail_order.tolist()) == sorted(tail.tolist())
     assert layout.split_fingerprint == fingerprint and layout.train_points == 120

@@ -478,7 +478,7 @@ def test_a_grouping_made_for_another_group_size_is_refused():
     from haste_hf.grouping import group_labels
 
     frequencies = torch.arange(LABELS, 0, -1)
-    grouping = group_labels(None, torch.arange(4, LABELS), group_size=8, strategy="frequency", label_counts=frequencies)
+    grouping = group_labels(None, torch.arange(4, LABELS), group_size=8, strategy="frequency", label_frequencies=frequencies)
     encoder = BertModel(tiny_encoder_config("bert"), add_pooling_layer=False)
     with pytest.raises(ValueError, match=r"groups of 8 labels, but the model's `group_size` is 4"):
         HasteForExtremeClassification.from_encoder_pretrained(
@@ -490,9 +490,20 @@ def test_a_grouping_made_for_another_group_size_is_refused():
 def test_the_model_api_defaults_to_the_papers_head():
     from transformers import BertModel
 
-    from haste_hf.cli import build_parser
-
     encoder = BertModel(tiny_encoder_config("bert"), add_pooling_layer=False)
     model = HasteForExtremeClassification.from_encoder_pretrained(encoder, 200, group_size=4, fan_in=8)
-    assert model.config.head_label_count == 6  # 3% of 200, as the CLI
-    assert build_parser().parse_args(["train"]).head_fraction == haste_hf.DEFAULT_HEAD_LABEL_FRACTION == 0.03
+    assert model.config.head_label_count == 6  # 3% of 200, as the CLI (test_cli) and LabelLayout (test_label_plan)
+    assert HasteConfig(encoder=tiny_encoder_config("bert"), label_count=200, fan_in=8).head_label_count == 6
+    assert haste_hf.DEFAULT_HEAD_LABEL_FRACTION == 0.03
+
+
+def test_encoder_kwargs_beside_an_encoder_model_are_named_in_a_warning():
+    from transformers import BertModel
+    from transformers.testing_utils import CaptureLogger
+
+    from haste_hf import modeling_haste
+
+    encoder = BertModel(tiny_encoder_config("bert"), add_pooling_layer=False)
+    with CaptureLogger(modeling_haste.logger) as captured:
+        HasteForExtremeClassification.from_encoder_pretrained(encoder, 20, encoder_kwargs={"revision": "v2"}, group_size=4, fan_in=8)
+    assert "`encoder_kwargs` is ignored" in captured.out

@@ -189,6 +189,21 @@ def test_state_dict_round_trip_continues_bit_identically(momentum_dtype):
     assert torch.equal(optimizer.state[params[0]]["momentum_buffer"], resumed.state[resumed_params[0]]["momentum_buffer"])
 
 
+def test_bfloat16_momentum_buffer_is_rounded_stochastically():
+    """`momentum_dtype=None` keeps a bf16 buffer: its running average must not be rounded to nearest."""
+    shares = {}
+    for stochastic in (True, False):
+        param = torch.nn.Parameter(torch.zeros(100_000, dtype=torch.bfloat16))
+        optimizer = StochasticRoundingSGD([param], lr=0.0, momentum=0.5, momentum_dtype=None, stochastic_rounding=stochastic)
+        for grad in (1.0, 2.0**-10):  # buffer: 1, then 0.5 + 2^-10, a quarter of the bf16 spacing above 0.5
+            param.grad = torch.full_like(param, grad)
+            optimizer.step()
+        buffer = optimizer.state[param]["momentum_buffer"]
+        assert buffer.dtype == torch.bfloat16 and set(buffer.unique().tolist()) <= {0.5, 0.5 + 2.0**-8}
+        shares[stochastic] = (buffer > 0.5).double().mean().item()
+    assert abs(shares[True] - 0.25) < 5 * math.sqrt(0.25 * 0.75 / 100_000) and shares[False] == 0.0
+
+
 def test_bad_hyperparameters_raise():
     param = [torch.nn.Parameter(torch.ones(2))]
     with pytest.raises(ValueError, match="lr"):

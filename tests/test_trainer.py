@@ -99,7 +99,7 @@ def snapshot(trainer):
 @pytest.mark.parametrize("output_layer_dtype", [None, "bfloat16"])
 def test_resume_reproduces_uninterrupted_run_bit_for_bit(tmp_path, tokenizer, datasets_, output_layer_dtype):
     """Accumulation 2, clipping, rewiring at step 3 and 6 (end 1.0): steps 5-8 replay exactly after resume."""
-    common = dict(rewiring_end=1.0, output_layer_dtype=output_layer_dtype)
+    common = dict(rewiring_end_fraction=1.0, output_layer_dtype=output_layer_dtype)
     full = make_trainer(tmp_path / "full", tokenizer, datasets_[0], **common)
     full.train()
 
@@ -210,3 +210,45 @@ def test_rewiring_a_tail_whose_fan_in_is_its_input_width_is_refused_at_construct
     with pytest.raises(ValueError, match=r"fan-in \(8\) equals its input width \(8\).*rewiring_interval=0"):
         make_trainer(tmp_path, tokenizer, datasets_[0], model=full_fan_in)
     make_trainer(tmp_path, tokenizer, datasets_[0], model=full_fan_in, rewiring_interval=0)  # no rewiring: fine
+
+
+def test_training_arguments_reach_the_rewiring_callback(tmp_path, tokenizer, datasets_):
+    from haste_hf.callbacks import RewiringCallback
+
+    trainer = make_trainer(tmp_path, tokenizer, datasets_[0], rewiring_interval=7, rewiring_fraction=0.3,
+                           rewiring_end_fraction=0.5, rewiring_scope="group", rewiring_init="random", rewiring_seed=9)  # fmt: skip
+    (callback,) = [c for c in trainer.callback_handler.callbacks if isinstance(c, RewiringCallback)]
+    assert (callback.interval, callback.fraction, callback.end_fraction) == (7, 0.3, 0.5)
+    assert (callback.scope, callback.init, callback.seed) == ("group", "random", 9)
+
+
+def test_output_layer_schedule_follows_its_own_type_and_kwargs(tmp_path, tokenizer, datasets_):
+    trainer = make_trainer(tmp_path, tokenizer, datasets_[0], max_steps=10, warmup_steps=0, output_warmup_steps=0,
+                           lr_scheduler_type="linear", output_lr_scheduler_type="cosine_with_min_lr",
+                           output_lr_scheduler_kwargs='{"min_lr_rate": 0.25}')  # JSON text, as from the command line  # fmt: skip
+    assert trainer.args.output_lr_scheduler_kwargs == {"min_lr_rate": 0.25}
+    trainer.create_optimizer_and_scheduler(num_training_steps=10)
+    encoder_schedule, output_schedule = trainer.lr_scheduler.schedulers
+    rates = []
+    for _ in range(10):
+        rates.append((encoder_schedule.get_last_lr()[0], output_schedule.get_last_lr()[0]))
+        trainer.optimizer.step()  # no gradients: changes nothing, but keeps the order schedulers expect
+        trainer.lr_scheduler.step()
+    rates.append((encoder_schedule.get_last_lr()[0], output_schedule.get_last_lr()[0]))
+    assert rates[5][0] == pytest.approx(1e-3 * 0.5) and rates[10][0] == pytest.approx(0.0)  # linear
+    # cosine down to min_lr_rate * lr: 0.1 * (0.25 + 0.75 * (1 + cos(pi t / T)) / 2)
+    assert rates[5][1] == pytest.approx(0.1 * (0.25 + 0.75 * 0.5)) and rates[10][1] == pytest.approx(0.025)
+
+
+def test_training_arguments_the_trainer_does_not_use_are_named_in_a_warning(tmp_path, tokenizer, datasets_):
+    from transformers.testing_utils import CaptureLogger
+
+    from haste_hf import trainer as trainer_module
+
+    with CaptureLogger(trainer_module.logger) as captured:
+        make_trainer(tmp_path, tokenizer, datasets_[0], optim="sgd", optim_args="a=1", label_smoothing_factor=0.1)
+    assert "`optim=sgd` is ignored" in captured.out and "`optim_args` is ignored" in captured.out
+    assert "`label_smoothing_factor` is ignored" in captured.out
+    with CaptureLogger(trainer_module.logger) as captured:
+        make_trainer(tmp_path, tokenizer, datasets_[0])
+    assert captured.out == ""
