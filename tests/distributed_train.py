@@ -1,8 +1,9 @@
 """HASTE training on several processes (gloo, CPU), and the same runs on one process.
 
-`torchrun --nproc_per_node 2 distributed_train.py OUT` (from test_distributed.py) runs, on 2 ranks: one
-step's loss and gradients, a replicated run, a sharded run with checkpoints, its resumption, and sharded
-evaluation and prediction; rank 0 writes what they gave to OUT/results.pt. The test calls the same
+`torchrun --nproc_per_node 2 distributed_train.py OUT REPO_ID` (from test_distributed.py) runs, on 2 ranks:
+one step's loss and gradients, a replicated run, a sharded run with checkpoints, its push to REPO_ID on
+the Hub of the environment, its resumption, and sharded evaluation and prediction; rank 0 writes what
+they gave to OUT/results.pt. The test calls the same
 functions in its own process (world size 1) for the references.
 """
 
@@ -137,7 +138,7 @@ def evaluate_and_predict(trainer) -> dict:
     }
 
 
-def main(output: Path):
+def main(output: Path, repo_id: str):
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     results = {
@@ -150,12 +151,14 @@ def main(output: Path):
     results["dropout_streams"] = streams
     replicated.train()
     results["replicated"] = run_summary(replicated)
-    sharded = make_trainer(output / "sharded", shard=True, save_strategy="steps", save_steps=4, save_total_limit=2)
+    sharded = make_trainer(output / "sharded", shard=True, save_strategy="steps", save_steps=4, save_total_limit=2,
+                           hub_model_id=repo_id)  # fmt: skip
     sharded.train()
     results["sharded"] = run_summary(sharded)
     results["sharded_checkpoints"] = sorted(path.name for path in (output / "sharded").glob("checkpoint-*"))
     results["sharded_prediction"] = evaluate_and_predict(sharded)
     sharded.save_model(str(output / "sharded-model"))
+    sharded.push_to_hub(commit_message="Sharded run")  # to the test Hub of the environment
     resumed = make_trainer(output / "sharded", shard=True, save_strategy="steps", save_steps=4, save_total_limit=2)
     resumed.train(resume_from_checkpoint=str(output / "sharded" / "checkpoint-8"))
     results["resumed"] = run_summary(resumed)
@@ -172,4 +175,4 @@ def main(output: Path):
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), sys.argv[2])

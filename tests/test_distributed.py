@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -28,10 +29,13 @@ def torchrun(script_arguments, tmp_path, processes=2):
 
 
 @pytest.fixture(scope="module")
-def two_processes(tmp_path_factory):
+def two_processes(tmp_path_factory, hub):
     output = tmp_path_factory.mktemp("two")
-    torchrun([str(TESTS / "distributed_train.py"), str(output)], output)
-    return output, torch.load(output / "results.pt", weights_only=False)
+    repo_id = f"{hub.user}/sharded-{uuid.uuid4().hex[:8]}"
+    torchrun([str(TESTS / "distributed_train.py"), str(output), repo_id], output)  # the test Hub's environment
+    results = torch.load(output / "results.pt", weights_only=False)
+    results["repo_id"] = repo_id
+    return output, results
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +123,7 @@ def test_replicas_stay_identical(two_processes):
 
 
 @pytest.mark.slow
-def test_sharded_run_saves_one_ordinary_model_and_resumes_identically(two_processes):
+def test_sharded_run_saves_and_pushes_one_ordinary_model_and_resumes_identically(two_processes):
     from haste_hf import HasteForExtremeClassification
 
     output, results = two_processes
@@ -132,6 +136,9 @@ def test_sharded_run_saves_one_ordinary_model_and_resumes_identically(two_proces
         assert (folder / "modeling_haste.py").is_file()  # loadable without haste_hf (trust_remote_code)
         for name, value in model.state_dict().items():
             assert torch.equal(value, sharded[name]), (folder, name)
+    pushed = HasteForExtremeClassification.from_pretrained(results["repo_id"])  # Trainer.push_to_hub of the sharded run
+    for name, value in pushed.state_dict().items():
+        assert torch.equal(value, sharded[name]), name
     optimizer = torch.load(output / "sharded" / "checkpoint-8" / "optimizer.pt", weights_only=True)
     momentum = [entry["momentum_buffer"] for entry in optimizer["output"]["state"].values()]
     assert [tuple(buffer.shape) for buffer in momentum] == [(5, 32), (5,), (9, 4, 8)]  # whole, not one share
