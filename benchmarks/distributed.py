@@ -3,8 +3,8 @@
 
 --mode emulate (one GPU): one rank of an N-way split, for each N. The rank holds L/N labels (its share of
 the head's rows and of the tail's groups, bf16, SGD with fp32 momentum) and scores them over the global
-batch N x B of gathered features: forward, BCE over its columns, backward, SGD step, as
-`OutputLayerShard.forward` does. Measured: that time and its peak memory per rank, and once the encoder's
+batch N x B of gathered features: the fused BCE of each slice (`losses.output_layer_loss`), backward, SGD
+step, as `OutputLayerShard.forward` does. Measured: that time and its peak memory per rank, and once the encoder's
 step (MPNet-base-sized random encoder, B texts of T tokens, bf16 autocast, AdamW), the same on every rank
 whatever N. Computed: the bytes each collective moves per step, and from all of these the texts/s of N
 GPUs at a stated interconnect bandwidth, with no overlap of communication and compute (a lower bound
@@ -132,7 +132,9 @@ def measure(step, device, steps: int) -> tuple[float, float]:
 
 
 def output_layer_step(args, world_size: int, device):
-    """One rank's output layer of a `world_size`-way split and a closure doing its step over the global batch."""
+    """One rank's output layer of a `world_size`-way split and a closure doing its step over the global batch:
+    the fused loss on each slice (`OutputLayerShard._local_loss`), backward, SGD step."""
+    from haste_hf.losses import output_layer_loss
     from haste_hf.modeling_haste import GroupSparseLinear, random_supports
     from haste_hf.optimization import StochasticRoundingSGD
 
@@ -146,13 +148,14 @@ def output_layer_step(args, world_size: int, device):
     parameters = [*(head.parameters() if head is not None else ()), tail.weight]
     optimizer = StochasticRoundingSGD(parameters, lr=0.05, momentum=0.9, weight_decay=1e-4)
     features = torch.randn(rows, args.hidden, device=device, dtype=torch.bfloat16, requires_grad=True)
-    columns = shape["head"] + shape["groups"] * args.group_size
-    positive_columns = torch.randint(0, columns, (rows, args.positives), device=device)
+    tail_columns = shape["groups"] * args.group_size
+    positions = torch.randint(0, shape["head"] + tail_columns, (rows, args.positives), device=device)
 
     def step():
-        parts = ([head(features)] if head is not None else []) + [tail(features)]
-        logits = torch.cat(parts, dim=1).float()
-        loss = (F.softplus(logits).sum() - logits.gather(1, positive_columns).sum()) / rows
+        loss = output_layer_loss(features, tail.weight, None, positions - shape["head"], tail_columns, 1 / rows,
+                                 supports=tail.supports)  # fmt: skip
+        if head is not None:
+            loss = loss + output_layer_loss(features, head.weight, head.bias, positions, shape["head"], 1 / rows)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -223,7 +226,7 @@ def emulate(args) -> str:
     lines.append("")
     lines.append("One rank of an N-way split: its L/N labels over the global batch N x B (measured)")
     lines.append("(state: bf16 weights and gradients and fp32 momentum, 8 bytes a parameter; the rest of the peak is the")
-    lines.append(" step's activations, B_global x L/N logits and their fp32 loss terms, the same at every N)")
+    lines.append(" step's transient memory)")
     lines.append(f"{'N':>3} {'labels/rank':>12} {'batch':>6} {'out-layer ms':>13} {'peak MiB':>10} {'params/rank':>12} {'state MiB':>10}")
     for world_size, (seconds, peak, parameters) in measured.items():
         labels = layout(args, world_size)

@@ -1,5 +1,6 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
-"""Small run of every kernel (both kernel families, both feature-gradient modes, all dtypes) for
+"""Small run of every kernel (both kernel families, both feature-gradient modes, all dtypes, the fused
+loss and top-k) for
 compute-sanitizer: `compute-sanitizer --tool memcheck python benchmarks/kernels_sanitize.py`."""
 
 import torch
@@ -23,6 +24,15 @@ def main():
             ops.group_sparse_grad_weight(grad_out, x, supports, group_size)
             for deterministic in (False, True):
                 ops.group_sparse_grad_input(grad_out, weight, supports, features, deterministic)
+            # The fused loss (tensor-core epilogue or logits + elementwise kernel) and the fused top-k.
+            positions = torch.randint(-1, groups * group_size + 3, (batch, 6), device="cuda")
+            dense_weight = torch.randn(groups * group_size, features, device="cuda", dtype=dtype)
+            for loss in ("bce", "squared_hinge"):
+                for store in (False, True):
+                    ops.linear_loss(x, weight, bias, supports, positions, groups * group_size - 1, 0.5, loss, store, False)
+                    ops.linear_loss(x, dense_weight, bias, None, positions, groups * group_size - 2, 0.5, loss, store, False)
+            if kernels.has_fast_path(x, weight):
+                ops.group_sparse_topk(x, weight, supports, bias, 7, groups * group_size - 1)
     torch.cuda.synchronize()
     print("sanitizer workload done")
 

@@ -71,6 +71,53 @@ void allow_smem(K kernel, int bytes) {
 
 int target_blocks() { return 2 * props().multiProcessorCount; }
 
+// Grid of the tensor-core forward for a batch padded to Bp rows: (batch tiles, runs of 32-label units),
+// about two blocks per SM.
+struct ForwardGrid {
+  dim3 grid;
+  int64_t units_per_block;
+};
+ForwardGrid forward_grid(int64_t Bp, int64_t L) {
+  const int64_t num_units = ceil_div(L, 32);
+  const int64_t batch_tiles = Bp / kFwdBatchTile;
+  const int64_t blocks_y =
+      std::max<int64_t>(1, std::min<int64_t>(ceil_div(target_blocks(), batch_tiles), ceil_div(num_units, kWarps)));
+  const int64_t units_per_block = round_up(ceil_div(num_units, blocks_y), kWarps);
+  return {dim3(batch_tiles, ceil_div(num_units, units_per_block)), units_per_block};
+}
+
+// The tensor-core forward with epilogue MODE over x^T padded to a multiple of 64 rows; `out` is the
+// [B, L] logits (kLogits), the logit gradient or nullptr (kLoss), unused (kTopK).
+template <int MODE>
+void launch_forward_mma(const at::Tensor& xt, const at::Tensor& weight, const at::Tensor& supports,
+                        const at::Tensor& bias, void* out, int64_t B, const EpilogueArgs& ep) {
+  const int64_t d = xt.size(0), Bp = xt.size(1), K = weight.size(0), G = weight.size(1), F = weight.size(2);
+  const ForwardGrid fg = forward_grid(Bp, K * G);
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  HASTE_DISPATCH_16BIT(xt.scalar_type(), "haste_forward", [&] {
+    using T = typename CudaType<scalar_t>::type;
+    const int smem = static_cast<int>(forward_smem_bytes(d, sizeof(T)));
+    auto launch = [&](auto kernel) {
+      allow_smem(kernel, smem);
+      kernel<<<fg.grid, kThreads, smem, stream>>>(ptr<scalar_t>(xt), ptr<scalar_t>(weight), supports.data_ptr<int>(),
+                                                  bias.defined() ? ptr<scalar_t>(bias) : nullptr,
+                                                  reinterpret_cast<T*>(out), B, Bp, d, K, G, F, fg.units_per_block, ep);
+    };
+    if (G % 32 == 0)
+      F % 64 == 0 ? launch(forward_mma_kernel<T, 32, 64, MODE>) : launch(forward_mma_kernel<T, 32, 32, MODE>);
+    else
+      F % 64 == 0 ? launch(forward_mma_kernel<T, 16, 64, MODE>) : launch(forward_mma_kernel<T, 16, 32, MODE>);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+}
+
+// Bias made contiguous and 4-byte aligned (the forward kernel reads it in pairs); undefined if absent.
+at::Tensor forward_bias(const c10::optional<at::Tensor>& bias) {
+  at::Tensor bias_c = bias.has_value() ? bias->contiguous() : at::Tensor();
+  if (bias_c.defined() && reinterpret_cast<uintptr_t>(bias_c.data_ptr()) % 4 != 0) bias_c = bias_c.clone();
+  return bias_c;
+}
+
 }  // namespace
 
 // Which path each pass takes for these shapes: "tensor_core" or "generic" (reported by the benchmark
@@ -100,32 +147,12 @@ at::Tensor forward(const at::Tensor& x_in, const at::Tensor& weight, const at::T
   if (F == 0) return bias.has_value() ? out.copy_(bias->unsqueeze(0).expand({B, L})) : out.zero_();
   const at::Tensor xt = transposed_padded(x, kFwdBatchTile);
   const int64_t Bp = xt.size(1);
-  // The forward kernel reads the bias in 4-byte pairs.
-  at::Tensor bias_c = bias.has_value() ? bias->contiguous() : at::Tensor();
-  if (bias_c.defined() && reinterpret_cast<uintptr_t>(bias_c.data_ptr()) % 4 != 0) bias_c = bias_c.clone();
+  const at::Tensor bias_c = forward_bias(bias);
   const bool fast = kernel_paths(x, weight)[0] == "tensor_core" && aligned16(out);
   cudaStream_t stream = at::cuda::getCurrentCUDAStream();
 
   if (fast) {
-    HASTE_DISPATCH_16BIT(x.scalar_type(), "haste_forward", [&] {
-      using T = typename CudaType<scalar_t>::type;
-      const int smem = static_cast<int>(forward_smem_bytes(d, sizeof(T)));
-      const int64_t num_units = ceil_div(L, 32);
-      const int64_t batch_tiles = Bp / kFwdBatchTile;
-      const int64_t blocks_y = std::max<int64_t>(
-          1, std::min<int64_t>(ceil_div(target_blocks(), batch_tiles), ceil_div(num_units, kWarps)));
-      const int64_t units_per_block = round_up(ceil_div(num_units, blocks_y), kWarps);
-      const dim3 grid(batch_tiles, ceil_div(num_units, units_per_block));
-      auto launch = [&](auto kernel) {
-        allow_smem(kernel, smem);
-        kernel<<<grid, kThreads, smem, stream>>>(ptr<scalar_t>(xt), ptr<scalar_t>(weight), supports.data_ptr<int>(),
-                                                 bias_c.defined() ? ptr<scalar_t>(bias_c) : nullptr,
-                                                 ptr<scalar_t>(out), B, Bp, d, K, G, F, units_per_block);
-      };
-      if (G % 32 == 0) F % 64 == 0 ? launch(forward_mma_kernel<T, 32, 64>) : launch(forward_mma_kernel<T, 32, 32>);
-      else F % 64 == 0 ? launch(forward_mma_kernel<T, 16, 64>) : launch(forward_mma_kernel<T, 16, 32>);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    });
+    launch_forward_mma<kLogits>(xt, weight, supports, bias_c, out.data_ptr(), B, EpilogueArgs{});
     return out;
   }
   HASTE_DISPATCH(x.scalar_type(), "haste_forward_generic", [&] {
@@ -259,6 +286,90 @@ at::Tensor grad_input(const at::Tensor& grad_out_in, const at::Tensor& weight, c
     }
   });
   return grad_x;
+}
+
+std::vector<at::Tensor> linear_loss(const at::Tensor& x_in, const at::Tensor& weight,
+                                    const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& supports,
+                                    const at::Tensor& positions_in, int64_t valid_count, double scale,
+                                    int64_t loss_kind, bool store_gradient) {
+  TORCH_CHECK(x_in.is_cuda() && weight.is_cuda() && positions_in.is_cuda(), "haste linear_loss: CUDA tensors expected");
+  const c10::cuda::CUDAGuard guard(x_in.device());
+  const at::Tensor x = x_in.contiguous();
+  const bool sparse = supports.has_value();
+  const int64_t B = x.size(0);
+  const int64_t n = sparse ? weight.size(0) * weight.size(1) : weight.size(0);
+  TORCH_CHECK(valid_count >= 0 && valid_count <= n, "haste linear_loss: valid_count must lie in [0, outputs]");
+  TORCH_CHECK(B < INT32_MAX && n < (int64_t{1} << 40), "haste linear_loss: batch or outputs too large");
+  at::Tensor grad = at::empty({store_gradient ? B : 0, n}, x.options());
+  at::Tensor loss = at::zeros({}, x.options().dtype(at::kFloat));
+  if (B == 0 || n == 0) return {loss, grad.zero_()};
+  const at::Tensor positions = positions_in.to(at::kLong).contiguous();
+  const int64_t P = positions.size(1), words = ceil_div(n, 32);
+  at::Tensor mask = at::zeros({B, words}, x.options().dtype(at::kInt));
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  if (B * P > 0) {
+    positive_mask_kernel<<<ceil_div(B * P, 256), 256, 0, stream>>>(
+        positions.data_ptr<int64_t>(), B, P, valid_count, reinterpret_cast<uint32_t*>(mask.data_ptr<int>()), words);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  at::Tensor partials;
+  if (sparse && kernel_paths(x, weight)[0] == "tensor_core" && aligned16(grad)) {
+    // The sparse tail: loss and logit gradient in the forward kernel's epilogue, no [B, n] logits.
+    const at::Tensor xt = transposed_padded(x, kFwdBatchTile);
+    const ForwardGrid fg = forward_grid(xt.size(1), n);
+    partials = at::empty({int64_t{fg.grid.x} * fg.grid.y * kWarps}, x.options().dtype(at::kDouble));
+    EpilogueArgs ep;
+    ep.positive_mask = reinterpret_cast<const uint32_t*>(mask.data_ptr<int>());
+    ep.mask_words = words;
+    ep.scale = static_cast<float>(scale);
+    ep.loss_kind = static_cast<int>(loss_kind);
+    ep.loss_partials = partials.data_ptr<double>();
+    ep.valid_count = valid_count;
+    launch_forward_mma<kLoss>(xt, weight, *supports, forward_bias(bias), store_gradient ? grad.data_ptr() : nullptr, B,
+                              ep);
+  } else {
+    // The dense head (cuBLAS) or a tail off the tensor-core path: logits, then one fused elementwise kernel
+    // that sums the loss and turns them into the logit gradient in place.
+    TORCH_CHECK(B <= 65535, "haste linear_loss: batches above 65535 rows are not supported; split the batch");
+    at::Tensor logits = sparse ? forward(x, weight, *supports, bias)
+                               : (bias.has_value() ? at::addmm(*bias, x, weight.t()) : at::mm(x, weight.t()));
+    logits = logits.contiguous();
+    const int64_t blocks_x = ceil_div(n, kLossThreads * kLossItems);
+    partials = at::empty({B * blocks_x}, x.options().dtype(at::kDouble));
+    HASTE_DISPATCH(logits.scalar_type(), "haste_linear_loss", [&] {
+      using T = typename CudaType<scalar_t>::type;
+      logits_loss_kernel<T><<<dim3(blocks_x, B), kLossThreads, 0, stream>>>(
+          ptr<scalar_t>(logits), reinterpret_cast<const uint32_t*>(mask.data_ptr<int>()), words, n, valid_count,
+          static_cast<float>(scale), static_cast<int>(loss_kind), store_gradient, partials.data_ptr<double>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+    if (store_gradient) grad = logits;
+  }
+  // Partial sums in a fixed order: the loss is reproducible run to run.
+  loss.copy_(partials.sum() * scale);
+  return {loss, grad};
+}
+
+std::vector<at::Tensor> group_sparse_topk(const at::Tensor& x_in, const at::Tensor& weight, const at::Tensor& supports,
+                                          const c10::optional<at::Tensor>& bias, int64_t k, int64_t valid_count) {
+  TORCH_CHECK(x_in.is_cuda() && weight.is_cuda() && supports.is_cuda(), "haste topk: CUDA tensors expected");
+  const c10::cuda::CUDAGuard guard(x_in.device());
+  const at::Tensor x = x_in.contiguous();
+  const int64_t B = x.size(0), L = weight.size(0) * weight.size(1);
+  TORCH_CHECK(kernel_paths(x, weight)[0] == "tensor_core", "haste topk: tensor-core shapes only (has_fast_path)");
+  TORCH_CHECK(k >= 1 && k < INT32_MAX && valid_count >= 0 && valid_count <= L, "haste topk: bad k or valid_count");
+  const at::Tensor xt = transposed_padded(x, kFwdBatchTile);
+  const int64_t lists = int64_t{forward_grid(xt.size(1), L).grid.y} * kWarps;
+  at::Tensor scores = at::empty({B, lists * k}, x.options().dtype(at::kFloat));
+  at::Tensor ids = at::empty({B, lists * k}, x.options().dtype(at::kLong));
+  if (B == 0 || L == 0) return {scores.fill_(-INFINITY), ids.fill_(-1)};
+  EpilogueArgs ep;
+  ep.valid_count = valid_count;
+  ep.top_scores = scores.data_ptr<float>();
+  ep.top_ids = ids.data_ptr<int64_t>();
+  ep.k = static_cast<int>(k);
+  launch_forward_mma<kTopK>(xt, weight, supports, forward_bias(bias), nullptr, B, ep);
+  return {scores, ids};
 }
 
 }  // namespace haste

@@ -143,6 +143,53 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&p)[4], int lane) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Losses of one logit z against a 0/1 target y, and their derivative in z (haste_hf/losses.py).
+// ---------------------------------------------------------------------------------------------
+enum LossKind : int { kBce = 0, kSquaredHinge = 1 };
+
+__device__ __forceinline__ void loss_and_grad(int kind, float z, float y, float& loss, float& grad) {
+  if (kind == kBce) {
+    // softplus(z) - y z and sigmoid(z) - y from one exponential e = exp(-|z|) in (0, 1] (no overflow at
+    // any z). log1p(e): the series to e^5 below 1/16 (relative error < e^5 / 6 < 2e-7), else the fast log
+    // of 1 + e (absolute error 4e-7 on a value >= 0.06); the library log1pf costs registers the epilogue
+    // spills. The fast reciprocal errs by 2 ulps, below the 16-bit gradient's rounding.
+    const float e = __expf(-fabsf(z));
+    const float t = 1.f + e;
+    const float series = e * (1.f - e * (0.5f - e * (1.f / 3.f - e * (0.25f - e * 0.2f))));
+    const float log1p_e = e < 0.0625f ? series : __logf(t);
+    const float inverse = __fdividef(1.f, t);
+    loss = fmaxf(z, 0.f) + log1p_e - y * z;
+    grad = (z >= 0.f ? inverse : e * inverse) - y;
+  } else {
+    const float sign = 2.f * y - 1.f;
+    const float margin = fmaxf(0.f, 1.f - sign * z);
+    loss = margin * margin;
+    grad = -2.f * sign * margin;
+  }
+}
+
+template <typename T> __device__ __forceinline__ float round_to(float v) { return to_float(from_float<T>(v)); }
+
+// What the forward kernel's epilogue does with its logits.
+enum ForwardMode : int { kLogits = 0, kLoss = 1, kTopK = 2 };
+
+struct EpilogueArgs {
+  // kLoss: positives as bits [B][mask_words] (bit c of word w: column 32 w + c), the loss and its scale,
+  // one fp64 partial sum per warp [gridDim.y][gridDim.x][kWarps].
+  const uint32_t* positive_mask = nullptr;
+  int64_t mask_words = 0;
+  float scale = 1.f;
+  int loss_kind = kBce;
+  double* loss_partials = nullptr;
+  // kLoss and kTopK: columns [0, valid_count) count, the later ones are padding slots.
+  int64_t valid_count = 0;
+  // kTopK: each warp's k best (score, column) of each row, [B][gridDim.y * kWarps][k].
+  float* top_scores = nullptr;
+  int64_t* top_ids = nullptr;
+  int k = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
 // Forward, tensor cores. One block owns a batch tile of 64 rows and keeps x^T of that tile,
 // [d][64 + pad], in shared memory for its whole life; its warps walk 32-label units (one group,
 // half a group, or two groups of 16). Per unit and 32 features, lane (g, t) loads 16 bytes of
@@ -154,14 +201,14 @@ __device__ __forceinline__ int fwd_feature_of_slot(int step, int slot) {
   return 8 * ((slot & 7) >> 1) + 4 * step + 2 * (slot >> 3) + (slot & 1);
 }
 
-template <typename T, int GROUP_SPAN, int FC>
+template <typename T, int GROUP_SPAN, int FC, int MODE>
 __global__ void __launch_bounds__(kThreads, 2) forward_mma_kernel(
     const T* __restrict__ xt,          // [d][Bp], Bp a multiple of 64, zero padded
     const T* __restrict__ weight,      // [K][G][F]
     const int* __restrict__ supports,  // [K][F]
     const T* __restrict__ bias,        // [L] or nullptr
-    T* __restrict__ out,               // [B][L]
-    int B, int Bp, int d, int K, int G, int F, int64_t units_per_block) {
+    T* __restrict__ out,               // [B][L]: logits (kLogits), their loss gradient (kLoss; nullptr: none)
+    int B, int Bp, int d, int K, int G, int F, int64_t units_per_block, const EpilogueArgs ep) {
   // GROUP_SPAN = labels of one group inside a 32-label unit: 16 (two groups per unit) or 32.
   constexpr int kGroupsPerUnit = 32 / GROUP_SPAN;
   constexpr int kTilesPerGroup = GROUP_SPAN / 8;
@@ -189,6 +236,28 @@ __global__ void __launch_bounds__(kThreads, 2) forward_mma_kernel(
   const int a_slot = (lane & 7) + 8 * (lane >> 4);
   const int a_moff = 8 * ((lane >> 3) & 1);
   const uint32_t xs_base = smem_addr(xs) + (uint32_t)a_moff * sizeof(T);
+
+  // kLoss: this lane's loss terms, in a fixed order (reproducible sums).
+  double lane_loss = 0.0;
+  // kTopK: this warp's candidate list of each of the tile's rows, [B][gridDim.y * kWarps][k] in global
+  // memory (insertions are rare once the lists fill), and in registers the list's lowest score of each
+  // of the lane's 8 rows (rows mt * 16 + half * 8 + g), the bar a new candidate must pass.
+  const int64_t list_count = (int64_t)gridDim.y * kWarps;
+  const int64_t list = (int64_t)blockIdx.y * kWarps + warp;
+  float bar[4][2];
+  if constexpr (MODE == kTopK) {
+    for (int i = lane; i < kFwdBatchTile * ep.k; i += 32) {
+      const int row = b0 + i / ep.k;
+      if (row < B) {
+        const int64_t at = ((int64_t)row * list_count + list) * ep.k + i % ep.k;
+        ep.top_scores[at] = -INFINITY;
+        ep.top_ids[at] = -1;
+      }
+    }
+    __syncwarp();
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt) bar[mt][0] = bar[mt][1] = -INFINITY;
+  }
 
   for (int64_t unit = unit_begin + warp; unit < unit_end; unit += kWarps) {
     const int64_t label0 = unit * 32;
@@ -253,20 +322,92 @@ __global__ void __launch_bounds__(kThreads, 2) forward_mma_kernel(
       MmaType<T>::unpack(packed, bias_lo[nt], bias_hi[nt]);
     }
     const int64_t store_label = label0 + 8 * t;
+    float unit_loss = 0.f;
 #pragma unroll
     for (int mt = 0; mt < 4; ++mt) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        uint32_t p[4];
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-          p[nt] = MmaType<T>::pack(acc[mt][nt][2 * half] + bias_lo[nt], acc[mt][nt][2 * half + 1] + bias_hi[nt]);
-        quad_transpose(p, lane);
         const int row = b0 + mt * 16 + half * 8 + g;
-        if (row < B && store_label < L)
-          *reinterpret_cast<uint4*>(out + (int64_t)row * L + store_label) = make_uint4(p[0], p[1], p[2], p[3]);
+        uint32_t p[4];
+        if constexpr (MODE == kLogits) {
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt)
+            p[nt] = MmaType<T>::pack(acc[mt][nt][2 * half] + bias_lo[nt], acc[mt][nt][2 * half + 1] + bias_hi[nt]);
+        } else {
+          // The logit as the logits kernel would store it (rounded to T), then the loss or the ranking.
+          // Lane (g, t) holds labels label0 + 8 nt + 2t + j of row `row`.
+          float z[4][2];
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt) {
+            z[nt][0] = round_to<T>(acc[mt][nt][2 * half] + bias_lo[nt]);
+            z[nt][1] = round_to<T>(acc[mt][nt][2 * half + 1] + bias_hi[nt]);
+          }
+          if constexpr (MODE == kLoss) {
+            const uint32_t positives = row < B ? __ldg(ep.positive_mask + (int64_t)row * ep.mask_words + unit) : 0u;
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+              float grad[2];
+#pragma unroll
+              for (int j = 0; j < 2; ++j) {
+                const int column = nt * 8 + 2 * t + j;
+                float term, derivative;
+                loss_and_grad(ep.loss_kind, z[nt][j], (positives >> column) & 1u ? 1.f : 0.f, term, derivative);
+                const bool counted = row < B && label0 + column < ep.valid_count;
+                unit_loss += counted ? term : 0.f;
+                grad[j] = counted ? derivative * ep.scale : 0.f;
+              }
+              p[nt] = MmaType<T>::pack(grad[0], grad[1]);
+            }
+          } else {
+            bool candidate = false;
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+              for (int j = 0; j < 2; ++j) {
+                if (row >= B || label0 + nt * 8 + 2 * t + j >= ep.valid_count) z[nt][j] = -INFINITY;
+                candidate |= z[nt][j] > bar[mt][half];
+              }
+            if (__any_sync(0xffffffffu, candidate)) {
+              // The four lanes of a row take turns; each inserts those of its 8 logits that beat the bar.
+              for (int turn = 0; turn < 4; ++turn) {
+                if (t == turn && candidate) {
+                  float* scores = ep.top_scores + ((int64_t)row * list_count + list) * ep.k;
+                  int64_t* ids = ep.top_ids + ((int64_t)row * list_count + list) * ep.k;
+#pragma unroll
+                  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                    for (int j = 0; j < 2; ++j)
+                      if (z[nt][j] > bar[mt][half]) {
+                        int lowest = 0;
+                        for (int e = 1; e < ep.k; ++e) lowest = scores[e] < scores[lowest] ? e : lowest;
+                        scores[lowest] = z[nt][j];
+                        ids[lowest] = label0 + nt * 8 + 2 * t + j;
+                        float new_bar = scores[0];
+                        for (int e = 1; e < ep.k; ++e) new_bar = fminf(new_bar, scores[e]);
+                        bar[mt][half] = new_bar;
+                      }
+                }
+                __syncwarp();
+                bar[mt][half] = __shfl_sync(0xffffffffu, bar[mt][half], (lane & ~3) | turn);
+              }
+            }
+          }
+        }
+        if constexpr (MODE != kTopK) {
+          if (out != nullptr) {
+            quad_transpose(p, lane);
+            if (row < B && store_label < L)
+              *reinterpret_cast<uint4*>(out + (int64_t)row * L + store_label) = make_uint4(p[0], p[1], p[2], p[3]);
+          }
+        }
       }
     }
+    if constexpr (MODE == kLoss) lane_loss += (double)unit_loss;
+  }
+  if constexpr (MODE == kLoss) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) lane_loss += __shfl_xor_sync(0xffffffffu, lane_loss, offset);
+    if (lane == 0) ep.loss_partials[((int64_t)blockIdx.y * gridDim.x + blockIdx.x) * kWarps + warp] = lane_loss;
   }
 }
 
@@ -625,6 +766,58 @@ __global__ void grad_input_generic_deterministic_kernel(const T* __restrict__ gr
     for (int j = 0; j < G; ++j) s += to_float(dz[j]) * to_float(w[(int64_t)j * F]);
   }
   grad_x[(int64_t)b * d + feature] = from_float<T>(s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loss from materialised logits (the dense head's cuBLAS output, or the tail off the tensor-core path).
+// ---------------------------------------------------------------------------------------------
+
+// Positive positions [B][P] (any order, repeats allowed) -> bits [B][words]; positions outside
+// [0, valid_count) are not positives.
+__global__ void positive_mask_kernel(const int64_t* __restrict__ positions, int64_t B, int64_t P,
+                                     int64_t valid_count, uint32_t* __restrict__ mask, int64_t words) {
+  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= B * P) return;
+  const int64_t position = positions[i];
+  if (position >= 0 && position < valid_count)
+    atomicOr(mask + (i / P) * words + position / 32, 1u << (position % 32));
+}
+
+constexpr int kLossThreads = 256;
+constexpr int kLossItems = 8;  // columns per thread, kLossThreads apart (coalesced)
+
+// Block (column block, row): the loss terms of kLossThreads * kLossItems logits of one row, summed in a
+// fixed order into partials[row][column block]; the logits are overwritten by scale * their derivative
+// (0 at columns >= valid_count) when `store` is set.
+template <typename T>
+__global__ void __launch_bounds__(kLossThreads) logits_loss_kernel(T* __restrict__ logits, const uint32_t* __restrict__ mask,
+                                                                   int64_t words, int64_t n, int64_t valid_count,
+                                                                   float scale, int loss_kind, bool store,
+                                                                   double* __restrict__ partials) {
+  const int64_t row = blockIdx.y;
+  const int64_t first = (int64_t)blockIdx.x * kLossThreads * kLossItems + threadIdx.x;
+  double local = 0.0;
+#pragma unroll
+  for (int i = 0; i < kLossItems; ++i) {
+    const int64_t column = first + (int64_t)i * kLossThreads;
+    if (column < n) {
+      T* at = logits + row * n + column;
+      const bool positive = (__ldg(mask + row * words + column / 32) >> (column % 32)) & 1u;
+      float term, derivative;
+      loss_and_grad(loss_kind, to_float(*at), positive ? 1.f : 0.f, term, derivative);
+      const bool counted = column < valid_count;
+      local += counted ? (double)term : 0.0;
+      if (store) *at = from_float<T>(counted ? derivative * scale : 0.f);
+    }
+  }
+  __shared__ double sums[kLossThreads];
+  sums[threadIdx.x] = local;
+  __syncthreads();
+  for (int width = kLossThreads / 2; width > 0; width >>= 1) {
+    if (threadIdx.x < width) sums[threadIdx.x] += sums[threadIdx.x + width];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partials[row * gridDim.x + blockIdx.x] = sums[0];
 }
 
 }  // namespace haste

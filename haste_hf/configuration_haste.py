@@ -23,6 +23,8 @@ def head_label_count_for(head_label_fraction: float, label_count: int) -> int:
     """The head size of a share of `label_count` labels, rounded half up (0.03 of 450 labels: 14)."""
     return math.floor(float(head_label_fraction) * label_count + 0.5)
 LOSS_REDUCTIONS = ("sum", "mean")
+# The names of `haste_hf.losses.LOSSES` (this file imports transformers only).
+LOSSES = ("bce", "squared_hinge")
 
 # Decoder-only families score a text from its last token; everything else averages its tokens, which
 # is also how sentence-transformers checkpoints (the usual starting point for XMC encoders) were trained.
@@ -69,9 +71,12 @@ class HasteConfig(PretrainedConfig):
             decoder-only models, `"mean"` otherwise.
         classifier_dropout (`float`, *optional*, defaults to 0.0):
             Dropout on the pooled encoder output during training.
+        loss (`str`, *optional*, defaults to `"bce"`):
+            The per-label loss: `"bce"` (binary cross-entropy with logits, the paper's) or `"squared_hinge"`
+            (max(0, 1 - s z)^2 with s = +1 for positives, -1 for negatives).
         loss_reduction (`str`, *optional*, defaults to `"sum"`):
-            `"sum"`: binary cross-entropy summed over labels and averaged over the batch (the paper's
-            objective). `"mean"`: averaged over labels too.
+            `"sum"`: the loss summed over labels and averaged over the batch (the paper's objective).
+            `"mean"`: averaged over labels too.
         tail_bias (`bool`, *optional*, defaults to `False`):
             Whether tail labels have a bias.
         supports_seed (`int`, *optional*, defaults to 0):
@@ -94,6 +99,7 @@ class HasteConfig(PretrainedConfig):
         tail_projection_dim: int | None = None,
         pooling: str | None = None,
         classifier_dropout: float = 0.0,
+        loss: str = "bce",
         loss_reduction: str = "sum",
         tail_bias: bool = False,
         supports_seed: int = 0,
@@ -119,6 +125,7 @@ class HasteConfig(PretrainedConfig):
         self.tail_projection_dim = tail_projection_dim
         self.pooling = pooling if pooling is not None else default_pooling(encoder)
         self.classifier_dropout = classifier_dropout
+        self.loss = loss
         self.loss_reduction = loss_reduction
         self.tail_bias = tail_bias
         self.supports_seed = supports_seed
@@ -192,6 +199,8 @@ class HasteConfig(PretrainedConfig):
             )
         if self.pooling not in POOLING_MODES:
             raise ValueError(f"`pooling` must be one of {POOLING_MODES}, got {self.pooling!r}.")
+        if self.loss not in LOSSES:
+            raise ValueError(f"`loss` must be one of {LOSSES}, got {self.loss!r}.")
         if self.loss_reduction not in LOSS_REDUCTIONS:
             raise ValueError(f"`loss_reduction` must be one of {LOSS_REDUCTIONS}, got {self.loss_reduction!r}.")
         if not 0.0 <= self.classifier_dropout < 1.0:

@@ -599,19 +599,25 @@ def demo_dataset_path() -> Path:
 # Collation
 
 
-def pad_label_ids(label_lists: list[list[int]], pad_id: int = LABEL_PAD_ID) -> torch.Tensor:
+def pad_label_ids(label_lists: list[list[int]], pad_id: int = LABEL_PAD_ID, label_count: int | None = None) -> torch.Tensor:
     """Packs per-example positive label ids into an int64 `[B, P]` tensor, padded with `pad_id`.
 
     P is the largest number of positives in the batch, at least 1 (a batch of label-free points is `[B, 1]`
-    of padding).
+    of padding). Ids must be non-negative, and below `label_count` when it is given.
     """
     width = max(1, max((len(labels) for labels in label_lists), default=0))
     padded = torch.full((len(label_lists), width), pad_id, dtype=torch.long)
     for row, labels in enumerate(label_lists):
         if len(labels):
             padded[row, : len(labels)] = torch.as_tensor(labels, dtype=torch.long)
-    if (padded[padded != pad_id] < 0).any():
+    ids = padded[padded != pad_id]
+    if (ids < 0).any():
         raise ValueError("label ids must be non-negative")
+    if label_count is not None and (ids >= label_count).any():
+        raise ValueError(
+            f"label id {int(ids.max())} is outside [0, label_count={label_count}): the data has more labels than "
+            "the model; rebuild the model with the data's label count."
+        )
     return padded
 
 
@@ -629,6 +635,8 @@ class XMCDataCollator:
         padding: passed to the tokenizer (`"longest"` pads to the batch's longest text, `"max_length"` to
             `max_length`).
         pad_to_multiple_of: passed to the tokenizer.
+        label_count: the model's label count; ids at or above it are rejected here, on the CPU, so that the
+            model need not check them on the GPU each step (which would synchronize the device).
     """
 
     tokenizer: PreTrainedTokenizerBase
@@ -637,6 +645,7 @@ class XMCDataCollator:
     pad_to_multiple_of: int | None = None
     text_column: str = "text"
     label_column: str = "labels"
+    label_count: int | None = None
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         if not features:
@@ -655,5 +664,5 @@ class XMCDataCollator:
             return_tensors="pt",
         )
         if self.label_column in features[0]:
-            batch["labels"] = pad_label_ids([feature[self.label_column] for feature in features])
+            batch["labels"] = pad_label_ids([feature[self.label_column] for feature in features], label_count=self.label_count)
         return dict(batch)

@@ -29,7 +29,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from .modeling_haste import GroupSparseLinear, HasteForExtremeClassification, TopKOutput
+from .losses import output_layer_loss
+from .modeling_haste import _TOPK_CHUNK_ELEMENTS, HasteForExtremeClassification, TopKOutput
 from .rewiring import (
     RewiringResult,
     check_rewiring_options,
@@ -38,6 +39,7 @@ from .rewiring import (
     regrow_weakest_,
     reset_pruned_weights_,
 )
+from .sparse_ops import group_sparse_topk, merge_topk
 
 
 # Bounds the rows one rank sends per gather when a checkpoint is assembled, so saving never holds more
@@ -246,97 +248,96 @@ class OutputLayerShard:
         head_x, tail_x = (gather_rows_with_gradient(x, sizes, self.group, grad_scale) for x in (head_x, tail_x))
         return head_x, tail_x, sizes
 
-    def _local_logits(self, model, head_x, tail_x) -> torch.Tensor:
-        parts = []
-        if model.head is not None:
-            parts.append(model.head(head_x))
-        if model.tail is not None:
-            parts.append(model.tail(tail_x))
-        return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+    @property
+    def head_width(self) -> int:
+        return self.head_rows[1] - self.head_rows[0]
 
     @property
-    def valid_column_count(self) -> int:
-        """Columns of this rank's logits that are labels: all but the padding slots of the last group, which
-        trail the last rank's columns."""
-        head_width = self.head_rows[1] - self.head_rows[0]
+    def valid_tail_count(self) -> int:
+        """This rank's tail columns that are labels: all but the padding slots of the last group, which trail
+        the last rank's columns."""
         tail_stop = self.head_label_count + self.tail_groups[1] * self.group_size
-        return head_width + min(tail_stop, self.label_count) - self.tail_first_position
+        return min(tail_stop, self.label_count) - self.tail_first_position
 
-    def _gather_labels(self, labels: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    def _gather_labels(self, model, labels: torch.Tensor, sizes: list[int]) -> torch.Tensor:
         """Positive label ids of the global batch `[B_global, P]`, -100 padded."""
-        if labels.dim() != 2:
-            raise ValueError(f"`labels` must be 2-D with one row per example, got shape {tuple(labels.shape)}.")
-        if labels.dtype.is_floating_point or labels.dtype == torch.bool:
-            if labels.shape[1] != self.label_count:
-                raise ValueError(
-                    f"A dense multi-hot `labels` needs {self.label_count} columns, got {labels.shape[1]}: pass one "
-                    "column per label, or padded positive ids (int64, -100 padding)."
-                )
-            if bool(((labels != 0) & (labels != 1)).any()):
+        dense = model._dense_labels(labels, sizes[self.rank])
+        if dense is not None:
+            if bool(((dense != 0) & (dense != 1)).any()):
                 raise ValueError("A sharded output layer takes 0/1 multi-hot `labels` or padded positive ids, not soft targets.")
-            labels = _multi_hot_to_ids(labels.bool())
+            labels = _multi_hot_to_ids(dense.bool())
         width = int(all_gather_sizes([labels.shape[1]], self.group)[:, 0].max())
         labels = F.pad(labels.to(torch.int64), (0, width - labels.shape[1]), value=-100)
         return all_gather_rows(labels, sizes, self.group, pad_value=-100)
 
+    def _local_loss(self, model, head_x, tail_x, positions: torch.Tensor, scale: float) -> torch.Tensor:
+        """This rank's labels' part of the loss, through the fused op of one process on each slice (positions
+        shifted to the slice's first column; those of other ranks fall outside it and are ignored)."""
+        losses = []
+        if model.head is not None:
+            losses.append(output_layer_loss(
+                head_x, model.head.weight, model.head.bias, positions - self.head_rows[0], self.head_width, scale,
+                model.config.loss,
+            ))  # fmt: skip
+        if model.tail is not None:
+            losses.append(output_layer_loss(
+                tail_x, model.tail.weight, model.tail.bias, positions - self.tail_first_position, self.valid_tail_count,
+                scale, model.config.loss, supports=model.tail.supports,
+            ))  # fmt: skip
+        return losses[0] if len(losses) == 1 else losses[0] + losses[1]
+
+    def _local_topk(self, model, head_x, tail_x, k: int):
+        """The `k` best (fp32 scores, global output positions) among this rank's labels, without its logits."""
+        reference = head_x if head_x is not None else tail_x
+        batch_size = reference.shape[0]
+        best = (reference.new_empty(batch_size, 0, dtype=torch.float32), reference.new_empty(batch_size, 0, dtype=torch.int64))
+        if model.head is not None:
+            step = max(1, _TOPK_CHUNK_ELEMENTS // max(1, batch_size))
+            for start in range(0, self.head_width, step):
+                rows = slice(start, min(start + step, self.head_width))
+                bias = None if model.head.bias is None else model.head.bias[rows]
+                logits = F.linear(head_x, model.head.weight[rows], bias)
+                best = merge_topk(best, model._top_positions(logits, k, self.head_rows[0] + start), k)
+        if model.tail is not None:
+            scores, columns = group_sparse_topk(
+                tail_x, model.tail.weight, model.tail.supports, model.tail.bias, k, self.valid_tail_count,
+                chunk_elements=_TOPK_CHUNK_ELEMENTS,
+            )  # fmt: skip
+            best = merge_topk(best, (scores, columns.clamp(min=0) + self.tail_first_position), k)
+        return best
+
     def forward(self, model, pooled: torch.Tensor, labels: torch.Tensor | None, top_k: int | None):
         """(loss, top scores, top label ids) of this rank's examples, computed with the other ranks.
 
-        The loss is the global batch's, as one process would compute it; its gradient is this rank's part
-        (its labels over the global batch), which with DDP's averaging gives every parameter the gradient
-        of the global loss.
+        The loss's value is the global batch's loss, on every rank; its gradient is this rank's part (its
+        labels over the global batch), which with DDP's averaging gives every parameter the gradient of the
+        global loss.
         """
-        head_x, tail_x, sizes = self._gather_inputs(model, pooled, grad_scale=self.world_size)
-        logits = self._local_logits(model, head_x, tail_x)
-        loss = None
-        if labels is not None:
-            global_labels = self._gather_labels(labels, sizes)
-            columns = self._local_columns(model._positive_positions(global_labels))
-            float_logits = logits.float()
-            valid_logits = float_logits[:, : self.valid_column_count]
-            positives = float_logits.gather(1, columns.clamp(min=0)).masked_fill(columns < 0, 0.0)
-            scale = 1.0 / (self.label_count if self.loss_reduction == "mean" else 1)
-            per_example = (F.softplus(valid_logits).sum(1) - positives.sum(1)) * scale  # this rank's labels
-            partial = per_example.sum() / sum(sizes)
-            # The value is the mean over this rank's examples, as a replica's loss is (what the Trainer logs
-            # and averages over ranks); the gradient is that of this rank's labels over the global batch.
-            totals = per_example.detach().clone()
-            dist.all_reduce(totals, group=self.group)
-            start = sum(sizes[: self.rank])
-            value = totals[start : start + sizes[self.rank]].sum() / max(1, sizes[self.rank])
-            loss = partial + (value - partial).detach()
-        top_scores = top_label_ids = None
         if top_k is not None:
             model._check_k(top_k)
+        head_x, tail_x, sizes = self._gather_inputs(model, pooled, grad_scale=self.world_size)
+        loss = None
+        if labels is not None:
+            positions = model._positive_positions(self._gather_labels(model, labels, sizes))
+            scale = 1.0 / (sum(sizes) * (self.label_count if self.loss_reduction == "mean" else 1))
+            partial = self._local_loss(model, head_x, tail_x, positions, scale)
+            total = partial.detach().clone()
+            dist.all_reduce(total, group=self.group)
+            loss = partial + (total - partial.detach())
+        top_scores = top_label_ids = None
+        if top_k is not None:
             with torch.no_grad():
-                head_width = self.head_rows[1] - self.head_rows[0]
-                best = _empty_topk(logits.shape[0], logits.device)
-                if model.head is not None:
-                    best = _merge_topk(best, model._top_positions(logits[:, :head_width], top_k, self.head_rows[0]), top_k)
-                if model.tail is not None:
-                    best = _merge_topk(best, model._top_positions(logits[:, head_width:], top_k, self.tail_first_position), top_k)
+                best = self._local_topk(model, head_x, tail_x, top_k)
                 top_scores, top_label_ids = self._merge_across_ranks(model, best, top_k, sizes)
         return loss, top_scores, top_label_ids
 
     @torch.no_grad()
-    def predict_topk(self, model, pooled: torch.Tensor, k: int, chunk_elements: int) -> TopKOutput:
-        """The `k` best labels of this rank's examples, scoring this rank's labels over the global batch
-        in chunks of groups and merging the ranks' top-k."""
+    def predict_topk(self, model, pooled: torch.Tensor, k: int) -> TopKOutput:
+        """The `k` best labels of this rank's examples: every rank's top-k of its labels over the global
+        batch, merged."""
         model._check_k(k)
         head_x, tail_x, sizes = self._gather_inputs(model, pooled, grad_scale=1.0)
-        batch_size = sum(sizes)
-        device = pooled.device
-        best = _empty_topk(batch_size, device)
-        if model.head is not None:
-            best = _merge_topk(best, model._top_positions(model.head(head_x), k, self.head_rows[0]), k)
-        if model.tail is not None:
-            groups = model.tail.weight.shape[0]
-            step = max(1, chunk_elements // max(1, batch_size * self.group_size))
-            for start in range(0, groups, step):
-                chunk = slice(start, min(start + step, groups))
-                first = self.tail_first_position + start * self.group_size
-                best = _merge_topk(best, model._top_positions(model.tail.forward_groups(tail_x, chunk), k, first), k)
-        scores, label_ids = self._merge_across_ranks(model, best, k, sizes)
+        scores, label_ids = self._merge_across_ranks(model, self._local_topk(model, head_x, tail_x, k), k, sizes)
         return TopKOutput(label_ids=label_ids, scores=scores)
 
     def _merge_across_ranks(self, model, best, k: int, sizes: list[int]):
@@ -501,20 +502,6 @@ def _multi_hot_to_ids(labels: torch.Tensor) -> torch.Tensor:
     starts = torch.cumsum(counts, 0) - counts
     ids[rows, torch.arange(rows.numel(), device=labels.device) - starts[rows]] = columns
     return ids
-
-
-def _empty_topk(batch_size: int, device):
-    return (
-        torch.full((batch_size, 0), float("-inf"), device=device),
-        torch.empty((batch_size, 0), dtype=torch.int64, device=device),
-    )
-
-
-def _merge_topk(best, new, k: int):
-    scores = torch.cat([best[0], new[0]], dim=1)
-    positions = torch.cat([best[1], new[1]], dim=1)
-    scores, top = scores.topk(min(k, scores.shape[1]), dim=1)
-    return scores, positions.gather(1, top)
 
 
 # ------------------------------------------------------------------------------------------------ sharding

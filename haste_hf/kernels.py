@@ -250,6 +250,150 @@ def _backward(ctx, grad_out):
 _forward_op.register_autograd(_backward, setup_context=_setup_context)
 
 
+# ------------------------------------------------------------------------------------------------
+# The fused loss of an output layer (haste_hf.losses) and the fused top-k of the tail.
+# ------------------------------------------------------------------------------------------------
+_LOSS_KINDS = {"bce": 0, "squared_hinge": 1}
+
+
+@torch.library.custom_op("haste::linear_loss", mutates_args=())
+def _linear_loss_op(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    supports: Optional[torch.Tensor],
+    positions: torch.Tensor,
+    valid_count: int,
+    scale: float,
+    loss: str,
+    store_gradient: bool,
+    deterministic: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    # `deterministic` only travels to the backward, which reads it from the saved context.
+    loss_value, grad_logits = _load_extension().linear_loss(
+        x, weight, bias, supports, positions, valid_count, scale, _LOSS_KINDS[loss], store_gradient
+    )
+    return loss_value, grad_logits
+
+
+@_linear_loss_op.register_fake
+def _(x, weight, bias, supports, positions, valid_count, scale, loss, store_gradient, deterministic):
+    outputs = weight.shape[0] * weight.shape[1] if supports is not None else weight.shape[0]
+    return x.new_empty((), dtype=torch.float32), x.new_empty(x.shape[0] if store_gradient else 0, outputs)
+
+
+def _linear_loss_setup_context(ctx, inputs, output):
+    x, weight, bias, supports, *_, deterministic = inputs
+    ctx.save_for_backward(x, weight, supports, output[1])
+    ctx.bias_dtype = None if bias is None else bias.dtype
+    ctx.deterministic = deterministic
+
+
+def _linear_loss_backward(ctx, grad_loss, _grad_of_gradient):
+    x, weight, supports, grad_logits = ctx.saved_tensors
+    if grad_logits.shape[0] != x.shape[0]:
+        raise RuntimeError("haste::linear_loss ran without storing its logit gradient (store_gradient=False).")
+    # The stored gradient already holds the loss's scale; the upstream factor (1 for `loss.backward()`)
+    # scales the small operand of each product, `x` or the `[B, d]` result, never a `[B, n]` or weight-sized
+    # tensor (a pass over the weight gradient would cost its bytes twice and a copy of it in memory).
+    grad_x = grad_weight = grad_bias = None
+    if supports is None:
+        if ctx.needs_input_grad[0]:
+            grad_x = torch.mul(grad_logits @ weight, grad_loss)
+        if ctx.needs_input_grad[1]:
+            grad_weight = grad_logits.t() @ torch.mul(x, grad_loss)
+    else:
+        if ctx.needs_input_grad[0]:
+            grad_x = torch.mul(_grad_input_op(grad_logits, weight, supports, x.shape[1], ctx.deterministic), grad_loss)
+        if ctx.needs_input_grad[1]:
+            grad_weight = _grad_weight_op(grad_logits, torch.mul(x, grad_loss), supports, weight.shape[1])
+    if ctx.needs_input_grad[2]:
+        grad_bias = (grad_logits.sum(0, dtype=torch.float32) * grad_loss).to(ctx.bias_dtype)
+    return grad_x, grad_weight, grad_bias, None, None, None, None, None, None, None
+
+
+_linear_loss_op.register_autograd(_linear_loss_backward, setup_context=_linear_loss_setup_context)
+
+
+def fuses_loss(x: torch.Tensor, weight: torch.Tensor, supports: Optional[torch.Tensor]) -> bool:
+    """True when `linear_loss` serves this layer: a dense one (cuBLAS + one fused kernel, bf16 / fp16 / fp32)
+    or a group-sparse one on the tensor-core path (`has_fast_path`). Call `is_available()` first."""
+    if x.dtype not in _SUPPORTED_DTYPES or weight.dtype != x.dtype:
+        return False
+    return supports is None or has_fast_path(x, weight)
+
+
+def linear_loss(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    supports: Optional[torch.Tensor],
+    positions: torch.Tensor,
+    valid_count: int,
+    scale: float,
+    loss: str = "bce",
+    deterministic: Optional[bool] = None,
+) -> torch.Tensor:
+    """`scale` times the loss of a dense (`[n, d]`) or group-sparse (`[K, G, F]` + int32 `supports`) layer
+    over its outputs `[0, valid_count)`, differentiable in `x`, `weight` and `bias` (see
+    `haste_hf.losses.output_layer_loss`, which dispatches here). The forward stores the logit gradient
+    `scale * dloss/dz` in the layer's dtype `[B, n]` for the backward, and no logits at all for a sparse
+    layer on the tensor-core path; without autograd it stores nothing. Loss sums are reproducible."""
+    if loss not in _LOSS_KINDS:
+        raise ValueError(f"`loss` must be one of {sorted(_LOSS_KINDS)}, got {loss!r}.")
+    if supports is not None:
+        validate_inputs(x, weight, supports, bias, check_indices=VALIDATE)
+    elif x.dim() != 2 or weight.dim() != 2 or weight.shape[1] != x.shape[1] or weight.dtype != x.dtype:
+        raise ValueError(
+            f"a dense layer needs x [B, d] and weight [n, d] of one dtype; got x {tuple(x.shape)} {x.dtype}, "
+            f"weight {tuple(weight.shape)} {weight.dtype}."
+        )
+    if deterministic is None:
+        deterministic = torch.are_deterministic_algorithms_enabled()
+    tracked = [x, weight] + ([bias] if bias is not None else [])
+    store_gradient = torch.is_grad_enabled() and any(tensor.requires_grad for tensor in tracked)
+    with torch.autocast("cuda", enabled=False):  # the logits and their gradient in the layer's dtype
+        loss_value, _ = _linear_loss_op(
+            x.contiguous(), weight.contiguous(), bias, supports, positions, valid_count, float(scale), loss,
+            store_gradient, deterministic,
+        )  # fmt: skip
+    return loss_value
+
+
+@torch.library.custom_op("haste::group_sparse_topk", mutates_args=())
+def _topk_op(
+    x: torch.Tensor, weight: torch.Tensor, supports: torch.Tensor, bias: Optional[torch.Tensor], k: int, valid_count: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    scores, columns = _load_extension().group_sparse_topk(x, weight, supports, bias, k, valid_count)
+    scores, best = scores.topk(min(k, scores.shape[1]), dim=1)
+    return scores, columns.gather(1, best)
+
+
+@_topk_op.register_fake
+def _(x, weight, supports, bias, k, valid_count):
+    return x.new_empty(x.shape[0], k, dtype=torch.float32), x.new_empty(x.shape[0], k, dtype=torch.int64)
+
+
+def group_sparse_topk(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    supports: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    k: int,
+    valid_count: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The `k` best (fp32 scores, columns) of each row of the tail's logits over columns `[0, valid_count)`,
+    best first, without its `[B, K * G]` logits: each warp of the forward kernel keeps a list of the k best
+    of each row over its labels; the lists (`O(B * k * 8 * blocks)`) are merged here. Tensor-core shapes only
+    (`has_fast_path`); a row with fewer than k scored columns is padded with (-inf, -1)."""
+    validate_inputs(x, weight, supports, bias, check_indices=VALIDATE)
+    if not has_fast_path(x, weight):
+        raise ValueError("`group_sparse_topk` needs tensor-core shapes (`has_fast_path`); score in chunks instead.")
+    if k < 1:
+        raise ValueError(f"`k` must be at least 1, got {k}.")
+    return _topk_op(x.contiguous(), weight, supports, bias, k, valid_count)
+
+
 def group_sparse_linear(
     x: torch.Tensor,
     weight: torch.Tensor,

@@ -28,7 +28,8 @@ from transformers import initialization as init
 from transformers.utils import ModelOutput, cached_file, logging
 
 from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, HasteConfig, head_label_count_for
-from .sparse_ops import group_sparse_linear
+from .losses import LOSSES, output_layer_loss, targets_of_chunk
+from .sparse_ops import group_sparse_linear, group_sparse_topk, merge_topk
 
 
 logger = logging.get_logger(__name__)
@@ -36,15 +37,20 @@ logger = logging.get_logger(__name__)
 LABEL_NAMES_FILE = "label_names.json"
 IGNORE_INDEX = -100
 
-# Bounds the `[B, groups * G]` block of tail logits scored at once by `predict_topk`.
+# Bounds the `[B, chunk]` block of logits scored at once by top-k off the fused kernels (head, CPU).
 _TOPK_CHUNK_ELEMENTS = 1 << 24
+
+# Check label ids on accelerators too, at the cost of a device synchronization per step (CPU tensors are
+# always checked; the collator checks them when given `label_count`).
+VALIDATE_LABELS = os.environ.get("HASTE_HF_VALIDATE", "0") == "1"
 
 
 @dataclass
 class ExtremeClassifierOutput(ModelOutput):
     """
     Args:
-        loss (`torch.FloatTensor` of shape `()`, *optional*): BCE over all labels (see `HasteConfig.loss_reduction`).
+        loss (`torch.FloatTensor` of shape `()`, *optional*): the loss over all labels (`HasteConfig.loss`,
+            `HasteConfig.loss_reduction`).
         logits (`torch.FloatTensor` of shape `(batch_size, label_count)`, *optional*): scores in label-id order,
             returned when no labels are given or when `return_logits=True`.
         top_label_ids (`torch.LongTensor` of shape `(batch_size, top_k)`, *optional*): the `top_k` best label
@@ -91,11 +97,6 @@ class GroupSparseLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return group_sparse_linear(x, self.weight, self.supports, self.bias)
 
-    def forward_groups(self, x: torch.Tensor, groups: slice) -> torch.Tensor:
-        """Logits of the slots of `groups` only."""
-        bias = None if self.bias is None else self.bias[groups.start * self.weight.shape[1] : groups.stop * self.weight.shape[1]]
-        return group_sparse_linear(x, self.weight[groups], self.supports[groups], bias)
-
     def extra_repr(self) -> str:
         groups, group_size, fan_in = self.weight.shape
         return f"in_features={self.in_features}, groups={groups}, group_size={group_size}, fan_in={fan_in}, bias={self.bias is not None}"
@@ -108,12 +109,13 @@ def random_supports(group_count: int, fan_in: int, in_features: int, seed: int) 
     alone (not on the device, nor on how many groups exist before a given one) and memory stays
     bounded at millions of groups.
     """
-    generator = torch.Generator().manual_seed(seed)
-    supports = torch.empty(group_count, fan_in, dtype=torch.int32)
+    # Explicitly on the CPU, also under a `with torch.device("cuda"):` block, so every device gets these supports.
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    supports = torch.empty(group_count, fan_in, dtype=torch.int32, device="cpu")
     block = max(1, (1 << 22) // in_features)
     for start in range(0, group_count, block):
         stop = min(start + block, group_count)
-        keys = torch.rand(stop - start, in_features, generator=generator)
+        keys = torch.rand(stop - start, in_features, generator=generator, device="cpu")
         supports[start:stop] = keys.topk(fan_in, dim=1, sorted=False).indices.sort(dim=1).values.int()
     return supports
 
@@ -382,7 +384,9 @@ class HasteForExtremeClassification(HastePreTrainedModel):
 
     def position_logits(self, pooled: torch.Tensor) -> torch.Tensor:
         """Logits over output positions `[B, head_label_count + K * G]` (padding slots included)."""
-        head_x, tail_x = self._branch_inputs(pooled)
+        return self._position_logits(*self._branch_inputs(pooled))
+
+    def _position_logits(self, head_x, tail_x) -> torch.Tensor:
         parts = []
         if self.head is not None:
             parts.append(self.head(head_x))
@@ -404,48 +408,81 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         return self._label_positions_cache[1]
 
     def _positive_positions(self, labels: torch.Tensor) -> torch.Tensor:
-        """Padded positive label ids `[B, P]` -> their output positions, -1 for padding and repeats."""
+        """Padded positive label ids `[B, P]` -> their output positions, -1 for padding (repeats kept: every
+        loss path counts a position once)."""
         label_count = self.config.label_count
         valid = labels != IGNORE_INDEX
-        if bool(((labels < 0) & valid).any()) or bool((labels >= label_count).any()):
+        invalid = (valid & (labels < 0)) | (labels >= label_count)
+        message = (
+            f"`labels` holds ids outside [0, {label_count}) other than the padding value {IGNORE_INDEX}: "
+            "pass positive label ids padded with -100, or a dense [batch, label_count] multi-hot."
+        )
+        if VALIDATE_LABELS or (labels.device.type == "cpu" and not torch.compiler.is_compiling()):
+            if bool(invalid.any()):
+                raise ValueError(message)
+        else:
+            # No host synchronization (nor graph break) per step: a bad id stops the run on the device.
+            torch._assert_async(~invalid.any(), message)
+        return torch.where(valid, self.label_positions[labels.masked_fill(~valid | invalid, 0)], -1)
+
+    def _dense_labels(self, labels: torch.Tensor, batch_size: int) -> torch.Tensor | None:
+        """`labels` as a dense multi-hot (float, bool, or an integer one of 0s and 1s read as bool), or None
+        for padded ids; raises on a malformed `labels`."""
+        if labels.dim() != 2 or labels.shape[0] != batch_size:
+            raise ValueError(f"`labels` must be 2-D with one row per example, got shape {tuple(labels.shape)}.")
+        if _is_integer_multi_hot(labels, self.config.label_count):
+            return labels.bool()
+        if not (labels.dtype.is_floating_point or labels.dtype == torch.bool):
+            return None
+        if labels.shape[1] != self.config.label_count:
             raise ValueError(
-                f"`labels` holds ids outside [0, {label_count}) other than the padding value {IGNORE_INDEX}: "
-                "pass positive label ids padded with -100, or a dense [batch, label_count] multi-hot."
+                f"A dense multi-hot `labels` needs {self.config.label_count} columns, got {labels.shape[1]}: "
+                "pass one column per label, or padded positive ids (int64, -100 padding)."
             )
-        positions = torch.where(valid, self.label_positions[labels.clamp(min=0)], -1)
-        # A label listed twice is one positive, not two.
-        positions = positions.sort(dim=1, descending=True).values
-        repeated = torch.zeros_like(valid)
-        repeated[:, 1:] = positions[:, 1:] == positions[:, :-1]
-        return positions.masked_fill(repeated, -1)
+        return labels
+
+    def _loss_scale(self, batch_size: int) -> float:
+        return 1.0 / (batch_size * (self.config.label_count if self.config.loss_reduction == "mean" else 1))
 
     def compute_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """BCE over all labels from position logits, with labels as padded ids or a dense multi-hot.
-
-        Uses BCE(z, y) = softplus(z) - y * z, so only the logits of positives are gathered and no dense
-        target is built for padded ids.
-        """
+        """The loss (`config.loss`) over all labels from materialised position logits, with labels as padded
+        ids or a dense multi-hot: the unfused reference, and the path of dense multi-hot labels. Training on
+        label ids goes through `fused_loss`, which never materialises the logits."""
         config = self.config
         valid_logits = logits[:, : config.label_count].float()  # padding slots trail the last group
-        loss = F.softplus(valid_logits).sum()
-        if labels.dim() != 2 or labels.shape[0] != logits.shape[0]:
-            raise ValueError(f"`labels` must be 2-D with one row per example, got shape {tuple(labels.shape)}.")
-        if _is_integer_multi_hot(labels, config.label_count):
-            labels = labels.bool()
-        if labels.dtype.is_floating_point or labels.dtype == torch.bool:
-            if labels.shape[1] != config.label_count:
-                raise ValueError(
-                    f"A dense multi-hot `labels` needs {config.label_count} columns, got {labels.shape[1]}: "
-                    "pass one column per label, or padded positive ids (int64, -100 padding)."
-                )
-            targets = labels[:, self.output_labels[: config.label_count]].to(valid_logits.dtype)
-            loss = loss - (valid_logits * targets).sum()
+        dense = self._dense_labels(labels, logits.shape[0])
+        if dense is not None:
+            targets = dense[:, self.output_labels[: config.label_count]].to(valid_logits.dtype)
         else:
             positions = self._positive_positions(labels)
-            positive_logits = valid_logits.gather(1, positions.clamp(min=0))
-            loss = loss - positive_logits.masked_fill(positions < 0, 0.0).sum()
-        denominator = logits.shape[0] * (config.label_count if config.loss_reduction == "mean" else 1)
-        return loss / denominator
+            targets = targets_of_chunk(positions, 0, config.label_count, config.label_count, valid_logits.dtype)
+        terms, _ = LOSSES[config.loss](valid_logits, targets)
+        return terms.sum() * self._loss_scale(logits.shape[0])
+
+    def fused_loss(self, head_x: torch.Tensor | None, tail_x: torch.Tensor | None, labels: torch.Tensor) -> torch.Tensor:
+        """The loss (`config.loss`, `config.loss_reduction`) from the branch inputs and padded label ids,
+        each branch's logits consumed where they are computed (`losses.output_layer_loss`): no `[B, L]`
+        logits in fp32, no concatenation of head and tail."""
+        config = self.config
+        batch_size = labels.shape[0]
+        positions = self._positive_positions(labels)
+        scale = self._loss_scale(batch_size)
+        losses = []
+        if self.head is not None:
+            losses.append(
+                output_layer_loss(
+                    head_x, self.head.weight, self.head.bias, positions, config.head_label_count, scale, config.loss
+                )
+            )
+        if self.tail is not None:
+            tail_positions = positions - config.head_label_count  # head positions and padding fall below 0
+            losses.append(
+                output_layer_loss(
+                    tail_x, self.tail.weight, self.tail.bias, tail_positions, config.tail_label_count, scale,
+                    config.loss, supports=self.tail.supports,
+                )
+            )  # fmt: skip
+        return losses[0] if len(losses) == 1 else losses[0] + losses[1]
 
     def _top_positions(self, position_logits: torch.Tensor, k: int, first_position: int = 0):
         """The `k` best (scores, positions) among `position_logits`, whose first column is output position
@@ -496,27 +533,35 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             if value is not None
         }
         pooled, encoder_outputs = self.encode(input_ids, attention_mask, **encoder_kwargs)
-        if return_logits is None:
-            return_logits = labels is None and self.output_layer_shard is None
-        logits = top_scores = top_label_ids = None
         if self.output_layer_shard is not None:
             if return_logits:
                 raise ValueError(
                     "A sharded output layer gives no [batch, label_count] logits: pass `top_k` for the best labels."
                 )
+            return_logits = False
             loss, top_scores, top_label_ids = self.output_layer_shard.forward(self, pooled, labels, top_k)
         else:
-            position_logits = self.position_logits(pooled)
-            loss = self.compute_loss(position_logits, labels) if labels is not None else None
+            head_x, tail_x = self._branch_inputs(pooled)
+            if return_logits is None:
+                return_logits = labels is None
             if top_k is not None:
                 self._check_k(top_k)
-                top_scores, top_positions = self._top_positions(position_logits, top_k)
+            dense_labels = labels is not None and self._dense_labels(labels, pooled.shape[0]) is not None
+            # Logits over all positions only when they are returned, or for a dense multi-hot's loss.
+            position_logits = self._position_logits(head_x, tail_x) if return_logits or dense_labels else None
+            loss = None
+            if labels is not None:
+                loss = self.compute_loss(position_logits, labels) if dense_labels else self.fused_loss(head_x, tail_x, labels)
+            top_scores = top_label_ids = None
+            if top_k is not None:
+                if position_logits is not None:
+                    top_scores, top_positions = self._top_positions(position_logits, top_k)
+                else:
+                    top_scores, top_positions = self._branch_topk(head_x, tail_x, top_k)
                 top_label_ids = self.output_labels[top_positions]
-            if return_logits:
-                logits = self.logits_in_label_order(position_logits)
         output = ExtremeClassifierOutput(
             loss=loss,
-            logits=logits,
+            logits=self.logits_in_label_order(position_logits) if return_logits else None,
             top_label_ids=top_label_ids,
             top_scores=top_scores,
             hidden_states=getattr(encoder_outputs, "hidden_states", None),
@@ -535,28 +580,29 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         self._check_k(k)
         pooled, _ = self.encode(input_ids, attention_mask, **encoder_kwargs)
         if self.output_layer_shard is not None:
-            return self.output_layer_shard.predict_topk(self, pooled, k, _TOPK_CHUNK_ELEMENTS)
-        head_x, tail_x = self._branch_inputs(pooled)
-        batch_size = pooled.shape[0]
-        best_scores = torch.full((batch_size, 0), float("-inf"), device=pooled.device)
-        best_positions = torch.empty((batch_size, 0), dtype=torch.int64, device=pooled.device)
+            return self.output_layer_shard.predict_topk(self, pooled, k)
+        scores, positions = self._branch_topk(*self._branch_inputs(pooled), k)
+        return TopKOutput(label_ids=self.output_labels[positions], scores=scores)
 
-        def merge(position_logits, first_position):
-            nonlocal best_scores, best_positions
-            scores, positions = self._top_positions(position_logits, k, first_position)
-            all_scores = torch.cat([best_scores, scores], dim=1)
-            best_scores, top = all_scores.topk(min(k, all_scores.shape[1]), dim=1)
-            best_positions = torch.cat([best_positions, positions], dim=1).gather(1, top)
-
+    def _branch_topk(self, head_x, tail_x, k: int):
+        """The `k` best (fp32 scores, output positions) of each example, from the branch inputs: the head in
+        chunks of rows, the tail in the forward kernel (`sparse_ops.group_sparse_topk`)."""
+        reference = head_x if head_x is not None else tail_x
+        batch_size = reference.shape[0]
+        best = (reference.new_empty(batch_size, 0, dtype=torch.float32), reference.new_empty(batch_size, 0, dtype=torch.int64))
         if self.head is not None:
-            merge(self.head(head_x), 0)
+            step = max(1, _TOPK_CHUNK_ELEMENTS // max(1, batch_size))
+            for start in range(0, self.config.head_label_count, step):
+                rows = slice(start, min(start + step, self.config.head_label_count))
+                bias = None if self.head.bias is None else self.head.bias[rows]
+                best = merge_topk(best, self._top_positions(F.linear(head_x, self.head.weight[rows], bias), k, start), k)
         if self.tail is not None:
-            groups, group_size = self.tail.weight.shape[:2]
-            step = max(1, _TOPK_CHUNK_ELEMENTS // (batch_size * group_size))
-            for start in range(0, groups, step):
-                chunk = slice(start, min(start + step, groups))
-                merge(self.tail.forward_groups(tail_x, chunk), self.config.head_label_count + start * group_size)
-        return TopKOutput(label_ids=self.output_labels[best_positions], scores=best_scores)
+            scores, columns = group_sparse_topk(
+                tail_x, self.tail.weight, self.tail.supports, self.tail.bias, k, self.config.tail_label_count,
+                chunk_elements=_TOPK_CHUNK_ELEMENTS,
+            )  # fmt: skip
+            best = merge_topk(best, (scores, columns.clamp(min=0) + self.config.head_label_count), k)
+        return best
 
     # ----------------------------------------------------------------------------------------- saving
 

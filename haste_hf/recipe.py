@@ -211,7 +211,7 @@ def build_trainer(model, tokenizer, training_args, train_split, validation_split
 
     return HasteTrainer(
         model=model, args=training_args, train_dataset=train_split, eval_dataset=validation_split,
-        data_collator=XMCDataCollator(tokenizer, max_length=max_length),
+        data_collator=XMCDataCollator(tokenizer, max_length=max_length, label_count=model.config.label_count),
         compute_metrics=make_compute_metrics(ks=METRIC_KS, propensity=propensity), callbacks=callbacks,
     )  # fmt: skip
 

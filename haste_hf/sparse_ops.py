@@ -132,3 +132,41 @@ def group_sparse_linear(
         return _KERNELS.group_sparse_linear(x, weight.contiguous(), supports.to(torch.int32), bias)
     out = _GroupSparseLinearFunction.apply(x, weight, supports)
     return out if bias is None else out + bias
+
+
+def merge_topk(best: tuple[torch.Tensor, torch.Tensor], candidates: tuple[torch.Tensor, torch.Tensor], k: int):
+    """The `k` best of two (scores `[B, *]`, ids `[B, *]`) sets, best first."""
+    scores = torch.cat([best[0], candidates[0]], dim=1)
+    scores, top = scores.topk(min(k, scores.shape[1]), dim=1)
+    return scores, torch.cat([best[1], candidates[1]], dim=1).gather(1, top)
+
+
+def group_sparse_topk(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    supports: torch.Tensor,
+    bias: torch.Tensor | None,
+    k: int,
+    valid_count: int,
+    chunk_elements: int = 1 << 24,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The `k` best fp32 scores of each row of `group_sparse_linear(x, weight, supports, bias)` among its
+    columns `[0, valid_count)`, and those columns, best first, without the `[B, K * G]` logits: fused into
+    the forward kernel on tensor-core shapes, else scored `chunk_elements` logits at a time."""
+    _check_inputs(x, weight, supports, bias)
+    if x.is_cuda and _KERNELS is not None and _KERNELS.is_available() and _KERNELS.has_fast_path(x, weight):
+        return _KERNELS.group_sparse_topk(x, weight.contiguous(), supports.to(torch.int32), bias, k, valid_count)
+    batch_size = x.shape[0]
+    num_groups, group_size = weight.shape[:2]
+    best = (x.new_empty(batch_size, 0, dtype=torch.float32), x.new_empty(batch_size, 0, dtype=torch.int64))
+    step = max(1, chunk_elements // max(1, batch_size * group_size))
+    for start in range(0, num_groups, step):
+        stop = min(start + step, num_groups)
+        columns = torch.arange(start * group_size, stop * group_size, device=x.device)
+        chunk_bias = None if bias is None else bias[start * group_size : stop * group_size]
+        logits = group_sparse_linear(x, weight[start:stop], supports[start:stop], chunk_bias).float()
+        logits = logits.masked_fill(columns >= valid_count, float("-inf"))
+        scores, top = logits.topk(min(k, logits.shape[1]), dim=1)
+        best = merge_topk(best, (scores, columns[top]), k)
+    return best
+

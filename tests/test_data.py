@@ -295,6 +295,10 @@ def test_collator_errors(tokenizer):
         collator([{"input_ids": [1], "labels": [0]}])
     with pytest.raises(ValueError, match="non-negative"):
         pad_label_ids([[1, -3]])
+    bounded = XMCDataCollator(tokenizer, label_count=8)
+    assert bounded([{"text": "a", "labels": [7]}])["labels"].tolist() == [[7]]
+    with pytest.raises(ValueError, match="label_count=8"):
+        bounded([{"text": "a", "labels": [2]}, {"text": "b", "labels": [8]}])
 
 
 def test_collator_on_loaded_dataset(json_dir, cache, tokenizer):
