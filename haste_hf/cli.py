@@ -194,7 +194,8 @@ TRAIN_EPILOG = (
     " Every flag may also come from a JSON or YAML file (--config FILE; its keys are the flag names with"
     " underscores, e.g. learning_rate: 1.0e-4), flags on the command line win. Short forms: "
     + ", ".join(f"{short} ({long})" for short, long in SHORT_FLAGS.items())
-    + ". Publishing: --push-to-hub --hub-model-id user/name. bf16: --bf16 (autocast) and --output-layer-dtype bfloat16."
+    + ". Publishing: --push-to-hub --hub-model-id user/name. --bf16: bf16 autocast and a bf16 head and tail"
+    " (--output-layer-dtype float32 keeps them in float32). --eval-steps N: evaluate and checkpoint every N steps."
 )
 
 
@@ -301,6 +302,16 @@ def _config_path(argv: list[str]) -> str | None:
     return None
 
 
+def _apply_train_flag_rules(values: dict) -> None:
+    """What two `train` flags mean beyond their `TrainingArguments` field (as in earlier versions of the CLI):
+    `--bf16` also trains the head and tail in bf16 (the paper; `--output-layer-dtype float32` keeps them in
+    float32), and `--eval-steps N` evaluates and checkpoints every N steps instead of every epoch."""
+    if values["bf16"] and values["output_layer_dtype"] is None:
+        values["output_layer_dtype"] = "bfloat16"
+    if values["eval_steps"] and values["eval_strategy"] == values["save_strategy"] == "epoch":
+        values.update(eval_strategy="steps", save_strategy="steps", save_steps=values["eval_steps"])
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     """Parses `haste-hf` arguments; `train` / `demo` / `group` get `args.recipe` (`RecipeArguments`) and `train` /
     `demo` `args.training` (`HasteTrainingArguments`), read from the flags and the `--config` file."""
@@ -327,6 +338,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
             dataclass_types.append(HasteTrainingArguments)
         values = vars(args)
+        if args.command != "group":
+            _apply_train_flag_rules(values)
         parsed = [dataclass(**{f.name: values[f.name] for f in dataclasses.fields(dataclass) if f.init and f.name in values})
                   for dataclass in dataclass_types]  # fmt: skip
         args.recipe = parsed[0]

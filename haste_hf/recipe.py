@@ -180,12 +180,13 @@ def build_layout(
     )  # fmt: skip
 
 
-def build_model(encoder, layout: LabelLayout, *, label_names=None, fan_in: int = 64, pooling: str | None = None,
-                head_projection_dim: int | None = None, tail_projection_dim: int | None = None):  # fmt: skip
+def build_model(encoder, layout: LabelLayout, *, label_count: int | None = None, label_names=None, fan_in: int = 64,
+                pooling: str | None = None, head_projection_dim: int | None = None, tail_projection_dim: int | None = None):  # fmt: skip
+    """A new model around `encoder` with `layout`'s head and tail (checked against `label_count`, the data's)."""
     from .modeling_haste import HasteForExtremeClassification
 
     return HasteForExtremeClassification.from_encoder_pretrained(
-        encoder, layout=layout, label_names=label_names, fan_in=fan_in, pooling=pooling,
+        encoder, label_count, layout=layout, label_names=label_names, fan_in=fan_in, pooling=pooling,
         head_projection_dim=head_projection_dim, tail_projection_dim=tail_projection_dim,
     )  # fmt: skip
 
@@ -342,7 +343,7 @@ def train(
         batch_size=training_args.per_device_eval_batch_size,
     )  # fmt: skip
     model = build_model(
-        encoder_model, layout, label_names=dataset.label_texts, fan_in=recipe.fan_in, pooling=pooling,
+        encoder_model, layout, label_count=dataset.label_count, label_names=dataset.label_texts, fan_in=recipe.fan_in, pooling=pooling,
         head_projection_dim=recipe.head_projection_dim, tail_projection_dim=recipe.tail_projection_dim,
     )  # fmt: skip
     dataset_name = dataset_name_of(recipe.data, recipe.dataset_name)
