@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from transformers.trainer_utils import IntervalStrategy
+from transformers.trainer_utils import IntervalStrategy, set_seed
 from transformers.utils import logging
 
 from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, default_pooling
@@ -342,6 +342,7 @@ def train(
         beta=recipe.beta, pooling=pooling, seed=seed, max_length=recipe.max_length,
         batch_size=training_args.per_device_eval_batch_size,
     )  # fmt: skip
+    set_seed(seed)  # the new head and tail weights: a function of the seed, as the rest of the run
     model = build_model(
         encoder_model, layout, label_count=dataset.label_count, label_names=dataset.label_texts, fan_in=recipe.fan_in, pooling=pooling,
         head_projection_dim=recipe.head_projection_dim, tail_projection_dim=recipe.tail_projection_dim,
