@@ -5,7 +5,7 @@
     haste-hf train --data DIR --encoder NAME --output-dir OUT
     haste-hf evaluate --model OUT --data DIR
     haste-hf predict --model OUT --input texts.txt --output predictions.jsonl
-    haste-hf group --data DIR --encoder NAME --output grouping.safetensors
+    haste-hf group --data DIR --encoder NAME --output layout.safetensors   # then train --layout-file
     haste-hf push --model OUT --repo-id user/name
 """
 
@@ -14,8 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION
-from .recipe import DEMO_ENCODER, METRIC_KS as SUMMARY_KS, resolve_encoder  # noqa: F401  (resolve_encoder: public here too)
+from .recipe import METRIC_KS as SUMMARY_KS
 
 
 SUMMARY_METRICS = ("P", "PSP", "nDCG")
