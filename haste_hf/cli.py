@@ -14,8 +14,12 @@ import json
 import sys
 from pathlib import Path
 
+from transformers.utils import logging
+
 from .recipe import METRIC_KS as SUMMARY_KS
 
+
+logger = logging.get_logger(__name__)
 
 SUMMARY_METRICS = ("P", "PSP", "nDCG")
 
@@ -128,10 +132,20 @@ def command_predict(args) -> int:
     return 0
 
 
+# `RecipeArguments` that shape the model or its evaluation, not the label layout `haste-hf group` computes.
+_NOT_GROUP_OPTIONS = ("fan_in", "head_projection_dim", "tail_projection_dim", "layout_file", "dataset_name",
+                      "propensity_a", "propensity_b")  # fmt: skip
+
+
 def command_group(args) -> int:
-    from .recipe import build_layout, load_dataset, load_encoder, split_validation
+    from .recipe import RecipeArguments, build_layout, load_dataset, load_encoder, split_validation
 
     recipe = args.recipe
+    ignored = [name for name in _NOT_GROUP_OPTIONS if getattr(recipe, name) != RecipeArguments.__dataclass_fields__[name].default]
+    if ignored:
+        logger.warning(
+            f"Ignored by `haste-hf group` (they are `train` options): {', '.join('--' + n.replace('_', '-') for n in ignored)}."
+        )
     data = load_dataset(recipe.data, recipe.format, recipe.text_fields, recipe.label_texts)
     train_split, _ = split_validation(data.splits["train"], recipe.validation_fraction, args.seed)
     encoder, tokenizer = load_encoder(recipe.encoder)

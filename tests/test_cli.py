@@ -187,6 +187,17 @@ def test_group_defaults_to_the_papers_head_share(dataset_dir, encoder_dir, tmp_p
     assert (layout.head_label_count, layout.group_size, layout.strategy) == (1, 16, "random")  # round(3% of 30) = 1
 
 
+def test_group_names_the_train_options_it_ignores(dataset_dir, encoder_dir, tmp_path):
+    from transformers.testing_utils import CaptureLogger
+
+    from haste_hf import cli
+
+    with CaptureLogger(cli.logger) as captured:
+        assert main(["group", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output",
+                     str(tmp_path / "layout.safetensors"), "--grouping", "random", "--fan-in", "8"]) == 0  # fmt: skip
+    assert "Ignored by `haste-hf group` (they are `train` options): --fan-in." in captured.out
+
+
 def test_train_refuses_structure_flags_that_contradict_the_layout_file(dataset_dir, encoder_dir, tmp_path):
     layout_file = tmp_path / "layout.safetensors"
     assert main(["group", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output", str(layout_file),
