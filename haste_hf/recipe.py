@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from transformers.trainer_utils import IntervalStrategy
+from transformers.trainer_utils import IntervalStrategy, set_seed
 from transformers.utils import logging
 
 from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, default_pooling
@@ -185,12 +185,13 @@ def build_layout(
     )  # fmt: skip
 
 
-def build_model(encoder, layout: LabelLayout, *, label_names=None, fan_in: int = 64, pooling: str | None = None,
-                head_projection_dim: int | None = None, tail_projection_dim: int | None = None):  # fmt: skip
+def build_model(encoder, layout: LabelLayout, *, label_count: int | None = None, label_names=None, fan_in: int = 64,
+                pooling: str | None = None, head_projection_dim: int | None = None, tail_projection_dim: int | None = None):  # fmt: skip
+    """A new model around `encoder` with `layout`'s head and tail (checked against `label_count`, the data's)."""
     from .modeling_haste import HasteForExtremeClassification
 
     return HasteForExtremeClassification.from_encoder_pretrained(
-        encoder, layout=layout, label_names=label_names, fan_in=fan_in, pooling=pooling,
+        encoder, label_count, layout=layout, label_names=label_names, fan_in=fan_in, pooling=pooling,
         head_projection_dim=head_projection_dim, tail_projection_dim=tail_projection_dim,
     )  # fmt: skip
 
@@ -413,9 +414,9 @@ def train(
             batch_size=training_args.per_device_eval_batch_size,
         )  # fmt: skip
     layout = broadcast_object(layout)
-    set_seed(seed)  # every rank builds the same output layer
+    set_seed(seed)  # the new head and tail weights: a function of the seed, the same on every rank
     model = build_model(
-        encoder_model, layout, label_names=dataset.label_texts, fan_in=recipe.fan_in, pooling=pooling,
+        encoder_model, layout, label_count=dataset.label_count, label_names=dataset.label_texts, fan_in=recipe.fan_in, pooling=pooling,
         head_projection_dim=recipe.head_projection_dim, tail_projection_dim=recipe.tail_projection_dim,
     )  # fmt: skip
     dataset_name = dataset_name_of(recipe.data, recipe.dataset_name)
