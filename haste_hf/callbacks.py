@@ -95,25 +95,21 @@ class RewiringCallback(TrainerCallback):
         self.check_model(model)
         model = unwrap_model(model)
         tail = model.tail
-        head_count = model.output_labels.numel() - tail.out_features
-        label_mask = (model.output_labels[head_count:] >= 0).view(tail.weight.shape[0], tail.weight.shape[1])
-        result = rewire_(
-            tail.weight,
-            tail.supports,
-            num_features=tail.in_features,
-            fraction=self.fraction,
-            scope=self.scope,
-            init=self.init,
-            seed=args.seed if self.seed is None else self.seed,
-            step=state.global_step,
-            label_mask=label_mask,
-        )
+        rewiring = dict(fraction=self.fraction, scope=self.scope, init=self.init,
+                        seed=args.seed if self.seed is None else self.seed, step=state.global_step)  # fmt: skip
+        if getattr(model, "output_layer_shard", None) is not None:
+            result, count = model.output_layer_shard.rewire_(model, **rewiring)
+        else:
+            head_count = model.output_labels.numel() - tail.out_features
+            label_mask = (model.output_labels[head_count:] >= 0).view(tail.weight.shape[0], tail.weight.shape[1])
+            result = rewire_(tail.weight, tail.supports, num_features=tail.in_features, label_mask=label_mask, **rewiring)
+            count = result.count
         if optimizer is not None:
             reset_optimizer_state_(optimizer, tail.weight, result)
-        state.log_history.append({"rewired_pairs": result.count, "step": state.global_step})
+        state.log_history.append({"rewired_pairs": count, "step": state.global_step})
         # Log this step, so the count reaches the console and the logging integrations too.
         control.should_log = True
-        logger.info("Step %d: rewired %d (group, slot) pairs of the sparse tail.", state.global_step, result.count)
+        logger.info("Step %d: rewired %d (group, slot) pairs of the sparse tail.", state.global_step, count)
 
 
 NON_FINITE_ACTIONS = ("stop", "skip")
@@ -128,7 +124,9 @@ class NonFiniteGradientCallback(TrainerCallback):
     since no later step could recover from that.
 
     One device sync per optimizer step: the largest absolute gradient of each tensor is gathered and
-    tested at once (the max, unlike the norm, never overflows on large finite gradients).
+    tested at once (the max, unlike the norm, never overflows on large finite gradients). Under several
+    processes the verdict is agreed by all (one tiny all-reduce), so that every rank stops or skips
+    together, a sharded output layer's shares included.
     """
 
     def __init__(self, action: str = "stop"):
@@ -139,7 +137,7 @@ class NonFiniteGradientCallback(TrainerCallback):
 
     def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
         parameters = [param for param in unwrap_model(model).parameters() if param.grad is not None]
-        if all_finite([param.grad for param in parameters]):
+        if _on_every_rank(all_finite([param.grad for param in parameters]), args.device):
             return
         step = state.global_step + 1
         if self.action == "stop":
@@ -148,7 +146,7 @@ class NonFiniteGradientCallback(TrainerCallback):
                 "learning rates (encoder and output layer), check the data and the encoder's outputs, or "
                 "set `on_non_finite='skip'` (CLI: --on-non-finite skip) to skip such steps."
             )
-        if not all_finite(parameters):
+        if not _on_every_rank(all_finite(parameters), args.device):
             raise FloatingPointError(
                 f"Training diverged at step {step}: the weights themselves are NaN or infinite, so skipping "
                 "steps cannot recover. Lower the learning rates."
@@ -157,6 +155,15 @@ class NonFiniteGradientCallback(TrainerCallback):
         logger.warning("Step %d skipped: its gradients are NaN or infinite (%d skipped so far).", step, self.skipped_steps)
         for param in parameters:
             param.grad = None
+
+
+def _on_every_rank(holds: bool, device) -> bool:
+    """Whether `holds` is true on every process of the default group (on this one alone without one)."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()) or torch.distributed.get_world_size() == 1:
+        return holds
+    flag = torch.tensor(int(holds), device=device)
+    torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)
+    return bool(flag)
 
 
 def all_finite(tensors) -> bool:

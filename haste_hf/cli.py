@@ -5,7 +5,7 @@
     haste-hf train --data DIR --encoder NAME --output-dir OUT
     haste-hf evaluate --model OUT --data DIR
     haste-hf predict --model OUT --input texts.txt --output predictions.jsonl
-    haste-hf group --data DIR --encoder NAME --output grouping.safetensors
+    haste-hf group --data DIR --encoder NAME --output layout.safetensors   # then train --layout-file
     haste-hf push --model OUT --repo-id user/name
 """
 
@@ -15,9 +15,12 @@ import os
 import sys
 from pathlib import Path
 
-from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION
-from .recipe import DEMO_ENCODER, HUB_ID_PATTERN, METRIC_KS as SUMMARY_KS, resolve_encoder  # noqa: F401  (resolve_encoder: public here too)
+from transformers.utils import logging
 
+from .recipe import HUB_ID_PATTERN, METRIC_KS as SUMMARY_KS
+
+
+logger = logging.get_logger(__name__)
 
 SUMMARY_METRICS = ("P", "PSP", "nDCG")
 DEBUG_VARIABLE = "HASTE_HF_DEBUG"
@@ -238,10 +241,20 @@ def command_predict(args) -> int:
     return 0
 
 
+# `RecipeArguments` that shape the model or its evaluation, not the label layout `haste-hf group` computes.
+_NOT_GROUP_OPTIONS = ("fan_in", "head_projection_dim", "tail_projection_dim", "layout_file", "dataset_name",
+                      "propensity_a", "propensity_b")  # fmt: skip
+
+
 def command_group(args) -> int:
-    from .recipe import build_layout, load_dataset, load_encoder, split_validation
+    from .recipe import RecipeArguments, build_layout, load_dataset, load_encoder, split_validation
 
     recipe = args.recipe
+    ignored = [name for name in _NOT_GROUP_OPTIONS if getattr(recipe, name) != RecipeArguments.__dataclass_fields__[name].default]
+    if ignored:
+        logger.warning(
+            f"Ignored by `haste-hf group` (they are `train` options): {', '.join('--' + n.replace('_', '-') for n in ignored)}."
+        )
     data = load_dataset(recipe.data, recipe.format, recipe.text_fields, recipe.label_texts)
     train_split, _ = split_validation(data.splits["train"], recipe.validation_fraction, args.seed)
     encoder, tokenizer = load_encoder(recipe.encoder)
@@ -316,7 +329,8 @@ TRAIN_EPILOG = (
     " Every flag may also come from a JSON or YAML file (--config FILE; its keys are the flag names with"
     " underscores, e.g. learning_rate: 1.0e-4), flags on the command line win. Short forms: "
     + ", ".join(f"{short} ({long})" for short, long in SHORT_FLAGS.items())
-    + ". Publishing: --push-to-hub --hub-model-id user/name. bf16: --bf16 (autocast) and --output-layer-dtype bfloat16."
+    + ". Publishing: --push-to-hub --hub-model-id user/name. --bf16: bf16 autocast and a bf16 head and tail"
+    " (--output-layer-dtype float32 keeps them in float32). --eval-steps N: evaluate and checkpoint every N steps."
 )
 
 
@@ -444,6 +458,16 @@ def _resume_flag(argv: list[str]) -> list[str]:
     ]  # fmt: skip
 
 
+def _apply_train_flag_rules(values: dict) -> None:
+    """What two `train` flags mean beyond their `TrainingArguments` field (as in earlier versions of the CLI):
+    `--bf16` also trains the head and tail in bf16 (the paper; `--output-layer-dtype float32` keeps them in
+    float32), and `--eval-steps N` evaluates and checkpoints every N steps instead of every epoch."""
+    if values["bf16"] and values["output_layer_dtype"] is None:
+        values["output_layer_dtype"] = "bfloat16"
+    if values["eval_steps"] and values["eval_strategy"] == values["save_strategy"] == "epoch":
+        values.update(eval_strategy="steps", save_strategy="steps", save_steps=values["eval_steps"])
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     """Parses `haste-hf` arguments; `train` / `demo` / `group` get `args.recipe` (`RecipeArguments`) and `train` /
     `demo` `args.training` (`HasteTrainingArguments`), read from the flags and the `--config` file. A bad flag
@@ -475,6 +499,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
             dataclass_types.append(HasteTrainingArguments)
         values = vars(args)
+        if args.command != "group":
+            _apply_train_flag_rules(values)
         try:
             parsed = [dataclass(**{f.name: values[f.name] for f in dataclasses.fields(dataclass) if f.init and f.name in values})
                       for dataclass in dataclass_types]  # fmt: skip

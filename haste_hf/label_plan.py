@@ -14,7 +14,7 @@ import hashlib
 import math
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -235,6 +235,13 @@ class LabelLayout:
     @property
     def tail_group_count(self) -> int:
         return math.ceil(self.tail_label_count / self.group_size)
+
+    def output_layer_slices(self, world_size: int):
+        """The head rows and tail groups each of `world_size` ranks holds when the output layer is sharded by
+        labels (`haste_hf.distributed.assign_output_layer`): contiguous runs, in group order."""
+        from .distributed import assign_output_layer
+
+        return assign_output_layer(self.head_label_count, self.tail_group_count, world_size)
 
     @property
     def grouping(self) -> LabelGrouping:

@@ -364,6 +364,9 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         self.register_buffer("output_labels", torch.empty(positions, dtype=torch.int64))
         self.label_names: list[str] | None = None
         self._label_positions_cache = None
+        # Set by `haste_hf.distributed.shard_output_layer_`: this rank holds a share of head and tail, and
+        # scores through it together with the other ranks.
+        self.output_layer_shard = None
         self.post_init()
 
     # ----------------------------------------------------------------------------------------- building
@@ -624,24 +627,32 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             if value is not None
         }
         pooled, encoder_outputs = self.encode(input_ids, attention_mask, **encoder_kwargs)
-        head_x, tail_x = self._branch_inputs(pooled)
-        if return_logits is None:
-            return_logits = labels is None
-        if top_k is not None:
-            self._check_k(top_k)
-        dense_labels = labels is not None and self._dense_labels(labels, pooled.shape[0]) is not None
-        # Logits over all positions only when they are returned, or for a dense multi-hot's loss.
-        position_logits = self._position_logits(head_x, tail_x) if return_logits or dense_labels else None
-        loss = None
-        if labels is not None:
-            loss = self.compute_loss(position_logits, labels) if dense_labels else self.fused_loss(head_x, tail_x, labels)
-        top_scores = top_label_ids = None
-        if top_k is not None:
-            if position_logits is not None:
-                top_scores, top_positions = self._top_positions(position_logits, top_k)
-            else:
-                top_scores, top_positions = self._branch_topk(head_x, tail_x, top_k)
-            top_label_ids = self.output_labels[top_positions]
+        if self.output_layer_shard is not None:
+            if return_logits:
+                raise ValueError(
+                    "A sharded output layer gives no [batch, label_count] logits: pass `top_k` for the best labels."
+                )
+            return_logits = False
+            loss, top_scores, top_label_ids = self.output_layer_shard.forward(self, pooled, labels, top_k)
+        else:
+            head_x, tail_x = self._branch_inputs(pooled)
+            if return_logits is None:
+                return_logits = labels is None
+            if top_k is not None:
+                self._check_k(top_k)
+            dense_labels = labels is not None and self._dense_labels(labels, pooled.shape[0]) is not None
+            # Logits over all positions only when they are returned, or for a dense multi-hot's loss.
+            position_logits = self._position_logits(head_x, tail_x) if return_logits or dense_labels else None
+            loss = None
+            if labels is not None:
+                loss = self.compute_loss(position_logits, labels) if dense_labels else self.fused_loss(head_x, tail_x, labels)
+            top_scores = top_label_ids = None
+            if top_k is not None:
+                if position_logits is not None:
+                    top_scores, top_positions = self._top_positions(position_logits, top_k)
+                else:
+                    top_scores, top_positions = self._branch_topk(head_x, tail_x, top_k)
+                top_label_ids = self.output_labels[top_positions]
         output = ExtremeClassifierOutput(
             loss=loss,
             logits=self.logits_in_label_order(position_logits) if return_logits else None,
@@ -662,6 +673,8 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         `O(B * (k + chunk))`, never `O(B * label_count)`."""
         self._check_k(k)
         pooled, _ = self.encode(input_ids, attention_mask, **encoder_kwargs)
+        if self.output_layer_shard is not None:
+            return self.output_layer_shard.predict_topk(self, pooled, k)
         scores, positions = self._branch_topk(*self._branch_inputs(pooled), k)
         return TopKOutput(label_ids=self.output_labels[positions], scores=scores)
 
@@ -694,6 +707,11 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         save_directory = os.fspath(save_directory)
         hub_kwargs = {name: kwargs.pop(name) for name in _PUSH_ARGUMENTS if name in kwargs}
         repo_id = kwargs.pop("repo_id", None) or os.path.basename(os.path.abspath(save_directory))
+        if self.output_layer_shard is not None and kwargs.get("state_dict") is None:
+            raise ValueError(
+                "This model holds one rank's share of the output layer: save it on every rank with "
+                "`haste_hf.distributed.save_sharded_pretrained` (or `HasteTrainer.save_model`), which gathers it."
+            )
         if not self.should_save_on_this_rank(kwargs.get("is_main_process", True)):
             # Other ranks write nothing; they take part only in what the save gathers from them.
             return super().save_pretrained(save_directory, *args, **kwargs)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from transformers.trainer_utils import IntervalStrategy
+from transformers.trainer_utils import IntervalStrategy, set_seed
 from transformers.utils import logging
 
 from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, default_pooling
@@ -241,12 +241,13 @@ def build_layout(
     )  # fmt: skip
 
 
-def build_model(encoder, layout: LabelLayout, *, label_names=None, fan_in: int = 64, pooling: str | None = None,
-                head_projection_dim: int | None = None, tail_projection_dim: int | None = None):  # fmt: skip
+def build_model(encoder, layout: LabelLayout, *, label_count: int | None = None, label_names=None, fan_in: int = 64,
+                pooling: str | None = None, head_projection_dim: int | None = None, tail_projection_dim: int | None = None):  # fmt: skip
+    """A new model around `encoder` with `layout`'s head and tail (checked against `label_count`, the data's)."""
     from .modeling_haste import HasteForExtremeClassification
 
     return HasteForExtremeClassification.from_encoder_pretrained(
-        encoder, layout=layout, label_names=label_names, fan_in=fan_in, pooling=pooling,
+        encoder, label_count, layout=layout, label_names=label_names, fan_in=fan_in, pooling=pooling,
         head_projection_dim=head_projection_dim, tail_projection_dim=tail_projection_dim,
     )  # fmt: skip
 
@@ -294,23 +295,50 @@ def build_trainer(model, tokenizer, training_args, train_split, validation_split
     )  # fmt: skip
 
 
+def process_rank_and_count() -> tuple[int, int]:
+    """(rank, world size) of this process: (0, 1) outside torchrun / accelerate launch."""
+    import torch.distributed as dist
+
+    return (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
+
+
 def predict_top_k(model, tokenizer, texts, k: int, batch_size: int = 64, max_length: int = 128, desc: str = "Predicting"):
-    """Top-k label ids and scores `[N, k]` for `texts`, in batches, with a progress bar."""
+    """Top-k label ids and scores `[N, k]` for `texts`, in batches, with a progress bar.
+
+    Under several processes each rank predicts a contiguous share of the texts in the same number of batches
+    (a sharded output layer scores them together), and every rank returns all rows.
+    """
+    import math
+
     import torch
     from tqdm.auto import tqdm
 
+    from .distributed import balanced_ranges
+
+    rank, world_size = process_rank_and_count()
     device = next(model.parameters()).device
     model.eval()
-    ids, scores = [], []
     texts = list(texts)
-    for start in tqdm(range(0, len(texts), batch_size), desc=desc, unit="batch"):
-        batch = tokenizer(texts[start : start + batch_size], truncation=True, max_length=max_length, padding=True, return_tensors="pt")
-        batch = {name: tensor.to(device) for name, tensor in batch.items()}
+    shares = balanced_ranges(len(texts), world_size)
+    batch_count = max(1, math.ceil(max(stop - start for start, stop in shares) / batch_size))
+    start, stop = shares[rank]
+    ids, scores = [], []
+    for batch_texts in tqdm(np.array_split(np.asarray(texts[start:stop], dtype=object), batch_count), desc=desc,
+                            unit="batch", disable=rank != 0):  # fmt: skip
+        # A rank out of texts still joins the collective, with an empty batch.
+        batch = tokenizer(list(batch_texts) or [""], truncation=True, max_length=max_length, padding=True, return_tensors="pt")
+        batch = {name: tensor[: len(batch_texts)].to(device) for name, tensor in batch.items()}
         with torch.no_grad():
             top = model.predict_topk(**batch, k=k)
         ids.append(top.label_ids.cpu().numpy())
         scores.append(top.scores.cpu().numpy())
     ids, scores = np.concatenate(ids), np.concatenate(scores)
+    if world_size > 1:
+        import torch.distributed as dist
+
+        parts = [None] * world_size
+        dist.all_gather_object(parts, (ids, scores))
+        ids, scores = np.concatenate([part[0] for part in parts]), np.concatenate([part[1] for part in parts])
     bad = np.flatnonzero(~np.isfinite(scores).all(axis=1))
     if bad.size:
         raise FloatingPointError(
@@ -363,6 +391,9 @@ def save_trained(trainer, tokenizer, layout: LabelLayout, output_dir: str, *, en
     from .callbacks import unwrap_model
     from .saving import save_trained_folder
 
+    model = unwrap_model(trainer.model)
+    shard = getattr(model, "output_layer_shard", None)
+    state_dict = shard.full_state_dict(model) if shard is not None else None  # on every rank: the shares are gathered
     if not trainer.is_world_process_zero():
         return
 
@@ -373,7 +404,7 @@ def save_trained(trainer, tokenizer, layout: LabelLayout, output_dir: str, *, en
         write_results(folder, trainer, layout, output_dir, encoder_name=encoder_name, dataset_name=dataset_name,
                       test_metrics=test_metrics, propensity=propensity, hub_model_id=hub_model_id)  # fmt: skip
 
-    save_trained_folder(output_dir, unwrap_model(trainer.model), tokenizer, write_extra)
+    save_trained_folder(output_dir, model, tokenizer, write_extra, state_dict=state_dict)
 
 
 def write_results(folder: Path, trainer, layout: LabelLayout, output_dir: str, *, encoder_name: str, dataset_name: str,
@@ -420,6 +451,17 @@ def _training_arguments(training_args, output_dir: str | None, has_validation: b
     return training_args, push
 
 
+def _check_process_group(training_args) -> None:
+    """Launched as several processes, the `HasteTrainingArguments` have made them one data-parallel run by now;
+    where they have not (CPUs without `use_cpu`), each process would train alone on all the data."""
+    processes = int(os.environ.get("WORLD_SIZE", "1"))
+    if processes > 1 and training_args.world_size != processes:
+        raise RuntimeError(
+            f"Launched as {processes} processes, but the Trainer sees {training_args.world_size}: each would train "
+            "alone. On CPUs pass `--use_cpu` (`use_cpu=True`); on GPUs launch with torchrun or `accelerate launch --multi_gpu`."
+        )
+
+
 def train(
     data=None,
     encoder: str = DEMO_ENCODER,
@@ -455,6 +497,9 @@ def train(
         resume_from_checkpoint: continue the training of `output_dir` from its last complete checkpoint (True,
             or `"last"`) or from the checkpoint folder given; default: `training_args.resume_from_checkpoint`.
     """
+    from transformers import set_seed
+
+    from .distributed import broadcast_object
     from .trainer import checkpoint_folders
 
     if recipe_args is None:
@@ -474,6 +519,8 @@ def train(
         )
     training_args, push = _training_arguments(training_args, output_dir, recipe.validation_fraction > 0)
     output_dir, seed = training_args.output_dir, training_args.seed
+    _check_process_group(training_args)
+    is_main = process_rank_and_count()[0] == 0
     if push and not save:
         raise ValueError("`push_to_hub=True` pushes the saved folder: it needs `save=True`.")
     if resume_from_checkpoint is None:
@@ -486,14 +533,17 @@ def train(
     encoder_model, tokenizer = load_encoder(recipe.encoder)
     tokenizer.model_max_length = recipe.max_length  # the model's input length from now on, saved with it
     pooling = recipe.pooling or default_pooling(encoder_model.config)
-    layout = build_layout(
-        train_split, dataset.label_count, encoder_model, tokenizer, layout=layout if layout is not None else recipe.layout_file,
-        group_size=recipe.group_size, head_label_fraction=recipe.head_label_fraction, grouping=recipe.grouping,
-        beta=recipe.beta, pooling=pooling, seed=seed, max_length=recipe.max_length,
-        batch_size=training_args.per_device_eval_batch_size,
-    )  # fmt: skip
+    if is_main:  # once: the other ranks take rank 0's layout (CUDA reductions need not agree between runs)
+        layout = build_layout(
+            train_split, dataset.label_count, encoder_model, tokenizer, layout=layout if layout is not None else recipe.layout_file,
+            group_size=recipe.group_size, head_label_fraction=recipe.head_label_fraction, grouping=recipe.grouping,
+            beta=recipe.beta, pooling=pooling, seed=seed, max_length=recipe.max_length,
+            batch_size=training_args.per_device_eval_batch_size,
+        )  # fmt: skip
+    layout = broadcast_object(layout)
+    set_seed(seed)  # the new head and tail weights: a function of the seed, the same on every rank
     model = build_model(
-        encoder_model, layout, label_names=dataset.label_texts, fan_in=recipe.fan_in, pooling=pooling,
+        encoder_model, layout, label_count=dataset.label_count, label_names=dataset.label_texts, fan_in=recipe.fan_in, pooling=pooling,
         head_projection_dim=recipe.head_projection_dim, tail_projection_dim=recipe.tail_projection_dim,
     )  # fmt: skip
     dataset_name = dataset_name_of(recipe.data, recipe.dataset_name)
@@ -516,10 +566,10 @@ def train(
     if evaluate_test and "test" in dataset.splits:
         test_metrics = evaluate_split(model, tokenizer, dataset, "test", propensity, max_length=recipe.max_length,
                                       batch_size=training_args.per_device_eval_batch_size)  # fmt: skip
-    if save and trainer.is_world_process_zero():
+    if save and is_main:
         save_folder_atomically(output_dir, lambda folder: write_results(
             Path(folder), trainer, layout, output_dir, test_metrics=test_metrics, **card_fields))  # fmt: skip
-    if push:
+    if push and is_main:
         from .hub import push_to_hub
 
         push_to_hub(output_dir, training_args.hub_model_id or Path(output_dir).name, private=training_args.hub_private_repo,

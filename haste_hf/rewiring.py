@@ -195,17 +195,55 @@ def _regrow_(
     return new_features
 
 
-def _reset_weights_(weight, groups, slots, init: str, generator: torch.Generator) -> None:
+def reset_pruned_weights_(weight, groups, slots, init: str, generator: torch.Generator, first_group: int = 0) -> None:
+    """Reset the weights of the pruned pairs ``(groups[i], slots[i])`` that fall in this ``weight``, which
+    holds groups ``first_group ..`` of the tail (a shard of it, or all of it). Random values are drawn for
+    every pair of the whole tail in the same order whichever share is held, so each shard gets the values
+    the unsharded tail would."""
+    local = (groups >= first_group) & (groups < first_group + weight.shape[0])
     if init == "zero":
-        weight[groups, :, slots] = 0
+        weight[groups[local] - first_group, :, slots[local]] = 0
         return
     group_size, fan_in = weight.shape[1], weight.shape[2]
     bound = 1.0 / math.sqrt(fan_in)
     step = max(1, _CHUNK_ELEMENTS // group_size)
     for start in range(0, groups.numel(), step):
-        block_groups, block_slots = groups[start : start + step], slots[start : start + step]
-        values = torch.empty(block_groups.numel(), group_size).uniform_(-bound, bound, generator=generator)
-        weight[block_groups, :, block_slots] = values.to(device=weight.device, dtype=weight.dtype)
+        block = slice(start, start + step)
+        values = torch.empty(groups[block].numel(), group_size).uniform_(-bound, bound, generator=generator)
+        keep = local[block]
+        weight[groups[block][keep] - first_group, :, slots[block][keep]] = values[keep.cpu()].to(
+            device=weight.device, dtype=weight.dtype
+        )
+
+
+def check_supports(supports: torch.Tensor, num_groups: int, fan_in: int, num_features: int) -> None:
+    if supports.shape != (num_groups, fan_in) or supports.is_floating_point():
+        raise ValueError(
+            f"`supports` must be an integer tensor of shape [groups, fan_in] = {(num_groups, fan_in)}, "
+            f"got {supports.dtype} of shape {tuple(supports.shape)}."
+        )
+    if supports.numel() > 0 and (int(supports.min()) < 0 or int(supports.max()) >= num_features):
+        raise ValueError(f"`supports` holds indices outside [0, num_features={num_features}); pass the tail's input width.")
+
+
+def regrow_weakest_(
+    scores: torch.Tensor, supports: torch.Tensor, num_features: int, fraction: float, scope: str, seed: int, step: int
+):
+    """Steps 2 and 3 of a rewiring on the whole tail's ``scores`` and ``supports`` ``[K, F]`` (``supports``
+    changed in place): returns ``(groups, slots, old_features, new_features, generator)``, the generator
+    positioned where `reset_pruned_weights_` draws from."""
+    fan_in = scores.shape[1]
+    pruned = _select_weakest(scores, fraction, scope)
+    groups, slots = pruned // fan_in, pruned % fan_in
+    old_features = supports[groups, slots]
+    if pruned.numel() > 0 and fan_in >= num_features:
+        raise ValueError(
+            f"Cannot rewire: fan_in F={fan_in} equals num_features d={num_features}, so every group already "
+            "holds every feature. Disable rewiring (fraction=0) or use a wider tail input."
+        )
+    generator = torch.Generator().manual_seed(rewiring_seed(seed, step))
+    new_features = _regrow_(supports, groups, slots, old_features, num_features, generator)
+    return groups, slots, old_features, new_features, generator
 
 
 @torch.no_grad()
@@ -240,29 +278,15 @@ def rewire_(
     if weight.dim() != 3:
         raise ValueError(f"`weight` must be 3-D [groups, group_size, fan_in], got shape {tuple(weight.shape)}.")
     num_groups, _, fan_in = weight.shape
-    if supports.shape != (num_groups, fan_in) or supports.is_floating_point():
-        raise ValueError(
-            f"`supports` must be an integer tensor of shape [groups, fan_in] = {(num_groups, fan_in)}, "
-            f"got {supports.dtype} of shape {tuple(supports.shape)}."
-        )
     if supports.device != weight.device:
         raise ValueError(f"`supports` ({supports.device}) and `weight` ({weight.device}) must be on one device.")
     check_rewiring_options(fraction, scope, init, zero_fraction_ok=True)
-    if supports.numel() > 0 and (int(supports.min()) < 0 or int(supports.max()) >= num_features):
-        raise ValueError(f"`supports` holds indices outside [0, num_features={num_features}); pass the tail's input width.")
-
+    check_supports(supports, num_groups, fan_in, num_features)
     scores = group_slot_scores(weight, label_mask)
-    pruned = _select_weakest(scores, fraction, scope)
-    groups, slots = pruned // fan_in, pruned % fan_in
-    old_features = supports[groups, slots]
-    if pruned.numel() > 0 and fan_in >= num_features:
-        raise ValueError(
-            f"Cannot rewire: fan_in F={fan_in} equals num_features d={num_features}, so every group already "
-            "holds every feature. Disable rewiring (fraction=0) or use a wider tail input."
-        )
-    generator = torch.Generator().manual_seed(rewiring_seed(seed, step))
-    new_features = _regrow_(supports, groups, slots, old_features, num_features, generator)
-    _reset_weights_(weight, groups, slots, init, generator)
+    groups, slots, old_features, new_features, generator = regrow_weakest_(
+        scores, supports, num_features, fraction, scope, seed, step
+    )
+    reset_pruned_weights_(weight, groups, slots, init, generator)
     return RewiringResult(groups, slots, old_features, new_features, num_groups, fan_in)
 
 

@@ -34,14 +34,15 @@ def atomic_path(path: str | os.PathLike):
             os.remove(temporary)
 
 
-def save_trained_folder(folder: str | os.PathLike, model, tokenizer=None, write_extra=None) -> None:
+def save_trained_folder(folder: str | os.PathLike, model, tokenizer=None, write_extra=None, state_dict=None) -> None:
     """Saves `model` (weights, configuration, label names, exportable code), `tokenizer` and whatever `write_extra(staging)`
     writes (card, metrics) into `folder` in one switch: a failure or a kill leaves the previous contents,
-    or a folder that loading refuses, never a model without its tokenizer or card."""
+    or a folder that loading refuses, never a model without its tokenizer or card. `state_dict`: the
+    weights to write instead of the model's own (a sharded output layer's gathered shares)."""
 
     def write(staging):
         with exportable_code(model):
-            model.save_pretrained(staging)
+            model.save_pretrained(staging, state_dict=state_dict)
         if tokenizer is not None:
             tokenizer.save_pretrained(staging)
         if write_extra is not None:

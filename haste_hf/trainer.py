@@ -14,12 +14,14 @@ from pathlib import Path
 import torch
 from torch import nn
 from transformers import Trainer
+from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
 from transformers.trainer_callback import TrainerState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.training_args import OptimizerNames
 from transformers.utils import logging
 
 from .callbacks import NonFiniteGradientCallback, RewiringCallback, unwrap_model
+from .distributed import ignore_shards_in_ddp, resolve_shard_output_layer, shard_output_layer_
 from .modeling_haste import INCOMPLETE_SAVE_FILE, HasteForExtremeClassification
 from .optimization import HasteOptimizer, StochasticRoundingSGD, get_haste_scheduler, unwrap_haste_optimizer
 from .training_args import HasteTrainingArguments
@@ -107,7 +109,20 @@ class HasteTrainer(Trainer):
                 module = getattr(model, name)
                 if module is not None:
                     module.to(dtype)
+        self.output_layer_shard = None
+        if resolve_shard_output_layer(args.shard_output_layer, args.world_size):
+            self.output_layer_shard = shard_output_layer_(unwrap_model(model))
+            ignore_shards_in_ddp(unwrap_model(model))
+        if args.world_size > 1 and args.data_seed is None:
+            args.data_seed = args.seed  # see below: the data order must not follow the per-rank seeds
         super().__init__(model, args, *trainer_args, **kwargs)
+        if args.world_size > 1:
+            # The Trainer seeds every rank alike, so the ranks drew the same dropout masks for their examples
+            # (all of them wherever the padded lengths agree), where one process draws fresh ones for the
+            # whole batch. Each rank takes its own stream, rank 0 the single process's; the data order
+            # stays a function of `seed` through `data_seed`, which the sampler would otherwise take from
+            # the torch seed.
+            torch.manual_seed(args.seed + args.process_index)
         _warn_ignored_options(args)
         self.non_finite_guard = NonFiniteGradientCallback(args.on_non_finite)
         self.add_callback(self.non_finite_guard)
@@ -160,7 +175,8 @@ class HasteTrainer(Trainer):
                 momentum=args.output_momentum,
                 weight_decay=args.output_weight_decay,
                 stochastic_rounding=args.output_stochastic_rounding,
-                seed=args.seed,
+                # Replicas must round alike; shards hold different weights, so each takes its own bits.
+                seed=args.seed if self.output_layer_shard is None else hash((args.seed, args.process_index)),
             )
             self.optimizer = HasteOptimizer(encoder_optimizer, output_optimizer)
         return self.optimizer
@@ -188,7 +204,10 @@ class HasteTrainer(Trainer):
         # Through accelerate first: it unscales all gradients (fp16) before measuring.
         encoder_norm = self.accelerator.clip_grad_norm_([p for _, p in encoder_side], self.args.max_grad_norm)
         if self.args.output_max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(output_layer, self.args.output_max_grad_norm)
+            if self.output_layer_shard is not None:
+                self.output_layer_shard.clip_grad_norm_(output_layer, self.args.output_max_grad_norm)
+            else:
+                torch.nn.utils.clip_grad_norm_(output_layer, self.args.output_max_grad_norm)
         return encoder_norm
 
     def _get_learning_rate(self) -> float:
@@ -226,8 +245,45 @@ class HasteTrainer(Trainer):
         # where haste_hf is not installed.
         from .hub import exportable_code
 
-        with exportable_code(unwrap_model(self.model)):
+        model = unwrap_model(self.model)
+        if self.output_layer_shard is not None and state_dict is None:
+            state_dict = self.output_layer_shard.full_state_dict(model)  # collective: every rank is here
+        with exportable_code(model):
             return super()._save(output_dir, state_dict)
+
+    # A sharded run saves and resumes through one ordinary checkpoint: the shares of the output layer and
+    # of its optimizer state are gathered on save and sliced on load, so any world size can resume it.
+
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        if self.output_layer_shard is None:
+            return super()._save_optimizer_and_scheduler(output_dir)
+        optimizer = unwrap_haste_optimizer(self.optimizer)
+        output_state = self.output_layer_shard.full_optimizer_state(unwrap_model(self.model), optimizer.output_optimizer.state_dict())
+        if self.args.should_save:
+            torch.save({"encoder": optimizer.encoder_optimizer.state_dict(), "output": output_state}, os.path.join(output_dir, OPTIMIZER_NAME))
+            torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, SCHEDULER_NAME))
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        if self.output_layer_shard is None or checkpoint is None:
+            return super()._load_optimizer_and_scheduler(checkpoint)
+        optimizer_file, scheduler_file = os.path.join(checkpoint, OPTIMIZER_NAME), os.path.join(checkpoint, SCHEDULER_NAME)
+        if not (os.path.isfile(optimizer_file) and os.path.isfile(scheduler_file)):
+            return
+        # Memory-mapped: each rank reads its own rows of the output layer's momentum, not all of it.
+        state = torch.load(optimizer_file, map_location="cpu", weights_only=True, mmap=True)
+        state["output"] = self.output_layer_shard.local_optimizer_state(unwrap_model(self.model), state["output"])
+        unwrap_haste_optimizer(self.optimizer).load_state_dict(state)
+        self.lr_scheduler.load_state_dict(torch.load(scheduler_file, weights_only=True))
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+        if self.output_layer_shard is None:
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)
+        self.output_layer_shard.load_checkpoint_(unwrap_model(self.model if model is None else model), resume_from_checkpoint)
+
+    def _load_best_model(self) -> None:
+        if self.output_layer_shard is None:
+            return super()._load_best_model()
+        self.output_layer_shard.load_checkpoint_(unwrap_model(self.model), self.state.best_model_checkpoint)
 
     def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
         # Trainer copies only the config and weights of the checkpoint into the folder it pushes; the config

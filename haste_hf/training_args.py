@@ -65,6 +65,10 @@ class HasteTrainingArguments(TrainingArguments):
         metadata={"help": "Continue the run in `output_dir` from this checkpoint folder, or from its last complete "
                   "checkpoint with 'last' (`haste-hf train`: the flag alone); `haste_hf.train` reads it."},
     )  # fmt: skip
+    shard_output_layer: bool | None = field(
+        default=None,
+        metadata={"help": "Split head and tail by labels over the processes (true) or replicate them (false); default: split when there is more than one."},
+    )
     eval_top_k: int = field(default=5, metadata={"help": "Labels predicted per example during evaluation."})
     # The collator tokenizes the `text` column itself, so the Trainer must keep it.
     remove_unused_columns: bool = field(default=False, metadata={"help": "Keep dataset columns for the collator."})

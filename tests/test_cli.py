@@ -8,7 +8,7 @@ from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
 from transformers import AutoTokenizer, BertModel
 
 from haste_hf import HasteForExtremeClassification
-from haste_hf.cli import UsageError, build_parser, main, parse_args
+from haste_hf.cli import UsageError, build_parser, main
 
 
 LABELS = 30
@@ -92,8 +92,9 @@ def test_group_then_train_from_its_file_with_the_default_validation_fraction(dat
     assert main(["group", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output", str(layout_file),
                  "--group-size", "4", "--head-fraction", "0.1"]) == 0  # fmt: skip
     arguments = ["train", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output-dir",
-                 str(tmp_path / "model"), "--max-steps", "2", "--fan-in", "8", "--grouping-file", str(layout_file)]  # fmt: skip
-    assert main(arguments) == 0
+                 str(tmp_path / "model"), "--max-steps", "2", "--fan-in", "8", "--group-size", "4", "--head-fraction", "0.1",
+                 "--grouping-file", str(layout_file)]  # fmt: skip
+    assert main(arguments) == 0  # the structure flags agree with the file's (they may also be left out)
     from haste_hf.label_plan import LabelLayout
 
     layout = LabelLayout.load(layout_file)
@@ -142,18 +143,27 @@ def test_every_training_argument_is_a_train_flag():
 
 
 def test_train_flags_short_forms_and_report_to():
+    from haste_hf.cli import parse_args
+
     args = parse_args(["train", "--lr", "1e-3", "--epochs=2", "--batch-size", "8", "--report-to", "tensorboard",
                        "--head-fraction", "0.1", "--group-size", "4", "--optim", "sgd", "--output-dir", "out"])  # fmt: skip
     training, recipe = args.training, args.recipe
     assert (training.learning_rate, training.num_train_epochs, training.per_device_train_batch_size) == (1e-3, 2, 8)
     assert training.report_to == ["tensorboard"] and training.output_dir == "out" and training.seed == 0
     assert (recipe.head_label_fraction, recipe.group_size, recipe.grouping) == (0.1, 4, None)
+    assert args.training.output_layer_dtype is None and args.training.eval_strategy == "epoch"
+    rules = parse_args(["train", "--bf16", "--eval-steps", "50", "--use-cpu"]).training
+    assert (rules.bf16, rules.output_layer_dtype) == (True, "bfloat16")
+    assert (rules.eval_strategy, rules.save_strategy, rules.eval_steps, rules.save_steps) == ("steps", "steps", 50, 50)
+    assert parse_args(["train", "--bf16", "--output-layer-dtype", "float32", "--use-cpu"]).training.output_layer_dtype == "float32"
     demo = parse_args(["demo"])
     assert (demo.recipe.encoder, demo.recipe.max_length, demo.training.output_dir) == ("minilm", 32, "haste-demo")
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])
 def test_train_reads_its_flags_from_a_config_file_and_the_command_line_wins(tmp_path, suffix):
+    from haste_hf.cli import parse_args
+
     values = {"learning_rate": 3e-4, "num_train_epochs": 5, "group_size": 8, "report_to": ["tensorboard"],
               "grouping": "random", "output-dir": str(tmp_path / "from-config")}  # fmt: skip
     config = tmp_path / f"config{suffix}"
@@ -180,6 +190,17 @@ def test_group_defaults_to_the_papers_head_share(dataset_dir, encoder_dir, tmp_p
                  "--grouping", "random"]) == 0  # fmt: skip
     layout = LabelLayout.load(layout_file)
     assert (layout.head_label_count, layout.group_size, layout.strategy) == (1, 16, "random")  # round(3% of 30) = 1
+
+
+def test_group_names_the_train_options_it_ignores(dataset_dir, encoder_dir, tmp_path):
+    from transformers.testing_utils import CaptureLogger
+
+    from haste_hf import cli
+
+    with CaptureLogger(cli.logger) as captured:
+        assert main(["group", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output",
+                     str(tmp_path / "layout.safetensors"), "--grouping", "random", "--fan-in", "8"]) == 0  # fmt: skip
+    assert "Ignored by `haste-hf group` (they are `train` options): --fan-in." in captured.out
 
 
 def test_train_refuses_structure_flags_that_contradict_the_layout_file(dataset_dir, encoder_dir, tmp_path, capsys):

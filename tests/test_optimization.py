@@ -461,6 +461,26 @@ def test_cuda_fused_update_matches_the_pytorch_update(momentum, momentum_dtype, 
     assert all(not torch.equal(patterns[i], patterns[j]) for i in range(4) for j in range(i))
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_fused_update_rounds_a_bfloat16_momentum_buffer_and_the_weights_without_bias():
+    pytest.importorskip("triton")
+    samples = 200_000
+    param = torch.nn.Parameter(torch.zeros(samples, dtype=torch.bfloat16, device="cuda"))
+    optimizer = StochasticRoundingSGD([param], lr=2.0**-4, momentum=0.5, momentum_dtype=None, fused=True)
+    for grad in (1.0, 2.0**-10):  # buffer: 1, then 0.5 + 2^-10, a quarter of the bf16 spacing above 0.5
+        param.grad = torch.full_like(param, grad)
+        optimizer.step()
+    buffer = optimizer.state[param]["momentum_buffer"]
+    assert buffer.dtype == torch.bfloat16 and set(buffer.unique().tolist()) <= {0.5, 0.5 + 2.0**-8}
+    tolerance = 5 * math.sqrt(0.25 * 0.75 / samples)
+    assert abs((buffer > 0.5).double().mean().item() - 0.25) < tolerance
+    # weights: -2^-4 after the first step (exact), then -2^-4 - 2^-4 * (0.5 + 2^-10): an eighth of the bf16
+    # spacing (2^-11) beyond -0.09375, so rounded away from zero with probability 1/8 (nearest would never)
+    exact = -(2.0**-4) - 2.0**-4 * (0.5 + 2.0**-10)
+    assert abs(param.double().mean().item() - exact) < 5 * 2.0**-11 * math.sqrt(0.125 * 0.875 / samples)
+
+
 def test_fused_true_without_a_fused_path_raises():
     param = torch.nn.Parameter(torch.ones(4))
     param.grad = torch.ones(4)

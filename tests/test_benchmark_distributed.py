@@ -1,0 +1,57 @@
+# Copyright 2026 The haste_hf Authors. Apache-2.0.
+"""benchmarks/distributed.py: the collective arithmetic by hand, and both modes on tiny CPU sizes."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "distributed.py"
+TINY = ["--labels", "3000", "--hidden", "32", "--layers", "1", "--heads", "2", "--batch", "4", "--seq-len", "8",
+        "--group-size", "16", "--fan-in", "16", "--steps", "1", "--vocab", "101", "--device", "cpu"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def benchmark():
+    spec = importlib.util.spec_from_file_location("distributed_benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_collective_bytes_and_ring_times_by_hand(benchmark):
+    args = benchmark.parse_args(["--labels", "1000", "--head-fraction", "0.1", "--group-size", "32", "--fan-in", "64",
+                                 "--hidden", "768", "--batch", "128", "--positives", "5"])  # fmt: skip
+    steps = {name: (operation, size, layouts) for name, operation, size, layouts in benchmark.collectives(args, 2, 10**6)}
+    assert steps["branch inputs (bf16)"] == ("all_gather", 256 * 768 * 2, ("sharded",))
+    assert steps["feature gradient (bf16)"][1] == 256 * 768 * 2
+    assert steps["positive label ids (int64)"][1] == 256 * 5 * 8
+    # Head 100 labels x (768 + 1); tail 900 labels in 29 groups of 32 x 64 weights; bf16.
+    assert steps["output-layer gradient, DDP (bf16)"] == ("all_reduce", (29 * 32 * 64 + 100 * 769) * 2, ("replicated",))
+    sharded = benchmark.collectives(args, 2, 10**6)
+    # Two ranks: half of each gathered/scattered tensor crosses the link, all of each all-reduced one.
+    expected = (2 * 16 + 256 * 768 * 2 + 256 * 40 + 256 * 768 * 2) / 2 + 256 * 4 + 4 * 10**6
+    assert benchmark.communication_seconds(sharded, 2, 1.0, "sharded") == pytest.approx(expected / 1e9)
+    assert benchmark.communication_seconds(sharded, 1, 1.0, "sharded") == 0.0
+    assert benchmark.layout(args, 4) == {"head": 25, "groups": 8, "head_total": 100, "groups_total": 29}
+
+
+@pytest.mark.slow
+def test_emulation_runs_on_the_cpu(benchmark, tmp_path):
+    benchmark.main([*TINY, "--world-sizes", "1", "2", "--out", str(tmp_path / "table.txt")])
+    table = (tmp_path / "table.txt").read_text()
+    assert "One rank of an N-way split" in table and "sharded" in table and "replicated" in table
+
+
+@pytest.mark.slow
+def test_real_mode_runs_under_torchrun(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(SCRIPT),
+               "--mode", "real", *TINY]  # fmt: skip
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "sharded output layer" in result.stdout and "texts/s" in result.stdout

@@ -1,0 +1,69 @@
+"""The training recipe through its Python API (the CLI tests run it through `haste-hf train`)."""
+
+import json
+
+import pytest
+import torch
+from huggingface_hub import HfApi, hf_hub_download
+from test_cli import LABELS, dataset_dir, encoder_dir  # noqa: F401  (module fixtures)
+
+from haste_hf import LabelLayout
+from haste_hf.metrics import METRIC_NAMES
+from haste_hf.recipe import RecipeArguments, train
+
+
+OPTIONS = dict(group_size=4, fan_in=8, max_length=16, grouping="frequency")
+
+
+def tiny_run(dataset_dir, encoder_dir, output_dir, **training):
+    return train(dataset_dir, str(encoder_dir), str(output_dir), validation_fraction=0,
+                 training_args={"max_steps": 3, "per_device_train_batch_size": 16, "use_cpu": True, **training}, **OPTIONS)  # fmt: skip
+
+
+def test_a_run_is_a_function_of_its_seed(dataset_dir, encoder_dir, tmp_path):  # noqa: F811
+    first, again = (tiny_run(dataset_dir, encoder_dir, tmp_path / name, seed=3) for name in ("a", "b"))
+    other = tiny_run(dataset_dir, encoder_dir, tmp_path / "c", seed=4)
+    for name, tensor in first.model.state_dict().items():
+        assert torch.equal(tensor, again.model.state_dict()[name]), name
+    assert first.test_metrics == again.test_metrics
+    assert not torch.equal(first.model.head.weight, other.model.head.weight)
+
+
+def test_run_uses_the_layout_it_is_given_and_saves_what_it_trained(dataset_dir, encoder_dir, tmp_path):  # noqa: F811
+    from datasets import Dataset
+
+    from haste_hf.recipe import load_dataset
+
+    train_split = load_dataset(str(dataset_dir)).splits["train"]
+    layout = LabelLayout.from_training_split(train_split, LABELS, 4, head_label_count=5, strategy="random", seed=1)
+    run = train(dataset_dir, str(encoder_dir), str(tmp_path / "model"), layout=layout, validation_fraction=0,
+                training_args={"max_steps": 2, "use_cpu": True}, fan_in=8, max_length=16)  # fmt: skip
+    assert run.layout is layout and torch.equal(run.model.output_labels, layout.output_labels())
+    saved = json.loads((tmp_path / "model" / "test_metrics.json").read_text())
+    assert saved == run.test_metrics and {"P@1", "PSP@5"} <= set(saved)
+    with pytest.raises(ValueError, match="another training split"):
+        other = Dataset.from_dict({"text": ["w1"], "labels": [[1]]})
+        layout.check_split(other)
+    with pytest.raises(ValueError, match="validation-fraction"):  # a held-out split is another split
+        train(dataset_dir, str(encoder_dir), str(tmp_path / "held-out"), layout=layout, validation_fraction=0.1,
+              training_args={"max_steps": 1, "use_cpu": True}, fan_in=8, max_length=16)  # fmt: skip
+
+
+def test_recipe_options_go_in_one_place(dataset_dir, encoder_dir, tmp_path):  # noqa: F811
+    with pytest.raises(ValueError, match="not both"):
+        train(dataset_dir, str(encoder_dir), str(tmp_path), recipe_args=RecipeArguments(), group_size=4)
+    with pytest.raises(TypeError, match="group_sise"):
+        train(dataset_dir, str(encoder_dir), str(tmp_path), group_sise=4)
+
+
+def test_push_to_hub_pushes_the_saved_folder_once_with_its_test_metrics(hub, dataset_dir, encoder_dir, tmp_path):  # noqa: F811
+    repo_id = f"{hub.user}/recipe-push"
+    run = tiny_run(dataset_dir, encoder_dir, tmp_path / "model", push_to_hub=True, hub_model_id=repo_id,
+                   save_strategy="steps", save_steps=1)  # fmt: skip
+    files = set(HfApi().list_repo_files(repo_id))
+    assert {"config.json", "model.safetensors", "README.md", "label_names.json", "tokenizer_config.json"} <= files
+    assert not any(name.startswith("checkpoint-") for name in files)  # the Trainer pushed no checkpoint of its own
+    assert len(HfApi().list_repo_commits(repo_id)) == 2  # the repository's creation, then the one upload
+    card = open(hf_hub_download(repo_id, "README.md")).read()
+    row = "| 1 | " + " | ".join(f"{100 * run.test_metrics[f'{name}@1']:.2f}" for name in METRIC_NAMES) + " |"
+    assert row in card  # the card the recipe wrote, with the test metrics
