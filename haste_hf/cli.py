@@ -85,9 +85,9 @@ def model_reference(text, namespaced=False):
     from .recipe import check_model_source
 
     try:
-        check_model_source(text, namespaced=namespaced)
+        check_model_source(text, what=None, namespaced=namespaced)
     except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error).split(": ", 1)[1].rstrip(".")) from None
+        raise argparse.ArgumentTypeError(str(error)) from None
     return text
 
 

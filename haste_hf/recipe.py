@@ -56,17 +56,19 @@ DATA_FORMATS = ("auto", "json", "text_sparse", "bow", "bow_split")
 HUB_ID_PATTERN = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")
 
 
-def check_model_source(name: str, what: str = "model", namespaced: bool = False) -> None:
+def check_model_source(name: str, what: str | None = "model", namespaced: bool = False) -> None:
     """Raises a `ValueError` unless `name` is a folder or could be a Hub id: a path that names no folder (`./out`,
     `runs/a/b`) is reported as missing instead of being looked up on the Hub. With `namespaced`, a Hub id must read
-    `namespace/name` (trained models always do; only old canonical encoders lack a namespace)."""
+    `namespace/name` (trained models always do; only old canonical encoders lack a namespace). `what` names the
+    argument in the message."""
     if os.path.isdir(name) or name in MINILM_ALIASES:
         return
+    prefix = f"`{what}`: " if what else ""
     if os.path.exists(name):
-        raise ValueError(f"`{what}`: {name!r} is a file; give a model folder or a Hub id.")
+        raise ValueError(f"{prefix}{name!r} is a file; give a model folder or a Hub id")
     looks_like_path = name.startswith((".", "/", "~")) or os.sep in name.strip(os.sep).replace("/", "", 1)
     if looks_like_path or not HUB_ID_PATTERN.match(name) or (namespaced and "/" not in name):
-        raise ValueError(f"`{what}`: no folder {name!r} (and it is not a Hub id such as user/model).")
+        raise ValueError(f"{prefix}no folder {name!r} (and it is not a Hub id such as user/model)")
 
 
 @dataclass
