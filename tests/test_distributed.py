@@ -20,10 +20,10 @@ LOSS_TOLERANCE = dict(rtol=1e-6, atol=1e-5)
 WEIGHT_TOLERANCE = dict(rtol=1e-5, atol=1e-6)
 
 
-def torchrun(script_arguments, tmp_path, processes=2):
+def torchrun(script_arguments, tmp_path, processes=2, timeout=600):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes), *script_arguments]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-6000:]
     return result
 
@@ -217,3 +217,15 @@ def test_cli_train_on_two_processes_equals_one(tmp_path):
     metrics = [json.loads((tmp_path / run / "test_metrics.json").read_text()) for run in ("one", "two")]
     assert metrics[1] == pytest.approx(metrics[0])
     assert metrics[0]["P@1"] > 0.3  # it learned: the comparison is not between two untrained models
+
+
+@pytest.mark.parametrize("action", ["stop", "skip"])
+def test_a_nan_on_one_rank_stops_or_skips_on_every_rank(tmp_path, action):
+    # Ranks that disagreed would wait for each other in the next collective: a hang, cut short here.
+    torchrun([str(TESTS / "distributed_non_finite.py"), str(tmp_path), action], tmp_path, timeout=180)
+    outcomes = [json.loads((tmp_path / f"rank-{rank}.json").read_text()) for rank in range(2)]
+    if action == "stop":
+        assert all(outcome["error"] and "diverged at step 3" in outcome["error"] for outcome in outcomes)
+        assert [outcome["step"] for outcome in outcomes] == [2, 2]
+    else:
+        assert [(outcome["error"], outcome["step"], outcome["skipped"]) for outcome in outcomes] == [(None, 5, 1)] * 2
