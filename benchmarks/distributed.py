@@ -313,6 +313,7 @@ def real(args) -> str | None:
     seconds, peak = measure(step, device, args.steps)
     results = [None] * world_size
     dist.all_gather_object(results, (seconds, peak))
+    dist.barrier()  # no rank tears gloo down while another still reads the gather: that rank would hang at exit
     dist.destroy_process_group()
     if rank != 0:
         return None
