@@ -5,6 +5,7 @@ Flat and self-contained (it imports only transformers) so that `register_for_aut
 into a checkpoint folder that loads with `trust_remote_code=True` where `haste_hf` is not installed.
 """
 
+import copy
 import math
 
 from transformers import AutoConfig, PretrainedConfig
@@ -25,6 +26,19 @@ def head_label_count_for(head_label_fraction: float, label_count: int) -> int:
 LOSS_REDUCTIONS = ("sum", "mean")
 # The names of `haste_hf.losses.LOSSES` (this file imports transformers only).
 LOSSES = ("bce", "squared_hinge")
+
+# Written into every saved config.json: `pipeline("text-classification", model=..., trust_remote_code=True)`
+# takes its pipeline class from the code exported with the checkpoint (see pipeline_haste.py).
+TEXT_CLASSIFICATION_PIPELINE = {
+    "text-classification": {
+        "impl": "modeling_haste.HasteTextClassificationPipeline",
+        "pt": ["AutoModelForSequenceClassification"],
+        "tf": [],
+        "type": "text",
+    }
+}
+# The auto classes that load the exported model class: AutoModel, and the one text-classification pipelines use.
+MODEL_AUTO_CLASSES = ("AutoModel", "AutoModelForSequenceClassification")
 
 # Decoder-only families score a text from its last token; everything else averages its tokens, which
 # is also how sentence-transformers checkpoints (the usual starting point for XMC encoders) were trained.
@@ -87,6 +101,10 @@ class HasteConfig(PretrainedConfig):
 
     model_type = "haste_xmc"
     sub_configs = {"encoder": AutoConfig}
+    # Set by `import haste_hf`, which installs the HASTE text-classification pipeline itself: the installed
+    # class then reports no `custom_pipelines`, so `pipeline()` needs no `trust_remote_code`. A config class
+    # loaded as remote code (without the package) names the pipeline exported with the checkpoint.
+    pipeline_is_installed = False
 
     def __init__(
         self,
@@ -136,6 +154,7 @@ class HasteConfig(PretrainedConfig):
         for name in ("attn_implementation", "experts_implementation"):
             if isinstance(getattr(type(encoder), f"_{name}", None), property):
                 kwargs.setdefault(name, {"encoder": getattr(encoder, f"_{name}")})
+        kwargs.pop("custom_pipelines", None)  # derived, see `custom_pipelines`
         super().__init__(**kwargs)
         self.validate_haste()
 
@@ -210,10 +229,24 @@ class HasteConfig(PretrainedConfig):
         # Token-embedding resizing writes `vocab_size` onto the text config: it must land on the encoder's.
         return self.encoder
 
+    @property
+    def custom_pipelines(self) -> dict:
+        # A copy: `pipeline()` replaces the class names in it with classes.
+        return {} if self.pipeline_is_installed else copy.deepcopy(TEXT_CLASSIFICATION_PIPELINE)
+
     def to_dict(self):
         output = super().to_dict()
         output["encoder"] = self.encoder.to_dict()
+        output["custom_pipelines"] = copy.deepcopy(TEXT_CLASSIFICATION_PIPELINE)
+        auto_map = output.get("auto_map") or {}
+        model_class = next((auto_map[name] for name in MODEL_AUTO_CLASSES if name in auto_map), None)
+        if model_class is not None:
+            # Exporting registers the model for one auto class; every one that loads it must be named.
+            output["auto_map"] = {**auto_map, **dict.fromkeys(MODEL_AUTO_CLASSES, model_class)}
         return output
 
 
-__all__ = ["DEFAULT_HEAD_LABEL_FRACTION", "HASTE_FORMAT_VERSION", "HasteConfig", "default_pooling", "head_label_count_for"]
+__all__ = [
+    "DEFAULT_HEAD_LABEL_FRACTION", "HASTE_FORMAT_VERSION", "MODEL_AUTO_CLASSES", "TEXT_CLASSIFICATION_PIPELINE", "HasteConfig",
+    "default_pooling", "head_label_count_for",
+]

@@ -8,7 +8,7 @@ Output positions are the head labels, then the tail slots in group order; `outpu
 positions to label ids. Training works in position space (targets are mapped to positions, logits are
 never permuted); logits in label order or top-k label ids are produced only for prediction.
 
-This file is flat and imports only torch, transformers and its two siblings, so `register_for_auto_class`
+This file is flat and imports only torch, transformers and its siblings, so `register_for_auto_class`
 can export it next to a checkpoint for `trust_remote_code=True` loading without `haste_hf` installed.
 """
 
@@ -29,6 +29,7 @@ from transformers.utils import ModelOutput, cached_file, logging
 
 from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, HasteConfig, head_label_count_for
 from .losses import LOSSES, output_layer_loss, targets_of_chunk
+from .pipeline_haste import HasteTextClassificationPipeline  # noqa: F401  (named by config.json's custom_pipelines)
 from .sparse_ops import group_sparse_linear, group_sparse_topk, merge_topk
 
 

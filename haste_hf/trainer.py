@@ -241,15 +241,9 @@ class HasteTrainer(Trainer):
         return loss, outputs.top_label_ids, labels
 
     def _save(self, output_dir: str | None = None, state_dict=None):
-        # Checkpoints and Hub pushes carry the exportable code, so they load with trust_remote_code=True
-        # where haste_hf is not installed.
-        from .hub import exportable_code
-
-        model = unwrap_model(self.model)
         if self.output_layer_shard is not None and state_dict is None:
-            state_dict = self.output_layer_shard.full_state_dict(model)  # collective: every rank is here
-        with exportable_code(model):
-            return super()._save(output_dir, state_dict)
+            state_dict = self.output_layer_shard.full_state_dict(unwrap_model(self.model))  # collective: every rank is here
+        return super()._save(output_dir, state_dict)
 
     # A sharded run saves and resumes through one ordinary checkpoint: the shares of the output layer and
     # of its optimizer state are gathered on save and sliced on load, so any world size can resume it.
