@@ -713,6 +713,14 @@ class HasteForExtremeClassification(HastePreTrainedModel):
                 "This model holds one rank's share of the output layer: save it on every rank with "
                 "`haste_hf.distributed.save_sharded_pretrained` (or `HasteTrainer.save_model`), which gathers it."
             )
+        peft_modules = sorted({type(module).__name__ for module in self.modules() if type(module).__module__.startswith("peft.")})
+        if peft_modules:
+            # Their weights would be saved under the adapters' names, which `from_pretrained` does not read.
+            raise ValueError(
+                f"This model holds PEFT modules ({', '.join(peft_modules)}), e.g. LoRA put on `model.encoder`: its "
+                "checkpoint would not load back. Merge them first (`model.encoder = model.encoder.merge_and_unload()`), "
+                "or wrap the whole model with `peft.get_peft_model(model, config)` and save the adapter."
+            )
         if not self.should_save_on_this_rank(kwargs.get("is_main_process", True)):
             # Other ranks write nothing; they take part only in what the save gathers from them.
             return super().save_pretrained(save_directory, *args, **kwargs)
@@ -738,10 +746,21 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         return self.hub_publisher(self, repo_id, **kwargs)
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, output_loading_info: bool = False, **kwargs):
         folder = os.path.join(os.fspath(pretrained_model_name_or_path), kwargs.get("subfolder") or "")
         check_complete_save(folder)
-        model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        model, loading_info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs)
+        # Missing buffers are rebuilt as `__init__` builds them; a missing weight would be left random.
+        buffers = {name for name, _ in model.named_buffers()}
+        missing = sorted(name for name in loading_info["missing_keys"] if name not in buffers)
+        if missing:
+            unexpected = sorted(loading_info["unexpected_keys"])
+            raise ValueError(
+                f"{pretrained_model_name_or_path} lacks {len(missing)} weights of this model (e.g. {missing[:3]}), which "
+                f"would be left random" + (f"; it holds others instead (e.g. {unexpected[:3]})" if unexpected else "") +
+                ". It was not saved from a model of this configuration; a model with LoRA on `model.encoder` saves such "
+                "checkpoints: merge LoRA into the encoder first (`model.encoder = model.encoder.merge_and_unload()`)."
+            )
         model.check_label_layout(source=pretrained_model_name_or_path)
         hub_kwargs = {name: kwargs[name] for name in ("cache_dir", "revision", "token", "local_files_only", "subfolder") if name in kwargs}
         names_file = cached_file(
@@ -754,7 +773,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         if names_file is not None:
             with open(names_file, encoding="utf-8") as f:
                 model.set_label_names(json.load(f))
-        return model
+        return (model, loading_info) if output_loading_info else model
 
     def check_label_layout(self, source="the model"):
         """Raises a `ValueError` naming `source` unless the tail's supports are distinct features in

@@ -24,6 +24,7 @@ from .callbacks import NonFiniteGradientCallback, RewiringCallback, unwrap_model
 from .distributed import ignore_shards_in_ddp, resolve_shard_output_layer, shard_output_layer_
 from .modeling_haste import INCOMPLETE_SAVE_FILE, HasteForExtremeClassification
 from .optimization import HasteOptimizer, StochasticRoundingSGD, get_haste_scheduler, unwrap_haste_optimizer
+from .peft_utils import check_no_peft_encoder, check_peft_model, is_peft_model
 from .training_args import HasteTrainingArguments
 
 
@@ -60,14 +61,20 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
 logger = logging.get_logger(__name__)
 
 
-def split_parameters(model: HasteForExtremeClassification) -> tuple[list[tuple[str, nn.Parameter]], list[nn.Parameter]]:
-    """(encoder-side named parameters, output-layer parameters) of a HASTE model: the output layer is the
-    dense head and the sparse tail; the projections train with the encoder."""
+def split_parameters(model: nn.Module) -> tuple[list[tuple[str, nn.Parameter]], list[nn.Parameter]]:
+    """(encoder-side named parameters, output-layer parameters) of a HASTE model's trainable parameters: the
+    output layer is the dense head and the sparse tail (their trained copies under PEFT); the projections
+    train with the encoder."""
+    haste_model = unwrap_model(model)
+    output_ids = {
+        id(param) for name in OUTPUT_LAYER_MODULES if getattr(haste_model, name) is not None
+        for param in getattr(haste_model, name).parameters()
+    }  # fmt: skip
     encoder_side, output_layer = [], []
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
-        if name.split(".", 1)[0] in OUTPUT_LAYER_MODULES:
+        if id(param) in output_ids:
             output_layer.append(param)
         else:
             encoder_side.append((name, param))
@@ -101,12 +108,19 @@ class HasteTrainer(Trainer):
             args = HasteTrainingArguments(output_dir="haste_output")
         if not isinstance(args, HasteTrainingArguments):
             raise ValueError(f"`args` must be HasteTrainingArguments, got {type(args).__name__}.")
-        if not isinstance(unwrap_model(model), HasteForExtremeClassification):
-            raise ValueError(f"`model` must be a HasteForExtremeClassification, got {type(model).__name__}.")
+        haste_model = unwrap_model(model)
+        if not isinstance(haste_model, HasteForExtremeClassification):
+            raise ValueError(
+                f"`model` must be a HasteForExtremeClassification (or a PeftModel of one), got {type(model).__name__}."
+            )
+        if is_peft_model(model):
+            check_peft_model(model, haste_model)
+        else:
+            check_no_peft_encoder(haste_model)
         if args.output_layer_dtype is not None:
             dtype = getattr(torch, args.output_layer_dtype)
             for name in OUTPUT_LAYER_MODULES:
-                module = getattr(model, name)
+                module = getattr(haste_model, name)
                 if module is not None:
                     module.to(dtype)
         self.output_layer_shard = None
@@ -126,7 +140,7 @@ class HasteTrainer(Trainer):
         _warn_ignored_options(args)
         self.non_finite_guard = NonFiniteGradientCallback(args.on_non_finite)
         self.add_callback(self.non_finite_guard)
-        if args.rewiring_interval and self.model.tail is not None:
+        if args.rewiring_interval and haste_model.tail is not None:
             rewiring = RewiringCallback(
                 interval=args.rewiring_interval,
                 fraction=args.rewiring_fraction,
