@@ -93,6 +93,9 @@ class HasteConfig(PretrainedConfig):
             `"mean"`: averaged over labels too.
         tail_bias (`bool`, *optional*, defaults to `False`):
             Whether tail labels have a bias.
+        eval_top_k (`int`, *optional*, defaults to 5):
+            Labels ranked per example when the model is called with `labels` in eval mode: what a stock
+            `transformers.Trainer` evaluating the model receives as predictions (top-k ids, never `[N, L]` logits).
         supports_seed (`int`, *optional*, defaults to 0):
             Seed of the initial random supports.
         format_version (`int`, *optional*):
@@ -120,6 +123,7 @@ class HasteConfig(PretrainedConfig):
         loss: str = "bce",
         loss_reduction: str = "sum",
         tail_bias: bool = False,
+        eval_top_k: int = 5,
         supports_seed: int = 0,
         format_version: int = HASTE_FORMAT_VERSION,
         **kwargs,
@@ -146,6 +150,7 @@ class HasteConfig(PretrainedConfig):
         self.loss = loss
         self.loss_reduction = loss_reduction
         self.tail_bias = tail_bias
+        self.eval_top_k = eval_top_k
         self.supports_seed = supports_seed
         self.format_version = format_version
         # `PretrainedConfig.__init__` pushes its own attention (and experts) implementation, None unless one
@@ -202,6 +207,7 @@ class HasteConfig(PretrainedConfig):
         positive_int("label_count", self.label_count)
         positive_int("group_size", self.group_size)
         positive_int("fan_in", self.fan_in)
+        positive_int("eval_top_k", self.eval_top_k)
         positive_int("head_projection_dim", self.head_projection_dim, allow_none=True)
         positive_int("tail_projection_dim", self.tail_projection_dim, allow_none=True)
         if isinstance(self.head_label_count, bool) or not isinstance(self.head_label_count, int):

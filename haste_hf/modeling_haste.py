@@ -614,7 +614,9 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         return_logits (`bool`, *optional*):
             Return logits in label order; defaults to True only when no `labels` are given.
         top_k (`int`, *optional*):
-            Also return the `top_k` best label ids and their logits (what evaluation needs, at any L).
+            Also return the `top_k` best label ids and their logits (what evaluation needs, at any L). Defaults
+            to `config.eval_top_k` (at most the label count) when `labels` are given in eval mode, so that a
+            stock `Trainer` evaluating the model gathers top-k ids, not `[N, L]` logits.
         """
         encoder_kwargs = {
             name: value
@@ -628,6 +630,8 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             if value is not None
         }
         pooled, encoder_outputs = self.encode(input_ids, attention_mask, **encoder_kwargs)
+        if top_k is None and labels is not None and not self.training:
+            top_k = min(self.config.eval_top_k, self.config.label_count)
         if self.output_layer_shard is not None:
             if return_logits:
                 raise ValueError(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import Trainer
+from transformers import PreTrainedTokenizerBase, Trainer
 from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
 from transformers.trainer_callback import TrainerState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
@@ -21,6 +21,7 @@ from transformers.training_args import OptimizerNames
 from transformers.utils import logging
 
 from .callbacks import NonFiniteGradientCallback, RewiringCallback, unwrap_model
+from .data import XMCDataCollator
 from .distributed import ignore_shards_in_ddp, resolve_shard_output_layer, shard_output_layer_
 from .modeling_haste import INCOMPLETE_SAVE_FILE, HasteForExtremeClassification
 from .optimization import HasteOptimizer, StochasticRoundingSGD, get_haste_scheduler, unwrap_haste_optimizer
@@ -100,7 +101,9 @@ class HasteTrainer(Trainer):
 
     Adds a [`RewiringCallback`] when `args.rewiring_interval > 0` and the model has a sparse tail.
     Pass a `compute_metrics` such as `haste_hf.metrics.make_compute_metrics()`: it receives the
-    `eval_top_k` best label ids of each example and the padded label ids.
+    `eval_top_k` best label ids of each example and the padded label ids. Without a `data_collator`, a
+    [`XMCDataCollator`] over `processing_class` (the tokenizer) batches raw or pre-tokenized examples.
+    `model` may also be a `peft.PeftModel` of a HASTE model (see `haste_hf.peft_utils`).
     """
 
     def __init__(self, model=None, args: HasteTrainingArguments | None = None, *trainer_args, **kwargs):
@@ -129,6 +132,15 @@ class HasteTrainer(Trainer):
             ignore_shards_in_ddp(unwrap_model(model))
         if args.world_size > 1 and args.data_seed is None:
             args.data_seed = args.seed  # see below: the data order must not follow the per-rank seeds
+        if not trainer_args and kwargs.get("data_collator") is None:
+            # Trainer's default pads token columns only: the ragged label-id lists need this collator.
+            tokenizer = kwargs.get("processing_class")
+            if not isinstance(tokenizer, PreTrainedTokenizerBase):
+                raise ValueError(
+                    "HasteTrainer needs a `data_collator` (e.g. haste_hf.data.XMCDataCollator(tokenizer)) or "
+                    f"`processing_class=tokenizer` to build one, got processing_class={type(tokenizer).__name__}."
+                )
+            kwargs["data_collator"] = XMCDataCollator(tokenizer)
         super().__init__(model, args, *trainer_args, **kwargs)
         if args.world_size > 1:
             # The Trainer seeds every rank alike, so the ranks drew the same dropout masks for their examples
