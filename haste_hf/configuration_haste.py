@@ -83,6 +83,9 @@ class HasteConfig(PretrainedConfig):
         pooling (`str`, *optional*):
             `"cls"`, `"mean"` or `"last_token"`. Defaults from the encoder family: `"last_token"` for
             decoder-only models, `"mean"` otherwise.
+        normalize (`bool`, *optional*, defaults to `False`):
+            L2-normalise the pooled encoder output, as a SentenceTransformer with a Normalize module does
+            (`from_encoder_pretrained` sets it from such an encoder).
         classifier_dropout (`float`, *optional*, defaults to 0.0):
             Dropout on the pooled encoder output during training.
         loss (`str`, *optional*, defaults to `"bce"`):
@@ -119,6 +122,7 @@ class HasteConfig(PretrainedConfig):
         head_projection_dim: int | None = None,
         tail_projection_dim: int | None = None,
         pooling: str | None = None,
+        normalize: bool = False,
         classifier_dropout: float = 0.0,
         loss: str = "bce",
         loss_reduction: str = "sum",
@@ -146,6 +150,7 @@ class HasteConfig(PretrainedConfig):
         self.head_projection_dim = head_projection_dim
         self.tail_projection_dim = tail_projection_dim
         self.pooling = pooling if pooling is not None else default_pooling(encoder)
+        self.normalize = normalize
         self.classifier_dropout = classifier_dropout
         self.loss = loss
         self.loss_reduction = loss_reduction

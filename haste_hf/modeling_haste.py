@@ -30,12 +30,14 @@ from transformers.utils import ModelOutput, cached_file, logging
 from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, HasteConfig, head_label_count_for
 from .losses import LOSSES, output_layer_loss, targets_of_chunk
 from .pipeline_haste import HasteTextClassificationPipeline  # noqa: F401  (named by config.json's custom_pipelines)
+from .sentence_transformer_encoder import from_sentence_transformer, is_sentence_transformer, sentence_transformer_folder
 from .sparse_ops import group_sparse_linear, group_sparse_topk, merge_topk
 
 
 logger = logging.get_logger(__name__)
 
 LABEL_NAMES_FILE = "label_names.json"
+_HUB_KWARGS = ("cache_dir", "revision", "token", "local_files_only")
 IGNORE_INDEX = -100
 
 # Bounds the `[B, chunk]` block of logits scored at once by top-k off the fused kernels (head, CPU).
@@ -389,7 +391,10 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         """A new HASTE model around a pretrained encoder.
 
         Args:
-            encoder: a model id or path (loaded with `AutoModel.from_pretrained`) or an encoder model.
+            encoder: a model id or path (loaded with `AutoModel.from_pretrained`) or an encoder model; or a
+                `SentenceTransformer`, its folder or Hub id (Transformer, Pooling, optional Normalize), whose
+                pooling and normalisation the model keeps unless `pooling` / `normalize` are given. A model
+                object is used as it is (shared, not copied).
             label_count: number of labels L (may be left out with a `layout`).
             label_frequencies: training count of each label `[L]`; the head takes the most frequent.
                 Without it, labels are taken to be ordered by decreasing frequency already.
@@ -421,11 +426,23 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         if encoder_kwargs and not isinstance(encoder, (str, os.PathLike)):
             logger.warning("`encoder_kwargs` is ignored: they are arguments of loading, and the encoder is given as a model.")
         if isinstance(encoder, (str, os.PathLike)):
-            encoder_kwargs = encoder_kwargs or {}
+            encoder_kwargs = dict(encoder_kwargs or {})
+            hub_kwargs = {name: encoder_kwargs[name] for name in _HUB_KWARGS if name in encoder_kwargs}
+            sentence_transformer = sentence_transformer_folder(encoder, config_kwargs.get("pooling"), **hub_kwargs)
+            if sentence_transformer is not None:
+                subfolder, config_kwargs["pooling"], normalize = sentence_transformer
+                config_kwargs.setdefault("normalize", normalize)
+                if subfolder:
+                    encoder_kwargs.setdefault("subfolder", subfolder)
             encoder_config = AutoConfig.from_pretrained(encoder, **encoder_kwargs)
             encoder = AutoModel.from_pretrained(encoder, **_encoder_kwargs(encoder_config), **encoder_kwargs)
+        elif is_sentence_transformer(encoder):
+            encoder, config_kwargs["pooling"], normalize = from_sentence_transformer(encoder, config_kwargs.get("pooling"))
+            config_kwargs.setdefault("normalize", normalize)
         if not isinstance(encoder, PreTrainedModel):
-            raise ValueError(f"`encoder` must be a model id, a path or a PreTrainedModel, got {type(encoder).__name__}.")
+            raise ValueError(
+                f"`encoder` must be a model id, a path, a PreTrainedModel or a SentenceTransformer, got {type(encoder).__name__}."
+            )
         if _encoder_kwargs(encoder.config) and getattr(encoder, "pooler", None) is not None:
             encoder.pooler = None  # as `__init__` builds it: no pooler, so saved weights match a fresh model
         config = HasteConfig(
@@ -456,7 +473,10 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         states = outputs[0]
         if attention_mask is None:
             attention_mask = torch.ones(states.shape[:2], dtype=torch.long, device=states.device)
-        return self.dropout(pool_hidden_states(states, attention_mask, self.config.pooling)), outputs
+        pooled = pool_hidden_states(states, attention_mask, self.config.pooling)
+        if self.config.normalize:
+            pooled = F.normalize(pooled, dim=-1)
+        return self.dropout(pooled), outputs
 
     def _branch_inputs(self, pooled):
         """Inputs of the head and the tail, each projected if configured and cast to its branch's dtype
@@ -766,7 +786,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
                 "checkpoints: merge LoRA into the encoder first (`model.encoder = model.encoder.merge_and_unload()`)."
             )
         model.check_label_layout(source=pretrained_model_name_or_path)
-        hub_kwargs = {name: kwargs[name] for name in ("cache_dir", "revision", "token", "local_files_only", "subfolder") if name in kwargs}
+        hub_kwargs = {name: kwargs[name] for name in (*_HUB_KWARGS, "subfolder") if name in kwargs}
         names_file = cached_file(
             pretrained_model_name_or_path,
             LABEL_NAMES_FILE,
