@@ -18,6 +18,7 @@ POOLING_MODES = ("cls", "mean", "last_token")
 # The paper models the top 2-5% most frequent labels densely ("Head-Tail Split"); every entry point defaults
 # to this share.
 DEFAULT_HEAD_LABEL_FRACTION = 0.03
+LOSS_REDUCTIONS = ("sum", "mean")
 
 
 def head_label_count_for(head_label_fraction: float, label_count: int) -> int:
