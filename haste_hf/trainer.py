@@ -62,20 +62,14 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
 logger = logging.get_logger(__name__)
 
 
-def split_parameters(model: nn.Module) -> tuple[list[tuple[str, nn.Parameter]], list[nn.Parameter]]:
-    """(encoder-side named parameters, output-layer parameters) of a HASTE model's trainable parameters: the
-    output layer is the dense head and the sparse tail (their trained copies under PEFT); the projections
-    train with the encoder."""
-    haste_model = unwrap_model(model)
-    output_ids = {
-        id(param) for name in OUTPUT_LAYER_MODULES if getattr(haste_model, name) is not None
-        for param in getattr(haste_model, name).parameters()
-    }  # fmt: skip
+def split_parameters(model: HasteForExtremeClassification) -> tuple[list[tuple[str, nn.Parameter]], list[nn.Parameter]]:
+    """(encoder-side named parameters, output-layer parameters) of a HASTE model: the output layer is the
+    dense head and the sparse tail; the projections train with the encoder."""
     encoder_side, output_layer = [], []
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
-        if id(param) in output_ids:
+        if name.split(".", 1)[0] in OUTPUT_LAYER_MODULES:
             output_layer.append(param)
         else:
             encoder_side.append((name, param))

@@ -210,8 +210,9 @@ def test_repo_info_siblings(api, repo_id, hub):
     assert info.id == repo_id and len(info.sha) == 40 and info.last_modified is not None
     assert api.repo_exists(repo_id) and not api.repo_exists(f"{repo_id}-missing")
     # HEAD, as a mirror checks visibility: the GET's status and headers, no body.
-    head = raw("HEAD", f"{hub.url}/api/models/{repo_id}/revision/main")
-    assert head.status_code == 200 and head.content == b""
+    for path in ("", "/revision/main"):
+        head = raw("HEAD", f"{hub.url}/api/models/{repo_id}{path}")
+        assert head.status_code == 200 and head.content == b"", path
     assert raw("HEAD", f"{hub.url}/api/models/{repo_id}-missing").headers["X-Error-Code"] == "RepoNotFound"
 
 

@@ -280,7 +280,12 @@ def test_collator_refuses_pretokenized_examples_longer_than_max_length(tokenizer
     with pytest.raises(ValueError, match=r"has \d+ tokens, more than the collator's max_length=4: tokenize with truncation"):
         XMCDataCollator(tokenizer, max_length=4)(list(rows))
     batch = XMCDataCollator(tokenizer, max_length=64)(list(rows))
-    assert batch["input_ids"].shape[0] == 4 and batch["labels"].dtype == torch.long
+    assert batch["labels"].dtype == torch.long
+    # The given token ids are used, not a tokenization of the text beside them.
+    for row, ids in zip(rows, batch["input_ids"].tolist()):
+        assert ids[: len(row["input_ids"])] == row["input_ids"] and set(ids[len(row["input_ids"]) :]) <= {tokenizer.pad_token_id}
+    cut = tokenized(datasets_[0].select(range(4)), tokenizer, max_length=3)
+    assert XMCDataCollator(tokenizer, max_length=64)(list(cut))["input_ids"].shape == (4, 3)
 
 
 def test_haste_trainer_without_collator_or_tokenizer_is_refused(tmp_path):
