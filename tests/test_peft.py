@@ -7,7 +7,7 @@ from datasets import Dataset
 from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors.torch import load_file, save_file
 from tiny_encoders import VOCAB_SIZE, planted_texts, tiny_encoder_config, tiny_tokenizer
-from transformers import AutoModel
+from transformers import AutoModel, TrainerCallback
 
 from haste_hf import HasteConfig, HasteForExtremeClassification
 from haste_hf.data import XMCDataCollator
@@ -141,6 +141,29 @@ def test_merged_model_saves_and_reloads_as_a_plain_haste_model(trained, base_dir
     assert type(reloaded) is HasteForExtremeClassification
     torch.testing.assert_close(logits(reloaded), logits(merged), rtol=0, atol=0)
     assert torch.equal(reloaded.tail.supports, trainer.model.get_base_model().tail.supports)
+
+
+def test_resuming_from_an_adapter_checkpoint_repeats_the_uninterrupted_run(base_dir, tokenizer, tmp_path):
+    """Rewiring at steps 2, 4, 6 and a checkpoint at step 3: LoRA weights, head, tail and supports match bit for bit."""
+
+    class StopAt3(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            control.should_training_stop = state.global_step == 3
+
+    def run(output_dir, callbacks=(), resume=None):
+        torch.manual_seed(1)  # LoRA's own initialisation, before the trainer seeds
+        trainer = make_trainer(output_dir, lora_model(base_dir), tokenizer, save_strategy="steps", save_steps=3)
+        for callback in callbacks:
+            trainer.add_callback(callback)
+        trainer.train(resume_from_checkpoint=resume)
+        return trainer.model.state_dict()
+
+    uninterrupted = run(tmp_path / "full")
+    run(tmp_path / "resumed", [StopAt3()])
+    resumed = run(tmp_path / "resumed", resume=str(tmp_path / "resumed" / "checkpoint-3"))
+    assert uninterrupted.keys() == resumed.keys()
+    for name, tensor in uninterrupted.items():
+        assert torch.equal(tensor, resumed[name]), name
 
 
 def test_lora_on_the_encoder_alone_is_refused_and_its_checkpoints_do_not_load_silently(base_dir, tokenizer, tmp_path):
