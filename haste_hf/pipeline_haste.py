@@ -35,6 +35,7 @@ class HasteTextClassificationPipeline(TextClassificationPipeline):
             refused: a softmax over the k best labels alone is no probability.
 
     Labels are the model's `label_names`, or `LABEL_{id}` when it has none (transformers' default naming).
+    Texts are truncated to the tokenizer's `model_max_length` unless `truncation=False` is passed.
     """
 
     def check_model_type(self, supported_models):
@@ -48,6 +49,8 @@ class HasteTextClassificationPipeline(TextClassificationPipeline):
             function_to_apply=function_to_apply, top_k=top_k, **tokenizer_kwargs
         )
         if is_haste_model(self.model):
+            # As `haste-hf predict` does: texts are cut at the tokenizer's `model_max_length` (the training length).
+            preprocess_params.setdefault("truncation", True)
             if "top_k" in postprocess_params:
                 k = postprocess_params["top_k"]
                 label_count = self.model.config.label_count

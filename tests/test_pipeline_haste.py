@@ -84,6 +84,20 @@ def test_pipeline_from_a_folder_gives_top_k_names_and_scores(saved):
     assert [entry["score"] for entry in raw] == pytest.approx(top.scores[0].tolist(), rel=1e-5)
 
 
+def test_pipeline_truncates_long_texts_at_the_tokenizers_length(tmp_path):
+    model = make_model()
+    model.save_pretrained(tmp_path)
+    tokenizer = tiny_tokenizer(tmp_path)
+    tokenizer.model_max_length = 12  # what training stores with the model
+    tokenizer.save_pretrained(tmp_path)
+    long_text = " ".join(WORDS[:90])  # beyond the encoder's 64 positions
+    cut = tokenizer(long_text, truncation=True, return_tensors="pt")
+    assert cut["input_ids"].shape[1] == 12
+    top = model.predict_topk(**cut, k=2)
+    results = pipeline("text-classification", model=str(tmp_path))(long_text, top_k=2)
+    assert [entry["label"] for entry in results] == [model.label_names[i] for i in top.label_ids[0].tolist()]
+
+
 def test_pipeline_never_builds_label_order_logits(saved, monkeypatch):
     folder, _ = saved
     classifier = pipeline("text-classification", model=str(folder), top_k=2)
