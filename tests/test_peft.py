@@ -50,7 +50,7 @@ def lora_model(base_dir, **lora_overrides):
 def make_trainer(output_dir, model, tokenizer, **overrides):
     fields = dict(
         output_dir=str(output_dir), per_device_train_batch_size=8, max_steps=6, learning_rate=1e-2,
-        output_learning_rate=0.5, rewiring_interval=2, rewiring_end=1.0, save_strategy="no", report_to=[],
+        output_learning_rate=0.5, rewiring_interval=2, rewiring_end_fraction=1.0, save_strategy="no", report_to=[],
         use_cpu=True, disable_tqdm=True, seed=0,
     )  # fmt: skip
     fields.update(overrides)
