@@ -106,7 +106,7 @@ def test_pipeline_never_builds_label_order_logits(saved, monkeypatch):
         raise AssertionError("the pipeline scored every label")
 
     monkeypatch.setattr(classifier.model, "logits_in_label_order", refuse)
-    monkeypatch.setattr(classifier.model, "position_logits", refuse)
+    monkeypatch.setattr(classifier.model, "_position_logits", refuse)
     monkeypatch.setattr(classifier.model, "forward", refuse)
     assert len(classifier(TEXTS)) == len(TEXTS)
 
