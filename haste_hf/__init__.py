@@ -1,14 +1,22 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
 """HASTE extreme multi-label classifiers for Hugging Face Transformers.
 
-Importing the package registers `HasteConfig` / `HasteForExtremeClassification` with `AutoConfig` and
-`AutoModel` under the model type ``haste_xmc``. The training API (`train`, `HasteTrainer`, ...) is imported
-on first use, as transformers does, so `import haste_hf` stays light.
+Importing the package
+- registers `HasteConfig` / `HasteForExtremeClassification` with `AutoConfig`, `AutoModel` and
+  `AutoModelForSequenceClassification` under the model type ``haste_xmc``;
+- registers them for auto-class export, so every `save_pretrained` folder carries the model's code and loads
+  with `trust_remote_code=True` where `haste_hf` is not installed;
+- makes `HasteTextClassificationPipeline` the implementation of the `text-classification` pipeline task: HASTE
+  models are served from their top-k labels, every other model exactly as before.
+
+The training API (`train`, `HasteTrainer`, ...) is imported on first use, as transformers does, so
+`import haste_hf` stays light.
 """
 
 import importlib
 
-from transformers import AutoConfig, AutoModel
+from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
+from transformers.pipelines import PIPELINE_REGISTRY
 
 from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, HASTE_FORMAT_VERSION, HasteConfig
 from .modeling_haste import (
@@ -18,6 +26,7 @@ from .modeling_haste import (
     HastePreTrainedModel,
     TopKOutput,
 )
+from .pipeline_haste import HasteTextClassificationPipeline
 from .sparse_ops import group_sparse_linear
 
 
@@ -31,6 +40,11 @@ __version__ = "0.1.0"
 
 AutoConfig.register(HasteConfig.model_type, HasteConfig, exist_ok=True)
 AutoModel.register(HasteConfig, HasteForExtremeClassification, exist_ok=True)
+AutoModelForSequenceClassification.register(HasteConfig, HasteForExtremeClassification, exist_ok=True)
+HasteConfig.register_for_auto_class()
+HasteForExtremeClassification.register_for_auto_class("AutoModel")  # HasteConfig.to_dict names the other one
+PIPELINE_REGISTRY.supported_tasks["text-classification"]["impl"] = HasteTextClassificationPipeline
+HasteConfig.pipeline_is_installed = True
 # `model.push_to_hub` publishes card and code through the package, which sits above the model.
 HasteForExtremeClassification.hub_publisher = staticmethod(_publish)
 
@@ -75,6 +89,7 @@ __all__ = [
     "HasteConfig",
     "HasteForExtremeClassification",
     "HastePreTrainedModel",
+    "HasteTextClassificationPipeline",
     "TopKOutput",
     "group_sparse_linear",
     *_LAZY_EXPORTS,

@@ -5,6 +5,7 @@ import torch
 from transformers import TrainerCallback
 from transformers.utils import logging
 
+from .peft_utils import is_peft_model
 from .rewiring import check_rewiring_options, reset_optimizer_state_, rewire_
 
 
@@ -12,12 +13,15 @@ logger = logging.get_logger(__name__)
 
 
 def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
-    """The user model inside DDP/FSDP (``.module``) and ``torch.compile`` (``._orig_mod``) wrappers."""
+    """The user model inside DDP/FSDP (``.module``), ``torch.compile`` (``._orig_mod``) and PEFT
+    (``get_base_model()``) wrappers."""
     while True:
         if hasattr(model, "module") and isinstance(model.module, torch.nn.Module):
             model = model.module
         elif hasattr(model, "_orig_mod"):
             model = model._orig_mod
+        elif is_peft_model(model):
+            model = model.get_base_model()
         else:
             return model
 

@@ -98,6 +98,15 @@ def trained_model_reference(text):
 # ------------------------------------------------------------------------------------------------ helpers
 
 
+def version_text() -> str:
+    import torch
+    import transformers
+
+    from . import __version__
+
+    return f"haste-hf {__version__} (transformers {transformers.__version__}, torch {torch.__version__})"
+
+
 def default_device():
     import torch
 
@@ -389,6 +398,7 @@ def build_parser(config: dict | None = None) -> argparse.ArgumentParser:
         prog="haste-hf", description="HASTE extreme multi-label classifiers for Hugging Face Transformers.",
         epilog=f"Errors are reported in one line; set {DEBUG_VARIABLE}=1 for the traceback.",
     )  # fmt: skip
+    parser.add_argument("--version", action="version", version=version_text(), help="Print the versions of haste-hf, transformers and torch.")
     commands = parser.add_subparsers(dest="command", required=True)
 
     train_help = "Train a HASTE model on a dataset (default: the embedded demo set) and evaluate it on its test split."

@@ -5,6 +5,7 @@ Flat and self-contained (it imports only transformers) so that `register_for_aut
 into a checkpoint folder that loads with `trust_remote_code=True` where `haste_hf` is not installed.
 """
 
+import copy
 import math
 
 from transformers import AutoConfig, PretrainedConfig
@@ -17,6 +18,7 @@ POOLING_MODES = ("cls", "mean", "last_token")
 # The paper models the top 2-5% most frequent labels densely ("Head-Tail Split"); every entry point defaults
 # to this share.
 DEFAULT_HEAD_LABEL_FRACTION = 0.03
+LOSS_REDUCTIONS = ("sum", "mean")
 
 
 def head_label_count_for(head_label_fraction: float, label_count: int) -> int:
@@ -25,6 +27,19 @@ def head_label_count_for(head_label_fraction: float, label_count: int) -> int:
 LOSS_REDUCTIONS = ("sum", "mean")
 # The names of `haste_hf.losses.LOSSES` (this file imports transformers only).
 LOSSES = ("bce", "squared_hinge")
+
+# Written into every saved config.json: `pipeline("text-classification", model=..., trust_remote_code=True)`
+# takes its pipeline class from the code exported with the checkpoint (see pipeline_haste.py).
+TEXT_CLASSIFICATION_PIPELINE = {
+    "text-classification": {
+        "impl": "modeling_haste.HasteTextClassificationPipeline",
+        "pt": ["AutoModelForSequenceClassification"],
+        "tf": [],
+        "type": "text",
+    }
+}
+# The auto classes that load the exported model class: AutoModel, and the one text-classification pipelines use.
+MODEL_AUTO_CLASSES = ("AutoModel", "AutoModelForSequenceClassification")
 
 # Decoder-only families score a text from its last token; everything else averages its tokens, which
 # is also how sentence-transformers checkpoints (the usual starting point for XMC encoders) were trained.
@@ -69,6 +84,9 @@ class HasteConfig(PretrainedConfig):
         pooling (`str`, *optional*):
             `"cls"`, `"mean"` or `"last_token"`. Defaults from the encoder family: `"last_token"` for
             decoder-only models, `"mean"` otherwise.
+        normalize (`bool`, *optional*, defaults to `False`):
+            L2-normalise the pooled encoder output, as a SentenceTransformer with a Normalize module does
+            (`from_encoder_pretrained` sets it from such an encoder).
         classifier_dropout (`float`, *optional*, defaults to 0.0):
             Dropout on the pooled encoder output during training.
         loss (`str`, *optional*, defaults to `"bce"`):
@@ -79,6 +97,9 @@ class HasteConfig(PretrainedConfig):
             `"mean"`: averaged over labels too.
         tail_bias (`bool`, *optional*, defaults to `False`):
             Whether tail labels have a bias.
+        eval_top_k (`int`, *optional*, defaults to 5):
+            Labels ranked per example when the model is called with `labels` in eval mode: what a stock
+            `transformers.Trainer` evaluating the model receives as predictions (top-k ids, never `[N, L]` logits).
         supports_seed (`int`, *optional*, defaults to 0):
             Seed of the initial random supports.
         format_version (`int`, *optional*):
@@ -87,6 +108,10 @@ class HasteConfig(PretrainedConfig):
 
     model_type = "haste_xmc"
     sub_configs = {"encoder": AutoConfig}
+    # Set by `import haste_hf`, which installs the HASTE text-classification pipeline itself: the installed
+    # class then reports no `custom_pipelines`, so `pipeline()` needs no `trust_remote_code`. A config class
+    # loaded as remote code (without the package) names the pipeline exported with the checkpoint.
+    pipeline_is_installed = False
 
     def __init__(
         self,
@@ -98,10 +123,12 @@ class HasteConfig(PretrainedConfig):
         head_projection_dim: int | None = None,
         tail_projection_dim: int | None = None,
         pooling: str | None = None,
+        normalize: bool = False,
         classifier_dropout: float = 0.0,
         loss: str = "bce",
         loss_reduction: str = "sum",
         tail_bias: bool = False,
+        eval_top_k: int = 5,
         supports_seed: int = 0,
         format_version: int = HASTE_FORMAT_VERSION,
         **kwargs,
@@ -124,10 +151,12 @@ class HasteConfig(PretrainedConfig):
         self.head_projection_dim = head_projection_dim
         self.tail_projection_dim = tail_projection_dim
         self.pooling = pooling if pooling is not None else default_pooling(encoder)
+        self.normalize = normalize
         self.classifier_dropout = classifier_dropout
         self.loss = loss
         self.loss_reduction = loss_reduction
         self.tail_bias = tail_bias
+        self.eval_top_k = eval_top_k
         self.supports_seed = supports_seed
         self.format_version = format_version
         # `PretrainedConfig.__init__` pushes its own attention (and experts) implementation, None unless one
@@ -136,6 +165,7 @@ class HasteConfig(PretrainedConfig):
         for name in ("attn_implementation", "experts_implementation"):
             if isinstance(getattr(type(encoder), f"_{name}", None), property):
                 kwargs.setdefault(name, {"encoder": getattr(encoder, f"_{name}")})
+        kwargs.pop("custom_pipelines", None)  # derived, see `custom_pipelines`
         super().__init__(**kwargs)
         self.validate_haste()
 
@@ -183,6 +213,7 @@ class HasteConfig(PretrainedConfig):
         positive_int("label_count", self.label_count)
         positive_int("group_size", self.group_size)
         positive_int("fan_in", self.fan_in)
+        positive_int("eval_top_k", self.eval_top_k)
         positive_int("head_projection_dim", self.head_projection_dim, allow_none=True)
         positive_int("tail_projection_dim", self.tail_projection_dim, allow_none=True)
         if isinstance(self.head_label_count, bool) or not isinstance(self.head_label_count, int):
@@ -210,10 +241,24 @@ class HasteConfig(PretrainedConfig):
         # Token-embedding resizing writes `vocab_size` onto the text config: it must land on the encoder's.
         return self.encoder
 
+    @property
+    def custom_pipelines(self) -> dict:
+        # A copy: `pipeline()` replaces the class names in it with classes.
+        return {} if self.pipeline_is_installed else copy.deepcopy(TEXT_CLASSIFICATION_PIPELINE)
+
     def to_dict(self):
         output = super().to_dict()
         output["encoder"] = self.encoder.to_dict()
+        output["custom_pipelines"] = copy.deepcopy(TEXT_CLASSIFICATION_PIPELINE)
+        auto_map = output.get("auto_map") or {}
+        model_class = next((auto_map[name] for name in MODEL_AUTO_CLASSES if name in auto_map), None)
+        if model_class is not None:
+            # Exporting registers the model for one auto class; every one that loads it must be named.
+            output["auto_map"] = {**auto_map, **dict.fromkeys(MODEL_AUTO_CLASSES, model_class)}
         return output
 
 
-__all__ = ["DEFAULT_HEAD_LABEL_FRACTION", "HASTE_FORMAT_VERSION", "HasteConfig", "default_pooling", "head_label_count_for"]
+__all__ = [
+    "DEFAULT_HEAD_LABEL_FRACTION", "HASTE_FORMAT_VERSION", "MODEL_AUTO_CLASSES", "TEXT_CLASSIFICATION_PIPELINE", "HasteConfig",
+    "default_pooling", "head_label_count_for",
+]

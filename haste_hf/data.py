@@ -626,8 +626,11 @@ class XMCDataCollator:
     """Tokenizes the `text` column and packs `labels` as padded positive ids `[B, P]` (int64, -100 padding).
 
     The model expands the ids into its multi-hot targets, so a batch never holds a dense `[B, L]` tensor.
-    With `transformers.Trainer`, set `remove_unused_columns=False`: `text` is not a model argument and would
-    otherwise be removed before it reaches the collator.
+    Examples already tokenized (an `input_ids` column, e.g. from `dataset.map(lambda b: tokenizer(b["text"],
+    truncation=True, max_length=...), batched=True)`) are padded as they are, never re-tokenized; one longer
+    than `max_length` is refused rather than cut. To tokenize in the collator with `transformers.Trainer`, set
+    `remove_unused_columns=False`: `text` is not a model argument and would otherwise be removed before it
+    reaches the collator (HasteTrainingArguments does so).
 
     Args:
         tokenizer: any tokenizer of the encoder.
@@ -650,19 +653,39 @@ class XMCDataCollator:
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         if not features:
             raise ValueError("cannot collate an empty batch")
-        if self.text_column not in features[0]:
-            raise KeyError(
-                f"examples have no {self.text_column!r} column (keys: {sorted(features[0])}); with Trainer, set "
-                "remove_unused_columns=False so the text reaches the collator"
+        if "input_ids" in features[0]:
+            batch = self._pad_tokenized(features)
+        elif self.text_column in features[0]:
+            batch = self.tokenizer(
+                [feature[self.text_column] for feature in features],
+                max_length=self.max_length,
+                truncation=True,
+                padding=self.padding,
+                pad_to_multiple_of=self.pad_to_multiple_of,
+                return_tensors="pt",
             )
-        batch = self.tokenizer(
-            [feature[self.text_column] for feature in features],
-            max_length=self.max_length,
-            truncation=True,
-            padding=self.padding,
-            pad_to_multiple_of=self.pad_to_multiple_of,
-            return_tensors="pt",
-        )
+        else:
+            raise KeyError(
+                f"examples have neither a {self.text_column!r} column nor `input_ids` (keys: {sorted(features[0])}); "
+                "with Trainer, set remove_unused_columns=False so the text reaches the collator"
+            )
         if self.label_column in features[0]:
             batch["labels"] = pad_label_ids([feature[self.label_column] for feature in features], label_count=self.label_count)
         return dict(batch)
+
+    def _pad_tokenized(self, features: list[dict[str, Any]]):
+        names = [name for name in self.tokenizer.model_input_names if name in features[0]]
+        longest = max(range(len(features)), key=lambda row: len(features[row]["input_ids"]))
+        if len(features[longest]["input_ids"]) > self.max_length:
+            raise ValueError(
+                f"a pre-tokenized example has {len(features[longest]['input_ids'])} tokens, more than the collator's "
+                f"max_length={self.max_length}: tokenize with truncation=True, max_length={self.max_length}, or give "
+                "XMCDataCollator a larger max_length"
+            )
+        return self.tokenizer.pad(
+            [{name: feature[name] for name in names} for feature in features],
+            padding=self.padding,
+            max_length=self.max_length,
+            pad_to_multiple_of=self.pad_to_multiple_of,
+            return_tensors="pt",
+        )

@@ -16,7 +16,6 @@ import os
 import shutil
 import tempfile
 import types
-from contextlib import contextmanager
 from pathlib import Path
 
 from huggingface_hub import CommitInfo, HfApi, ModelCard
@@ -24,7 +23,7 @@ from huggingface_hub.utils import filter_repo_objects
 from transformers.dynamic_module_utils import get_relative_import_files
 
 from . import modeling_haste
-from .configuration_haste import HasteConfig
+from .configuration_haste import MODEL_AUTO_CLASSES, HasteConfig
 from .modeling_haste import LABEL_NAMES_FILE, HasteForExtremeClassification, check_complete_save
 
 
@@ -32,7 +31,7 @@ CONFIG_FILE = "config.json"
 MODEL_CARD_FILE = "README.md"
 AUTO_MAP = {
     "AutoConfig": "configuration_haste.HasteConfig",
-    "AutoModel": "modeling_haste.HasteForExtremeClassification",
+    **dict.fromkeys(MODEL_AUTO_CLASSES, "modeling_haste.HasteForExtremeClassification"),
 }
 # Trainer output folders hold checkpoints and logs next to the final model: they are not published.
 IGNORED_IN_FOLDERS = [".*", "checkpoint-*", "checkpoint-*/**", "runs/**", "__pycache__/**"]
@@ -44,27 +43,6 @@ WEIGHT_FILES = ["model.safetensors", "model-*-of-*.safetensors", "model.safetens
 def exported_code_files() -> list[str]:
     """Paths of the modules `trust_remote_code=True` loading needs: the modeling file and its relative imports."""
     return [modeling_haste.__file__, *get_relative_import_files(modeling_haste.__file__)]
-
-
-_INHERITED = object()
-
-
-@contextmanager
-def exportable_code(model):
-    """Registers `model`'s classes for auto-class export while the block runs, so `save_pretrained` copies
-    the code next to the weights and writes `auto_map` into `config.json`."""
-    classes = [(type(model), "AutoModel"), (type(model.config), "AutoConfig")]
-    previous = [cls.__dict__.get("_auto_class", _INHERITED) for cls, _ in classes]
-    for cls, auto_class in classes:
-        cls.register_for_auto_class(auto_class)
-    try:
-        yield
-    finally:
-        for (cls, _), value in zip(classes, previous):
-            if value is _INHERITED:
-                del cls._auto_class
-            else:
-                cls._auto_class = value
 
 
 def push_to_hub(
@@ -119,8 +97,7 @@ def push_to_hub(
             config = _stage_folder(Path(model), staging)
         elif model_type == HasteConfig.model_type:
             config = model.config
-            with exportable_code(model):
-                model.save_pretrained(staging, **({} if max_shard_size is None else {"max_shard_size": max_shard_size}))
+            model.save_pretrained(staging, **({} if max_shard_size is None else {"max_shard_size": max_shard_size}))
         else:
             raise TypeError(
                 f"`model` must be a HASTE model (model_type {HasteConfig.model_type!r}) or the folder of one, got "
@@ -171,12 +148,14 @@ def _stage_folder(folder: Path, staging: Path) -> HasteConfig:
         )
     check_complete_save(folder)
     config = HasteConfig.from_pretrained(folder)
+    # Folders saved before every save exported the code lack these.
+    config_dict["auto_map"] = {**config_dict.get("auto_map", {}), **AUTO_MAP}
+    config_dict["custom_pipelines"] = config.to_dict()["custom_pipelines"]
     relative = [path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file()]
     for name in filter_repo_objects(relative, ignore_patterns=IGNORED_IN_FOLDERS):
         target = staging / name
         target.parent.mkdir(parents=True, exist_ok=True)
         os.symlink((folder / name).resolve(), target)
-    config_dict["auto_map"] = {**config_dict.get("auto_map", {}), **AUTO_MAP}
     _replace(staging / CONFIG_FILE)
     (staging / CONFIG_FILE).write_text(json.dumps(config_dict, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     for path in exported_code_files():
@@ -219,4 +198,4 @@ def _stage_model_card(staging: Path, model_card, config: HasteConfig, repo_id: s
         card.save(path)
 
 
-__all__ = ["AUTO_MAP", "exportable_code", "exported_code_files", "push_to_hub"]
+__all__ = ["AUTO_MAP", "exported_code_files", "push_to_hub"]

@@ -10,11 +10,14 @@ from typing import Any
 
 import numpy as np
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
 
 from .modeling_haste import HasteForExtremeClassification
 
 
 PLOT_FILE = "haste_card.png"
+_HUB_CACHE_PREFIX = "models--"
 METRIC_NAMES = ("P", "nDCG", "PSP", "PSnDCG", "R")
 _METRIC_KEY = re.compile(r"^(?:[a-z]+_)?(P|nDCG|PSP|PSnDCG|R)@(\d+)$")
 
@@ -163,10 +166,27 @@ class HasteModelCardData:
             license=self.license,
             tags=self.tags,
             pipeline_tag="text-classification",
-            base_model=self.encoder if "/" in self.encoder and not os.path.isabs(self.encoder) else None,
+            base_model=hub_model_id(self.encoder),
+            datasets=[self.dataset_id or self.dataset_name] if self.dataset_id or self.dataset_name else None,
             model_name=self.model_id,
             eval_results=self.eval_results() or None,
         )
+
+
+def hub_model_id(name_or_path: str | None) -> str | None:
+    """The Hub id of the model `name_or_path` names: the id itself, the repository of a folder in the Hub cache
+    (`.../models--org--name/snapshots/<sha>`), or None for any other local folder, which names no Hub model."""
+    if not name_or_path:
+        return None
+    path = Path(name_or_path)
+    if path.exists():
+        cached = [part for part in path.resolve().parts if part.startswith(_HUB_CACHE_PREFIX)]
+        return cached[-1][len(_HUB_CACHE_PREFIX) :].replace("--", "/") if cached else None
+    try:
+        validate_repo_id(str(name_or_path))
+    except HFValidationError:
+        return None
+    return str(name_or_path)
 
 
 def plot_card(data: HasteModelCardData, path: str | os.PathLike) -> bool:

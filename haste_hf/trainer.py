@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import Trainer
+from transformers import PreTrainedTokenizerBase, Trainer
 from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
 from transformers.trainer_callback import TrainerState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
@@ -21,9 +21,11 @@ from transformers.training_args import OptimizerNames
 from transformers.utils import logging
 
 from .callbacks import NonFiniteGradientCallback, RewiringCallback, unwrap_model
+from .data import XMCDataCollator
 from .distributed import ignore_shards_in_ddp, resolve_shard_output_layer, shard_output_layer_
 from .modeling_haste import INCOMPLETE_SAVE_FILE, HasteForExtremeClassification
 from .optimization import HasteOptimizer, StochasticRoundingSGD, get_haste_scheduler, unwrap_haste_optimizer
+from .peft_utils import check_no_peft_encoder, check_peft_model, is_peft_model
 from .training_args import HasteTrainingArguments
 
 
@@ -93,7 +95,9 @@ class HasteTrainer(Trainer):
 
     Adds a [`RewiringCallback`] when `args.rewiring_interval > 0` and the model has a sparse tail.
     Pass a `compute_metrics` such as `haste_hf.metrics.make_compute_metrics()`: it receives the
-    `eval_top_k` best label ids of each example and the padded label ids.
+    `eval_top_k` best label ids of each example and the padded label ids. Without a `data_collator`, a
+    [`XMCDataCollator`] over `processing_class` (the tokenizer) batches raw or pre-tokenized examples.
+    `model` may also be a `peft.PeftModel` of a HASTE model (see `haste_hf.peft_utils`).
     """
 
     def __init__(self, model=None, args: HasteTrainingArguments | None = None, *trainer_args, **kwargs):
@@ -101,12 +105,19 @@ class HasteTrainer(Trainer):
             args = HasteTrainingArguments(output_dir="haste_output")
         if not isinstance(args, HasteTrainingArguments):
             raise ValueError(f"`args` must be HasteTrainingArguments, got {type(args).__name__}.")
-        if not isinstance(unwrap_model(model), HasteForExtremeClassification):
-            raise ValueError(f"`model` must be a HasteForExtremeClassification, got {type(model).__name__}.")
+        haste_model = unwrap_model(model)
+        if not isinstance(haste_model, HasteForExtremeClassification):
+            raise ValueError(
+                f"`model` must be a HasteForExtremeClassification (or a PeftModel of one), got {type(model).__name__}."
+            )
+        if is_peft_model(model):
+            check_peft_model(model, haste_model)
+        else:
+            check_no_peft_encoder(haste_model)
         if args.output_layer_dtype is not None:
             dtype = getattr(torch, args.output_layer_dtype)
             for name in OUTPUT_LAYER_MODULES:
-                module = getattr(model, name)
+                module = getattr(haste_model, name)
                 if module is not None:
                     module.to(dtype)
         self.output_layer_shard = None
@@ -115,6 +126,15 @@ class HasteTrainer(Trainer):
             ignore_shards_in_ddp(unwrap_model(model))
         if args.world_size > 1 and args.data_seed is None:
             args.data_seed = args.seed  # see below: the data order must not follow the per-rank seeds
+        if not trainer_args and kwargs.get("data_collator") is None:
+            # Trainer's default pads token columns only: the ragged label-id lists need this collator.
+            tokenizer = kwargs.get("processing_class")
+            if not isinstance(tokenizer, PreTrainedTokenizerBase):
+                raise ValueError(
+                    "HasteTrainer needs a `data_collator` (e.g. haste_hf.data.XMCDataCollator(tokenizer)) or "
+                    f"`processing_class=tokenizer` to build one, got processing_class={type(tokenizer).__name__}."
+                )
+            kwargs["data_collator"] = XMCDataCollator(tokenizer)
         super().__init__(model, args, *trainer_args, **kwargs)
         if args.world_size > 1:
             # The Trainer seeds every rank alike, so the ranks drew the same dropout masks for their examples
@@ -126,7 +146,7 @@ class HasteTrainer(Trainer):
         _warn_ignored_options(args)
         self.non_finite_guard = NonFiniteGradientCallback(args.on_non_finite)
         self.add_callback(self.non_finite_guard)
-        if args.rewiring_interval and self.model.tail is not None:
+        if args.rewiring_interval and haste_model.tail is not None:
             rewiring = RewiringCallback(
                 interval=args.rewiring_interval,
                 fraction=args.rewiring_fraction,
@@ -241,15 +261,9 @@ class HasteTrainer(Trainer):
         return loss, outputs.top_label_ids, labels
 
     def _save(self, output_dir: str | None = None, state_dict=None):
-        # Checkpoints and Hub pushes carry the exportable code, so they load with trust_remote_code=True
-        # where haste_hf is not installed.
-        from .hub import exportable_code
-
-        model = unwrap_model(self.model)
         if self.output_layer_shard is not None and state_dict is None:
-            state_dict = self.output_layer_shard.full_state_dict(model)  # collective: every rank is here
-        with exportable_code(model):
-            return super()._save(output_dir, state_dict)
+            state_dict = self.output_layer_shard.full_state_dict(unwrap_model(self.model))  # collective: every rank is here
+        return super()._save(output_dir, state_dict)
 
     # A sharded run saves and resumes through one ordinary checkpoint: the shares of the output layer and
     # of its optimizer state are gathered on save and sliced on load, so any world size can resume it.

@@ -11,7 +11,8 @@ Repositories (`{t}` is `models`, `datasets` or `spaces`; `{rev}` a branch, tag o
                                                 not a YAML mapping.
     GET    /api/whoami-v2                       the user owning the token.
     GET    /api/{t}/{repo}[/revision/{rev}]     repo info: {id, sha, private, siblings: [{rfilename, size,
-                                                blobId}], lastModified, ...}.
+                                                blobId}], lastModified, ...}.  HEAD: the same status and headers
+                                                (a mirror such as olah asks whether the repo is visible so).
     GET    /api/{t}/{repo}/tree/{rev}[/{path}]  [{type: file|directory, path, size, oid}]; `?recursive=true`.
     POST   /api/{t}/{repo}/paths-info/{rev}     form `paths=...`: entries of the paths that exist.
     GET    /api/{t}/{repo}/refs                 {branches, tags, converts[, pullRequests]}.
@@ -418,6 +419,8 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         routes = {
             ("GET", ()): self._repo_info,
             ("GET", ("revision",)): self._repo_info,
+            ("HEAD", ()): self._repo_info,
+            ("HEAD", ("revision",)): self._repo_info,
             ("GET", ("tree",)): self._tree,
             ("POST", ("paths-info",)): self._paths_info,
             ("GET", ("refs",)): self._refs,

@@ -4,6 +4,7 @@ import re
 
 import pytest
 import torch
+from huggingface_hub import ModelCard
 from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
 from transformers import AutoTokenizer, BertModel
 
@@ -51,7 +52,7 @@ def trained(tmp_path_factory, dataset_dir, encoder_dir):
     return output
 
 
-def test_train_saves_model_tokenizer_card_and_metrics(trained, capsys):
+def test_train_saves_model_tokenizer_card_and_metrics(trained, dataset_dir, capsys):
     files = {path.name for path in trained.iterdir()}
     assert {"config.json", "model.safetensors", "label_names.json", "tokenizer_config.json", "README.md",
             "haste_card.png", "test_metrics.json"} <= files  # fmt: skip
@@ -60,6 +61,8 @@ def test_train_saves_model_tokenizer_card_and_metrics(trained, capsys):
     assert model.label_names[5] == "label 5"
     metrics = json.loads((trained / "test_metrics.json").read_text())
     assert {"P@1", "P@5", "PSP@1", "PSP@5"} <= set(metrics)
+    metadata = ModelCard.load(trained / "README.md").data.to_dict()
+    assert metadata["datasets"] == [dataset_dir.name] and "base_model" not in metadata  # a local encoder folder
     card = (trained / "README.md").read_text()
     assert "| Label grouping | semantic |" in card and "A = 0.5, B = 0.4" in card
 
@@ -215,3 +218,17 @@ def test_train_refuses_structure_flags_that_contradict_the_layout_file(dataset_d
         capsys.readouterr()
         assert main(base + flags) == 1
         assert re.search(f"^haste-hf train: error: .*{message}", capsys.readouterr().err, re.M)
+
+
+def test_version(capsys):
+    import torch
+    import transformers
+
+    import haste_hf
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == (
+        f"haste-hf {haste_hf.__version__} (transformers {transformers.__version__}, torch {torch.__version__})"
+    )

@@ -292,7 +292,7 @@ def test_collator_pads_text_and_label_ids(tokenizer):
 def test_collator_errors(tokenizer):
     collator = XMCDataCollator(tokenizer)
     with pytest.raises(KeyError, match="remove_unused_columns=False"):
-        collator([{"input_ids": [1], "labels": [0]}])
+        collator([{"labels": [0], "title": "no text column"}])
     with pytest.raises(ValueError, match="non-negative"):
         pad_label_ids([[1, -3]])
     bounded = XMCDataCollator(tokenizer, label_count=8)

@@ -202,13 +202,18 @@ def test_commit_to_a_missing_branch_is_refused(api, repo_id):
 # ---- repo info, tree, paths-info ---------------------------------------------------------------
 
 
-def test_repo_info_siblings(api, repo_id):
+def test_repo_info_siblings(api, repo_id, hub):
     info = api.model_info(repo_id, files_metadata=True)
     siblings = {sibling.rfilename: sibling for sibling in info.siblings}
     assert set(siblings) == {".gitattributes", "a.txt", "sub/b.bin", "README.md"}
     assert siblings["sub/b.bin"].size == 1024 and siblings["a.txt"].blob_id == git_blob_sha(b"alpha")
     assert info.id == repo_id and len(info.sha) == 40 and info.last_modified is not None
     assert api.repo_exists(repo_id) and not api.repo_exists(f"{repo_id}-missing")
+    # HEAD, as a mirror checks visibility: the GET's status and headers, no body.
+    for path in ("", "/revision/main"):
+        head = raw("HEAD", f"{hub.url}/api/models/{repo_id}{path}")
+        assert head.status_code == 200 and head.content == b"", path
+    assert raw("HEAD", f"{hub.url}/api/models/{repo_id}-missing").headers["X-Error-Code"] == "RepoNotFound"
 
 
 def test_tree_and_paths_info(api, repo_id):

@@ -4,7 +4,7 @@ from huggingface_hub import ModelCard
 from tiny_encoders import tiny_encoder_config
 
 from haste_hf import HasteConfig, HasteForExtremeClassification
-from haste_hf.model_card import PLOT_FILE, HasteModelCardData, write_model_card
+from haste_hf.model_card import PLOT_FILE, HasteModelCardData, hub_model_id, write_model_card
 
 
 def card_data(**fields):
@@ -59,3 +59,25 @@ def test_card_without_metrics_or_tail(tmp_path):
     text = (tmp_path / "README.md").read_text()
     assert "none (all-dense output layer)" in text and "No evaluation recorded." in text
     assert not (tmp_path / PLOT_FILE).exists()
+
+
+def test_card_names_the_base_model_by_hub_id_and_lists_the_dataset(tmp_path):
+    write_model_card(card_data(encoder="sentence-transformers/all-MiniLM-L6-v2"), tmp_path / "README.md")
+    metadata = ModelCard.load(tmp_path / "README.md").data.to_dict()
+    assert metadata["base_model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert metadata["datasets"] == ["debian-tags-mini"]
+    assert metadata["pipeline_tag"] == "text-classification"
+
+
+def test_hub_model_id_of_names_paths_and_cache_folders(tmp_path):
+    from haste_hf.recipe import encoder_model_id
+
+    snapshot = tmp_path / "hub" / "models--BAAI--bge-small-en-v1.5" / "snapshots" / "5c38ec7c"
+    snapshot.mkdir(parents=True)
+    (tmp_path / "my-encoder").mkdir()
+    assert hub_model_id("BAAI/bge-small-en-v1.5") == "BAAI/bge-small-en-v1.5"
+    assert hub_model_id(str(snapshot)) == "BAAI/bge-small-en-v1.5"
+    assert hub_model_id(str(tmp_path / "my-encoder")) is None  # a local folder names no Hub model
+    assert hub_model_id("not a repo id!") is None and hub_model_id(None) is None
+    assert encoder_model_id("minilm") == encoder_model_id("all-MiniLM-L6-v2") == "sentence-transformers/all-MiniLM-L6-v2"
+    assert encoder_model_id(str(snapshot)) == str(snapshot)

@@ -11,6 +11,7 @@ from transformers import AutoConfig, AutoModel
 
 import haste_hf
 from haste_hf import HasteConfig, HasteForExtremeClassification
+from haste_hf.hub import AUTO_MAP
 from haste_hf.modeling_haste import default_output_labels, output_labels_from_frequencies
 
 
@@ -266,18 +267,14 @@ def test_init_weights_reproduces_init_and_fills_missing_buffers(tmp_path):
     assert torch.equal(loaded.output_labels, identity)
 
 
-def test_exported_folder_loads_with_remote_code_without_the_package(tmp_path):
-    from haste_hf.hub import exportable_code  # register_for_auto_class for the duration of the save
-
+def test_every_saved_folder_loads_with_remote_code_without_the_package(tmp_path):
     model = make_model("haste-both-projections", tail_bias=True)
     model.output_labels.copy_(output_labels_from_frequencies(model.config, torch.randperm(LABELS)))
-    with exportable_code(model):
-        model.save_pretrained(tmp_path / "model")
+    model.save_pretrained(tmp_path / "model")
     exported = set(os.listdir(tmp_path / "model"))
-    assert {"configuration_haste.py", "modeling_haste.py", "sparse_ops.py"} <= exported
-    assert json.loads((tmp_path / "model" / "config.json").read_text())["auto_map"]["AutoModel"].endswith(
-        "HasteForExtremeClassification"
-    )
+    assert {"configuration_haste.py", "modeling_haste.py", "sparse_ops.py", "pipeline_haste.py"} <= exported
+    auto_map = json.loads((tmp_path / "model" / "config.json").read_text())["auto_map"]
+    assert auto_map == AUTO_MAP
     input_ids, attention_mask, labels = random_batch()
     torch.save({"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}, tmp_path / "batch.pt")
     script = textwrap.dedent(

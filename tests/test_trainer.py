@@ -252,3 +252,68 @@ def test_training_arguments_the_trainer_does_not_use_are_named_in_a_warning(tmp_
     with CaptureLogger(trainer_module.logger) as captured:
         make_trainer(tmp_path, tokenizer, datasets_[0])
     assert captured.out == ""
+
+
+def tokenized(dataset, tokenizer, max_length=16, keep_text=True):
+    mapped = dataset.map(lambda rows: tokenizer(rows["text"], truncation=True, max_length=max_length), batched=True)
+    return mapped if keep_text else mapped.remove_columns("text")
+
+
+@pytest.mark.parametrize("keep_text", [True, False])
+def test_pretokenized_dataset_trains_as_the_raw_text_does(tmp_path, tokenizer, datasets_, keep_text):
+    common = dict(max_steps=4, save_strategy="no", rewiring_interval=2)
+    raw = make_trainer(tmp_path / "raw", tokenizer, datasets_[0], **common)
+    raw.train()
+    # No data_collator: HasteTrainer batches the tokenizer's columns and the ragged label ids itself.
+    pretokenized = HasteTrainer(
+        model=make_model(), processing_class=tokenizer, train_dataset=tokenized(datasets_[0], tokenizer, keep_text=keep_text),
+        args=HasteTrainingArguments(**{**raw.args.to_dict(), "output_dir": str(tmp_path / "tok")}),
+    )  # fmt: skip
+    assert isinstance(pretokenized.data_collator, XMCDataCollator)
+    pretokenized.train()
+    for name, tensor in raw.model.state_dict().items():
+        assert torch.equal(tensor, pretokenized.model.state_dict()[name]), name
+
+
+def test_collator_refuses_pretokenized_examples_longer_than_max_length(tokenizer, datasets_):
+    rows = tokenized(datasets_[0].select(range(4)), tokenizer, max_length=64)
+    with pytest.raises(ValueError, match=r"has \d+ tokens, more than the collator's max_length=4: tokenize with truncation"):
+        XMCDataCollator(tokenizer, max_length=4)(list(rows))
+    batch = XMCDataCollator(tokenizer, max_length=64)(list(rows))
+    assert batch["labels"].dtype == torch.long
+    # The given token ids are used, not a tokenization of the text beside them.
+    for row, ids in zip(rows, batch["input_ids"].tolist()):
+        assert ids[: len(row["input_ids"])] == row["input_ids"] and set(ids[len(row["input_ids"]) :]) <= {tokenizer.pad_token_id}
+    cut = tokenized(datasets_[0].select(range(4)), tokenizer, max_length=3)
+    assert XMCDataCollator(tokenizer, max_length=64)(list(cut))["input_ids"].shape == (4, 3)
+
+
+def test_haste_trainer_without_collator_or_tokenizer_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="needs a `data_collator`"):
+        HasteTrainer(model=make_model(), args=HasteTrainingArguments(output_dir=str(tmp_path), report_to=[]))
+
+
+def test_stock_trainer_trains_and_evaluates_from_top_k(tmp_path, tokenizer, datasets_):
+    """A stock `transformers.Trainer` receives top-k label ids in evaluation, never `[N, L]` logits, and its
+    metrics are HasteTrainer's."""
+    from transformers import Trainer, TrainingArguments
+
+    train, evaluation = (tokenized(split, tokenizer) for split in datasets_)
+    stock = Trainer(
+        model=make_model(), train_dataset=train, eval_dataset=evaluation, data_collator=XMCDataCollator(tokenizer),
+        compute_metrics=make_compute_metrics(ks=(1, 3)),
+        args=TrainingArguments(output_dir=str(tmp_path / "stock"), max_steps=4, per_device_train_batch_size=8,
+                               per_device_eval_batch_size=8, learning_rate=1e-2, report_to=[], use_cpu=True,
+                               disable_tqdm=True, save_strategy="no"),
+    )  # fmt: skip
+    stock.train()
+    predictions = stock.predict(evaluation)
+    top_ids, top_scores = predictions.predictions
+    assert top_ids.shape == top_scores.shape == (len(evaluation), stock.model.config.eval_top_k)
+    assert np.all(np.diff(top_scores, axis=1) <= 0) and top_ids.max() < LABELS
+    haste = make_trainer(tmp_path / "haste", tokenizer, datasets_[0], model=stock.model)
+    haste.compute_metrics = make_compute_metrics(ks=(1, 3))
+    quality = lambda metrics: {k: v for k, v in metrics.items() if "@" in k or k == "eval_loss"}  # noqa: E731
+    stock_metrics, haste_metrics = quality(stock.evaluate()), quality(haste.evaluate(evaluation))
+    assert {"eval_loss", "eval_P@1", "eval_nDCG@3"} <= set(stock_metrics)
+    assert stock_metrics == pytest.approx(haste_metrics, rel=1e-6)

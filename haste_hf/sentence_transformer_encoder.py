@@ -1,0 +1,91 @@
+# Copyright 2026 The haste_hf Authors. Apache-2.0.
+"""A SentenceTransformer as the encoder of a HASTE model: its transformer, pooling and normalisation.
+
+Read from a `SentenceTransformer` object or from its folder or Hub repository (`modules.json`), without
+importing sentence-transformers, which stays optional. Only the module chain HASTE can reproduce is accepted:
+Transformer, Pooling (cls, mean or last token) and an optional Normalize; anything else (Dense layers, max or
+weighted-mean pooling, several pooling modes at once) is refused rather than silently dropped.
+
+Flat and imports only transformers, so it is exported with the model's code.
+"""
+
+import json
+
+from transformers.utils import cached_file
+
+
+MODULES_FILE = "modules.json"
+# sentence-transformers pooling modes HASTE implements, by their names in a Pooling config: the current
+# `pooling_mode` values and the boolean keys of configs written before sentence-transformers 6.
+_POOLING = {"cls": "cls", "mean": "mean", "lasttoken": "last_token"}
+_LEGACY_POOLING_KEYS = {
+    "pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean", "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}  # fmt: skip
+
+
+def is_sentence_transformer(encoder) -> bool:
+    return any(cls.__name__ == "SentenceTransformer" and cls.__module__.startswith("sentence_transformers") for cls in type(encoder).__mro__)
+
+
+def from_sentence_transformer(model, pooling: str | None = None) -> tuple:
+    """(the transformer `PreTrainedModel`, HASTE pooling, normalize) of a `SentenceTransformer` object; a given
+    `pooling` replaces the model's own."""
+    modules = list(model)
+    names = [type(module).__name__ for module in modules]
+    _check_chain(names, type(model).__name__)
+    pooling = pooling or pooling_of(modules[1].get_config_dict())
+    return modules[0].auto_model, pooling, names[-1] == "Normalize"
+
+
+def sentence_transformer_folder(name_or_path, pooling: str | None = None, **hub_kwargs) -> tuple | None:
+    """(subfolder of the transformer, HASTE pooling, normalize) of a SentenceTransformer saved in a folder or
+    Hub repository, or None when `name_or_path` holds no `modules.json` (a plain transformers model); a given
+    `pooling` replaces the model's own."""
+    modules_file = _file(name_or_path, MODULES_FILE, hub_kwargs)
+    if modules_file is None:
+        return None
+    with open(modules_file, encoding="utf-8") as f:
+        modules = [(entry["type"].rsplit(".", 1)[-1], entry["path"]) for entry in json.load(f)]
+    _check_chain([name for name, _ in modules], f"The SentenceTransformer in {name_or_path}")
+    if pooling is None:
+        pooling_path = modules[1][1]
+        pooling_file = _file(name_or_path, f"{pooling_path}/config.json", hub_kwargs)
+        if pooling_file is None:
+            raise ValueError(f"The SentenceTransformer in {name_or_path} has no {pooling_path}/config.json: its pooling is unknown.")
+        with open(pooling_file, encoding="utf-8") as f:
+            pooling = pooling_of(json.load(f))
+    return modules[0][1], pooling, modules[-1][0] == "Normalize"
+
+
+def pooling_of(pooling_config: dict) -> str:
+    """The HASTE pooling of a sentence-transformers Pooling config (current or legacy keys)."""
+    modes = pooling_config.get("pooling_mode")
+    if modes is None:
+        modes = [mode for key, mode in _LEGACY_POOLING_KEYS.items() if pooling_config.get(key)]
+    modes = [modes] if isinstance(modes, str) else list(modes)
+    if len(modes) != 1 or modes[0] not in _POOLING:
+        raise ValueError(
+            f"The SentenceTransformer pools with {modes}; HASTE pools with one of {sorted(_POOLING)} (as 'cls', "
+            "'mean', 'last_token'). Pass `pooling=` to choose one, knowing that the encoder was trained with another."
+        )
+    return _POOLING[modes[0]]
+
+
+def _check_chain(names: list[str], what: str):
+    if names[:2] != ["Transformer", "Pooling"] or names[2:] not in ([], ["Normalize"]):
+        raise ValueError(
+            f"{what} has the modules {names}; HASTE can keep Transformer, Pooling and an optional Normalize only "
+            "(a Dense projection or other modules would be dropped). Pass its transformer model instead."
+        )
+
+
+def _file(name_or_path, filename: str, hub_kwargs: dict):
+    return cached_file(
+        name_or_path, filename, _raise_exceptions_for_missing_entries=False,
+        _raise_exceptions_for_connection_errors=False, **hub_kwargs,
+    )  # fmt: skip
+
+
+__all__ = ["from_sentence_transformer", "is_sentence_transformer", "pooling_of", "sentence_transformer_folder"]

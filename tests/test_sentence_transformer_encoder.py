@@ -1,0 +1,103 @@
+"""A SentenceTransformer (object or folder) as the encoder of `from_encoder_pretrained`: the HASTE model pools and
+normalises as the SentenceTransformer embeds; module chains HASTE cannot reproduce are refused."""
+
+import json
+
+import pytest
+import torch
+from sentence_transformers import SentenceTransformer
+from sentence_transformers.base.modules.dense import Dense
+from sentence_transformers.base.modules.normalize import Normalize
+from sentence_transformers.base.modules.transformer import Transformer
+from sentence_transformers.sentence_transformer.modules.pooling import Pooling
+from tiny_encoders import HIDDEN, WORDS, tiny_encoder_config, tiny_tokenizer
+from transformers import AutoModel, AutoTokenizer, BertModel
+
+from haste_hf import HasteForExtremeClassification
+
+
+LABELS = 20
+TEXTS = [" ".join(WORDS[i : i + 3 + i % 4]) for i in range(0, 40, 7)]
+
+
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bert")
+    torch.manual_seed(0)
+    BertModel(tiny_encoder_config("bert")).save_pretrained(folder)
+    tiny_tokenizer(folder)
+    return folder
+
+
+def sentence_transformer(bert_dir, pooling_mode="mean", normalize=True, extra=()):
+    transformer = Transformer(str(bert_dir), max_seq_length=32)
+    modules = [transformer, Pooling(HIDDEN, pooling_mode=pooling_mode), *extra, *([Normalize()] if normalize else [])]
+    return SentenceTransformer(modules=modules, device="cpu").eval()
+
+
+def haste_embeddings(model, bert_dir):
+    batch = AutoTokenizer.from_pretrained(bert_dir)(TEXTS, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        return model.eval().encode(batch["input_ids"], batch["attention_mask"])[0]
+
+
+def build(encoder, **kwargs):
+    return HasteForExtremeClassification.from_encoder_pretrained(encoder, LABELS, head_label_count=2, group_size=4, fan_in=8, **kwargs)
+
+
+@pytest.mark.parametrize("pooling_mode, normalize", [("cls", True), ("mean", False), ("lasttoken", True)])
+@pytest.mark.parametrize("source", ["object", "folder"])
+def test_haste_pools_and_normalises_as_the_sentence_transformer_embeds(bert_dir, tmp_path, pooling_mode, normalize, source):
+    st = sentence_transformer(bert_dir, pooling_mode, normalize)
+    expected = st.encode(TEXTS, convert_to_tensor=True)
+    if source == "folder":
+        st.save(str(tmp_path / "st"))
+        model = build(str(tmp_path / "st"))
+    else:
+        model = build(st)
+    assert model.config.pooling == {"lasttoken": "last_token"}.get(pooling_mode, pooling_mode)
+    assert model.config.normalize is normalize
+    torch.testing.assert_close(haste_embeddings(model, bert_dir), expected, rtol=1e-5, atol=1e-5)
+    # Saved and reloaded, the model keeps both.
+    model.save_pretrained(tmp_path / "haste")
+    torch.testing.assert_close(haste_embeddings(AutoModel.from_pretrained(tmp_path / "haste"), bert_dir), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_folder_with_a_legacy_pooling_config(bert_dir, tmp_path):
+    """Folders written before sentence-transformers 6 (e.g. all-MiniLM-L6-v2) name the mode with booleans."""
+    st = sentence_transformer(bert_dir, "cls")
+    st.save(str(tmp_path / "st"))
+    legacy = {"word_embedding_dimension": HIDDEN, "pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False,
+              "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False}  # fmt: skip
+    (tmp_path / "st" / "1_Pooling" / "config.json").write_text(json.dumps(legacy))
+    model = build(str(tmp_path / "st"))
+    assert (model.config.pooling, model.config.normalize) == ("cls", True)
+    torch.testing.assert_close(haste_embeddings(model, bert_dir), st.encode(TEXTS, convert_to_tensor=True), rtol=1e-5, atol=1e-5)
+
+
+def test_explicit_pooling_and_normalize_win(bert_dir, tmp_path):
+    st = sentence_transformer(bert_dir, "max")
+    with pytest.raises(ValueError, match=r"pools with \['max'\].*Pass `pooling=`"):
+        build(st)
+    model = build(st, pooling="mean", normalize=False)
+    assert (model.config.pooling, model.config.normalize) == ("mean", False)
+    st.save(str(tmp_path / "st"))
+    with pytest.raises(ValueError, match=r"pools with \['max'\]"):
+        build(str(tmp_path / "st"))
+    assert build(str(tmp_path / "st"), pooling="cls").config.pooling == "cls"
+
+
+def test_module_chains_haste_cannot_keep_are_refused(bert_dir, tmp_path):
+    with_dense = sentence_transformer(bert_dir, extra=[Dense(HIDDEN, 8)])
+    with pytest.raises(ValueError, match=r"\['Transformer', 'Pooling', 'Dense', 'Normalize'\].*would be dropped"):
+        build(with_dense)
+    with_dense.save(str(tmp_path / "st"))
+    with pytest.raises(ValueError, match="would be dropped"):
+        build(str(tmp_path / "st"))
+    with pytest.raises(ValueError, match=r"pools with \['cls', 'mean'\]"):
+        build(sentence_transformer(bert_dir, ("cls", "mean")))
+
+
+def test_a_plain_transformers_folder_is_no_sentence_transformer(bert_dir):
+    model = build(str(bert_dir))
+    assert (model.config.pooling, model.config.normalize) == ("mean", False)
