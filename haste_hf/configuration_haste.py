@@ -12,7 +12,10 @@ from transformers import AutoConfig, PretrainedConfig
 
 
 # Bumped whenever a checkpoint written by this code could not be read correctly by older code.
-HASTE_FORMAT_VERSION = 1
+HASTE_FORMAT_VERSION = 2
+# What each format added that older code would misread. A checkpoint is written with the oldest format that
+# holds what it uses, so older installs keep reading every checkpoint they can read correctly.
+#   2: `normalize` (L2-normalised pooled output, as a SentenceTransformer encoder's Normalize module)
 
 POOLING_MODES = ("cls", "mean", "last_token")
 # The paper models the top 2-5% most frequent labels densely ("Head-Tail Split"); every entry point defaults
@@ -103,7 +106,8 @@ class HasteConfig(PretrainedConfig):
         supports_seed (`int`, *optional*, defaults to 0):
             Seed of the initial random supports.
         format_version (`int`, *optional*):
-            Checkpoint format; a checkpoint newer than this package is refused with an upgrade hint.
+            Checkpoint format, as read from a checkpoint; a checkpoint newer than this package is refused with an
+            upgrade hint. Saving writes `required_format_version`.
     """
 
     model_type = "haste_xmc"
@@ -246,9 +250,15 @@ class HasteConfig(PretrainedConfig):
         # A copy: `pipeline()` replaces the class names in it with classes.
         return {} if self.pipeline_is_installed else copy.deepcopy(TEXT_CLASSIFICATION_PIPELINE)
 
+    @property
+    def required_format_version(self) -> int:
+        """The oldest checkpoint format that holds this configuration (see `HASTE_FORMAT_VERSION`)."""
+        return 2 if self.normalize else 1
+
     def to_dict(self):
         output = super().to_dict()
         output["encoder"] = self.encoder.to_dict()
+        output["format_version"] = self.required_format_version
         output["custom_pipelines"] = copy.deepcopy(TEXT_CLASSIFICATION_PIPELINE)
         auto_map = output.get("auto_map") or {}
         model_class = next((auto_map[name] for name in MODEL_AUTO_CLASSES if name in auto_map), None)
