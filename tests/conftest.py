@@ -66,3 +66,15 @@ def hub():
             return open(path).read().splitlines() if os.path.exists(path) else []
 
     return Hub
+
+
+@pytest.fixture(scope="session")
+def encoder_dir(tmp_path_factory):
+    """A saved tiny random BERT encoder with its tokenizer: what the command-line tests train from."""
+    from tiny_encoders import tiny_encoder_config, tiny_tokenizer
+    from transformers import BertModel
+
+    path = tmp_path_factory.mktemp("encoder")
+    BertModel(tiny_encoder_config("bert")).save_pretrained(path)
+    tiny_tokenizer(path)
+    return path

@@ -5,22 +5,14 @@ import re
 import pytest
 import torch
 from huggingface_hub import ModelCard
-from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
-from transformers import AutoTokenizer, BertModel
+from tiny_encoders import planted_texts
+from transformers import AutoTokenizer
 
 from haste_hf import HasteForExtremeClassification
 from haste_hf.cli import UsageError, build_parser, main
 
 
 LABELS = 30
-
-
-@pytest.fixture(scope="module")
-def encoder_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("encoder")
-    BertModel(tiny_encoder_config("bert")).save_pretrained(path)
-    tiny_tokenizer(path)
-    return path
 
 
 @pytest.fixture(scope="module")

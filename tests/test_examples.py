@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_cli import common, dataset_dir, encoder_dir  # noqa: F401  (module fixtures)
+from test_cli import common, dataset_dir  # noqa: F401  (a module fixture; encoder_dir is in conftest)
 
 from haste_hf.cli import main
 

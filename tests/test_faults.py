@@ -7,8 +7,6 @@ import json
 import os
 import re
 import stat
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -636,16 +634,6 @@ def test_no_command_is_a_one_line_error(capsys):
 
 
 # ------------------------------------------------------------------------------------------- the train command
-
-
-@pytest.fixture(scope="module")
-def encoder_dir(tmp_path_factory):
-    from transformers import BertModel
-
-    path = tmp_path_factory.mktemp("encoder")
-    BertModel(tiny_encoder_config("bert")).save_pretrained(path)
-    tiny_tokenizer(path)
-    return path
 
 
 def train_flags(data, encoder_dir, output_dir, *extra):

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 from huggingface_hub import HfApi, hf_hub_download
-from test_cli import LABELS, dataset_dir, encoder_dir  # noqa: F401  (module fixtures)
+from test_cli import LABELS, dataset_dir  # noqa: F401  (a module fixture; encoder_dir is in conftest)
 
 from haste_hf import LabelLayout
 from haste_hf.metrics import METRIC_NAMES
