@@ -49,6 +49,7 @@ logger = logging.get_logger(__name__)
 # the saved tokenizer's `model_max_length`, which `pipeline` and every tokenizer call honour too.
 EVALUATION_SETTINGS_FILE = "evaluation_settings.json"
 EVALUATION_SETTINGS = ("format", "text_fields", "dataset_name", "propensity_a", "propensity_b")
+SAVED_EVALUATION_SETTINGS = (*EVALUATION_SETTINGS, "eval_batch_size")
 
 
 DATA_FORMATS = ("auto", "json", "text_sparse", "bow", "bow_split")
@@ -372,15 +373,51 @@ def evaluate_split(model, tokenizer, data, split: str, propensity, *, batch_size
     return compute_xmc_metrics(top_ids, dataset["labels"], ks=ks, propensity=propensity)
 
 
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# What each key of `evaluation_settings.json` may hold. A model folder may come from anyone (the Hub, a colleague):
+# only these keys are read, each checked, so a folder never chooses the data read or a file written (`--data`,
+# `--output`, ...).
+_EVALUATION_SETTING_CHECKS = {
+    "format": (lambda value: value in DATA_FORMATS, f"one of {DATA_FORMATS}"),
+    "text_fields": (lambda value: value in ("title", "title_content"), "'title' or 'title_content'"),
+    "dataset_name": (lambda value: isinstance(value, str) and HUB_ID_PATTERN.match(value) is not None and
+                     ".." not in value, "a dataset name such as 'LF-AmazonTitles-131K'"),  # fmt: skip
+    "propensity_a": (_is_number, "a number"),
+    "propensity_b": (_is_number, "a number"),
+    "eval_batch_size": (lambda value: isinstance(value, int) and not isinstance(value, bool) and value > 0,
+                        "a positive integer"),  # fmt: skip
+}
+
+
 def saved_evaluation_settings(model_dir) -> dict:
-    """The `EVALUATION_SETTINGS`, `eval_batch_size` and `max_length` a trained folder's test metrics were computed
-    with; {} for other folders."""
+    """The `SAVED_EVALUATION_SETTINGS` and `max_length` a trained folder's test metrics were computed with; {} for
+    other folders. Other keys of the file are ignored with a warning; a known key of the wrong type or value is an error
+    naming the file and the key."""
     from transformers import AutoTokenizer
 
     path = Path(model_dir) / EVALUATION_SETTINGS_FILE
     if not path.is_file():
         return {}
-    settings = json.loads(path.read_text())
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is not a JSON file ({error}); delete it to evaluate without it") from None
+    if not isinstance(saved, dict):
+        raise ValueError(f"{path} holds {type(saved).__name__}, not an object of settings; delete it to evaluate without it")
+    ignored = sorted(set(saved) - set(SAVED_EVALUATION_SETTINGS))
+    if ignored:
+        logger.warning(f"{path}: ignoring {ignored}; a model folder may only set {list(SAVED_EVALUATION_SETTINGS)}")
+    settings = {}
+    for name in SAVED_EVALUATION_SETTINGS:
+        if name not in saved or saved[name] is None:
+            continue
+        is_valid, expected = _EVALUATION_SETTING_CHECKS[name]
+        if not is_valid(saved[name]):
+            raise ValueError(f"{path}: {name!r} is {saved[name]!r}, expected {expected}; fix or delete the file")
+        settings[name] = saved[name]
     settings["max_length"] = AutoTokenizer.from_pretrained(model_dir).model_max_length
     return settings
 

@@ -10,6 +10,8 @@ Flat and imports only transformers, so it is exported with the model's code.
 """
 
 import json
+import os
+from pathlib import Path
 
 from transformers.utils import cached_file
 
@@ -48,6 +50,10 @@ def sentence_transformer_folder(name_or_path, pooling: str | None = None, **hub_
         return None
     with open(modules_file, encoding="utf-8") as f:
         modules = [(entry["type"].rsplit(".", 1)[-1], entry["path"]) for entry in json.load(f)]
+    for _, path in modules:
+        # A folder may come from anyone: its modules must lie inside it.
+        if not isinstance(path, str) or os.path.isabs(path) or ".." in Path(path).parts:
+            raise ValueError(f"{modules_file}: module path {path!r} points outside the model; it must be a subfolder")
     _check_chain([name for name, _ in modules], f"The SentenceTransformer in {name_or_path}")
     if pooling is None:
         pooling_path = modules[1][1]

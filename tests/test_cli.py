@@ -71,6 +71,42 @@ def test_evaluate_without_repeated_flags_reproduces_training_metrics(trained, da
     assert json.loads(output.read_text()) != json.loads((trained / "test_metrics.json").read_text())
 
 
+def copy_with_settings(trained, tmp_path, settings: dict):
+    """A copy of the trained folder whose `evaluation_settings.json` says `settings`, as a downloaded folder might."""
+    import shutil
+
+    folder = tmp_path / "downloaded"
+    shutil.copytree(trained, folder, ignore=shutil.ignore_patterns("checkpoint-*"))
+    (folder / "evaluation_settings.json").write_text(json.dumps(settings))
+    return folder
+
+
+def test_a_model_folder_never_chooses_a_file_written_or_the_data_read(trained, dataset_dir, tmp_path, capsys, caplog):
+    planted_output, planted_data = tmp_path / "planted.json", tmp_path / "elsewhere"
+    saved = json.loads((trained / "evaluation_settings.json").read_text())
+    folder = copy_with_settings(trained, tmp_path, {**saved, "output": str(planted_output), "data": str(planted_data),
+                                                    "split": "trn", "model": str(tmp_path), "input": str(planted_output)})  # fmt: skip
+    assert main(["evaluate", "--model", str(folder), "--data", str(dataset_dir)]) == 0
+    assert not planted_output.exists()
+    assert "test metrics" in capsys.readouterr().out
+    assert "ignoring ['data', 'input', 'model', 'output', 'split']" in caplog.text
+    # Without --data the folder's "data" is not read either: the embedded demo set is, whose labels differ.
+    assert main(["evaluate", "--model", str(folder)]) == 2
+    assert "30 labels and the dataset 452" in capsys.readouterr().err and not planted_output.exists()
+    assert main(["predict", "--model", str(folder), "--data", str(dataset_dir), "-k", "2", "--output", str(tmp_path / "top.jsonl")]) == 0
+    assert not planted_output.exists() and len((tmp_path / "top.jsonl").read_text().splitlines()) == 40
+
+
+@pytest.mark.parametrize("key, value", [("format", "../x"), ("text_fields", ["title"]), ("dataset_name", "../../etc"),
+                                        ("propensity_a", "0.5"), ("propensity_b", True)])  # fmt: skip
+def test_a_model_folders_evaluation_settings_are_type_checked(trained, dataset_dir, tmp_path, capsys, key, value):
+    saved = json.loads((trained / "evaluation_settings.json").read_text())
+    folder = copy_with_settings(trained, tmp_path, {**saved, key: value})
+    assert main(["evaluate", "--model", str(folder), "--data", str(dataset_dir)]) == 1
+    error = capsys.readouterr().err
+    assert "evaluation_settings.json" in error and repr(key) in error
+
+
 def test_predict_writes_top_k_with_names(trained, tmp_path):
     texts = tmp_path / "texts.txt"
     texts.write_text("w3 w40 w50\nw7 w60\n")

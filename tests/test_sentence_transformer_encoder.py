@@ -101,3 +101,14 @@ def test_module_chains_haste_cannot_keep_are_refused(bert_dir, tmp_path):
 def test_a_plain_transformers_folder_is_no_sentence_transformer(bert_dir):
     model = build(str(bert_dir))
     assert (model.config.pooling, model.config.normalize) == ("mean", False)
+
+
+@pytest.mark.parametrize("module_path", ["../elsewhere", "/tmp/elsewhere", "1_Pooling/../../elsewhere"])
+def test_a_folder_whose_modules_lie_outside_it_is_refused(bert_dir, tmp_path, module_path):
+    st = sentence_transformer(bert_dir, "cls")
+    st.save(str(tmp_path / "st"))
+    modules = json.loads((tmp_path / "st" / "modules.json").read_text())
+    modules[1]["path"] = module_path
+    (tmp_path / "st" / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(ValueError, match=r"modules.json: module path .* points outside the model"):
+        build(str(tmp_path / "st"))
