@@ -6,7 +6,7 @@ from transformers import TrainerCallback
 from transformers.utils import logging
 
 from .peft_utils import is_peft_model
-from .rewiring import check_rewiring_options, reset_optimizer_state_, rewire_
+from .rewiring import check_rewiring_options, default_rewiring_interval, reset_optimizer_state_, rewire_
 
 
 logger = logging.get_logger(__name__)
@@ -29,7 +29,8 @@ def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
 class RewiringCallback(TrainerCallback):
     """Rewires the sparse tail of a `HasteForExtremeClassification` during training.
 
-    At every optimizer step ``s`` with ``s % interval == 0`` and ``s <= end_fraction * max_steps``
+    At every optimizer step ``s`` with ``s % interval == 0`` and ``s <= end_fraction * max_steps`` (``interval=None``:
+    `DEFAULT_REWIRINGS` rewirings spread evenly over that window, `default_rewiring_interval`)
     (``on_step_end``: after the optimizer step and ``zero_grad``, before a checkpoint is saved), it runs
     `haste_hf.rewiring.rewire_` on ``model.tail`` and zeroes the optimizer state (momentum) of the
     rewired slots. Padding slots of the last group are kept out of the scores through
@@ -41,7 +42,7 @@ class RewiringCallback(TrainerCallback):
     ``{"rewired_pairs": n, "step": s}`` to ``state.log_history``.
 
     Args:
-        interval: optimizer steps between rewirings (the paper: 1,500-5,000).
+        interval: optimizer steps between rewirings (the paper: 1,500-5,000), or None for a count of rewirings.
         fraction: share of (group, slot) pairs pruned per rewiring (the paper: 0.15-0.25).
         end_fraction: last rewiring at or before this fraction of ``max_steps`` (the paper: ~2/3).
         scope: ``"global"`` (the paper) or ``"group"``, see `rewire_`.
@@ -51,15 +52,15 @@ class RewiringCallback(TrainerCallback):
 
     def __init__(
         self,
-        interval: int = 2000,
+        interval: int | None = None,
         fraction: float = 0.2,
         end_fraction: float = 2 / 3,
         scope: str = "global",
         init: str = "zero",
         seed: int | None = None,
     ):
-        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
-            raise ValueError(f"`interval` must be a positive integer number of steps, got {interval!r}.")
+        if interval is not None and (isinstance(interval, bool) or not isinstance(interval, int) or interval < 1):
+            raise ValueError(f"`interval` must be a positive integer number of steps (or None), got {interval!r}.")
         check_rewiring_options(fraction, scope, init, end_fraction)
         self.interval = interval
         self.fraction = fraction
@@ -90,8 +91,12 @@ class RewiringCallback(TrainerCallback):
         if model is not None:
             self.check_model(model)
 
+    def interval_of(self, max_steps: int) -> int:
+        return self.interval or default_rewiring_interval(max_steps, self.end_fraction)
+
     def should_rewire(self, global_step: int, max_steps: int) -> bool:
-        return global_step > 0 and global_step % self.interval == 0 and global_step <= self.end_fraction * max_steps
+        return (global_step > 0 and global_step % self.interval_of(max_steps) == 0
+                and global_step <= self.end_fraction * max_steps)  # fmt: skip
 
     def on_step_end(self, args, state, control, model=None, optimizer=None, **kwargs):
         if not self.should_rewire(state.global_step, state.max_steps):

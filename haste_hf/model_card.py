@@ -13,6 +13,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
+from .callbacks import RewiringCallback
 from .modeling_haste import HasteForExtremeClassification
 
 
@@ -94,8 +95,9 @@ class HasteModelCardData:
                  other=f"momentum {args.output_momentum}, decoupled weight decay {args.output_weight_decay}"),
         ]  # fmt: skip
         rewiring = None
-        if args.rewiring_interval:
-            rewiring = dict(interval=args.rewiring_interval, fraction=args.rewiring_fraction, end=args.rewiring_end_fraction,
+        rewirings = [callback for callback in trainer.callback_handler.callbacks if isinstance(callback, RewiringCallback)]
+        if rewirings:
+            rewiring = dict(interval=rewirings[0].interval_of(trainer.state.max_steps), fraction=args.rewiring_fraction, end=args.rewiring_end_fraction,
                             init=args.rewiring_init, scope=args.rewiring_scope)  # fmt: skip
         evaluations = [entry for entry in trainer.state.log_history if any(_METRIC_KEY.match(k) for k in entry)]
         training = {

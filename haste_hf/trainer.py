@@ -146,7 +146,10 @@ class HasteTrainer(Trainer):
         _warn_ignored_options(args)
         self.non_finite_guard = NonFiniteGradientCallback(args.on_non_finite)
         self.add_callback(self.non_finite_guard)
-        if args.rewiring_interval and haste_model.tail is not None:
+        tail = haste_model.tail
+        # Left to its default (None), rewiring passes over a tail that reads every feature: nothing to regrow.
+        rewirable = tail is not None and (args.rewiring_interval is not None or tail.weight.shape[-1] < tail.in_features)
+        if args.rewiring_interval != 0 and rewirable:
             rewiring = RewiringCallback(
                 interval=args.rewiring_interval,
                 fraction=args.rewiring_fraction,

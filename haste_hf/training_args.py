@@ -7,10 +7,21 @@ from dataclasses import dataclass, field
 from transformers import TrainingArguments
 
 from .callbacks import NON_FINITE_ACTIONS
-from .rewiring import check_rewiring_options
+from .rewiring import DEFAULT_REWIRINGS, check_rewiring_options
 
 
 OUTPUT_LAYER_DTYPES = ("float32", "bfloat16")
+# The default recipe (`benchmarks/recipe_study.py`); `tests/test_defaults.py` pins each value.
+DEFAULT_LEARNING_RATE = 2e-4
+DEFAULT_OUTPUT_LEARNING_RATE = 0.4
+DEFAULT_EPOCHS = 10.0
+DEFAULT_BATCH_SIZE = 128
+
+
+def bf16_is_supported(use_cpu: bool = False) -> bool:
+    import torch
+
+    return not use_cpu and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
 
 @dataclass
@@ -21,14 +32,23 @@ class HasteTrainingArguments(TrainingArguments):
     configure the encoder's AdamW (which also trains the head/tail projections); the `output_*` fields
     configure the SGD that trains the dense head and the sparse tail. The two are clipped apart: with a
     BCE summed over labels, the output layer's gradient norm grows with the label count, and clipping it
-    together with the encoder's would shrink the encoder's steps and stall the output layer. Defaults follow the HASTE paper: AdamW at 5e-5
-    with a cosine schedule, SGD at 0.05 with momentum 0.9 and decoupled weight decay 1e-4, rewiring 20%
-    of the tail's (group, slot) pairs every 2,000 steps during the first two thirds of training.
+    together with the encoder's would shrink the encoder's steps and stall the output layer.
+
+    The defaults are the recipe measured in `benchmarks/recipe_study.py` (`benchmarks/README.md`): 10 epochs of
+    batch 128, AdamW at 2e-4 with 10% warm-up, cosine and weight decay 0.01, SGD at 0.4 with momentum 0.9 and
+    decoupled weight decay 1e-4, bf16 (autocast and a bf16 output layer) wherever the GPU has it, and 6 rewirings
+    of 20% of the tail's (group, slot) pairs spread over the first two thirds of training.
     """
 
-    learning_rate: float = field(default=5e-5, metadata={"help": "Encoder (AdamW) learning rate."})
+    learning_rate: float = field(default=DEFAULT_LEARNING_RATE, metadata={"help": "Encoder (AdamW) learning rate."})
+    num_train_epochs: float = field(default=DEFAULT_EPOCHS, metadata={"help": "Epochs of training (unless `max_steps`)."})
+    per_device_train_batch_size: int = field(default=DEFAULT_BATCH_SIZE, metadata={"help": "Training batch size per device."})
+    warmup_steps: float = field(default=0.1, metadata={"help": "Encoder warm-up: steps if >= 1, else a fraction of training."})
+    weight_decay: float = field(default=0.01, metadata={"help": "Encoder AdamW weight decay."})
+    bf16: bool | None = field(default=None, metadata={"help": "bf16 autocast and a bf16 head and tail (the paper); "
+        "default: on where the GPU supports bf16, off on CPUs."})  # fmt: skip
     lr_scheduler_type: str = field(default="cosine", metadata={"help": "Encoder learning-rate schedule."})
-    output_learning_rate: float = field(default=0.05, metadata={"help": "Output layer (SGD) learning rate."})
+    output_learning_rate: float = field(default=DEFAULT_OUTPUT_LEARNING_RATE, metadata={"help": "Output layer (SGD) learning rate."})
     output_momentum: float = field(default=0.9, metadata={"help": "Output layer SGD momentum (0: no buffer)."})
     output_weight_decay: float = field(default=1e-4, metadata={"help": "Output layer decoupled weight decay."})
     output_lr_scheduler_type: str = field(default="cosine", metadata={"help": "Output layer learning-rate schedule."})
@@ -46,9 +66,11 @@ class HasteTrainingArguments(TrainingArguments):
     )
     output_layer_dtype: str | None = field(
         default=None,
-        metadata={"help": "Cast head and tail to this dtype before training ('bfloat16' as in the paper); None keeps it."},
+        metadata={"help": "Cast head and tail to this dtype before training; default: bfloat16 with `bf16` (the paper), "
+                  "else kept."},
     )
-    rewiring_interval: int = field(default=2000, metadata={"help": "Steps between rewirings; 0 turns rewiring off."})
+    rewiring_interval: int | None = field(default=None, metadata={"help": "Steps between rewirings; 0 turns rewiring "
+        f"off. Default: {DEFAULT_REWIRINGS} rewirings spread over the first `rewiring_end_fraction` of training."})  # fmt: skip
     rewiring_fraction: float = field(default=0.2, metadata={"help": "Share of (group, slot) pairs regrown per rewiring."})
     rewiring_end_fraction: float = field(default=2 / 3, metadata={"help": "No rewiring after this fraction of training."})
     rewiring_init: str = field(default="zero", metadata={"help": "Weights of regrown slots: 'zero' or 'random'."})
@@ -90,6 +112,10 @@ class HasteTrainingArguments(TrainingArguments):
         for name in ("eval_steps", "save_steps"):
             if getattr(self, name) is not None and not getattr(self, name) > 0:
                 raise ValueError(f"`{name}` must be > 0 (steps, or a fraction of training if < 1), got {getattr(self, name)}.")
+        if self.bf16 is None:
+            self.bf16 = bf16_is_supported(self.use_cpu)
+        if self.bf16 and self.output_layer_dtype is None:
+            self.output_layer_dtype = "bfloat16"
         super().__post_init__()
         if isinstance(self.output_lr_scheduler_kwargs, str):  # from the command line, as `lr_scheduler_kwargs`
             self.output_lr_scheduler_kwargs = json.loads(self.output_lr_scheduler_kwargs)
@@ -105,7 +131,7 @@ class HasteTrainingArguments(TrainingArguments):
             )
         if self.output_layer_dtype not in (None, *OUTPUT_LAYER_DTYPES):
             raise ValueError(f"`output_layer_dtype` must be one of {OUTPUT_LAYER_DTYPES} or None, got {self.output_layer_dtype!r}.")
-        if self.rewiring_interval < 0:
+        if self.rewiring_interval is not None and self.rewiring_interval < 0:
             raise ValueError(f"`rewiring_interval` must be >= 0 (0 turns rewiring off), got {self.rewiring_interval}.")
         check_rewiring_options(
             self.rewiring_fraction, self.rewiring_scope, self.rewiring_init, self.rewiring_end_fraction,

@@ -137,7 +137,7 @@ def test_group_then_train_from_its_file_with_the_default_validation_fraction(dat
 def test_train_refuses_a_layout_of_another_split(dataset_dir, encoder_dir, tmp_path, capsys):
     layout_file = tmp_path / "layout.safetensors"
     assert main(["group", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output", str(layout_file),
-                 "--group-size", "4", "--grouping", "frequency", "--validation-fraction", "0"]) == 0  # fmt: skip
+                 "--group-size", "4", "--grouping", "frequency", "--validation-fraction", "0.2"]) == 0  # fmt: skip
     arguments = ["train", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output-dir",
                  str(tmp_path / "model"), "--max-steps", "2", "--fan-in", "8", "--layout-file", str(layout_file)]  # fmt: skip
     capsys.readouterr()

@@ -1,0 +1,67 @@
+"""Every default of the recipe, pinned: a default is a product decision measured on real data
+(`benchmarks/recipe_study.py`, `benchmarks/README.md`), so a refactor must not move one silently. Changing a value
+here means measuring it through `haste-hf train` first."""
+
+import pytest
+
+from haste_hf.cli import parse_args
+from haste_hf.recipe import RecipeArguments, _training_arguments
+from haste_hf.training_args import HasteTrainingArguments
+
+
+# The recipe of `benchmarks/recipe_study.py`'s `defaults` rows (the device has bf16; here, without a GPU, it is off).
+RECIPE = dict(
+    learning_rate=2e-4, num_train_epochs=10.0, per_device_train_batch_size=128, warmup_steps=0.1, weight_decay=0.01,
+    lr_scheduler_type="cosine", output_learning_rate=0.4, output_momentum=0.9, output_weight_decay=1e-4,
+    output_lr_scheduler_type="cosine", output_warmup_steps=0.0, output_max_grad_norm=0.0, output_stochastic_rounding=True,
+    rewiring_interval=None, rewiring_fraction=0.2, rewiring_end_fraction=2 / 3, rewiring_init="zero",
+    rewiring_scope="global", bf16=False, output_layer_dtype=None, max_grad_norm=1.0, seed=42, eval_top_k=5,
+)  # fmt: skip
+RECIPE_STRUCTURE = dict(fan_in=128, max_length=128, validation_fraction=0.0, group_size=None, head_label_fraction=None,
+                        grouping=None, label_texts=False, head_projection_dim=None, tail_projection_dim=None)  # fmt: skip
+# The demo keeps its own recipe (2 CPU cores, minutes), so the README's table stays what it prints.
+DEMO = dict(learning_rate=1e-4, num_train_epochs=3, per_device_train_batch_size=32, warmup_steps=0.1, weight_decay=0.01,
+            output_learning_rate=0.05, rewiring_interval=50, bf16=False)  # fmt: skip
+DEMO_STRUCTURE = dict(fan_in=64, max_length=32, validation_fraction=0.1, encoder="minilm")
+
+
+def fields_of(arguments, names):
+    return {name: getattr(arguments, name) for name in names}
+
+
+def test_training_arguments_defaults(tmp_path):
+    assert fields_of(HasteTrainingArguments(output_dir=str(tmp_path), use_cpu=True), RECIPE) == RECIPE
+
+
+def test_recipe_arguments_defaults():
+    assert fields_of(RecipeArguments(), RECIPE_STRUCTURE) == RECIPE_STRUCTURE
+
+
+def test_the_api_and_the_command_line_train_the_same_recipe(tmp_path):
+    api, _ = _training_arguments({"use_cpu": True}, str(tmp_path), has_validation=False)
+    args = parse_args(["train", "--use-cpu", "--output-dir", str(tmp_path)])
+    expected = {**RECIPE, "seed": 0}  # the command line seeds 0, as every earlier version did
+    assert fields_of(args.training, RECIPE) == expected
+    assert fields_of(api, RECIPE) == RECIPE
+    assert fields_of(args.recipe, RECIPE_STRUCTURE) == RECIPE_STRUCTURE
+
+
+def test_demo_defaults():
+    args = parse_args(["demo", "--use-cpu"])
+    assert fields_of(args.training, DEMO) == DEMO
+    assert fields_of(args.recipe, DEMO_STRUCTURE) == DEMO_STRUCTURE
+
+
+@pytest.mark.parametrize("argv, bf16, dtype", [(["--bf16"], True, "bfloat16"), (["--bf16", "false"], False, None),
+                                                (["--bf16", "--output-layer-dtype", "float32"], True, "float32")])  # fmt: skip
+def test_bf16_trains_the_output_layer_in_bf16_unless_told(argv, bf16, dtype):
+    training = parse_args(["train", "--use-cpu", *argv]).training
+    assert (training.bf16, training.output_layer_dtype) == (bf16, dtype)
+
+
+def test_default_rewiring_spreads_six_rewirings_over_the_first_two_thirds():
+    from haste_hf.callbacks import RewiringCallback
+
+    callback = RewiringCallback()
+    steps = [step for step in range(1, 3401) if callback.should_rewire(step, 3400)]
+    assert steps == [377, 754, 1131, 1508, 1885, 2262]  # as the study's runs of 3,400 steps rewired
