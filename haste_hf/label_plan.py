@@ -215,7 +215,7 @@ class LabelLayout:
     def from_model(cls, model) -> "LabelLayout":
         """The layout a trained model was built with (its `output_labels`); counts and fingerprint are unknown."""
         config = model.config
-        output_labels = model.output_labels.detach().cpu()
+        output_labels = model.output_layer.output_labels.detach().cpu()
         tail = output_labels[config.head_label_count :]
         return cls(
             label_count=config.label_count, head_ids=output_labels[: config.head_label_count],
@@ -238,8 +238,8 @@ class LabelLayout:
 
     def output_layer_slices(self, world_size: int):
         """The head rows and tail groups each of `world_size` ranks holds when the output layer is sharded by
-        labels (`haste_hf.distributed.assign_output_layer`): contiguous runs, in group order."""
-        from .distributed import assign_output_layer
+        labels (`haste_hf.sharded_output_layer.assign_output_layer`): contiguous runs, in group order."""
+        from .sharded_output_layer import assign_output_layer
 
         return assign_output_layer(self.head_label_count, self.tail_group_count, world_size)
 

@@ -29,7 +29,7 @@ from transformers.utils import logging
 
 from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, default_pooling
 from .label_plan import LabelLayout
-from .modeling_haste import save_folder_atomically
+from .saving import checkpoint_folders, save_folder_atomically
 
 
 DEMO_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
@@ -275,8 +275,6 @@ def check_output_dir(output_dir, *, overwrite: bool = False, resume: bool = Fals
     """Raises a `ValueError` when `output_dir` holds a model or checkpoints and neither `overwrite` (replace
     them) nor `resume` (continue from the last checkpoint) was asked for: a run must not silently replace a
     finished one, nor rotate its checkpoints away."""
-    from .trainer import checkpoint_folders
-
     if overwrite and resume:
         raise ValueError("Give --overwrite-output-dir (start afresh) or --resume-from-checkpoint (continue), not both.")
     folder = Path(output_dir)
@@ -434,9 +432,10 @@ def save_trained(trainer, tokenizer, layout: LabelLayout, output_dir: str, *, en
 
     from .callbacks import unwrap_model
     from .saving import save_trained_folder
+    from .sharded_output_layer import sharded_output_layer
 
     model = unwrap_model(trainer.model)
-    shard = getattr(model, "output_layer_shard", None)
+    shard = sharded_output_layer(model)
     state_dict = shard.full_state_dict(model) if shard is not None else None  # on every rank: the shares are gathered
     if not trainer.is_world_process_zero():
         return
@@ -544,7 +543,6 @@ def train(
     from transformers import set_seed
 
     from .distributed import broadcast_object
-    from .trainer import checkpoint_folders
 
     if recipe_args is None:
         path = os.fspath(data) if isinstance(data, (str, os.PathLike)) else None

@@ -100,7 +100,7 @@ def test_from_encoder_pretrained_builds_the_layout_and_checks_it(split, encoder_
     model = HasteForExtremeClassification.from_encoder_pretrained(encoder, layout=layout, fan_in=8)
     config = model.config
     assert (config.label_count, config.head_label_count, config.group_size) == (LABELS, 6, 4)
-    assert torch.equal(model.output_labels, layout.output_labels())
+    assert torch.equal(model.output_layer.output_labels, layout.output_labels())
     assert torch.equal(LabelLayout.from_model(model).output_labels(), layout.output_labels())
     for wrong, message in (
         (dict(group_size=8), r"`group_size` \(8\) differs from the layout's G \(4\)"),
