@@ -70,13 +70,13 @@ def build(variant: str, label_count: int, args) -> HasteForExtremeClassification
     )  # fmt: skip
     with torch.device("cuda"):
         model = HasteForExtremeClassification(config)
-    for module in (output_layer(model).head, output_layer(model).tail):
+    for module in (output_layer_of(model).head, output_layer_of(model).tail):
         if module is not None:
             module.to(torch.bfloat16)
     return model.train()
 
 
-def output_layer(model):
+def output_layer_of(model):
     """The model's output layer (`model.output_layer`; before issue #24 the model held head and tail itself)."""
     return getattr(model, "output_layer", model)
 
@@ -125,7 +125,7 @@ def bench(variant: str, label_count: int, args) -> dict:
     del pooled_shape
     row["encoder"] = cuda_ms(encoder_pass, args.warmup, args.repeats)
 
-    layer = output_layer(model)
+    layer = output_layer_of(model)
     positions = model.config.head_label_count + (layer.tail.out_features if layer.tail is not None else 0)
     logits_grad = torch.randn(B, positions, device="cuda", dtype=torch.bfloat16)
 

@@ -61,12 +61,8 @@ class RewiringCallback(TrainerCallback):
         if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
             raise ValueError(f"`interval` must be a positive integer number of steps, got {interval!r}.")
         check_rewiring_options(fraction, scope, init, end_fraction)
-        self.interval = interval
-        self.fraction = fraction
-        self.end_fraction = end_fraction
-        self.scope = scope
-        self.init = init
-        self.seed = seed
+        self.interval, self.fraction, self.end_fraction = interval, fraction, end_fraction
+        self.scope, self.init, self.seed = scope, init, seed
 
     def check_model(self, model) -> None:
         """Raises a ValueError unless `model` has a sparse tail that can be rewired: one with a feature outside

@@ -23,9 +23,12 @@ POOLING_MODES = ("cls", "mean", "last_token")
 # The paper models the top 2-5% most frequent labels densely ("Head-Tail Split"); every entry point defaults
 # to this share.
 DEFAULT_HEAD_LABEL_FRACTION = 0.03
-# Labels per tail group G and features per group F: the paper's operating point.
-DEFAULT_GROUP_SIZE = 32
+# Labels per tail group G and features per group F (the paper: G in {16, 32, 64}, F = 64).
+DEFAULT_GROUP_SIZE = 16
 DEFAULT_FAN_IN = 64
+# Tokens per text, and texts per batch where no gradient is kept (evaluation, prediction, label embeddings).
+DEFAULT_MAX_LENGTH = 128
+DEFAULT_EVAL_BATCH_SIZE = 64
 # The padding value of positive label-id lists (`[B, P]`), as Hugging Face's `-100` ignore index.
 LABEL_PADDING_ID = -100
 LOSS_REDUCTIONS = ("sum", "mean")
@@ -84,7 +87,7 @@ class HasteConfig(PretrainedConfig):
             Labels served by the dense head (the most frequent ones). `label_count` makes the whole
             output layer dense; 0 removes the head. Defaults to the paper's share,
             `DEFAULT_HEAD_LABEL_FRACTION` (3%) of `label_count`.
-        group_size (`int`, *optional*, defaults to 32):
+        group_size (`int`, *optional*, defaults to 16):
             Labels per tail group G; they share one support of `fan_in` features. 1 gives per-label
             fixed fan-in.
         fan_in (`int`, *optional*, defaults to 64):
@@ -277,6 +280,6 @@ class HasteConfig(PretrainedConfig):
 
 
 __all__ = [
-    "DEFAULT_FAN_IN", "DEFAULT_GROUP_SIZE", "DEFAULT_HEAD_LABEL_FRACTION", "HASTE_FORMAT_VERSION", "LABEL_PADDING_ID", "MODEL_AUTO_CLASSES", "TEXT_CLASSIFICATION_PIPELINE", "HasteConfig",
+    "DEFAULT_EVAL_BATCH_SIZE", "DEFAULT_FAN_IN", "DEFAULT_GROUP_SIZE", "DEFAULT_MAX_LENGTH", "DEFAULT_HEAD_LABEL_FRACTION", "HASTE_FORMAT_VERSION", "LABEL_PADDING_ID", "MODEL_AUTO_CLASSES", "TEXT_CLASSIFICATION_PIPELINE", "HasteConfig",
     "default_pooling", "head_label_count_for",
 ]

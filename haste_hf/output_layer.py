@@ -36,7 +36,7 @@ from .configuration_haste import (
 )
 from .losses import LOSSES, output_layer_loss, targets_of_chunk
 from .rewiring import RewiringResult, check_rewiring_options, rewire_
-from .sparse_ops import group_sparse_linear, group_sparse_topk, merge_topk
+from .sparse_ops import chunks, group_sparse_linear, group_sparse_topk, merge_topk
 
 
 # Bounds the `[B, chunk]` block of logits scored at once by top-k off the fused kernels (head, CPU).
@@ -113,9 +113,8 @@ def random_supports(group_count: int, fan_in: int, in_features: int, seed: int) 
     # Explicitly on the CPU, also under a `with torch.device("cuda"):` block, so every device gets these supports.
     generator = torch.Generator(device="cpu").manual_seed(seed)
     supports = torch.empty(group_count, fan_in, dtype=torch.int32, device="cpu")
-    block = max(1, (1 << 22) // in_features)
-    for start in range(0, group_count, block):
-        stop = min(start + block, group_count)
+    for block in chunks(group_count, in_features, 1 << 22):
+        start, stop = block.start, block.stop
         keys = torch.rand(stop - start, in_features, generator=generator, device="cpu")
         supports[start:stop] = keys.topk(fan_in, dim=1, sorted=False).indices.sort(dim=1).values.int()
     return supports
@@ -315,8 +314,10 @@ class HasteOutputLayer(nn.Module):
         self._label_positions_cache = None
         if initialize:  # a `HasteForExtremeClassification` initialises its layer itself, the transformers way
             self.reset_parameters()
-        if output_labels is not None:
-            self.output_labels[: label_count].copy_(output_labels)
+        if output_labels is not None:  # a layout's is padded already, head ids then the others are not
+            with torch.no_grad():
+                self.output_labels.copy_(default_output_labels(self))
+                self.output_labels[: output_labels.numel()].copy_(output_labels)
 
     @classmethod
     def from_config(cls, config, **kwargs) -> "HasteOutputLayer":
@@ -476,13 +477,10 @@ class HasteOutputLayer(nn.Module):
         batch_size = reference.shape[0]
         best = (reference.new_empty(batch_size, 0, dtype=torch.float32), reference.new_empty(batch_size, 0, dtype=torch.int64))
         if self.head is not None:
-            rows = self.head.weight.shape[0]
-            step = max(1, TOPK_CHUNK_ELEMENTS // max(1, batch_size))
-            for start in range(0, rows, step):
-                chunk = slice(start, min(start + step, rows))
+            for chunk in chunks(self.head.weight.shape[0], batch_size, TOPK_CHUNK_ELEMENTS):
                 bias = None if self.head.bias is None else self.head.bias[chunk]
-                scores, top = F.linear(head_x, self.head.weight[chunk], bias).float().topk(min(k, chunk.stop - start), dim=1)
-                best = merge_topk(best, (scores, top + self.head_rows[0] + start), k)
+                scores, top = F.linear(head_x, self.head.weight[chunk], bias).float().topk(min(k, chunk.stop - chunk.start), dim=1)
+                best = merge_topk(best, (scores, top + self.head_rows[0] + chunk.start), k)
         if self.tail is not None:
             scores, columns = group_sparse_topk(
                 tail_x, self.tail.weight, self.tail.supports, self.tail.bias, k, self.tail_valid_count,

@@ -29,6 +29,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from .configuration_haste import LABEL_PADDING_ID
 from .distributed import (
     all_gather_rows,
     all_gather_sizes,
@@ -72,7 +73,7 @@ def _multi_hot_to_ids(labels: torch.Tensor) -> torch.Tensor:
     """Bool `[B, L]` -> positive ids `[B, P]` padded with -100."""
     counts = labels.sum(1)
     width = int(counts.max()) if labels.shape[0] else 0
-    ids = torch.full((labels.shape[0], width), -100, dtype=torch.int64, device=labels.device)
+    ids = torch.full((labels.shape[0], width), LABEL_PADDING_ID, dtype=torch.int64, device=labels.device)
     rows, columns = torch.nonzero(labels, as_tuple=True)
     starts = torch.cumsum(counts, 0) - counts
     ids[rows, torch.arange(rows.numel(), device=labels.device) - starts[rows]] = columns
@@ -179,8 +180,8 @@ class ShardedOutputLayer(HasteOutputLayer):
                 raise ValueError("A sharded output layer takes 0/1 multi-hot `labels` or padded positive ids, not soft targets.")
             labels = _multi_hot_to_ids(dense.bool())
         width = int(all_gather_sizes([labels.shape[1]], self.group)[:, 0].max())
-        labels = F.pad(labels.to(torch.int64), (0, width - labels.shape[1]), value=-100)
-        return all_gather_rows(labels, sizes, self.group, pad_value=-100)
+        labels = F.pad(labels.to(torch.int64), (0, width - labels.shape[1]), value=LABEL_PADDING_ID)
+        return all_gather_rows(labels, sizes, self.group, pad_value=LABEL_PADDING_ID)
 
     def forward(self, features: torch.Tensor, labels: torch.Tensor | None = None, top_k: int | None = None,
                 return_logits: bool | None = None) -> OutputLayerOutput:  # fmt: skip

@@ -19,8 +19,8 @@ from transformers import TrainerCallback as TrainerCallbackBase
 import haste_hf.hub
 from haste_hf import HasteConfig, HasteForExtremeClassification
 from haste_hf.data import XMCDataCollator
-from haste_hf.modeling_haste import INCOMPLETE_SAVE_FILE, STAGING_PREFIX, save_folder_atomically
-from haste_hf.trainer import HasteTrainer, checkpoint_is_complete, last_complete_checkpoint
+from haste_hf.saving import INCOMPLETE_SAVE_FILE, STAGING_PREFIX, checkpoint_is_complete, last_complete_checkpoint, save_folder_atomically
+from haste_hf.trainer import HasteTrainer
 from haste_hf.training_args import HasteTrainingArguments
 
 

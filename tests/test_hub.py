@@ -22,7 +22,8 @@ from transformers import AutoModel, BertModel
 import haste_hf  # noqa: F401  (registers the auto classes)
 from haste_hf import HASTE_FORMAT_VERSION, HasteConfig, HasteForExtremeClassification
 from haste_hf.hub import AUTO_MAP, push_to_hub
-from haste_hf.modeling_haste import LABEL_NAMES_FILE, output_labels_from_frequencies
+from haste_hf.output_layer import output_labels_from_frequencies
+from haste_hf.saving import LABEL_NAMES_FILE
 
 
 LABELS = 40
