@@ -1,5 +1,5 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
-"""The output layer sharded by labels over N GPUs (`haste_hf.distributed`): predicted on one GPU, measured on N.
+"""The output layer sharded by labels over N GPUs (`haste_hf.sharded_output_layer`): predicted on one GPU, measured on N.
 
 --mode emulate (one GPU): one rank of an N-way split, for each N. The rank holds L/N labels (its share of
 the head's rows and of the tail's groups, bf16, SGD with fp32 momentum) and scores them over the global
@@ -135,7 +135,7 @@ def output_layer_step(args, world_size: int, device):
     """One rank's output layer of a `world_size`-way split and a closure doing its step over the global batch:
     the fused loss on each slice (`ShardedOutputLayer.scored_loss`), backward, SGD step."""
     from haste_hf.losses import output_layer_loss
-    from haste_hf.modeling_haste import GroupSparseLinear, random_supports
+    from haste_hf.output_layer import GroupSparseLinear, random_supports
     from haste_hf.optimization import StochasticRoundingSGD
 
     shape = layout(args, world_size)

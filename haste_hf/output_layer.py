@@ -18,6 +18,7 @@ with the modeling file (`trust_remote_code=True` loading without `haste_hf`).
 """
 
 import math
+import numbers
 import os
 from dataclasses import dataclass
 
@@ -266,8 +267,8 @@ class HasteOutputLayer(nn.Module):
             raise ValueError("Give `label_count` (the number of labels), or a LabelLayout as `head_labels`.")
         elif head_labels is None:
             head_label_count = head_label_count_for(DEFAULT_HEAD_LABEL_FRACTION, label_count)
-        elif isinstance(head_labels, int):
-            head_label_count = head_labels
+        elif isinstance(head_labels, numbers.Integral):
+            head_label_count = int(head_labels)
         else:
             head_ids = torch.as_tensor(head_labels, dtype=torch.int64).flatten()
             in_head = torch.zeros(label_count, dtype=torch.bool)

@@ -1,5 +1,6 @@
 """`HasteOutputLayer` on its own: any features `[B, d]`, built from (d, L, head labels or a LabelLayout, G, F)."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -72,7 +73,8 @@ def test_bad_arguments_are_refused_by_name(arguments, message):
 
 
 def test_invariants_refuse_padding_before_the_last_labels():
-    layer = HasteOutputLayer(12, 30, 2, group_size=4, fan_in=5)  # 28 tail labels in 7 full groups: no padding
+    layer = HasteOutputLayer(12, 30, np.int64(2), group_size=4, fan_in=5)  # 28 tail labels in 7 full groups: no padding
+    assert layer.head_label_count == 2  # a count, whatever its integer type
     layer.check_invariants()
     padded = HasteOutputLayer(12, 31, 2, group_size=4, fan_in=5)  # the last group holds 1 label and 3 padding slots (positions 31-33)
     with torch.no_grad():
