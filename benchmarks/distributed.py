@@ -1,10 +1,10 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
-"""The output layer sharded by labels over N GPUs (`haste_hf.distributed`): predicted on one GPU, measured on N.
+"""The output layer sharded by labels over N GPUs (`haste_hf.sharded_output_layer`): predicted on one GPU, measured on N.
 
 --mode emulate (one GPU): one rank of an N-way split, for each N. The rank holds L/N labels (its share of
 the head's rows and of the tail's groups, bf16, SGD with fp32 momentum) and scores them over the global
 batch N x B of gathered features: the fused BCE of each slice (`losses.output_layer_loss`), backward, SGD
-step, as `OutputLayerShard.forward` does. Measured: that time and its peak memory per rank, and once the encoder's
+step, as `ShardedOutputLayer.forward` does. Measured: that time and its peak memory per rank, and once the encoder's
 step (MPNet-base-sized random encoder, B texts of T tokens, bf16 autocast, AdamW), the same on every rank
 whatever N. Computed: the bytes each collective moves per step, and from all of these the texts/s of N
 GPUs at a stated interconnect bandwidth, with no overlap of communication and compute (a lower bound
@@ -133,9 +133,9 @@ def measure(step, device, steps: int) -> tuple[float, float]:
 
 def output_layer_step(args, world_size: int, device):
     """One rank's output layer of a `world_size`-way split and a closure doing its step over the global batch:
-    the fused loss on each slice (`OutputLayerShard._local_loss`), backward, SGD step."""
+    the fused loss on each slice (`ShardedOutputLayer.scored_loss`), backward, SGD step."""
     from haste_hf.losses import output_layer_loss
-    from haste_hf.modeling_haste import GroupSparseLinear, random_supports
+    from haste_hf.output_layer import GroupSparseLinear, random_supports
     from haste_hf.optimization import StochasticRoundingSGD
 
     shape = layout(args, world_size)
@@ -270,7 +270,7 @@ def real(args) -> str | None:
     from transformers import MPNetConfig
 
     from haste_hf import HasteConfig, HasteForExtremeClassification
-    from haste_hf.distributed import ignore_shards_in_ddp, shard_output_layer_
+    from haste_hf.sharded_output_layer import ignore_shards_in_ddp, shard_output_layer_
     from haste_hf.optimization import HasteOptimizer, StochasticRoundingSGD
     from haste_hf.trainer import split_parameters
 
@@ -290,7 +290,7 @@ def real(args) -> str | None:
     if not args.replicated:
         shard_output_layer_(model)
         ignore_shards_in_ddp(model)
-    for module in (model.head, model.tail):
+    for module in (model.output_layer.head, model.output_layer.tail):
         module.to(torch.bfloat16)
     model.to(device)
     wrapped = DistributedDataParallel(model, broadcast_buffers=False)

@@ -17,7 +17,7 @@ every label in the dense head. Per variant and label count, median ms of CUDA ev
 - flops-matched: the three cuBLAS passes of a dense layer of the same FLOPs as the tail
   (X [B, F] x W [L, F]^T, forward, weight gradient, feature gradient), summed.
 
-Uses only the model's public API (and `fused_loss` where it exists), so the same script times the code
+Uses only the public API (`model.output_layer.loss`; `fused_loss` on code before it), so the same script times the code
 before and after a change: `PYTHONPATH=<other checkout> python benchmarks/step.py`.
 
     python benchmarks/step.py --title "after (commit abc1234)" --out results/step_h100.md
@@ -70,10 +70,15 @@ def build(variant: str, label_count: int, args) -> HasteForExtremeClassification
     )  # fmt: skip
     with torch.device("cuda"):
         model = HasteForExtremeClassification(config)
-    for module in (model.head, model.tail):
+    for module in (output_layer_of(model).head, output_layer_of(model).tail):
         if module is not None:
             module.to(torch.bfloat16)
     return model.train()
+
+
+def output_layer_of(model):
+    """The model's output layer (`model.output_layer`; before issue #24 the model held head and tail itself)."""
+    return getattr(model, "output_layer", model)
 
 
 def random_labels(batch_size: int, label_count: int, positives: int, generator) -> torch.Tensor:
@@ -120,12 +125,13 @@ def bench(variant: str, label_count: int, args) -> dict:
     del pooled_shape
     row["encoder"] = cuda_ms(encoder_pass, args.warmup, args.repeats)
 
-    positions = model.config.head_label_count + (model.tail.out_features if model.tail is not None else 0)
+    layer = output_layer_of(model)
+    positions = model.config.head_label_count + (layer.tail.out_features if layer.tail is not None else 0)
     logits_grad = torch.randn(B, positions, device="cuda", dtype=torch.bfloat16)
 
     def output_layer_pass():
         with autocast:
-            logits = model.position_logits(pooled)
+            logits = layer.position_logits(pooled)
         logits.backward(logits_grad)
 
     row["output"] = cuda_ms(output_layer_pass, args.warmup, args.repeats)
@@ -133,7 +139,9 @@ def bench(variant: str, label_count: int, args) -> dict:
 
     def output_layer_loss_pass():
         with autocast:
-            if hasattr(model, "fused_loss"):
+            if layer is not model:
+                loss = layer.loss(pooled, labels)
+            elif hasattr(model, "fused_loss"):
                 loss = model.fused_loss(*model._branch_inputs(pooled), labels)
             else:
                 loss = model.compute_loss(model.position_logits(pooled), labels)

@@ -19,13 +19,8 @@ from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassificati
 from transformers.pipelines import PIPELINE_REGISTRY
 
 from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, HASTE_FORMAT_VERSION, HasteConfig
-from .modeling_haste import (
-    ExtremeClassifierOutput,
-    GroupSparseLinear,
-    HasteForExtremeClassification,
-    HastePreTrainedModel,
-    TopKOutput,
-)
+from .modeling_haste import ExtremeClassifierOutput, HasteForExtremeClassification, HastePreTrainedModel
+from .output_layer import GroupSparseLinear, HasteOutputLayer, TopKOutput
 from .pipeline_haste import HasteTextClassificationPipeline
 from .sparse_ops import group_sparse_linear
 
@@ -88,6 +83,7 @@ __all__ = [
     "GroupSparseLinear",
     "HasteConfig",
     "HasteForExtremeClassification",
+    "HasteOutputLayer",
     "HastePreTrainedModel",
     "HasteTextClassificationPipeline",
     "TopKOutput",

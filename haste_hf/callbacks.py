@@ -6,7 +6,7 @@ from transformers import TrainerCallback
 from transformers.utils import logging
 
 from .peft_utils import is_peft_model
-from .rewiring import check_rewiring_options, default_rewiring_interval, reset_optimizer_state_, rewire_
+from .rewiring import check_rewiring_options, default_rewiring_interval, reset_optimizer_state_
 
 
 logger = logging.get_logger(__name__)
@@ -32,9 +32,9 @@ class RewiringCallback(TrainerCallback):
     At every optimizer step ``s`` with ``s % interval == 0`` and ``s <= end_fraction * max_steps`` (``interval=None``:
     `DEFAULT_REWIRINGS` rewirings spread evenly over that window, `default_rewiring_interval`)
     (``on_step_end``: after the optimizer step and ``zero_grad``, before a checkpoint is saved), it runs
-    `haste_hf.rewiring.rewire_` on ``model.tail`` and zeroes the optimizer state (momentum) of the
-    rewired slots. Padding slots of the last group are kept out of the scores through
-    ``model.output_labels``.
+    the output layer's `rewire_` (`haste_hf.rewiring.rewire_` on its tail, or on every rank's share together)
+    and zeroes the optimizer state (momentum) of the rewired slots. Padding slots of the last group are kept
+    out of the scores.
 
     The callback holds no state: a rewiring is a function of the weights, ``seed`` and the global step,
     so all data-parallel ranks rewire identically (train with ``ddp_broadcast_buffers=False``) and a
@@ -62,21 +62,17 @@ class RewiringCallback(TrainerCallback):
         if interval is not None and (isinstance(interval, bool) or not isinstance(interval, int) or interval < 1):
             raise ValueError(f"`interval` must be a positive integer number of steps (or None), got {interval!r}.")
         check_rewiring_options(fraction, scope, init, end_fraction)
-        self.interval = interval
-        self.fraction = fraction
-        self.end_fraction = end_fraction
-        self.scope = scope
-        self.init = init
-        self.seed = seed
+        self.interval, self.fraction, self.end_fraction = interval, fraction, end_fraction
+        self.scope, self.init, self.seed = scope, init, seed
 
     def check_model(self, model) -> None:
         """Raises a ValueError unless `model` has a sparse tail that can be rewired: one with a feature outside
         every group's support (fan-in below the tail's input width)."""
         model = unwrap_model(model)
-        tail = getattr(model, "tail", None)
+        tail = getattr(getattr(model, "output_layer", None), "tail", None)
         if tail is None:
             raise ValueError(
-                f"RewiringCallback needs a model with a sparse tail (`model.tail`), got {type(model).__name__} "
+                f"RewiringCallback needs a model with a sparse tail (`model.output_layer.tail`), got {type(model).__name__} "
                 "without one; remove the callback for models without a tail."
             )
         fan_in = tail.weight.shape[-1]
@@ -102,19 +98,10 @@ class RewiringCallback(TrainerCallback):
         if not self.should_rewire(state.global_step, state.max_steps):
             return
         self.check_model(model)
-        model = unwrap_model(model)
-        tail = model.tail
-        rewiring = dict(fraction=self.fraction, scope=self.scope, init=self.init,
-                        seed=args.seed if self.seed is None else self.seed, step=state.global_step)  # fmt: skip
-        if getattr(model, "output_layer_shard", None) is not None:
-            result, count = model.output_layer_shard.rewire_(model, **rewiring)
-        else:
-            head_count = model.output_labels.numel() - tail.out_features
-            label_mask = (model.output_labels[head_count:] >= 0).view(tail.weight.shape[0], tail.weight.shape[1])
-            result = rewire_(tail.weight, tail.supports, num_features=tail.in_features, label_mask=label_mask, **rewiring)
-            count = result.count
+        layer = unwrap_model(model).output_layer
+        result, count = layer.rewire_(self.fraction, self.scope, self.init, args.seed if self.seed is None else self.seed, state.global_step)
         if optimizer is not None:
-            reset_optimizer_state_(optimizer, tail.weight, result)
+            reset_optimizer_state_(optimizer, layer.tail.weight, result)
         state.log_history.append({"rewired_pairs": count, "step": state.global_step})
         # Log this step, so the count reaches the console and the logging integrations too.
         control.should_log = True

@@ -17,7 +17,9 @@ from pathlib import Path
 
 from transformers.utils import logging
 
-from .recipe import HUB_ID_PATTERN, METRIC_KS as SUMMARY_KS
+from .configuration_haste import DEFAULT_EVAL_BATCH_SIZE, DEFAULT_MAX_LENGTH
+from .metrics import DEFAULT_KS
+from .recipe import HUB_ID_PATTERN
 
 
 logger = logging.get_logger(__name__)
@@ -128,13 +130,13 @@ def propensity_for(args, data):
 def format_summary(title: str, metrics: dict, extra: dict | None = None) -> str:
     """A fixed-width table: one row per metric family, one column per k, then extra lines."""
     width = 10
-    lines = [title, "-" * (8 + width * len(SUMMARY_KS))]
-    lines.append(f"{'':8}" + "".join(f"{'@' + str(k):>{width}}" for k in SUMMARY_KS))
+    lines = [title, "-" * (8 + width * len(DEFAULT_KS))]
+    lines.append(f"{'':8}" + "".join(f"{'@' + str(k):>{width}}" for k in DEFAULT_KS))
     for name in SUMMARY_METRICS:
-        values = [metrics.get(f"{name}@{k}") for k in SUMMARY_KS]
+        values = [metrics.get(f"{name}@{k}") for k in DEFAULT_KS]
         if any(value is not None for value in values):
             lines.append(f"{name:8}" + "".join(f"{'' if v is None else f'{100 * v:.2f}':>{width}}" for v in values))
-    lines.append("-" * (8 + width * len(SUMMARY_KS)))
+    lines.append("-" * (8 + width * len(DEFAULT_KS)))
     for key, value in (extra or {}).items():
         lines.append(f"{key}: {value}")
     return "\n".join(lines)
@@ -186,8 +188,8 @@ def load_trained(args):
     for name, value in from_training.items():
         if getattr(args, name, None) is None or (name == "format" and args.format == "auto"):
             setattr(args, name, value)
-    args.max_length = args.max_length or 128
-    args.eval_batch_size = args.eval_batch_size or 64
+    args.max_length = args.max_length or DEFAULT_MAX_LENGTH
+    args.eval_batch_size = args.eval_batch_size or DEFAULT_EVAL_BATCH_SIZE
     model = HasteForExtremeClassification.from_pretrained(args.model).to(default_device())
     return model, AutoTokenizer.from_pretrained(args.model)
 
@@ -318,7 +320,8 @@ def _add_data_arguments(parser, required=False, of_trained_model=False):
 # these defaults differ from the dataclasses' for a command-line run: checkpoint and evaluate each epoch on the
 # validation split and keep the best P@1.
 TRAIN_DEFAULTS = dict(
-    output_dir="haste-model", per_device_eval_batch_size=64, logging_steps=20, seed=0, eval_strategy="epoch", save_strategy="epoch",
+    output_dir="haste-model", per_device_eval_batch_size=DEFAULT_EVAL_BATCH_SIZE, logging_steps=20, seed=0,
+    eval_strategy="epoch", save_strategy="epoch",
     load_best_model_at_end=True, metric_for_best_model="P@1", greater_is_better=True, save_total_limit=1,
     report_to="none",
 )  # fmt: skip

@@ -34,13 +34,14 @@ import torch
 from datasets import Dataset, DatasetDict, Features, List, NamedSplit, Value, concatenate_datasets
 from datasets.exceptions import DatasetGenerationError
 
+from .configuration_haste import DEFAULT_MAX_LENGTH, LABEL_PADDING_ID
+
 
 if TYPE_CHECKING:
     import scipy.sparse
     from transformers import PreTrainedTokenizerBase
 
 
-LABEL_PAD_ID = -100
 TEXT_FEATURES = Features({"text": Value("string"), "labels": List(Value("int32"))})
 LABEL_FEATURES = Features({"labels": List(Value("int32"))})
 
@@ -599,7 +600,7 @@ def demo_dataset_path() -> Path:
 # Collation
 
 
-def pad_label_ids(label_lists: list[list[int]], pad_id: int = LABEL_PAD_ID, label_count: int | None = None) -> torch.Tensor:
+def pad_label_ids(label_lists: list[list[int]], pad_id: int = LABEL_PADDING_ID, label_count: int | None = None) -> torch.Tensor:
     """Packs per-example positive label ids into an int64 `[B, P]` tensor, padded with `pad_id`.
 
     P is the largest number of positives in the batch, at least 1 (a batch of label-free points is `[B, 1]`
@@ -643,7 +644,7 @@ class XMCDataCollator:
     """
 
     tokenizer: PreTrainedTokenizerBase
-    max_length: int = 128
+    max_length: int = DEFAULT_MAX_LENGTH
     padding: bool | str = "longest"
     pad_to_multiple_of: int | None = None
     text_column: str = "text"

@@ -26,7 +26,14 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers.utils import logging
 
-from .configuration_haste import POOLING_MODES, default_pooling, head_label_count_for
+from .configuration_haste import (
+    DEFAULT_EVAL_BATCH_SIZE,
+    DEFAULT_MAX_LENGTH,
+    LABEL_PADDING_ID,
+    POOLING_MODES,
+    default_pooling,
+    head_label_count_for,
+)
 from .modeling_haste import pool_hidden_states
 
 GROUPING_STRATEGIES = ("semantic", "frequency", "random")
@@ -173,8 +180,8 @@ def compute_label_embeddings(
     label_count: int,
     *,
     tokenizer=None,
-    batch_size: int = 64,
-    max_length: int | None = 128,
+    batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
+    max_length: int | None = DEFAULT_MAX_LENGTH,
     pooling: str | None = None,
     device: str | torch.device | None = None,
     show_progress: bool = True,
@@ -233,7 +240,7 @@ def compute_label_embeddings(
             if flat_labels.size and (flat_labels.min() < 0 or flat_labels.max() >= label_count):
                 raise ValueError(
                     f"Label ids in batch {batch_index} must be in [0, {label_count}) (`label_count`); got ids in "
-                    f"[{flat_labels.min()}, {flat_labels.max()}]. Remove padding values such as -100."
+                    f"[{flat_labels.min()}, {flat_labels.max()}]. Remove padding values such as {LABEL_PADDING_ID}."
                 )
             instance_embeddings = embed(batch_texts)
             if instance_embeddings.ndim != 2 or instance_embeddings.shape[0] != len(batch_texts):
@@ -302,40 +309,6 @@ class LabelGrouping:
         """The model's `output_labels` buffer: head label ids, then the flattened (padded) groups."""
         head = _as_int64_vector(head_ids if head_ids is not None else [], "head_ids")
         return torch.cat([head, self.groups().reshape(-1)])
-
-    @classmethod
-    def from_output_labels(
-        cls, output_labels: ArrayLike, num_head: int, group_size: int, strategy: str = "semantic"
-    ) -> "LabelGrouping":
-        """Inverse of `output_labels`: recovers the grouping of a saved model."""
-        tail = _as_int64_vector(output_labels, "output_labels")[num_head:]
-        if tail.numel() % group_size:
-            raise ValueError(
-                f"The tail part of `output_labels` has {tail.numel()} slots, not a multiple of `group_size`="
-                f"{group_size}; check `num_head` and `group_size`."
-            )
-        num_valid = int((tail >= 0).sum())
-        if (tail[num_valid:] != -1).any():
-            raise ValueError("Padding (-1) in `output_labels` may only appear at the end of the last group.")
-        return cls(tail[:num_valid].clone(), group_size, strategy)
-
-    def save(self, path: str) -> None:
-        """Writes the grouping to a safetensors file."""
-        from safetensors.torch import save_file
-
-        save_file(
-            {"order": self.order.contiguous()},
-            path,
-            metadata={"group_size": str(self.group_size), "strategy": self.strategy},
-        )
-
-    @classmethod
-    def load(cls, path: str) -> "LabelGrouping":
-        from safetensors import safe_open
-
-        with safe_open(path, framework="pt") as f:
-            metadata = f.metadata()
-            return cls(f.get_tensor("order"), int(metadata["group_size"]), metadata["strategy"])
 
 
 def _normalized_rows(

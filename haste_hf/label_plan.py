@@ -11,7 +11,6 @@ builds (G, label count, head size).
 """
 
 import hashlib
-import math
 import os
 import tempfile
 from collections.abc import Iterable
@@ -20,7 +19,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, head_label_count_for
+from .configuration_haste import (
+    DEFAULT_EVAL_BATCH_SIZE,
+    DEFAULT_HEAD_LABEL_FRACTION,
+    DEFAULT_MAX_LENGTH,
+    head_label_count_for,
+)
 from .grouping import GROUPING_STRATEGIES, LabelGrouping, compute_label_embeddings, group_labels, split_head_tail
 
 
@@ -184,8 +188,8 @@ class LabelLayout:
         tokenizer=None,
         pooling: str | None = None,
         label_embeddings: torch.Tensor | np.ndarray | None = None,
-        max_length: int | None = 128,
-        batch_size: int = 64,
+        max_length: int | None = DEFAULT_MAX_LENGTH,
+        batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
         beta: float = 16,
         seed: int = 0,
         device: str | torch.device | None = None,
@@ -215,7 +219,7 @@ class LabelLayout:
     def from_model(cls, model) -> "LabelLayout":
         """The layout a trained model was built with (its `output_labels`); counts and fingerprint are unknown."""
         config = model.config
-        output_labels = model.output_labels.detach().cpu()
+        output_labels = model.output_layer.output_labels.detach().cpu()
         tail = output_labels[config.head_label_count :]
         return cls(
             label_count=config.label_count, head_ids=output_labels[: config.head_label_count],
@@ -234,12 +238,12 @@ class LabelLayout:
 
     @property
     def tail_group_count(self) -> int:
-        return math.ceil(self.tail_label_count / self.group_size)
+        return self.grouping.num_groups
 
     def output_layer_slices(self, world_size: int):
         """The head rows and tail groups each of `world_size` ranks holds when the output layer is sharded by
-        labels (`haste_hf.distributed.assign_output_layer`): contiguous runs, in group order."""
-        from .distributed import assign_output_layer
+        labels (`haste_hf.sharded_output_layer.assign_output_layer`): contiguous runs, in group order."""
+        from .sharded_output_layer import assign_output_layer
 
         return assign_output_layer(self.head_label_count, self.tail_group_count, world_size)
 

@@ -21,7 +21,7 @@ Flat and Hub-exportable: imports only torch and its sibling `sparse_ops`.
 import torch
 import torch.nn.functional as F
 
-from .sparse_ops import _KERNELS, _forward_reference
+from .sparse_ops import _KERNELS, _forward_reference, chunks
 
 
 # Bounds the transient `[B, chunk]` logits (and the `[B, groups, F]` gathered features) of the chunked path.
@@ -61,9 +61,7 @@ def _column_chunks(batch_size: int, weight: torch.Tensor, sparse: bool):
     units = weight.shape[0]
     # Per unit: G logits and F gathered features of a group, one logit of a dense row.
     width = max(weight.shape[1], weight.shape[2]) if sparse else 1
-    step = max(1, _LOSS_CHUNK_ELEMENTS // max(1, batch_size * width))
-    for start in range(0, units, step):
-        yield slice(start, min(start + step, units))
+    return chunks(units, batch_size * width, _LOSS_CHUNK_ELEMENTS)
 
 
 def _chunk_logits(x, weight, supports, bias, chunk: slice, columns: slice):

@@ -250,54 +250,8 @@ def filter_top_k(top_ids: np.ndarray, filter_pairs: np.ndarray, k: int, row_offs
     return np.pad(kept, ((0, 0), (0, k - kept.shape[1])), constant_values=-1)
 
 
-def filter_scores_(scores: torch.Tensor, filter_pairs: np.ndarray, row_offset: int = 0) -> torch.Tensor:
-    """Model-side filter: sets `scores[point - row_offset, label]` to -inf, in place, for pairs in this batch.
-
-    `scores` `[B, L]` must be in label-id order. Use it where the full scores exist (a prediction loop);
-    with `Trainer`, the metric side filters instead (`make_compute_metrics(filter_pairs=...)`).
-    """
-    pairs = torch.as_tensor(np.asarray(filter_pairs, dtype=np.int64).reshape(-1, 2), device=scores.device)
-    in_batch = (pairs[:, 0] >= row_offset) & (pairs[:, 0] < row_offset + scores.shape[0])
-    pairs = pairs[in_batch]
-    scores[pairs[:, 0] - row_offset, pairs[:, 1]] = float("-inf")
-    return scores
-
-
 # ----------------------------------------------------------------------------------------------------------
 # transformers.Trainer integration
-
-
-def make_preprocess_logits_for_metrics(
-    k: int = max(DEFAULT_KS), output_labels: torch.Tensor | None = None
-) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """`Trainer(preprocess_logits_for_metrics=...)` that keeps only the top-k label ids per point (int64 `[B, k]`).
-
-    Trainer then gathers `[N, k]` ids instead of `[N, L]` logits. Pass `k = max(ks) + max_filtered_per_point`
-    when evaluating with filters. `output_labels` `[num_outputs]` maps output positions to label ids (-1 marks
-    padding outputs, which are never ranked); leave it `None` when logits are already in label order.
-    Fewer than k outputs leave -1 in the last columns.
-    """
-
-    def preprocess_logits_for_metrics(logits, labels):
-        if isinstance(logits, (tuple, list)):
-            if not logits:
-                raise ValueError(
-                    "the model returned no logits during evaluation; make it return them when labels are given "
-                    "(e.g. return_logits=True) or produce top-k label ids in prediction_step instead"
-                )
-            logits = logits[0]
-        if output_labels is not None:
-            mapping = output_labels.to(logits.device)
-            logits = logits.masked_fill(mapping < 0, float("-inf"))
-        values, indices = torch.topk(logits, k=min(k, logits.shape[-1]), dim=-1)
-        if output_labels is not None:
-            indices = mapping[indices]
-        indices = indices.masked_fill(torch.isneginf(values), -1)
-        if indices.shape[-1] < k:
-            indices = torch.nn.functional.pad(indices, (0, k - indices.shape[-1]), value=-1)
-        return indices.long()
-
-    return preprocess_logits_for_metrics
 
 
 def make_compute_metrics(

@@ -18,6 +18,7 @@ import torch
 from transformers import get_scheduler
 
 from . import triton_sgd
+from .sparse_ops import chunks
 
 
 # Bounds the float32 copies of parameter, gradient and momentum made by one update, so an output layer
@@ -29,10 +30,7 @@ def _row_chunks(tensor: torch.Tensor) -> Iterator[slice]:
     if tensor.dim() == 0:
         yield slice(None)
         return
-    row_elements = max(1, tensor[0].numel())
-    rows = max(1, _CHUNK_ELEMENTS // row_elements)
-    for start in range(0, tensor.shape[0], rows):
-        yield slice(start, start + rows)
+    yield from chunks(tensor.shape[0], tensor[0].numel(), _CHUNK_ELEMENTS)
 
 
 def stochastic_round_to_bfloat16(values: torch.Tensor, generator: torch.Generator) -> torch.Tensor:

@@ -19,22 +19,19 @@ checkpoint would load with a random encoder.
 peft is optional: nothing here imports it unless a model holds PEFT modules.
 """
 
+import importlib.util
+
 from torch import nn
-from transformers.utils import is_peft_available
-
-
-# The layers a HASTE model adds on top of its encoder.
-ADDED_LAYERS = ("head", "tail", "head_projection", "tail_projection")
 
 
 def output_layer_modules(model: nn.Module) -> list[str]:
-    """Names of the HASTE model's newly initialised layers (head, tail, projections) that it has: the
-    `modules_to_save` of a `LoraConfig` on it."""
-    return [name for name in ADDED_LAYERS if getattr(model, name, None) is not None]
+    """Names in the HASTE model of its output layer's newly initialised modules (head, tail, projections,
+    as `HasteOutputLayer.trained_modules` lists them): the `modules_to_save` of a `LoraConfig` on it."""
+    return [f"output_layer.{name}" for name in model.output_layer.trained_modules()]
 
 
 def is_peft_model(model: nn.Module) -> bool:
-    if not is_peft_available():
+    if importlib.util.find_spec("peft") is None:
         return False
     from peft import PeftModel
 
@@ -47,7 +44,7 @@ def check_peft_model(peft_model: nn.Module, haste_model: nn.Module) -> None:
     # A module in `modules_to_save` keeps a frozen original beside its trained copy.
     frozen = [
         name for name in output_layer_modules(haste_model)
-        if not any(param.requires_grad for param in getattr(haste_model, name).parameters())
+        if not any(param.requires_grad for param in haste_model.get_submodule(name).parameters())
     ]  # fmt: skip
     if frozen:
         raise ValueError(

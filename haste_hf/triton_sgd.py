@@ -8,14 +8,16 @@ same update everywhere.
 """
 
 import hashlib
+import importlib.util
 
 import torch
 
 
-try:
+# Optional dependencies are looked up by `importlib.util.find_spec` throughout the package.
+if importlib.util.find_spec("triton") is not None:
     import triton
     import triton.language as tl
-except ImportError:
+else:
     triton = None
 
 

@@ -23,7 +23,7 @@ class PoisonRankOne(TrainerCallback):
 
     def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
         if world()[0] == 1 and self.step == 3:
-            unwrap_model(model).tail.weight.grad.view(-1)[0] = float("nan")
+            unwrap_model(model).output_layer.tail.weight.grad.view(-1)[0] = float("nan")
 
 
 def main(output: Path, action: str):

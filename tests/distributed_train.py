@@ -18,7 +18,7 @@ from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
 from haste_hf import HasteConfig, HasteForExtremeClassification
 from haste_hf.callbacks import unwrap_model
 from haste_hf.data import XMCDataCollator
-from haste_hf.distributed import ignore_shards_in_ddp, shard_output_layer_
+from haste_hf.sharded_output_layer import ignore_shards_in_ddp, shard_output_layer_, sharded_output_layer
 from haste_hf.metrics import make_compute_metrics
 from haste_hf.trainer import HasteTrainer, split_parameters
 from haste_hf.training_args import HasteTrainingArguments
@@ -70,8 +70,8 @@ def make_trainer(output: Path, shard: bool, model=None, **overrides) -> HasteTra
 def full_state(model) -> dict:
     """The whole model's state on rank 0 (gathered where the output layer is sharded)."""
     model = unwrap_model(model)
-    if model.output_layer_shard is not None:
-        return model.output_layer_shard.full_state_dict(model)
+    if sharded_output_layer(model) is not None:
+        return model.output_layer.full_state_dict(model)
     return {name: value.detach().clone() for name, value in model.state_dict().items()}
 
 
@@ -110,9 +110,9 @@ def one_step_gradients(output: Path, tail_projection_dim, dense_labels=False) ->
         loss /= world_size
     encoder_side, _ = split_parameters(model)
     gradients = {name: param.grad.clone() for name, param in encoder_side}
-    output_layer = {name: param.grad for name, param in model.named_parameters() if name.split(".")[0] in ("head", "tail")}
-    if model.output_layer_shard is not None:
-        output_layer = model.output_layer_shard.gather_full(output_layer)
+    output_layer = {name: param.grad for name, param in model.output_layer.named_parameters() if name.split(".")[0] in ("head", "tail")}
+    if sharded_output_layer(model) is not None:
+        output_layer = model.output_layer.gather_full(output_layer)
     return {"loss": loss.item(), "encoder": gradients, "output_layer": output_layer}
 
 

@@ -33,9 +33,9 @@ def tiny_haste_model(label_count=30, group_size=4, seed=0):
 
 def test_callback_rewires_on_schedule_resets_momentum_and_logs():
     model = tiny_haste_model()  # 27 tail labels in 7 groups of 4: one padding slot
-    tail = model.tail
-    output_optimizer = StochasticRoundingSGD(list(model.tail.parameters()), lr=0.1, momentum=0.9)
-    encoder_params = [p for name, p in model.named_parameters() if not name.startswith("tail.")]
+    tail = model.output_layer.tail
+    output_optimizer = StochasticRoundingSGD(list(model.output_layer.tail.parameters()), lr=0.1, momentum=0.9)
+    encoder_params = [p for name, p in model.named_parameters() if not name.startswith("output_layer.tail.")]
     optimizer = HasteOptimizer(torch.optim.AdamW(encoder_params), output_optimizer)
     stepped(optimizer, tail.weight)
     callback = RewiringCallback(interval=10, fraction=0.25, end_fraction=0.5)
@@ -65,9 +65,9 @@ def test_callback_is_a_pure_function_of_weights_seed_and_step():
         model = tiny_haste_model()
         state = TrainerState(max_steps=100, global_step=30)
         RewiringCallback(interval=30, fraction=0.3).on_step_end(args, state, TrainerControl(), model=model)
-        results.append(model.tail.supports.clone())
+        results.append(model.output_layer.tail.supports.clone())
     assert torch.equal(results[0], results[1])
-    assert not torch.equal(results[0], tiny_haste_model().tail.supports)
+    assert not torch.equal(results[0], tiny_haste_model().output_layer.tail.supports)
 
 
 def test_callback_rejects_bad_settings():
@@ -86,8 +86,8 @@ def train_with_trainer(output_dir, max_steps, resume_from_checkpoint=None, model
     from haste_hf.optimization import get_haste_scheduler
 
     model = tiny_haste_model(seed=model_seed)
-    model.tail.to(torch.bfloat16)  # bf16 tail: exercises stochastic rounding and float32 momentum on resume
-    output_params = list(model.head.parameters()) + list(model.tail.parameters())
+    model.output_layer.tail.to(torch.bfloat16)  # bf16 tail: exercises stochastic rounding and float32 momentum on resume
+    output_params = list(model.output_layer.head.parameters()) + list(model.output_layer.tail.parameters())
     output_ids = {id(p) for p in output_params}
     optimizer = HasteOptimizer(
         torch.optim.AdamW([p for p in model.parameters() if id(p) not in output_ids], lr=1e-3),
@@ -117,7 +117,7 @@ def test_trainer_resume_reproduces_rewiring_and_optimizer_state(tmp_path):
     checkpoint = str(tmp_path / "full" / "checkpoint-4")
     resumed, resumed_trainer = train_with_trainer(tmp_path / "resumed", max_steps=8, resume_from_checkpoint=checkpoint, model_seed=1)
     assert [e["step"] for e in resumed_trainer.state.log_history if "rewired_pairs" in e] == [2, 4, 6]
-    assert not torch.equal(model.tail.supports, tiny_haste_model().tail.supports)
+    assert not torch.equal(model.output_layer.tail.supports, tiny_haste_model().output_layer.tail.supports)
     for (name, ours), theirs in zip(model.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(ours, theirs), name
 
@@ -127,7 +127,7 @@ def rewired_supports(step, args_seed=5, callback_seed=None):
     args = TrainingArguments(output_dir="unused", seed=args_seed, report_to="none")
     callback = RewiringCallback(interval=10, fraction=0.3, seed=callback_seed)
     callback.on_step_end(args, TrainerState(max_steps=100, global_step=step), TrainerControl(), model=model)
-    return model.tail.supports.clone()
+    return model.output_layer.tail.supports.clone()
 
 
 def test_two_rewirings_of_a_run_draw_from_different_streams():
@@ -141,29 +141,29 @@ def test_two_rewirings_of_a_run_draw_from_different_streams():
 
 def test_callback_keeps_the_padding_slots_of_the_last_group_out_of_the_scores():
     model = tiny_haste_model()  # 27 tail labels in 7 groups of 4: label 3 of group 6 is padding
-    assert model.output_labels[-1] == -1 and (model.output_labels[3:-1] >= 0).all()
+    assert model.output_layer.output_labels[-1] == -1 and (model.output_layer.output_labels[3:-1] >= 0).all()
     with torch.no_grad():
-        model.tail.weight.fill_(1.0)
-        model.tail.weight[6, :3, 0] = 0.01  # the weakest pair for the real labels of group 6 ...
-        model.tail.weight[6, 3, 0] = 100.0  # ... unless the padding label's weight counts
-    before = model.tail.supports.clone()
+        model.output_layer.tail.weight.fill_(1.0)
+        model.output_layer.tail.weight[6, :3, 0] = 0.01  # the weakest pair for the real labels of group 6 ...
+        model.output_layer.tail.weight[6, 3, 0] = 100.0  # ... unless the padding label's weight counts
+    before = model.output_layer.tail.supports.clone()
     args = TrainingArguments(output_dir="unused", seed=0, report_to="none")
     state = TrainerState(max_steps=100, global_step=10)
     RewiringCallback(interval=10, fraction=1 / 42).on_step_end(args, state, TrainerControl(), model=model)  # 1 of 42 pairs
-    changed = (model.tail.supports != before).nonzero().tolist()
+    changed = (model.output_layer.tail.supports != before).nonzero().tolist()
     assert changed == [[6, 0]]
 
 
 def test_random_regrowth_of_a_bfloat16_tail_stays_within_the_initial_bound():
     model = tiny_haste_model()
-    model.tail.to(torch.bfloat16)
-    before = model.tail.supports.clone()
+    model.output_layer.tail.to(torch.bfloat16)
+    before = model.output_layer.tail.supports.clone()
     args = TrainingArguments(output_dir="unused", seed=0, report_to="none")
     state = TrainerState(max_steps=100, global_step=10)
     RewiringCallback(interval=10, fraction=0.5, init="random").on_step_end(args, state, TrainerControl(), model=model)
-    regrown = (model.tail.supports != before).unsqueeze(1).expand_as(model.tail.weight)
-    values = model.tail.weight[regrown].float()
+    regrown = (model.output_layer.tail.supports != before).unsqueeze(1).expand_as(model.output_layer.tail.weight)
+    values = model.output_layer.tail.weight[regrown].float()
     fan_in = model.config.fan_in
-    assert model.tail.weight.dtype == torch.bfloat16 and values.numel() == 4 * math.floor(7 * 6 * 0.5)
+    assert model.output_layer.tail.weight.dtype == torch.bfloat16 and values.numel() == 4 * math.floor(7 * 6 * 0.5)
     assert bool((values.abs() <= 1 / math.sqrt(fan_in)).all()) and bool((values != 0).all())
     assert values.std() > 0.5 / math.sqrt(3 * fan_in)  # spread over the bound (uniform std: bound / sqrt(3))

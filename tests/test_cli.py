@@ -131,7 +131,7 @@ def test_group_then_train_from_its_file_with_the_default_validation_fraction(dat
     layout = LabelLayout.load(layout_file)
     model = HasteForExtremeClassification.from_pretrained(tmp_path / "model")
     assert model.config.group_size == 4 and model.config.head_label_count == 3
-    assert torch.equal(model.output_labels, layout.output_labels())
+    assert torch.equal(model.output_layer.output_labels, layout.output_labels())
 
 
 def test_train_refuses_a_layout_of_another_split(dataset_dir, encoder_dir, tmp_path, capsys):

@@ -76,15 +76,15 @@ def test_newer_checkpoint_is_refused_with_upgrade_hint(tmp_path):
     config = make_config()
     config.save_pretrained(tmp_path)
     path = tmp_path / "config.json"
-    path.write_text(path.read_text().replace('"format_version": 1', '"format_version": 999'))
+    path.write_text(path.read_text().replace('"format_version": 3', '"format_version": 999'))
     with pytest.raises(ValueError, match="upgrade haste_hf"):
         HasteConfig.from_pretrained(tmp_path)
 
 
-@pytest.mark.parametrize("normalize, written", [(False, 1), (True, 2)])
+@pytest.mark.parametrize("normalize, written", [(False, 3), (True, 3)])
 def test_checkpoints_are_written_in_the_oldest_format_that_holds_them(normalize, written, tmp_path):
-    # An install that reads format 1 only would score a normalising model without normalising: it must refuse it,
-    # while every other checkpoint stays readable there.
+    # Format 3 names the weights under `output_layer.`, which installs reading formats 1 and 2 would not find:
+    # they must refuse every checkpoint written now.
     make_config(normalize=normalize).save_pretrained(tmp_path)
     assert json.loads((tmp_path / "config.json").read_text())["format_version"] == written
     assert HasteConfig.from_pretrained(tmp_path).normalize is normalize

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from haste_hf.distributed import assign_output_layer, balanced_ranges, resolve_shard_output_layer
+from haste_hf.distributed import balanced_ranges
+from haste_hf.sharded_output_layer import assign_output_layer, resolve_shard_output_layer
 from haste_hf.label_plan import LabelLayout
 
 
@@ -48,7 +49,7 @@ def one_process(tmp_path_factory):
     return distributed_train, output, distributed_train.run_summary(trainer)
 
 
-def assert_states_close(actual: dict, expected: dict, exact_names=("tail.supports", "output_labels")):
+def assert_states_close(actual: dict, expected: dict, exact_names=("output_layer.tail.supports", "output_layer.output_labels")):
     assert set(actual) == set(expected)
     for name, value in expected.items():
         if name in exact_names:
@@ -98,7 +99,7 @@ def test_two_processes_train_as_one_at_the_same_global_batch(two_processes, one_
     assert run["broadcast_buffers"] is False
     assert run["rewirings"] == single["rewirings"] == [(3, 18), (6, 18), (9, 18), (12, 18)]
     torch.testing.assert_close(torch.tensor(run["losses"]), torch.tensor(single["losses"]), **LOSS_TOLERANCE)
-    assert not torch.equal(single["state"]["tail.supports"], _initial_supports())  # rewiring happened
+    assert not torch.equal(single["state"]["output_layer.tail.supports"], _initial_supports())  # rewiring happened
     assert_states_close(run["state"], single["state"])
 
 
@@ -132,7 +133,7 @@ def test_sharded_run_saves_and_pushes_one_ordinary_model_and_resumes_identically
     assert results["sharded_checkpoints"] == ["checkpoint-12", "checkpoint-8"]
     for folder in (output / "sharded-model", output / "sharded" / "checkpoint-12"):
         model = HasteForExtremeClassification.from_pretrained(folder)
-        assert model.tail.weight.shape == (9, 4, 8) and model.head.weight.shape[0] == 5
+        assert model.output_layer.tail.weight.shape == (9, 4, 8) and model.output_layer.head.weight.shape[0] == 5
         assert (folder / "modeling_haste.py").is_file()  # loadable without haste_hf (trust_remote_code)
         for name, value in model.state_dict().items():
             assert torch.equal(value, sharded[name]), (folder, name)
@@ -171,7 +172,7 @@ def test_sharded_evaluation_and_prediction_match_one_process(two_processes, tmp_
 def _initial_supports():
     import distributed_train
 
-    return distributed_train.make_model().tail.supports
+    return distributed_train.make_model().output_layer.tail.supports
 
 
 @pytest.mark.slow
@@ -209,7 +210,7 @@ def test_cli_train_on_two_processes_equals_one(tmp_path):
     torchrun(["-m", "haste_hf.cli", *arguments, "--use_cpu", "--output-dir", str(tmp_path / "two"), "--batch-size", "8"], tmp_path)
     assert main([*arguments, "--output-dir", str(tmp_path / "one"), "--batch-size", "16"]) == 0
     one, two = load_file(tmp_path / "one" / "model.safetensors"), load_file(tmp_path / "two" / "model.safetensors")
-    assert set(one) == set(two) and torch.equal(one["tail.supports"], two["tail.supports"])
+    assert set(one) == set(two) and torch.equal(one["output_layer.tail.supports"], two["output_layer.tail.supports"])
     for name, value in one.items():
         # 54 steps of AdamW at 3e-3 with clipping grow the fp32 summation-order differences to ~2e-3 (the
         # 12-step test above holds 1e-5); a wrong reduction or data order would be off by far more.

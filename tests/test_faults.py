@@ -19,8 +19,8 @@ from transformers import TrainerCallback as TrainerCallbackBase
 import haste_hf.hub
 from haste_hf import HasteConfig, HasteForExtremeClassification
 from haste_hf.data import XMCDataCollator
-from haste_hf.modeling_haste import INCOMPLETE_SAVE_FILE, STAGING_PREFIX, save_folder_atomically
-from haste_hf.trainer import HasteTrainer, checkpoint_is_complete, last_complete_checkpoint
+from haste_hf.saving import INCOMPLETE_SAVE_FILE, STAGING_PREFIX, checkpoint_is_complete, last_complete_checkpoint, save_folder_atomically
+from haste_hf.trainer import HasteTrainer
 from haste_hf.training_args import HasteTrainingArguments
 
 
@@ -75,7 +75,7 @@ def test_save_into_a_writable_folder_under_a_read_only_parent(tmp_path, monkeypa
         os.chmod(tmp_path / "volume", stat.S_IRWXU)
     assert parent_listings == [["model"], ["model"]]
     assert_no_leftovers(target)
-    assert torch.equal(HasteForExtremeClassification.from_pretrained(target).tail.weight, model.tail.weight)
+    assert torch.equal(HasteForExtremeClassification.from_pretrained(target).output_layer.tail.weight, model.output_layer.tail.weight)
 
 
 def test_failed_write_leaves_the_previous_save_and_no_staging(tmp_path):
@@ -142,7 +142,7 @@ def test_save_into_a_file_path_is_refused(tmp_path):
     assert path.read_text() == "not a folder"
 
 
-@pytest.mark.parametrize("where", ["tail.weight", "head.bias", "encoder.embeddings.word_embeddings.weight"])
+@pytest.mark.parametrize("where", ["output_layer.tail.weight", "output_layer.head.bias", "encoder.embeddings.word_embeddings.weight"])
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_non_finite_weights_are_never_saved(tmp_path, where, value):
     model = make_model()
@@ -156,9 +156,9 @@ def test_non_finite_weights_are_never_saved(tmp_path, where, value):
 def test_large_finite_weights_are_saved(tmp_path):
     model = make_model()
     with torch.no_grad():
-        model.tail.weight.fill_(1e30)  # the squared norm overflows; the values do not
+        model.output_layer.tail.weight.fill_(1e30)  # the squared norm overflows; the values do not
     model.save_pretrained(tmp_path)
-    assert HasteForExtremeClassification.from_pretrained(tmp_path).tail.weight.max() == 1e30
+    assert HasteForExtremeClassification.from_pretrained(tmp_path).output_layer.tail.weight.max() == 1e30
 
 
 def corrupt(folder, name, change):
@@ -170,12 +170,12 @@ def corrupt(folder, name, change):
 @pytest.mark.parametrize(
     "name, change, message",
     [
-        ("tail.supports", lambda t: t.__setitem__((0, 0), 32), "outside \\[0, 32\\)"),
-        ("tail.supports", lambda t: t.__setitem__((2, 1), -5), "outside \\[0, 32\\)"),
-        ("tail.supports", lambda t: t.__setitem__((1, 1), t[1, 0]), "group 1 lists a feature twice"),
-        ("output_labels", lambda t: t.__setitem__(0, t[1]), "each of the 40 labels exactly once"),
-        ("output_labels", lambda t: t.__setitem__(5, 40), "each of the 40 labels exactly once"),
-        ("output_labels", lambda t: t.__setitem__(5, -7), "each of the 40 labels exactly once"),
+        ("output_layer.tail.supports", lambda t: t.__setitem__((0, 0), 32), "outside \\[0, 32\\)"),
+        ("output_layer.tail.supports", lambda t: t.__setitem__((2, 1), -5), "outside \\[0, 32\\)"),
+        ("output_layer.tail.supports", lambda t: t.__setitem__((1, 1), t[1, 0]), "group 1 lists a feature twice"),
+        ("output_layer.output_labels", lambda t: t.__setitem__(0, t[1]), "each of the 40 labels exactly once"),
+        ("output_layer.output_labels", lambda t: t.__setitem__(5, 40), "each of the 40 labels exactly once"),
+        ("output_layer.output_labels", lambda t: t.__setitem__(5, -7), "each of the 40 labels exactly once"),
     ],
 )
 def test_corrupt_weights_file_is_refused_at_load(tmp_path, name, change, message):
@@ -288,7 +288,7 @@ def test_huge_learning_rate_stops_with_a_clear_error_and_saves_nothing(tmp_path,
 def test_skipping_cannot_recover_non_finite_weights(tmp_path, tokenizer, train_set):
     model = make_model()
     with torch.no_grad():
-        model.tail.weight[0, 0, 0] = float("inf")
+        model.output_layer.tail.weight[0, 0, 0] = float("inf")
     trainer = make_trainer(tmp_path, tokenizer, train_set, model=model, on_non_finite="skip")
     with pytest.raises(FloatingPointError, match="weights themselves"):
         trainer.train()
@@ -570,7 +570,7 @@ def test_predict_with_non_finite_scores_fails_and_keeps_the_previous_output(caps
     folder = tmp_path / "nan-model"
     make_model(label_count=CLI_LABELS, head_label_count=2).save_pretrained(folder)
     tiny_tokenizer(folder)
-    corrupt(folder, "head.bias", lambda bias: bias.fill_(float("nan")))
+    corrupt(folder, "output_layer.head.bias", lambda bias: bias.fill_(float("nan")))
     output = tmp_path / "top.jsonl"
     output.write_text("previous\n")
     status, lines = run_cli(capsys, ["predict", "--model", folder, "--input", cli_files["texts"], "--output", output])
@@ -591,7 +591,7 @@ def test_a_corrupt_model_is_a_one_line_library_error(capsys, cli_files, tmp_path
     folder = tmp_path / "corrupt"
     make_model(label_count=CLI_LABELS, head_label_count=2).save_pretrained(folder)
     tiny_tokenizer(folder)
-    corrupt(folder, "tail.supports", lambda supports: supports.__setitem__((0, 0), 1000))
+    corrupt(folder, "output_layer.tail.supports", lambda supports: supports.__setitem__((0, 0), 1000))
     status, lines = run_cli(capsys, ["predict", "--model", folder, "--input", cli_files["texts"], "--output", tmp_path / "o.jsonl"])
     assert_one_line_error(status, lines, 1, "predict", "tail supports", "outside [0, 32)")
 

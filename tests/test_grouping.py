@@ -345,21 +345,11 @@ def test_group_labels_rejects_bad_arguments():
 # ---------------------------------------------------------------------------------------------------------
 
 
-def test_output_labels_round_trip_and_save(tmp_path):
+def test_groups_and_output_labels():
     grouping = LabelGrouping(torch.tensor([7, 2, 9, 4, 5]), group_size=2, strategy="frequency")
     assert grouping.groups().tolist() == [[7, 2], [9, 4], [5, -1]]
     output_labels = grouping.output_labels(head_ids=np.array([0, 1]))
     assert output_labels.tolist() == [0, 1, 7, 2, 9, 4, 5, -1]
-    restored = LabelGrouping.from_output_labels(output_labels, num_head=2, group_size=2, strategy="frequency")
-    assert torch.equal(restored.order, grouping.order) and restored.group_size == 2
-    with pytest.raises(ValueError, match="multiple"):
-        LabelGrouping.from_output_labels(output_labels, num_head=1, group_size=2)
-    with pytest.raises(ValueError, match="Padding"):
-        LabelGrouping.from_output_labels(torch.tensor([1, -1, 2, 3]), num_head=0, group_size=2)
-    grouping.save(tmp_path / "grouping.safetensors")
-    loaded = LabelGrouping.load(tmp_path / "grouping.safetensors")
-    assert torch.equal(loaded.order, grouping.order)
-    assert (loaded.group_size, loaded.strategy) == (2, "frequency")
 
 
 def test_grouping_objective_matches_definition():

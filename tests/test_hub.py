@@ -22,7 +22,8 @@ from transformers import AutoModel, BertModel
 import haste_hf  # noqa: F401  (registers the auto classes)
 from haste_hf import HASTE_FORMAT_VERSION, HasteConfig, HasteForExtremeClassification
 from haste_hf.hub import AUTO_MAP, push_to_hub
-from haste_hf.modeling_haste import LABEL_NAMES_FILE, output_labels_from_frequencies
+from haste_hf.output_layer import output_labels_from_frequencies
+from haste_hf.saving import LABEL_NAMES_FILE
 
 
 LABELS = 40
@@ -37,7 +38,7 @@ def make_model(seed=0, label_count=LABELS, **overrides):
     fields.update(overrides)
     torch.manual_seed(seed)
     model = HasteForExtremeClassification(HasteConfig(**fields)).eval()
-    model.output_labels.copy_(output_labels_from_frequencies(model.config, torch.randperm(label_count)))
+    model.output_layer.output_labels.copy_(output_labels_from_frequencies(model.config, torch.randperm(label_count)))
     return model
 
 
@@ -58,7 +59,7 @@ def assert_same_model(loaded, model):
     assert loaded.state_dict().keys() == model.state_dict().keys()
     for name, tensor in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], tensor), name
-    assert loaded.tail.supports.dtype == torch.int32 and loaded.output_labels.dtype == torch.int64
+    assert loaded.output_layer.tail.supports.dtype == torch.int32 and loaded.output_layer.output_labels.dtype == torch.int64
     torch.testing.assert_close(outputs(loaded.eval()), outputs(model), rtol=0, atol=0)
 
 
@@ -129,7 +130,7 @@ def test_push_then_load_with_the_package_and_with_remote_code(hub, tmp_path):
     assert api.model_info(repo_id).private is True
     assert api.list_repo_commits(repo_id)[0].title == "First HASTE model" and commit.oid == api.model_info(repo_id).sha
     config = json.loads(Path(api.hf_hub_download(repo_id, "config.json")).read_text())
-    assert config["auto_map"] == AUTO_MAP and config["format_version"] == 1  # the oldest format holding it
+    assert config["auto_map"] == AUTO_MAP and config["format_version"] == 3  # the oldest format holding it
     card = ModelCard.load(repo_id)
     assert "haste" in card.data.tags and "trust_remote_code=True" in card.text and repo_id in card.text
 
@@ -243,8 +244,8 @@ def test_model_over_100_mb(hub):
     assert size > 100e6
     loaded = AutoModel.from_pretrained(repo_id)
     print(f"{size / 1e6:.0f} MB: push {pushed - started:.1f} s, download + load {time.time() - pushed:.1f} s")
-    assert torch.equal(loaded.tail.weight, model.tail.weight) and torch.equal(loaded.tail.supports, model.tail.supports)
-    assert torch.equal(loaded.output_labels, model.output_labels)
+    assert torch.equal(loaded.output_layer.tail.weight, model.output_layer.tail.weight) and torch.equal(loaded.output_layer.tail.supports, model.output_layer.tail.supports)
+    assert torch.equal(loaded.output_layer.output_labels, model.output_layer.output_labels)
 
 
 # ---- Trainer -------------------------------------------------------------------------------------

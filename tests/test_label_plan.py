@@ -3,11 +3,12 @@
 import pytest
 import torch
 from datasets import Dataset
+from safetensors.torch import save_file
 from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
 from transformers import BertModel
 
 from haste_hf import DEFAULT_HEAD_LABEL_FRACTION, HasteForExtremeClassification
-from haste_hf.grouping import LabelGrouping, split_head_tail
+from haste_hf.grouping import split_head_tail
 from haste_hf.label_plan import LabelLayout, count_labels
 
 
@@ -65,7 +66,7 @@ def test_save_load_round_trip_is_one_safetensors_file(split, tmp_path):
         assert getattr(loaded, name) == getattr(layout, name), name
     for name in ("head_ids", "tail_order", "label_frequencies"):
         assert torch.equal(getattr(loaded, name), getattr(layout, name)), name
-    LabelGrouping(torch.arange(4), 2).save(str(tmp_path / "grouping.safetensors"))
+    save_file({"order": torch.arange(4)}, tmp_path / "grouping.safetensors", metadata={"group_size": "2"})
     with pytest.raises(ValueError, match="not a label layout file"):
         LabelLayout.load(tmp_path / "grouping.safetensors")
 
@@ -100,7 +101,7 @@ def test_from_encoder_pretrained_builds_the_layout_and_checks_it(split, encoder_
     model = HasteForExtremeClassification.from_encoder_pretrained(encoder, layout=layout, fan_in=8)
     config = model.config
     assert (config.label_count, config.head_label_count, config.group_size) == (LABELS, 6, 4)
-    assert torch.equal(model.output_labels, layout.output_labels())
+    assert torch.equal(model.output_layer.output_labels, layout.output_labels())
     assert torch.equal(LabelLayout.from_model(model).output_labels(), layout.output_labels())
     for wrong, message in (
         (dict(group_size=8), r"`group_size` \(8\) differs from the layout's G \(4\)"),

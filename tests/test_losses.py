@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from haste_hf import HasteConfig, HasteForExtremeClassification, kernels, losses, sparse_ops
-from haste_hf.modeling_haste import output_labels_from_frequencies, random_supports
+from haste_hf.output_layer import output_labels_from_frequencies, random_supports
 
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -202,7 +202,7 @@ def tiny_model(loss="bce", reduction="sum", label_count=50):
         loss=loss, loss_reduction=reduction, tail_bias=True,
     )  # fmt: skip
     model = HasteForExtremeClassification(config).eval()
-    model.output_labels.copy_(output_labels_from_frequencies(config, torch.randperm(label_count)))
+    model.output_layer.output_labels.copy_(output_labels_from_frequencies(config, torch.randperm(label_count)))
     return model
 
 
@@ -223,10 +223,11 @@ def test_model_loss_is_the_configured_loss_of_label_order_logits(loss, reduction
     for use_fused, grads in ((True, fused_grads), (False, reference_grads)):
         model.zero_grad()
         pooled = model.encode(input_ids)[0]
-        head_x, tail_x = model._branch_inputs(pooled)
-        value = model.fused_loss(head_x, tail_x, labels) if use_fused else model.compute_loss(model.position_logits(pooled), labels)
+        head_x, tail_x = model.output_layer.branch_inputs(pooled)
+        layer = model.output_layer
+        value = layer.loss(pooled, labels) if use_fused else layer.reference_loss(layer.position_logits(pooled), labels)
         value.backward()
-        grads.extend(p.grad.clone() for p in (model.head.weight, model.tail.weight, model.tail.bias))
+        grads.extend(p.grad.clone() for p in (model.output_layer.head.weight, model.output_layer.tail.weight, model.output_layer.tail.bias))
     for fused, expected in zip(fused_grads, reference_grads):
         torch.testing.assert_close(fused, expected, rtol=1e-5, atol=1e-7)
 
@@ -244,12 +245,12 @@ def test_label_mapping_needs_no_host_synchronization():
     synchronization (`bool(tensor)`) would fail the trace."""
     model = tiny_model()
     labels = torch.tensor([[3, 49, -100], [0, -100, -100]])
-    compiled = torch.compile(model._positive_positions, backend="eager", fullgraph=True)
-    torch.testing.assert_close(compiled(labels), model._positive_positions(labels))
+    compiled = torch.compile(model.output_layer.positive_positions, backend="eager", fullgraph=True)
+    torch.testing.assert_close(compiled(labels), model.output_layer.positive_positions(labels))
     with pytest.raises(ValueError, match="outside"):
-        model._positive_positions(torch.tensor([[50, -100]]))  # eager CPU tensors are still checked
+        model.output_layer.positive_positions(torch.tensor([[50, -100]]))  # eager CPU tensors are still checked
     with pytest.raises(ValueError, match="outside"):
-        model._positive_positions(torch.tensor([[-3, 1]]))
+        model.output_layer.positive_positions(torch.tensor([[-3, 1]]))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -372,21 +373,21 @@ def test_model_on_gpu_fused_step_predict_and_cuda_build():
     with torch.device("cuda"):
         model = HasteForExtremeClassification(config).eval()  # no dropout: both losses see one encoding
     cpu_supports = random_supports(config.tail_group_count, config.fan_in, config.tail_input_dim, config.supports_seed)
-    assert model.tail.supports.is_cuda and torch.equal(model.tail.supports.cpu(), cpu_supports)
-    model.output_labels.copy_(output_labels_from_frequencies(config, torch.randperm(1000)))
-    for module in (model.head, model.tail):
+    assert model.output_layer.tail.supports.is_cuda and torch.equal(model.output_layer.tail.supports.cpu(), cpu_supports)
+    model.output_layer.output_labels.copy_(output_labels_from_frequencies(config, torch.randperm(1000)))
+    for module in (model.output_layer.head, model.output_layer.tail):
         module.to(torch.bfloat16)
     input_ids = torch.randint(4, 90, (40, 9), device="cuda")
     labels = torch.randint(0, 1000, (40, 6), device="cuda")
     labels[::3, 3:] = -100
     output = model(input_ids, labels=labels)
     output.loss.backward()
-    fused_grad = model.tail.weight.grad.clone()
+    fused_grad = model.output_layer.tail.weight.grad.clone()
     model.zero_grad()
-    reference_loss = model.compute_loss(model.position_logits(model.encode(input_ids)[0]), labels)
+    reference_loss = model.output_layer.reference_loss(model.output_layer.position_logits(model.encode(input_ids)[0]), labels)
     reference_loss.backward()
     assert relative_error(output.loss, reference_loss) < 1e-4
-    assert relative_error(fused_grad, model.tail.weight.grad) < 1e-2
+    assert relative_error(fused_grad, model.output_layer.tail.weight.grad) < 1e-2
     with torch.no_grad():
         top = model.predict_topk(input_ids, k=5)
         logits = model(input_ids).logits.float()
@@ -398,12 +399,12 @@ def test_model_on_gpu_fused_step_predict_and_cuda_build():
 
 @gpu
 def test_validation_mode_checks_label_ids_on_the_device(monkeypatch):
-    from haste_hf import modeling_haste
+    from haste_hf import output_layer
 
     model = tiny_model().cuda()
-    monkeypatch.setattr(modeling_haste, "VALIDATE_LABELS", True)
+    monkeypatch.setattr(output_layer, "VALIDATE_LABELS", True)
     with pytest.raises(ValueError, match="outside"):
-        model._positive_positions(torch.tensor([[50, -100]], device="cuda"))
+        model.output_layer.positive_positions(torch.tensor([[50, -100]], device="cuda"))
 
 
 @gpu

@@ -11,10 +11,8 @@ from haste_hf.metrics import (
     Propensity,
     XMCMetric,
     compute_xmc_metrics,
-    filter_scores_,
     filter_top_k,
     make_compute_metrics,
-    make_preprocess_logits_for_metrics,
     max_filtered_per_point,
     propensity_parameters,
 )
@@ -173,42 +171,16 @@ def test_filter_top_k_keeps_order_and_pads():
     assert max_filtered_per_point(pairs) == 3 and max_filtered_per_point(np.zeros((0, 2), int)) == 0
 
 
-def test_metric_side_filter_equals_model_side_filter():
-    rng = np.random.default_rng(3)
-    scores = torch.randn(50, 30, dtype=torch.float64)
-    pairs = np.unique(np.stack([rng.integers(0, 50, 80), rng.integers(0, 30, 80)], axis=1), axis=0)
-    k = 5
-    model_side = filter_scores_(scores.clone(), pairs).topk(k).indices.numpy()
-    candidates = scores.topk(k + max_filtered_per_point(pairs)).indices.numpy()
-    np.testing.assert_array_equal(filter_top_k(candidates, pairs, k), model_side)
-    batch = filter_scores_(scores[10:20].clone(), pairs, row_offset=10)
-    assert torch.isneginf(batch).sum() == ((pairs[:, 0] >= 10) & (pairs[:, 0] < 20)).sum()
-
-
 # ----------------------------------------------------------------------------------------------------------
 # Trainer and evaluate integration
-
-
-def test_preprocess_logits_returns_label_ids():
-    with pytest.raises(ValueError, match="returned no logits"):
-        make_preprocess_logits_for_metrics(k=2)((), None)
-    logits = torch.tensor([[0.1, 0.9, 0.5, 0.3], [0.8, 0.2, 0.1, 0.95]])
-    preprocess = make_preprocess_logits_for_metrics(k=2)
-    top = preprocess((logits, None), labels=None)
-    assert top.dtype == torch.int64
-    torch.testing.assert_close(top, torch.tensor([[1, 2], [3, 0]]))
-    # Output positions are not label ids: output 3 is a padding slot, the rest map to labels 10, 11, 12.
-    mapped = make_preprocess_logits_for_metrics(k=5, output_labels=torch.tensor([12, 10, 11, -1]))
-    torch.testing.assert_close(mapped(logits, None), torch.tensor([[10, 11, 12, -1, -1], [12, 10, 11, -1, -1]]))
 
 
 def test_compute_metrics_on_trainer_outputs():
     logits = torch.randn(6, 20)
     labels = [[1, 2], [3], [], [19, 0, 5], [7], [8, 9]]
-    preprocess = make_preprocess_logits_for_metrics(k=3)
     padded = pad_label_ids(labels)
     # Trainer concatenates batches, padding label_ids with -100 to the widest batch.
-    top = torch.cat([preprocess(logits[:3], padded[:3]), preprocess(logits[3:], padded[3:])]).numpy()
+    top = logits.topk(3).indices.numpy()
     label_ids = np.full((6, 3), -100)
     label_ids[:3, :2], label_ids[3:] = padded[:3, :2].numpy(), padded[3:].numpy()
     propensity = Propensity(np.linspace(1, 3, 20), 0.55, 1.5)

@@ -12,7 +12,7 @@ from transformers import AutoConfig, AutoModel
 import haste_hf
 from haste_hf import HasteConfig, HasteForExtremeClassification
 from haste_hf.hub import AUTO_MAP
-from haste_hf.modeling_haste import default_output_labels, output_labels_from_frequencies
+from haste_hf.output_layer import default_output_labels, output_labels_from_frequencies
 
 
 LABELS = 50
@@ -73,8 +73,8 @@ def test_variants_loss_is_bce_over_label_order_logits(variant):
     assert logits.shape == (4, LABELS)
     torch.testing.assert_close(loss, reference_loss(logits, multi_hot(labels)))
     # The tail of a HASTE variant really is sparse: its dense equivalent has F non-zeros per label.
-    if model.tail is not None:
-        assert model.tail.weight.shape[-1] == model.config.fan_in
+    if model.output_layer.tail is not None:
+        assert model.output_layer.tail.weight.shape[-1] == model.config.fan_in
 
 
 @pytest.mark.parametrize("reduction", ["sum", "mean"])
@@ -88,7 +88,7 @@ def test_labels_as_ids_or_multi_hot_give_the_same_loss_and_gradients(reduction):
         loss = model(input_ids, attention_mask, labels=given).loss
         loss.backward()
         losses.append(loss.detach())
-        grads.append(model.tail.weight.grad.clone())
+        grads.append(model.output_layer.tail.weight.grad.clone())
     for loss, grad in zip(losses[1:], grads[1:]):
         torch.testing.assert_close(loss, losses[0])
         torch.testing.assert_close(grad, grads[0])
@@ -99,14 +99,14 @@ def test_labels_as_ids_or_multi_hot_give_the_same_loss_and_gradients(reduction):
 
 def test_training_maps_targets_not_logits():
     model = make_model()
-    model.output_labels.copy_(output_labels_from_frequencies(model.config, torch.randint(0, 100, (LABELS,))))
+    model.output_layer.output_labels.copy_(output_labels_from_frequencies(model.config, torch.randint(0, 100, (LABELS,))))
     input_ids, attention_mask, labels = random_batch()
     with torch.no_grad():
         logits = model(input_ids, attention_mask).logits
         loss = model(input_ids, attention_mask, labels=labels).loss
-        positions = model.position_logits(model.encode(input_ids, attention_mask)[0])
+        positions = model.output_layer.position_logits(model.encode(input_ids, attention_mask)[0])
     torch.testing.assert_close(loss, reference_loss(logits, multi_hot(labels)))
-    torch.testing.assert_close(logits[:, model.output_labels[:LABELS]], positions[:, :LABELS])
+    torch.testing.assert_close(logits[:, model.output_layer.output_labels[:LABELS]], positions[:, :LABELS])
 
 
 def test_bad_labels_are_rejected():
@@ -121,13 +121,13 @@ def test_bad_labels_are_rejected():
 
 @pytest.mark.parametrize("variant", ["haste", "dense", "haste-no-head", "fixed-fan-in"])
 def test_predict_topk_matches_full_logits_in_small_chunks(variant, monkeypatch):
-    from haste_hf import modeling_haste
+    from haste_hf import output_layer
 
     model = make_model(variant)
-    model.output_labels.copy_(output_labels_from_frequencies(model.config, torch.randperm(LABELS)))
+    model.output_layer.output_labels.copy_(output_labels_from_frequencies(model.config, torch.randperm(LABELS)))
     input_ids, attention_mask, _ = random_batch()
     logits = model(input_ids, attention_mask).logits
-    monkeypatch.setattr(modeling_haste, "_TOPK_CHUNK_ELEMENTS", 4 * 8)  # two groups at a time
+    monkeypatch.setattr(output_layer, "TOPK_CHUNK_ELEMENTS", 4 * 8)  # two groups at a time
     top = model.predict_topk(input_ids, attention_mask, k=7)
     expected = logits.topk(7)
     assert torch.equal(top.label_ids, expected.indices)
@@ -141,12 +141,12 @@ def test_predict_topk_matches_full_logits_in_small_chunks(variant, monkeypatch):
 
 def test_padding_slots_are_never_predicted():
     model = make_model(label_count=LABELS + 1)  # 47 tail labels: the last group has a padding slot
-    assert (model.output_labels == -1).sum() == 1
+    assert (model.output_layer.output_labels == -1).sum() == 1
     with torch.no_grad():
-        model.tail.weight.fill_(0.0)
-        model.tail.weight[-1, -1] = 100.0  # the padding slot would win
-        model.head.weight.fill_(0.0)
-        model.head.bias.fill_(-1.0)
+        model.output_layer.tail.weight.fill_(0.0)
+        model.output_layer.tail.weight[-1, -1] = 100.0  # the padding slot would win
+        model.output_layer.head.weight.fill_(0.0)
+        model.output_layer.head.bias.fill_(-1.0)
     input_ids, attention_mask, _ = random_batch()
     top = model.predict_topk(input_ids, attention_mask, k=LABELS + 1)
     assert torch.all(top.label_ids >= 0)
@@ -185,7 +185,7 @@ def assert_same_state(model, other):
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_save_load_round_trip_is_bit_identical(variant, tmp_path):
     model = make_model(variant, tail_bias=True)
-    model.output_labels.copy_(output_labels_from_frequencies(model.config, torch.randperm(LABELS)))
+    model.output_layer.output_labels.copy_(output_labels_from_frequencies(model.config, torch.randperm(LABELS)))
     model.set_label_names([f"label {i} ✓" for i in range(LABELS)])
     model.save_pretrained(tmp_path)
     assert {"config.json", "model.safetensors", "label_names.json"} <= set(os.listdir(tmp_path))
@@ -202,8 +202,8 @@ def test_save_load_round_trip_is_bit_identical(variant, tmp_path):
 def test_low_precision_load_keeps_integer_buffers(tmp_path):
     make_model().save_pretrained(tmp_path)
     loaded = HasteForExtremeClassification.from_pretrained(tmp_path, dtype=torch.bfloat16)
-    assert loaded.tail.weight.dtype == torch.bfloat16
-    assert loaded.tail.supports.dtype == torch.int32 and loaded.output_labels.dtype == torch.int64
+    assert loaded.output_layer.tail.weight.dtype == torch.bfloat16
+    assert loaded.output_layer.tail.supports.dtype == torch.int32 and loaded.output_layer.output_labels.dtype == torch.int64
     input_ids, attention_mask, labels = random_batch()
     assert torch.isfinite(loaded(input_ids, attention_mask, labels=labels).loss)
 
@@ -219,7 +219,7 @@ def test_failed_save_leaves_previous_checkpoint_intact(tmp_path, monkeypatch):
 
     monkeypatch.setattr(modeling_utils, "safe_save_file", fail)
     with torch.no_grad():
-        model.tail.weight.add_(1.0)
+        model.output_layer.tail.weight.add_(1.0)
     with pytest.raises(OSError, match="disk full"):
         model.save_pretrained(tmp_path)
     assert {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)} == before
@@ -238,38 +238,38 @@ def test_sharded_save_replaces_single_file(tmp_path):
 def test_init_weights_reproduces_init_and_fills_missing_buffers(tmp_path):
     model = make_model(seed=3)
     again = make_model(seed=3)
-    assert torch.equal(model.tail.supports, again.tail.supports)
+    assert torch.equal(model.output_layer.tail.supports, again.output_layer.tail.supports)
     identity = default_output_labels(model.config)
     assert identity.tolist() == list(range(LABELS)) + [-1, -1]  # 46 tail labels in groups of 4
-    assert torch.equal(model.output_labels, identity)
+    assert torch.equal(model.output_layer.output_labels, identity)
     # Re-running the initialisation on a module gives the values `__init__` produced.
-    supports = model.tail.supports.clone()
-    model.tail.supports.fill_(-7)
-    model.output_labels.fill_(-7)
-    for module in (model.tail, model):
+    supports = model.output_layer.tail.supports.clone()
+    model.output_layer.tail.supports.fill_(-7)
+    model.output_layer.output_labels.fill_(-7)
+    for module in (model.output_layer.tail, model.output_layer):
         module._is_hf_initialized = False
-    model.tail.supports._is_hf_initialized = model.output_labels._is_hf_initialized = False
-    model._init_weights(model.tail)
-    model._init_weights(model)
-    assert torch.equal(model.tail.supports, supports)
-    assert torch.equal(model.output_labels, identity)
-    rows = model.tail.supports.long().sort(dim=1).values
-    assert torch.all(rows[:, 1:] != rows[:, :-1]) and rows.min() >= 0 and rows.max() < model.tail.in_features
+    model.output_layer.tail.supports._is_hf_initialized = model.output_layer.output_labels._is_hf_initialized = False
+    model._init_weights(model.output_layer.tail)
+    model._init_weights(model.output_layer)
+    assert torch.equal(model.output_layer.tail.supports, supports)
+    assert torch.equal(model.output_layer.output_labels, identity)
+    rows = model.output_layer.tail.supports.long().sort(dim=1).values
+    assert torch.all(rows[:, 1:] != rows[:, :-1]) and rows.min() >= 0 and rows.max() < model.output_layer.tail.in_features
     # A checkpoint without the buffers loads with them filled as `__init__` would fill them.
     from safetensors.torch import load_file, save_file
 
     model.save_pretrained(tmp_path)
     state = load_file(tmp_path / "model.safetensors")
-    del state["tail.supports"], state["output_labels"]
+    del state["output_layer.tail.supports"], state["output_layer.output_labels"]
     save_file(state, tmp_path / "model.safetensors", metadata={"format": "pt"})
     loaded = HasteForExtremeClassification.from_pretrained(tmp_path)
-    assert torch.equal(loaded.tail.supports, supports)
-    assert torch.equal(loaded.output_labels, identity)
+    assert torch.equal(loaded.output_layer.tail.supports, supports)
+    assert torch.equal(loaded.output_layer.output_labels, identity)
 
 
 def test_every_saved_folder_loads_with_remote_code_without_the_package(tmp_path):
     model = make_model("haste-both-projections", tail_bias=True)
-    model.output_labels.copy_(output_labels_from_frequencies(model.config, torch.randperm(LABELS)))
+    model.output_layer.output_labels.copy_(output_labels_from_frequencies(model.config, torch.randperm(LABELS)))
     model.save_pretrained(tmp_path / "model")
     exported = set(os.listdir(tmp_path / "model"))
     assert {"configuration_haste.py", "modeling_haste.py", "sparse_ops.py", "pipeline_haste.py"} <= exported
@@ -317,7 +317,7 @@ def test_encoder_families(family, tmp_path):
     loss = model(input_ids, attention_mask, labels=labels).loss
     loss.backward()
     assert torch.isfinite(loss)
-    assert model.tail.weight.grad.abs().sum() > 0 and model.head.weight.grad.abs().sum() > 0
+    assert model.output_layer.tail.weight.grad.abs().sum() > 0 and model.output_layer.head.weight.grad.abs().sum() > 0
     encoder_grads = [p.grad for p in model.encoder.parameters() if p.grad is not None]
     assert encoder_grads and any(g.abs().sum() > 0 for g in encoder_grads)
     model.eval()
@@ -403,8 +403,8 @@ def test_from_encoder_pretrained(tmp_path):
     for name, tensor in encoder.state_dict().items():
         if not name.startswith("pooler"):
             assert torch.equal(model.encoder.state_dict()[name], tensor), name
-    head = model.output_labels[:5]
-    assert frequencies[head].min() >= frequencies[model.output_labels[5:LABELS]].max()
+    head = model.output_layer.output_labels[:5]
+    assert frequencies[head].min() >= frequencies[model.output_layer.output_labels[5:LABELS]].max()
     model.save_pretrained(tmp_path / "haste")
     assert HasteForExtremeClassification.from_pretrained(tmp_path / "haste").label_names == names
     with pytest.raises(ValueError, match="not both"):

@@ -101,11 +101,11 @@ def test_lora_trains_the_encoder_adapters_and_the_whole_output_layer(trained):
     optimizer = unwrap_haste_optimizer(trainer.optimizer)
     haste = model.get_base_model()
     output_params = {id(p) for group in optimizer.output_optimizer.param_groups for p in group["params"]}
-    trained_copies = [haste.head.modules_to_save["default"], haste.tail.modules_to_save["default"]]
+    trained_copies = [haste.output_layer.head.modules_to_save["default"], haste.output_layer.tail.modules_to_save["default"]]
     assert output_params == {id(p) for module in trained_copies for p in module.parameters()}
     encoder_params = {id(p) for group in optimizer.encoder_optimizer.param_groups for p in group["params"]}
     assert encoder_params == {id(p) for p in model.parameters() if p.requires_grad} - output_params
-    assert id(haste.tail_projection.modules_to_save["default"].weight) in encoder_params
+    assert id(haste.output_layer.tail_projection.modules_to_save["default"].weight) in encoder_params
     rewirings = [entry for entry in trainer.state.log_history if "rewired_pairs" in entry]
     assert [entry["step"] for entry in rewirings] == [2, 4, 6]
     assert {"eval_P@1", "eval_P@3"} <= set(trainer.evaluate())
@@ -116,7 +116,7 @@ def test_adapter_saves_and_reloads(trained, base_dir, tmp_path):
     trainer.save_model(tmp_path / "adapter")
     saved = load_file(tmp_path / "adapter" / "adapter_model.safetensors")
     # LoRA weights and the whole output layer (the rewired supports too), not the encoder's own weights.
-    assert {"base_model.model.tail.weight", "base_model.model.tail.supports", "base_model.model.head.weight"} <= set(saved)
+    assert {"base_model.model.output_layer.tail.weight", "base_model.model.output_layer.tail.supports", "base_model.model.output_layer.head.weight"} <= set(saved)
     assert any("lora_A" in name for name in saved)
     assert not any(".base_layer." in name or name.endswith("word_embeddings.weight") for name in saved)
     expected = logits(trainer.model)
@@ -140,7 +140,7 @@ def test_merged_model_saves_and_reloads_as_a_plain_haste_model(trained, base_dir
     reloaded = AutoModel.from_pretrained(tmp_path / "merged")
     assert type(reloaded) is HasteForExtremeClassification
     torch.testing.assert_close(logits(reloaded), logits(merged), rtol=0, atol=0)
-    assert torch.equal(reloaded.tail.supports, trainer.model.get_base_model().tail.supports)
+    assert torch.equal(reloaded.output_layer.tail.supports, trainer.model.get_base_model().output_layer.tail.supports)
 
 
 def test_resuming_from_an_adapter_checkpoint_repeats_the_uninterrupted_run(base_dir, tokenizer, tmp_path):
@@ -192,7 +192,7 @@ def test_lora_on_the_encoder_alone_is_refused_and_its_checkpoints_do_not_load_si
 
 def test_peft_models_whose_adapters_would_not_reload_are_refused(base_dir, tokenizer, tmp_path):
     frozen_output = lora_model(base_dir, modules_to_save=["tail"])
-    with pytest.raises(ValueError, match=r"leaves \['head', 'tail_projection'\] frozen.*modules_to_save"):
+    with pytest.raises(ValueError, match=r"leaves \['output_layer.head', 'output_layer.tail_projection'\] frozen.*modules_to_save"):
         make_trainer(tmp_path / "a", frozen_output, tokenizer)
     unsaved_base = HasteForExtremeClassification.from_encoder_pretrained(
         AutoModel.from_config(tiny_encoder_config("bert")), LABELS, head_label_count=4, group_size=4, fan_in=8

@@ -15,7 +15,7 @@ from transformers.pipelines.text_classification import TextClassificationPipelin
 
 import haste_hf  # noqa: F401  (registers the auto classes and the pipeline)
 from haste_hf import HasteConfig, HasteForExtremeClassification, HasteTextClassificationPipeline
-from haste_hf.modeling_haste import output_labels_from_frequencies
+from haste_hf.output_layer import output_labels_from_frequencies
 
 
 LABELS = 30
@@ -28,10 +28,10 @@ def make_model(label_names=True):
         encoder=tiny_encoder_config("bert"), label_count=LABELS, head_label_count=3, group_size=4, fan_in=8, tail_bias=True
     )
     model = HasteForExtremeClassification(config).eval()
-    model.output_labels.copy_(output_labels_from_frequencies(config, torch.randperm(LABELS)))
+    model.output_layer.output_labels.copy_(output_labels_from_frequencies(config, torch.randperm(LABELS)))
     with torch.no_grad():  # spread the scores, so that the ranking is not decided by rounding
-        model.tail.weight.mul_(8)
-        model.tail.bias.normal_()
+        model.output_layer.tail.weight.mul_(8)
+        model.output_layer.tail.bias.normal_()
     if label_names:
         model.set_label_names([f"tag {i}" for i in range(LABELS)])
     return model
@@ -105,8 +105,8 @@ def test_pipeline_never_builds_label_order_logits(saved, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the pipeline scored every label")
 
-    monkeypatch.setattr(classifier.model, "logits_in_label_order", refuse)
-    monkeypatch.setattr(classifier.model, "_position_logits", refuse)
+    monkeypatch.setattr(classifier.model.output_layer, "logits", refuse)
+    monkeypatch.setattr(classifier.model.output_layer, "_position_logits", refuse)
     monkeypatch.setattr(classifier.model, "forward", refuse)
     assert len(classifier(TEXTS)) == len(TEXTS)
 

@@ -67,3 +67,14 @@ def test_peft_example(tmp_path, tiny_encoder, monkeypatch):
         trained = names["trainer"].model.eval()(input_ids, return_logits=True).logits
         for model in (names["reloaded"].eval(), merged):
             torch.testing.assert_close(model(input_ids, return_logits=True).logits, trained, rtol=1e-5, atol=1e-5)
+
+
+def test_output_layer_example(tmp_path, monkeypatch):
+    names = run(example("The output layer on its own"), tmp_path, monkeypatch)
+    layer, features, labels = names["layer"], names["features"], names["labels"]
+    assert layer.head.weight.shape == (300, 384) and layer.tail.weight.shape == (607, 16, 64)
+    assert names["top"].label_ids.shape == (8, 5) and names["logits"].shape == (8, 10_000)
+    assert layer.tail.weight.grad is not None and layer.head.weight.grad is not None
+    reference = layer.reference_loss(layer.position_logits(features), labels)
+    torch.testing.assert_close(names["loss"], reference, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(names["top"].scores, names["logits"].topk(5).values, rtol=1e-5, atol=1e-5)

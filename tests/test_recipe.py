@@ -26,7 +26,7 @@ def test_a_run_is_a_function_of_its_seed(dataset_dir, encoder_dir, tmp_path):  #
     for name, tensor in first.model.state_dict().items():
         assert torch.equal(tensor, again.model.state_dict()[name]), name
     assert first.test_metrics == again.test_metrics
-    assert not torch.equal(first.model.head.weight, other.model.head.weight)
+    assert not torch.equal(first.model.output_layer.head.weight, other.model.output_layer.head.weight)
 
 
 def test_run_uses_the_layout_it_is_given_and_saves_what_it_trained(dataset_dir, encoder_dir, tmp_path):  # noqa: F811
@@ -38,7 +38,7 @@ def test_run_uses_the_layout_it_is_given_and_saves_what_it_trained(dataset_dir, 
     layout = LabelLayout.from_training_split(train_split, LABELS, 4, head_label_count=5, strategy="random", seed=1)
     run = train(dataset_dir, str(encoder_dir), str(tmp_path / "model"), layout=layout, validation_fraction=0,
                 training_args={"max_steps": 2, "use_cpu": True}, fan_in=8, max_length=16)  # fmt: skip
-    assert run.layout is layout and torch.equal(run.model.output_labels, layout.output_labels())
+    assert run.layout is layout and torch.equal(run.model.output_layer.output_labels, layout.output_labels())
     saved = json.loads((tmp_path / "model" / "test_metrics.json").read_text())
     assert saved == run.test_metrics and {"P@1", "PSP@5"} <= set(saved)
     with pytest.raises(ValueError, match="another training split"):

@@ -61,9 +61,9 @@ def test_two_optimizers_split_the_parameters(tmp_path, tokenizer, datasets_):
     assert isinstance(optimizer.output_optimizer, StochasticRoundingSGD)
     model = trainer.model
     output_params = {id(p) for g in optimizer.output_optimizer.param_groups for p in g["params"]}
-    assert output_params == {id(p) for m in (model.head, model.tail) for p in m.parameters()}
+    assert output_params == {id(p) for m in (model.output_layer.head, model.output_layer.tail) for p in m.parameters()}
     encoder_params = {id(p) for g in optimizer.encoder_optimizer.param_groups for p in g["params"]}
-    assert id(model.tail_projection.weight) in encoder_params
+    assert id(model.output_layer.tail_projection.weight) in encoder_params
     assert len(encoder_params) + len(output_params) == len(list(model.parameters()))
     group = optimizer.output_optimizer.param_groups[0]
     assert (group["lr"], group["momentum"], group["weight_decay"]) == (0.1, 0.9, 1e-4)
@@ -71,7 +71,7 @@ def test_two_optimizers_split_the_parameters(tmp_path, tokenizer, datasets_):
 
 def test_training_logs_both_rates_and_rewires(tmp_path, tokenizer, datasets_):
     trainer = make_trainer(tmp_path, tokenizer, datasets_[0], save_strategy="no")
-    supports = trainer.model.tail.supports.clone()
+    supports = trainer.model.output_layer.tail.supports.clone()
     trainer.train()
     logs = [entry for entry in trainer.state.log_history if "learning_rate" in entry]
     assert logs and all("output_learning_rate" in entry for entry in logs)
@@ -81,9 +81,9 @@ def test_training_logs_both_rates_and_rewires(tmp_path, tokenizer, datasets_):
     assert [entry["output_learning_rate"] for entry in logs[:2]] == pytest.approx([0.0, 0.1])
     rewirings = [entry for entry in trainer.state.log_history if "rewired_pairs" in entry]
     assert [entry["step"] for entry in rewirings] == [3]  # steps 3 and 6; 6 > 2/3 of 8
-    assert rewirings[0]["rewired_pairs"] == int(trainer.model.tail.supports.numel() * 0.25)
+    assert rewirings[0]["rewired_pairs"] == int(trainer.model.output_layer.tail.supports.numel() * 0.25)
     assert "loss" in rewirings[0]  # logged with the step's other values, not on its own
-    assert not torch.equal(trainer.model.tail.supports, supports)
+    assert not torch.equal(trainer.model.output_layer.tail.supports, supports)
 
 
 def snapshot(trainer):
@@ -91,7 +91,7 @@ def snapshot(trainer):
     optimizer = unwrap_haste_optimizer(trainer.optimizer)
     momentum = {
         name: optimizer.output_optimizer.state[param]["momentum_buffer"].clone()
-        for name, param in (("head", model.head.weight), ("tail", model.tail.weight))
+        for name, param in (("head", model.output_layer.head.weight), ("tail", model.output_layer.tail.weight))
     }
     return {k: v.clone() for k, v in model.state_dict().items()}, momentum, trainer.lr_scheduler.get_last_lr()
 
@@ -122,7 +122,7 @@ def test_resume_reproduces_uninterrupted_run_bit_for_bit(tmp_path, tokenizer, da
         assert torch.equal(buffer, resumed_momentum[name]), name
     assert full_lrs == resumed_lrs
     if output_layer_dtype:
-        assert resumed.model.tail.weight.dtype == torch.bfloat16 and resumed.model.head.weight.dtype == torch.bfloat16
+        assert resumed.model.output_layer.tail.weight.dtype == torch.bfloat16 and resumed.model.output_layer.head.weight.dtype == torch.bfloat16
 
 
 def test_evaluation_ranks_labels_with_top_k(tmp_path, tokenizer, datasets_):
@@ -152,7 +152,7 @@ def test_gradient_accumulation_matches_one_big_batch(tmp_path, tokenizer, datase
             if isinstance(module, torch.nn.Dropout):
                 module.p = 0.0
         trainer.train()
-        states.append(trainer.model.tail.weight.detach().clone())
+        states.append(trainer.model.output_layer.tail.weight.detach().clone())
     torch.testing.assert_close(states[0], states[1], rtol=1e-4, atol=1e-6)
 
 
@@ -187,8 +187,8 @@ def test_encoder_and_output_layer_are_clipped_apart(tmp_path, tokenizer, dataset
     input_ids = torch.randint(5, 100, (8, 6))
     model(input_ids, torch.ones_like(input_ids), labels=torch.randint(0, LABELS, (8, 2))).loss.backward()
     encoder_side, output_layer = (
-        [p for n, p in model.named_parameters() if not n.startswith(("head.", "tail."))],
-        [p for n, p in model.named_parameters() if n.startswith(("head.", "tail."))],
+        [p for n, p in model.named_parameters() if not n.startswith(("output_layer.head.", "output_layer.tail."))],
+        [p for n, p in model.named_parameters() if n.startswith(("output_layer.head.", "output_layer.tail."))],
     )
     norm = lambda params: torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params])).item()  # noqa: E731
     output_before, encoder_before = norm(output_layer), norm(encoder_side)

@@ -1,0 +1,83 @@
+"""`HasteOutputLayer` on its own: any features `[B, d]`, built from (d, L, head labels or a LabelLayout, G, F)."""
+
+import numpy as np
+import pytest
+import torch
+
+from haste_hf import HasteOutputLayer, LabelLayout
+
+
+def random_labels(batch_size, label_count, positives, generator):
+    labels = torch.randint(0, label_count, (batch_size, positives), generator=generator)
+    return labels.masked_fill(torch.rand(batch_size, positives, generator=generator) < 0.3, -100)
+
+
+@pytest.mark.parametrize("head_labels", [0, 7, 43, "ids"])
+@pytest.mark.parametrize("projections", [False, True])
+def test_loss_top_k_and_logits_agree_with_the_materialised_reference(head_labels, projections):
+    generator = torch.Generator().manual_seed(len(str(head_labels)) + projections)
+    torch.manual_seed(int(projections))
+    if head_labels == "ids":
+        head_labels = torch.randperm(43, generator=generator)[:5]
+    dims = dict(head_projection_dim=6, tail_projection_dim=10) if projections else {}
+    layer = HasteOutputLayer(12, 43, head_labels, group_size=4, fan_in=5, tail_bias=True, **dims)  # padding slots
+    if not isinstance(head_labels, int):
+        assert torch.equal(layer.output_labels[:5], head_labels)
+    features = torch.randn(6, 12, generator=generator, requires_grad=True)
+    labels = random_labels(6, 43, 4, generator)
+    loss = layer.loss(features, labels)
+    loss.backward()
+    grads = [p.grad.clone() for p in layer.parameters()] + [features.grad.clone()]
+    layer.zero_grad()
+    features.grad = None
+    reference = layer.reference_loss(layer.position_logits(features), labels)
+    reference.backward()
+    torch.testing.assert_close(loss, reference)
+    for grad, expected in zip(grads, [p.grad for p in layer.parameters()] + [features.grad]):
+        torch.testing.assert_close(grad, expected)
+    with torch.no_grad():
+        logits = layer.logits(features)
+        top = layer.topk(features, 9)
+    assert logits.shape == (6, 43)
+    torch.testing.assert_close(top.scores, logits.topk(9).values)
+    torch.testing.assert_close(logits.gather(1, top.label_ids), top.scores)
+    dense = torch.zeros(6, 43).scatter_(1, labels.clamp(min=0), (labels >= 0).float())
+    torch.testing.assert_close(layer(features, labels=dense, return_logits=False).loss, reference)
+
+
+def test_a_label_layout_gives_head_tail_order_and_group_size():
+    layout = LabelLayout(label_count=20, head_ids=torch.tensor([4, 9]), tail_order=torch.tensor([i for i in range(20) if i not in (4, 9)]),
+                         group_size=4)  # fmt: skip
+    layer = HasteOutputLayer(8, head_labels=layout, fan_in=3)
+    assert (layer.label_count, layer.head_label_count, layer.group_size) == (20, 2, 4)
+    assert torch.equal(layer.output_labels, layout.output_labels())
+    with pytest.raises(ValueError, match="`group_size` \\(8\\) differs from the layout's G \\(4\\)"):
+        HasteOutputLayer(8, head_labels=layout, group_size=8, fan_in=3)
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (dict(label_count=None), "Give `label_count`"),
+        (dict(fan_in=20), "`fan_in` \\(20\\) exceeds the tail's input size \\(12\\)"),
+        (dict(head_labels=[3, 3]), "lists a label twice"),
+        (dict(head_labels=[30]), "outside \\[0, 30\\)"),
+        (dict(head_labels=31), "between 0 and label_count=30"),
+        (dict(group_size=0), "`group_size` must be a positive integer"),
+        (dict(loss="hinge"), "`loss` must be one of"),
+    ],
+)
+def test_bad_arguments_are_refused_by_name(arguments, message):
+    with pytest.raises(ValueError, match=message):
+        HasteOutputLayer(**{"in_features": 12, "label_count": 30, "group_size": 4, "fan_in": 5, **arguments})
+
+
+def test_invariants_refuse_padding_before_the_last_labels():
+    layer = HasteOutputLayer(12, 30, np.int64(2), group_size=4, fan_in=5)  # 28 tail labels in 7 full groups: no padding
+    assert layer.head_label_count == 2  # a count, whatever its integer type
+    layer.check_invariants()
+    padded = HasteOutputLayer(12, 31, 2, group_size=4, fan_in=5)  # the last group holds 1 label and 3 padding slots (positions 31-33)
+    with torch.no_grad():
+        padded.output_labels[[5, 31]] = padded.output_labels[[31, 5]]  # a padding slot among the labels
+    with pytest.raises(ValueError, match="each of the 31 labels exactly once"):
+        padded.check_invariants("this layer")
