@@ -83,7 +83,8 @@ def test_failed_write_leaves_the_previous_save_and_no_staging(tmp_path):
     before = folder_state(tmp_path)
 
     def write(staging):
-        open(os.path.join(staging, "config.json"), "w").write("{}")
+        with open(os.path.join(staging, "config.json"), "w") as file:
+            file.write("{}")
         raise OSError("disk full")
 
     with pytest.raises(OSError, match="disk full"):

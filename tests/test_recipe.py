@@ -64,6 +64,7 @@ def test_push_to_hub_pushes_the_saved_folder_once_with_its_test_metrics(hub, dat
     assert {"config.json", "model.safetensors", "README.md", "label_names.json", "tokenizer_config.json"} <= files
     assert not any(name.startswith("checkpoint-") for name in files)  # the Trainer pushed no checkpoint of its own
     assert len(HfApi().list_repo_commits(repo_id)) == 2  # the repository's creation, then the one upload
-    card = open(hf_hub_download(repo_id, "README.md")).read()
+    with open(hf_hub_download(repo_id, "README.md")) as file:
+        card = file.read()
     row = "| 1 | " + " | ".join(f"{100 * run.test_metrics[f'{name}@1']:.2f}" for name in METRIC_NAMES) + " |"
     assert row in card  # the card the recipe wrote, with the test metrics
