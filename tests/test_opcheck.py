@@ -16,6 +16,7 @@ import torch
 
 from haste_hf import kernels, losses, sparse_ops
 
+
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
