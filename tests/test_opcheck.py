@@ -96,9 +96,9 @@ def test_ops_have_only_cuda_kernels(monkeypatch):
         torch.ops.haste.group_sparse_forward(x, weight, supports, None, False)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def cpu_kernels():
-    """The plain-PyTorch CPU kernels above, registered for this module's CPU tests only: the library that
+    """The plain-PyTorch CPU kernels above, registered for the test that asks for them only: the library that
     holds them unregisters them when it is destroyed."""
     library = torch.library.Library("haste", "FRAGMENT")
     for name, kernel in CPU_KERNELS.items():
