@@ -26,7 +26,6 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
 
 # Run as a script, this folder heads sys.path, and its kernels.py would shadow the `kernels` package that

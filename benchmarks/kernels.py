@@ -110,8 +110,12 @@ def bench_shape(batch, num_labels, fan_in, group_size, features, dtype, torch_pa
     row["peak_gib"] = (torch.cuda.max_memory_allocated() - base) / 2**30
     paths = kernels.kernel_paths(x, w)
     row["path"] = "".join(paths[p][0] for p in ("forward", "grad_weight", "grad_input"))
-    del operands, flat, xr, wr
     return labels, row
+
+
+def cell(row, key):
+    """A timing of the table, or '-' where it was not measured."""
+    return f"{row[key]:8.3f}" if key in row else f"{'-':>8}"
 
 
 def main(argv=None):
@@ -146,13 +150,10 @@ def main(argv=None):
             for p in args.passes:
                 ratio = row[p, "ours"] / row[p, "flops"]
                 ratios[batch, labels, fan_in, group_size, p] = ratio
-
-                def cell(key):
-                    return f"{row[key]:8.3f}" if key in row else f"{'-':>8}"
-
                 line = (
-                    f"{batch:>4} {labels / 1e6:7.2f}M {fan_in:>4} {group_size:>3} {p:<6} {cell((p, 'ours'))} "
-                    f"{cell((p, 'ours_det'))} {cell((p, 'flops'))} {cell((p, 'dense'))} {cell((p, 'torch'))} "
+                    f"{batch:>4} {labels / 1e6:7.2f}M {fan_in:>4} {group_size:>3} {p:<6} {cell(row, (p, 'ours'))} "
+                    f"{cell(row, (p, 'ours_det'))} {cell(row, (p, 'flops'))} {cell(row, (p, 'dense'))} "
+                    f"{cell(row, (p, 'torch'))} "
                     f"{ratio:6.2f} {row['peak_gib']:7.2f} {row['path']}"
                 )
                 lines.append(line)

@@ -135,7 +135,7 @@ def bench(variant: str, label_count: int, args) -> dict:
         logits.backward(logits_grad)
 
     row["output"] = cuda_ms(output_layer_pass, args.warmup, args.repeats)
-    del logits_grad
+    logits_grad = None  # released; rebound, not deleted, as the closures above name it
 
     def output_layer_loss_pass():
         with autocast:
@@ -169,7 +169,7 @@ def bench(variant: str, label_count: int, args) -> dict:
     torch.cuda.synchronize()
     row["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
     optimizer.zero_grad(set_to_none=True)
-    del optimizer, pooled, pooled_grad
+    optimizer = pooled = pooled_grad = None
 
     model.eval()
     predict_ids = torch.randint(5, 30527, (args.predict_batch, T), generator=generator).cuda()
@@ -180,7 +180,7 @@ def bench(variant: str, label_count: int, args) -> dict:
             model.predict_topk(predict_ids, predict_mask, k=5)
 
     row["predict"] = args.predict_batch / (cuda_ms(predict, args.warmup, args.repeats) / 1e3)
-    del model
+    model = None
     gc.collect()
     torch.cuda.empty_cache()
     return row

@@ -193,7 +193,7 @@ def validate_inputs(
 # ------------------------------------------------------------------------------------------------
 # Custom ops. The real implementations call the compiled extension; the fake ones give shapes only.
 # ------------------------------------------------------------------------------------------------
-@torch.library.custom_op("haste::group_sparse_forward", mutates_args=())
+@torch.library.custom_op("haste::group_sparse_forward", mutates_args=(), device_types="cuda")
 def _forward_op(
     x: torch.Tensor, weight: torch.Tensor, supports: torch.Tensor, bias: Optional[torch.Tensor], deterministic: bool
 ) -> torch.Tensor:
@@ -206,7 +206,7 @@ def _(x, weight, supports, bias, deterministic):
     return x.new_empty(x.shape[0], weight.shape[0] * weight.shape[1])
 
 
-@torch.library.custom_op("haste::group_sparse_grad_weight", mutates_args=())
+@torch.library.custom_op("haste::group_sparse_grad_weight", mutates_args=(), device_types="cuda")
 def _grad_weight_op(grad_out: torch.Tensor, x: torch.Tensor, supports: torch.Tensor, group_size: int) -> torch.Tensor:
     return _load_extension().grad_weight(grad_out, x, supports, group_size)
 
@@ -216,7 +216,7 @@ def _(grad_out, x, supports, group_size):
     return x.new_empty(supports.shape[0], group_size, supports.shape[1])
 
 
-@torch.library.custom_op("haste::group_sparse_grad_input", mutates_args=())
+@torch.library.custom_op("haste::group_sparse_grad_input", mutates_args=(), device_types="cuda")
 def _grad_input_op(
     grad_out: torch.Tensor, weight: torch.Tensor, supports: torch.Tensor, num_features: int, deterministic: bool
 ) -> torch.Tensor:
@@ -256,7 +256,7 @@ _forward_op.register_autograd(_backward, setup_context=_setup_context)
 _LOSS_KINDS = {"bce": 0, "squared_hinge": 1}
 
 
-@torch.library.custom_op("haste::linear_loss", mutates_args=())
+@torch.library.custom_op("haste::linear_loss", mutates_args=(), device_types="cuda")
 def _linear_loss_op(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -360,7 +360,7 @@ def linear_loss(
     return loss_value
 
 
-@torch.library.custom_op("haste::group_sparse_topk", mutates_args=())
+@torch.library.custom_op("haste::group_sparse_topk", mutates_args=(), device_types="cuda")
 def _topk_op(
     x: torch.Tensor, weight: torch.Tensor, supports: torch.Tensor, bias: Optional[torch.Tensor], k: int, valid_count: int
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -547,8 +547,6 @@ def train(
         resume_from_checkpoint: continue the training of `output_dir` from its last complete checkpoint (True,
             or `"last"`) or from the checkpoint folder given; default: `training_args.resume_from_checkpoint`.
     """
-    from transformers import set_seed
-
     from .distributed import broadcast_object
 
     if recipe_args is None:

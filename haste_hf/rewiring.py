@@ -301,8 +301,7 @@ def _param_state(optimizer, param: torch.Tensor) -> dict | None:
     expose the state of the optimizer they hold; None while the param has no state yet."""
     if not any(p is param for group in optimizer.param_groups for p in group["params"]):
         raise ValueError("`weight` is not among the parameters of `optimizer`; pass the optimizer that updates the tail.")
-    state = optimizer.state
-    return state[param] if param in state else None
+    return optimizer.state.get(param)  # `get`: reading the defaultdict must not add an entry
 
 
 @torch.no_grad()

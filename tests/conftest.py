@@ -78,3 +78,25 @@ def encoder_dir(tmp_path_factory):
     BertModel(tiny_encoder_config("bert")).save_pretrained(path)
     tiny_tokenizer(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def dataset_dir(tmp_path_factory):
+    """A raw-text JSON-lines dataset (the repository's LF-* format) of 30 planted labels: what the command-line,
+    recipe and example tests train on."""
+    import gzip
+    import json
+
+    from tiny_encoders import planted_texts
+
+    label_count = 30
+    path = tmp_path_factory.mktemp("dataset")
+    for name, size, seed in (("trn", 160, 0), ("tst", 40, 1)):
+        with gzip.open(path / f"{name}.json.gz", "wt") as f:
+            for i, row in enumerate(planted_texts(label_count, size, seed=seed)):
+                point = {"uid": str(i), "title": row["text"], "content": "", "target_ind": row["labels"]}
+                f.write(json.dumps(point) + "\n")
+    with gzip.open(path / "lbl.json.gz", "wt") as f:
+        for label in range(label_count):
+            f.write(json.dumps({"uid": str(label), "title": f"label {label}"}) + "\n")
+    return path

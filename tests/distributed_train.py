@@ -14,14 +14,13 @@ import torch
 import torch.distributed as dist
 from datasets import Dataset
 from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
+from tiny_haste import make_tiny_model, make_tiny_trainer
 
-from haste_hf import HasteConfig, HasteForExtremeClassification
 from haste_hf.callbacks import unwrap_model
 from haste_hf.data import XMCDataCollator
 from haste_hf.sharded_output_layer import ignore_shards_in_ddp, shard_output_layer_, sharded_output_layer
 from haste_hf.metrics import make_compute_metrics
 from haste_hf.trainer import HasteTrainer, split_parameters
-from haste_hf.training_args import HasteTrainingArguments
 
 
 LABELS = 40
@@ -35,11 +34,7 @@ def make_model(tail_projection_dim=16):
     """40 labels: head 5 (3 + 2 rows on 2 ranks), tail 35 in 9 groups of 4 (5 + 4 groups, one padding slot)."""
     encoder = tiny_encoder_config("bert")
     encoder.hidden_dropout_prob = encoder.attention_probs_dropout_prob = 0.0  # one process draws other masks
-    torch.manual_seed(0)
-    return HasteForExtremeClassification(
-        HasteConfig(encoder=encoder, label_count=LABELS, head_label_count=5, group_size=4, fan_in=8,
-                    tail_projection_dim=tail_projection_dim)
-    )  # fmt: skip
+    return make_tiny_model(LABELS, head_label_count=5, encoder=encoder, tail_projection_dim=tail_projection_dim)
 
 
 def world():
@@ -52,19 +47,32 @@ def collator(output: Path):
 
 def make_trainer(output: Path, shard: bool, model=None, **overrides) -> HasteTrainer:
     world_size = world()[1]
-    fields = dict(
-        output_dir=str(output), per_device_train_batch_size=GLOBAL_BATCH // world_size, per_device_eval_batch_size=4,
-        max_steps=STEPS, learning_rate=3e-3, output_learning_rate=0.1, rewiring_interval=3, rewiring_fraction=0.25,
-        rewiring_end_fraction=1.0, max_grad_norm=1.0, output_max_grad_norm=2.0, logging_steps=1, save_strategy="no",
-        report_to=[], use_cpu=True, ddp_backend="gloo" if world_size > 1 else None, seed=0, disable_tqdm=True, shard_output_layer=shard,
-    )  # fmt: skip
-    fields.update(overrides)
-    return HasteTrainer(
-        model=make_model() if model is None else model, args=HasteTrainingArguments(**fields),
-        train_dataset=Dataset.from_list(planted_texts(LABELS, 256)),
+    training = dict(
+        per_device_train_batch_size=GLOBAL_BATCH // world_size,
+        per_device_eval_batch_size=4,
+        max_steps=STEPS,
+        learning_rate=3e-3,
+        output_learning_rate=0.1,
+        rewiring_interval=3,
+        rewiring_fraction=0.25,
+        rewiring_end_fraction=1.0,
+        max_grad_norm=1.0,
+        output_max_grad_norm=2.0,
+        logging_steps=1,
+        save_strategy="no",
+        ddp_backend="gloo" if world_size > 1 else None,
+        shard_output_layer=shard,
+    )
+    return make_tiny_trainer(
+        output,
+        None,
+        Dataset.from_list(planted_texts(LABELS, 256)),
+        make_model() if model is None else model,
         eval_dataset=Dataset.from_list(planted_texts(LABELS, EVAL_TEXTS, seed=1)),
-        data_collator=collator(output), compute_metrics=make_compute_metrics(ks=(1, 3)),
-    )  # fmt: skip
+        data_collator=collator(output),
+        compute_metrics=make_compute_metrics(ks=(1, 3)),
+        **{**training, **overrides},
+    )
 
 
 def full_state(model) -> dict:

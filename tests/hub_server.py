@@ -50,6 +50,7 @@ Run standalone: `python tests/hub_server.py --root DIR [--token TOKEN] [--port 0
 
 import argparse
 import base64
+import contextlib
 import json
 import os
 import re
@@ -328,7 +329,7 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         try:
             return json.loads(data) if data else {}
         except ValueError:
-            raise HubError(400, "Request body is not JSON.")
+            raise HubError(400, "Request body is not JSON.") from None
 
     def _readline(self) -> bytes:
         line = self.rfile.readline(self._body_left)
@@ -619,7 +620,7 @@ class HubRequestHandler(BaseHTTPRequestHandler):
             try:
                 item = json.loads(line)
             except ValueError:
-                raise HubError(400, "Commit body is not NDJSON.")
+                raise HubError(400, "Commit body is not NDJSON.") from None
             del line
             key, value = item.get("key"), item.get("value") or {}
             if header is None and key != "header":
@@ -736,10 +737,8 @@ def main(argv: list[str] | None = None):
     # Started by `start_subprocess`, the server stops when its parent closes stdin (or dies).
     threading.Thread(target=lambda: (sys.stdin.read(), server.shutdown()), daemon=True).start()
     print(json.dumps({"url": server.url}), flush=True)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
 import math
+from functools import partial
 
 import pytest
 import torch
-from tiny_encoders import tiny_encoder_config
+from tiny_haste import make_tiny_model
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
-from haste_hf import HasteConfig, HasteForExtremeClassification
 from haste_hf.callbacks import RewiringCallback
 from haste_hf.optimization import HasteOptimizer, StochasticRoundingSGD
 
@@ -22,13 +22,7 @@ class _Wrapper(torch.nn.Module):  # stands in for DDP: the model under `.module`
         self.module = module
 
 
-def tiny_haste_model(label_count=30, group_size=4, seed=0):
-    config = HasteConfig(
-        encoder=tiny_encoder_config("bert"), label_count=label_count, head_label_count=3, group_size=group_size, fan_in=6,
-        tail_projection_dim=16, supports_seed=seed,
-    )  # fmt: skip
-    torch.manual_seed(seed)
-    return HasteForExtremeClassification(config)
+tiny_haste_model = partial(make_tiny_model, label_count=30, head_label_count=3, fan_in=6, tail_projection_dim=16)
 
 
 def test_callback_rewires_on_schedule_resets_momentum_and_logs():

@@ -1,32 +1,13 @@
-import gzip
 import json
 import re
 
 import pytest
 import torch
 from huggingface_hub import ModelCard
-from tiny_encoders import planted_texts
 from transformers import AutoTokenizer
 
 from haste_hf import HasteForExtremeClassification
 from haste_hf.cli import UsageError, build_parser, main
-
-
-LABELS = 30
-
-
-@pytest.fixture(scope="module")
-def dataset_dir(tmp_path_factory):
-    """A raw-text JSON-lines dataset (the repository's LF-* format) with planted labels."""
-    path = tmp_path_factory.mktemp("dataset")
-    for name, rows in (("trn", planted_texts(LABELS, 160, seed=0)), ("tst", planted_texts(LABELS, 40, seed=1))):
-        with gzip.open(path / f"{name}.json.gz", "wt") as f:
-            for i, row in enumerate(rows):
-                f.write(json.dumps({"uid": str(i), "title": row["text"], "content": "", "target_ind": row["labels"]}) + "\n")
-    with gzip.open(path / "lbl.json.gz", "wt") as f:
-        for label in range(LABELS):
-            f.write(json.dumps({"uid": str(label), "title": f"label {label}"}) + "\n")
-    return path
 
 
 def common(dataset_dir, encoder_dir=None):

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_cli import common, dataset_dir  # noqa: F401  (a module fixture; encoder_dir is in conftest)
+from test_cli import common
 
 from haste_hf.cli import main
 
@@ -13,7 +13,7 @@ from haste_hf.cli import main
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
 
-def test_hub_example_pushes_and_loads_with_and_without_the_package(hub, tmp_path, dataset_dir, encoder_dir):  # noqa: F811
+def test_hub_example_pushes_and_loads_with_and_without_the_package(hub, tmp_path, dataset_dir, encoder_dir):
     model_dir = tmp_path / "model"
     arguments = ["train", *common(dataset_dir), "--encoder", str(encoder_dir), "--output-dir", str(model_dir),
                  "--max-steps", "3", "--group-size", "4", "--fan-in", "8", "--validation-fraction", "0"]  # fmt: skip

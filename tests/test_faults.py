@@ -7,12 +7,14 @@ import json
 import os
 import re
 import stat
+from functools import partial
 
 import pytest
 import torch
 from datasets import Dataset
 from safetensors.torch import load_file, save_file
-from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
+from tiny_encoders import planted_texts, tiny_tokenizer
+from tiny_haste import make_tiny_model, make_tiny_trainer
 from transformers import PreTrainedModel
 from transformers import TrainerCallback as TrainerCallbackBase
 
@@ -27,13 +29,7 @@ from haste_hf.training_args import HasteTrainingArguments
 LABELS = 40
 
 
-def make_model(seed=0, **overrides):
-    fields = dict(
-        encoder=tiny_encoder_config("bert"), label_count=LABELS, head_label_count=4, group_size=4, fan_in=8, supports_seed=seed
-    )  # fmt: skip
-    fields.update(overrides)
-    torch.manual_seed(seed)
-    return HasteForExtremeClassification(HasteConfig(**fields))
+make_model = partial(make_tiny_model, label_count=LABELS)
 
 
 def folder_state(path):
@@ -83,7 +79,8 @@ def test_failed_write_leaves_the_previous_save_and_no_staging(tmp_path):
     before = folder_state(tmp_path)
 
     def write(staging):
-        open(os.path.join(staging, "config.json"), "w").write("{}")
+        with open(os.path.join(staging, "config.json"), "w") as file:
+            file.write("{}")
         raise OSError("disk full")
 
     with pytest.raises(OSError, match="disk full"):
@@ -208,19 +205,17 @@ def train_set():
     return Dataset.from_list(planted_texts(LABELS, 64, seed=0))
 
 
-def make_trainer(output_dir, tokenizer, train_set, model=None, **overrides):
-    fields = dict(
-        output_dir=str(output_dir), per_device_train_batch_size=8, max_steps=6, save_strategy="no", logging_steps=1,
-        learning_rate=1e-3, output_learning_rate=0.1, rewiring_interval=0, report_to=[], seed=0, use_cpu=True,
-        disable_tqdm=True,
-    )  # fmt: skip
-    fields.update(overrides)
-    return HasteTrainer(
-        model=model if model is not None else make_model(),
-        args=HasteTrainingArguments(**fields),
-        train_dataset=train_set,
-        data_collator=XMCDataCollator(tokenizer, max_length=16),
-    )
+make_trainer = partial(
+    make_tiny_trainer,
+    model_fields=dict(label_count=LABELS),
+    per_device_train_batch_size=8,
+    max_steps=6,
+    save_strategy="no",
+    logging_steps=1,
+    learning_rate=1e-3,
+    output_learning_rate=0.1,
+    rewiring_interval=0,
+)
 
 
 def poison_encoder_output(model, calls):

@@ -214,7 +214,10 @@ def test_label_embeddings_with_callable_and_sentence_transformers_style_encoder(
 
 def test_label_embeddings_reject_bad_input(tiny_bert):
     model, _tokenizer = tiny_bert
-    encode = lambda batch: torch.ones(len(batch), 4)
+
+    def encode(batch):
+        return torch.ones(len(batch), 4)
+
     with pytest.raises(ValueError, match=r"\[0, 3\)"):
         compute_label_embeddings(encode, ["a", "b"], [[0], [-100]], 3, device="cpu", show_progress=False)
     with pytest.raises(ValueError, match=r"\[0, 3\)"):

@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -17,10 +18,11 @@ import torch
 from datasets import Dataset
 from huggingface_hub import HfApi, ModelCard, hf_hub_download
 from tiny_encoders import VOCAB_SIZE, planted_texts, tiny_encoder_config, tiny_tokenizer
+from tiny_haste import make_tiny_model
 from transformers import AutoModel, BertModel
 
 import haste_hf  # noqa: F401  (registers the auto classes)
-from haste_hf import HASTE_FORMAT_VERSION, HasteConfig, HasteForExtremeClassification
+from haste_hf import HASTE_FORMAT_VERSION, HasteForExtremeClassification
 from haste_hf.hub import AUTO_MAP, push_to_hub
 from haste_hf.output_layer import output_labels_from_frequencies
 from haste_hf.saving import LABEL_NAMES_FILE
@@ -30,16 +32,9 @@ LABELS = 40
 CODE_FILES = {"configuration_haste.py", "modeling_haste.py", "sparse_ops.py"}
 
 
-def make_model(seed=0, label_count=LABELS, **overrides):
-    fields = dict(
-        encoder=tiny_encoder_config("bert"), label_count=label_count, head_label_count=4, group_size=4, fan_in=8,
-        tail_projection_dim=16, tail_bias=True, supports_seed=seed,
-    )  # fmt: skip
-    fields.update(overrides)
-    torch.manual_seed(seed)
-    model = HasteForExtremeClassification(HasteConfig(**fields)).eval()
-    model.output_layer.output_labels.copy_(output_labels_from_frequencies(model.config, torch.randperm(label_count)))
-    return model
+make_model = partial(
+    make_tiny_model, label_count=LABELS, tail_projection_dim=16, tail_bias=True, shuffle_labels=True, training=False
+)
 
 
 def batch(seed=0):

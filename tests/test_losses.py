@@ -5,6 +5,7 @@ float64 reference, and on a GPU the fused `haste::linear_loss` op and the fused 
 import pytest
 import torch
 import torch.nn.functional as F
+from tiny_haste import make_tiny_model
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from haste_hf import HasteConfig, HasteForExtremeClassification, kernels, losses, sparse_ops
@@ -194,16 +195,8 @@ def test_chunked_loss_traces_without_graph_breaks():
 
 
 def tiny_model(loss="bce", reduction="sum", label_count=50):
-    from tiny_encoders import tiny_encoder_config
-
-    torch.manual_seed(0)
-    config = HasteConfig(
-        encoder=tiny_encoder_config("bert"), label_count=label_count, head_label_count=5, group_size=4, fan_in=8,
-        loss=loss, loss_reduction=reduction, tail_bias=True,
-    )  # fmt: skip
-    model = HasteForExtremeClassification(config).eval()
-    model.output_layer.output_labels.copy_(output_labels_from_frequencies(config, torch.randperm(label_count)))
-    return model
+    fields = dict(loss=loss, loss_reduction=reduction, tail_bias=True, shuffle_labels=True, training=False)
+    return make_tiny_model(label_count, head_label_count=5, **fields)
 
 
 @pytest.mark.parametrize("loss", sorted(losses.LOSSES))

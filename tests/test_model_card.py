@@ -1,16 +1,13 @@
 import numpy as np
 import yaml
 from huggingface_hub import ModelCard
-from tiny_encoders import tiny_encoder_config
+from tiny_haste import make_tiny_model
 
-from haste_hf import HasteConfig, HasteForExtremeClassification
 from haste_hf.model_card import PLOT_FILE, HasteModelCardData, hub_model_id, write_model_card
 
 
 def card_data(**fields):
-    model = HasteForExtremeClassification(
-        HasteConfig(encoder=tiny_encoder_config(), label_count=300, head_label_count=9, group_size=4, fan_in=8)
-    )
+    model = make_tiny_model(label_count=300, head_label_count=9)
     defaults = dict(
         model_id="someone/haste-demo", dataset_name="debian-tags-mini", grouping="semantic",
         metrics={"test_P@1": 0.5, "test_P@3": 0.3, "test_PSP@1": 0.2, "test_PSP@3": 0.25, "test_nDCG@3": 0.4,
@@ -54,7 +51,7 @@ def test_model_index_carries_eval_results_with_propensity_args(tmp_path):
 
 
 def test_card_without_metrics_or_tail(tmp_path):
-    model = HasteForExtremeClassification(HasteConfig(encoder=tiny_encoder_config(), label_count=20, head_label_count=20))
+    model = make_tiny_model(label_count=20, head_label_count=20)
     write_model_card(HasteModelCardData.from_model(model), tmp_path / "README.md")
     text = (tmp_path / "README.md").read_text()
     assert "none (all-dense output layer)" in text and "No evaluation recorded." in text

@@ -7,6 +7,7 @@ import textwrap
 import pytest
 import torch
 from tiny_encoders import FAMILIES, VOCAB_SIZE, tiny_encoder_config
+from tiny_haste import make_tiny_model
 from transformers import AutoConfig, AutoModel
 
 import haste_hf
@@ -29,14 +30,17 @@ VARIANTS = {
 
 
 def make_model(variant="haste", family="bert", seed=0, **overrides):
+    """A tiny model of an output-layer variant (`VARIANTS`) over an encoder family, in eval mode."""
     head, group_size, fan_in, head_projection, tail_projection = VARIANTS[variant]
     fields = dict(
-        encoder=tiny_encoder_config(family), label_count=LABELS, head_label_count=head, group_size=group_size,
-        fan_in=fan_in, head_projection_dim=head_projection, tail_projection_dim=tail_projection, supports_seed=seed,
-    )  # fmt: skip
-    fields.update(overrides)
-    torch.manual_seed(seed)
-    return HasteForExtremeClassification(HasteConfig(**fields)).eval()
+        label_count=LABELS,
+        head_label_count=head,
+        group_size=group_size,
+        fan_in=fan_in,
+        head_projection_dim=head_projection,
+        tail_projection_dim=tail_projection,
+    )
+    return make_tiny_model(encoder=family, seed=seed, training=False, **{**fields, **overrides})
 
 
 def random_batch(batch=4, length=9, seed=0):

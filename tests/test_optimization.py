@@ -166,7 +166,10 @@ def saved_and_loaded(state_dict):
 @pytest.mark.parametrize("momentum_dtype", [torch.float32, None])
 def test_state_dict_round_trip_continues_bit_identically(momentum_dtype):
     grads = [g.to(torch.bfloat16) for g in random_grads((64, 8), 8, seed=2)]
-    make = lambda p: StochasticRoundingSGD(p, lr=0.3, momentum=0.9, weight_decay=0.01, momentum_dtype=momentum_dtype, seed=7)  # noqa: E731
+
+    def make(params):
+        return StochasticRoundingSGD(params, lr=0.3, momentum=0.9, weight_decay=0.01, momentum_dtype=momentum_dtype, seed=7)
+
     params = [torch.nn.Parameter(torch.randn(64, 8).to(torch.bfloat16)), torch.nn.Parameter(torch.randn(3))]
     optimizer = make(params)
 
@@ -306,18 +309,18 @@ def test_haste_optimizer_and_scheduler_through_accelerate():
     assert isinstance(optimizer, AcceleratedOptimizer)
     scheduler = get_haste_scheduler(optimizer, 10, encoder_warmup=2, output_warmup=0.3)
     for x, y in batches(6):
+        norms = []
         for net, opt, sched, backward, clip in (
             (plain_model, plain, plain_scheduler, torch.Tensor.backward, torch.nn.utils.clip_grad_norm_),
             (model, optimizer, scheduler, lambda loss: accelerator.backward(loss), accelerator.clip_grad_norm_),
         ):
             backward(torch.nn.functional.mse_loss(net(x), y) * 100)
-            norm = clip(net.parameters(), 0.5)
-            if net is model:  # accelerate's clipping sees the parameters of both children
-                assert torch.allclose(norm, plain_norm)
-            plain_norm = norm
+            norms.append(clip(net.parameters(), 0.5))
             opt.step()
             sched.step()
             opt.zero_grad()
+        plain_norm, accelerated_norm = norms
+        assert torch.allclose(accelerated_norm, plain_norm)  # accelerate's clipping sees the parameters of both children
         assert scheduler.get_last_lr() == plain_scheduler.get_last_lr()
         assert [g["lr"] for g in optimizer.param_groups] == scheduler.get_last_lr()
     for ours, theirs in zip(plain_model.parameters(), accelerated_model.parameters()):

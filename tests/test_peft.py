@@ -7,15 +7,13 @@ from datasets import Dataset
 from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors.torch import load_file, save_file
 from tiny_encoders import VOCAB_SIZE, planted_texts, tiny_encoder_config, tiny_tokenizer
+from tiny_haste import make_tiny_model, make_tiny_trainer
 from transformers import AutoModel, TrainerCallback
 
-from haste_hf import HasteConfig, HasteForExtremeClassification
-from haste_hf.data import XMCDataCollator
+from haste_hf import HasteForExtremeClassification
 from haste_hf.metrics import make_compute_metrics
 from haste_hf.optimization import unwrap_haste_optimizer
 from haste_hf.peft_utils import output_layer_modules
-from haste_hf.trainer import HasteTrainer
-from haste_hf.training_args import HasteTrainingArguments
 
 
 LABELS = 40
@@ -30,13 +28,8 @@ def tokenizer(tmp_path_factory):
 @pytest.fixture(scope="module")
 def base_dir(tmp_path_factory):
     """A saved HASTE base model: the base every adapter names."""
-    torch.manual_seed(0)
-    config = HasteConfig(
-        encoder=tiny_encoder_config("bert"), label_count=LABELS, head_label_count=4, group_size=4, fan_in=8,
-        tail_projection_dim=16,
-    )  # fmt: skip
     folder = tmp_path_factory.mktemp("base")
-    HasteForExtremeClassification(config).save_pretrained(folder)
+    make_tiny_model(label_count=LABELS, tail_projection_dim=16).save_pretrained(folder)
     return folder
 
 
@@ -48,18 +41,19 @@ def lora_model(base_dir, **lora_overrides):
 
 
 def make_trainer(output_dir, model, tokenizer, **overrides):
-    fields = dict(
-        output_dir=str(output_dir), per_device_train_batch_size=8, max_steps=6, learning_rate=1e-2,
-        output_learning_rate=0.5, rewiring_interval=2, rewiring_end_fraction=1.0, save_strategy="no", report_to=[],
-        use_cpu=True, disable_tqdm=True, seed=0,
-    )  # fmt: skip
-    fields.update(overrides)
-    return HasteTrainer(
-        model=model, args=HasteTrainingArguments(**fields),
-        train_dataset=Dataset.from_list(planted_texts(LABELS, 48, seed=0)),
+    training = dict(
+        per_device_train_batch_size=8,
+        max_steps=6,
+        learning_rate=1e-2,
+        output_learning_rate=0.5,
+        rewiring_interval=2,
+        rewiring_end_fraction=1.0,
+        save_strategy="no",
         eval_dataset=Dataset.from_list(planted_texts(LABELS, 16, seed=1)),
-        data_collator=XMCDataCollator(tokenizer, max_length=16), compute_metrics=make_compute_metrics(ks=(1, 3)),
-    )  # fmt: skip
+        compute_metrics=make_compute_metrics(ks=(1, 3)),
+    )
+    train_dataset = Dataset.from_list(planted_texts(LABELS, 48, seed=0))
+    return make_tiny_trainer(output_dir, tokenizer, train_dataset, model, **{**training, **overrides})
 
 
 def batch():

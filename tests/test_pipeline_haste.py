@@ -10,6 +10,7 @@ import textwrap
 import pytest
 import torch
 from tiny_encoders import WORDS, tiny_encoder_config, tiny_tokenizer
+from tiny_haste import make_tiny_model
 from transformers import AutoTokenizer, BertForSequenceClassification, pipeline
 from transformers.pipelines.text_classification import TextClassificationPipeline
 
@@ -23,12 +24,7 @@ TEXTS = [" ".join(WORDS[i : i + 5]) for i in (3, 11, 40)] + ["w7"]
 
 
 def make_model(label_names=True):
-    torch.manual_seed(0)
-    config = HasteConfig(
-        encoder=tiny_encoder_config("bert"), label_count=LABELS, head_label_count=3, group_size=4, fan_in=8, tail_bias=True
-    )
-    model = HasteForExtremeClassification(config).eval()
-    model.output_layer.output_labels.copy_(output_labels_from_frequencies(config, torch.randperm(LABELS)))
+    model = make_tiny_model(label_count=LABELS, head_label_count=3, tail_bias=True, shuffle_labels=True, training=False)
     with torch.no_grad():  # spread the scores, so that the ranking is not decided by rounding
         model.output_layer.tail.weight.mul_(8)
         model.output_layer.tail.bias.normal_()

@@ -6,9 +6,10 @@ from pathlib import Path
 import pytest
 import torch
 from tiny_encoders import tiny_encoder_config, tiny_tokenizer
+from tiny_haste import make_tiny_model
 from transformers import BertModel
 
-from haste_hf import HasteConfig, HasteForExtremeClassification
+from haste_hf import HasteForExtremeClassification
 
 
 README = (Path(__file__).parent.parent / "README.md").read_text()
@@ -38,10 +39,7 @@ def run(code: str, cwd: Path, monkeypatch) -> dict:
 
 
 def test_pipeline_example(tmp_path, tiny_encoder, monkeypatch, capsys):
-    torch.manual_seed(0)
-    model = HasteForExtremeClassification(
-        HasteConfig(encoder=tiny_encoder_config("bert"), label_count=12, head_label_count=2, group_size=4, fan_in=8)
-    )
+    model = make_tiny_model(label_count=12, head_label_count=2)
     model.set_label_names([f"tag{i}" for i in range(12)])
     model.save_pretrained(tmp_path / "haste-demo")
     tiny_tokenizer(tmp_path / "haste-demo")

@@ -5,7 +5,6 @@ import json
 import pytest
 import torch
 from huggingface_hub import HfApi, hf_hub_download
-from test_cli import LABELS, dataset_dir  # noqa: F401  (a module fixture; encoder_dir is in conftest)
 
 from haste_hf import LabelLayout
 from haste_hf.metrics import METRIC_NAMES
@@ -20,7 +19,7 @@ def tiny_run(dataset_dir, encoder_dir, output_dir, **training):
                  training_args={"max_steps": 3, "per_device_train_batch_size": 16, "use_cpu": True, **training}, **OPTIONS)  # fmt: skip
 
 
-def test_a_run_is_a_function_of_its_seed(dataset_dir, encoder_dir, tmp_path):  # noqa: F811
+def test_a_run_is_a_function_of_its_seed(dataset_dir, encoder_dir, tmp_path):
     first, again = (tiny_run(dataset_dir, encoder_dir, tmp_path / name, seed=3) for name in ("a", "b"))
     other = tiny_run(dataset_dir, encoder_dir, tmp_path / "c", seed=4)
     for name, tensor in first.model.state_dict().items():
@@ -29,13 +28,15 @@ def test_a_run_is_a_function_of_its_seed(dataset_dir, encoder_dir, tmp_path):  #
     assert not torch.equal(first.model.output_layer.head.weight, other.model.output_layer.head.weight)
 
 
-def test_run_uses_the_layout_it_is_given_and_saves_what_it_trained(dataset_dir, encoder_dir, tmp_path):  # noqa: F811
+def test_run_uses_the_layout_it_is_given_and_saves_what_it_trained(dataset_dir, encoder_dir, tmp_path):
     from datasets import Dataset
 
     from haste_hf.recipe import load_dataset
 
-    train_split = load_dataset(str(dataset_dir)).splits["train"]
-    layout = LabelLayout.from_training_split(train_split, LABELS, 4, head_label_count=5, strategy="random", seed=1)
+    dataset = load_dataset(str(dataset_dir))
+    layout = LabelLayout.from_training_split(
+        dataset.splits["train"], dataset.label_count, 4, head_label_count=5, strategy="random", seed=1
+    )
     run = train(dataset_dir, str(encoder_dir), str(tmp_path / "model"), layout=layout, validation_fraction=0,
                 training_args={"max_steps": 2, "use_cpu": True}, fan_in=8, max_length=16)  # fmt: skip
     assert run.layout is layout and torch.equal(run.model.output_layer.output_labels, layout.output_labels())
@@ -49,14 +50,14 @@ def test_run_uses_the_layout_it_is_given_and_saves_what_it_trained(dataset_dir, 
               training_args={"max_steps": 1, "use_cpu": True}, fan_in=8, max_length=16)  # fmt: skip
 
 
-def test_recipe_options_go_in_one_place(dataset_dir, encoder_dir, tmp_path):  # noqa: F811
+def test_recipe_options_go_in_one_place(dataset_dir, encoder_dir, tmp_path):
     with pytest.raises(ValueError, match="not both"):
         train(dataset_dir, str(encoder_dir), str(tmp_path), recipe_args=RecipeArguments(), group_size=4)
     with pytest.raises(TypeError, match="group_sise"):
         train(dataset_dir, str(encoder_dir), str(tmp_path), group_sise=4)
 
 
-def test_push_to_hub_pushes_the_saved_folder_once_with_its_test_metrics(hub, dataset_dir, encoder_dir, tmp_path):  # noqa: F811
+def test_push_to_hub_pushes_the_saved_folder_once_with_its_test_metrics(hub, dataset_dir, encoder_dir, tmp_path):
     repo_id = f"{hub.user}/recipe-push"
     run = tiny_run(dataset_dir, encoder_dir, tmp_path / "model", push_to_hub=True, hub_model_id=repo_id,
                    save_strategy="steps", save_steps=1)  # fmt: skip
@@ -64,6 +65,7 @@ def test_push_to_hub_pushes_the_saved_folder_once_with_its_test_metrics(hub, dat
     assert {"config.json", "model.safetensors", "README.md", "label_names.json", "tokenizer_config.json"} <= files
     assert not any(name.startswith("checkpoint-") for name in files)  # the Trainer pushed no checkpoint of its own
     assert len(HfApi().list_repo_commits(repo_id)) == 2  # the repository's creation, then the one upload
-    card = open(hf_hub_download(repo_id, "README.md")).read()
+    with open(hf_hub_download(repo_id, "README.md")) as file:
+        card = file.read()
     row = "| 1 | " + " | ".join(f"{100 * run.test_metrics[f'{name}@1']:.2f}" for name in METRIC_NAMES) + " |"
     assert row in card  # the card the recipe wrote, with the test metrics

@@ -1,11 +1,13 @@
+from functools import partial
+
 import numpy as np
 import pytest
 import torch
 from datasets import Dataset
-from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
+from tiny_encoders import planted_texts, tiny_tokenizer
+from tiny_haste import make_tiny_model, make_tiny_trainer
 from transformers import TrainerCallback
 
-from haste_hf import HasteConfig, HasteForExtremeClassification
 from haste_hf.data import XMCDataCollator
 from haste_hf.metrics import Propensity, make_compute_metrics
 from haste_hf.optimization import StochasticRoundingSGD, unwrap_haste_optimizer
@@ -16,14 +18,7 @@ from haste_hf.training_args import HasteTrainingArguments
 LABELS = 40
 
 
-def make_model(seed=0, **overrides):
-    fields = dict(
-        encoder=tiny_encoder_config("bert"), label_count=LABELS, head_label_count=4, group_size=4, fan_in=8,
-        tail_projection_dim=16, supports_seed=seed,
-    )  # fmt: skip
-    fields.update(overrides)
-    torch.manual_seed(seed)
-    return HasteForExtremeClassification(HasteConfig(**fields))
+make_model = partial(make_tiny_model, label_count=LABELS, tail_projection_dim=16)
 
 
 @pytest.fixture(scope="module")
@@ -36,22 +31,24 @@ def datasets_():
     return Dataset.from_list(planted_texts(LABELS, 96, seed=0)), Dataset.from_list(planted_texts(LABELS, 32, seed=1))
 
 
-def make_trainer(output_dir, tokenizer, train_dataset, model=None, callbacks=None, **overrides):
-    fields = dict(
-        output_dir=str(output_dir), per_device_train_batch_size=4, per_device_eval_batch_size=8,
-        gradient_accumulation_steps=2, max_steps=8, save_strategy="steps", save_steps=4, logging_steps=1,
-        learning_rate=1e-3, warmup_steps=2, output_learning_rate=0.1, output_warmup_steps=1,
-        rewiring_interval=3, rewiring_fraction=0.25, max_grad_norm=1.0, report_to=[], seed=0, use_cpu=True,
-        disable_tqdm=True,
-    )  # fmt: skip
-    fields.update(overrides)
-    return HasteTrainer(
-        model=model if model is not None else make_model(),
-        args=HasteTrainingArguments(**fields),
-        train_dataset=train_dataset,
-        data_collator=XMCDataCollator(tokenizer, max_length=16),
-        callbacks=callbacks,
-    )
+make_trainer = partial(
+    make_tiny_trainer,
+    model_fields=dict(label_count=LABELS, tail_projection_dim=16),
+    per_device_train_batch_size=4,
+    per_device_eval_batch_size=8,
+    gradient_accumulation_steps=2,
+    max_steps=8,
+    save_strategy="steps",
+    save_steps=4,
+    logging_steps=1,
+    learning_rate=1e-3,
+    warmup_steps=2,
+    output_learning_rate=0.1,
+    output_warmup_steps=1,
+    rewiring_interval=3,
+    rewiring_fraction=0.25,
+    max_grad_norm=1.0,
+)
 
 
 def test_two_optimizers_split_the_parameters(tmp_path, tokenizer, datasets_):
