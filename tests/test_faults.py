@@ -6,6 +6,7 @@ Sections: saving and loading; training divergence; labels and data; the command 
 import json
 import os
 import re
+import shutil
 import stat
 
 import pytest
@@ -308,6 +309,21 @@ def test_resume_passes_over_a_checkpoint_a_kill_left_half_written(tmp_path, toke
     assert resumed.state.global_step == 6 and len([log for log in resumed.state.log_history if "loss" in log]) == 6
     with pytest.raises(ValueError, match="checkpoint-6 is not a complete checkpoint.*resume from .*checkpoint-4"):
         make_trainer(tmp_path, tokenizer, train_set).train(resume_from_checkpoint=str(half_written))
+
+
+def test_resume_passes_over_a_checkpoint_whose_model_save_was_interrupted(tmp_path, tokenizer, train_set):
+    """The trainer state is complete, but the mark of an interrupted model save is still there."""
+    make_trainer(tmp_path, tokenizer, train_set, max_steps=4, save_strategy="steps", save_steps=2).train()
+    interrupted = tmp_path / "checkpoint-6"
+    shutil.copytree(tmp_path / "checkpoint-4", interrupted)
+    state = json.loads((interrupted / "trainer_state.json").read_text())
+    (interrupted / "trainer_state.json").write_text(json.dumps({**state, "global_step": 6}))
+    (interrupted / INCOMPLETE_SAVE_FILE).write_text("{}")
+    assert not checkpoint_is_complete(interrupted) and checkpoint_is_complete(tmp_path / "checkpoint-4")
+    assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-4")
+    resumed = make_trainer(tmp_path, tokenizer, train_set, max_steps=6, save_strategy="no")
+    resumed.train(resume_from_checkpoint=True)
+    assert [log["step"] for log in resumed.state.log_history if "loss" in log] == [1, 2, 3, 4, 5, 6]
 
 
 def test_resume_with_no_complete_checkpoint_is_refused(tmp_path, tokenizer, train_set):
