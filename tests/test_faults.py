@@ -778,3 +778,39 @@ def test_a_config_file_that_does_not_parse_is_a_one_line_error(capsys, tmp_path)
         (tmp_path / name).write_text(text)
         status, lines = run_cli(capsys, ["train", "--config", tmp_path / name])
         assert_one_line_error(status, lines, 2, "train", "--config", "is not valid")
+
+
+CONFIG_FILE_ERRORS = [
+    ("run.yaml", "learning_rate: 1.0e-4\nfan_in: 8\nlearning_rate: 1.0e-3\n", ["key 'learning_rate' is given twice (line 3)"]),
+    ("run.json", '{"learning_rate": 1e-4, "learning_rate": 1e-3}', ["key 'learning_rate' is given twice"]),
+    ("run.yaml", "learning-rate: 1.0e-4\nlearning_rate: 1.0e-3\n", ["'learning_rate' is given twice (as 'learning_rate' too)"]),
+    ("run.yaml", "per_device_train_batch_size: null\n", ["'per_device_train_batch_size' is null"]),
+    ("run.yaml", "fan_in: 6.7\n", ["'fan_in' must be an integer, got 6.7"]),
+    ("run.json", '{"max_steps": 2.5}', ["'max_steps' must be an integer, got 2.5"]),
+    ("run.json", '{"seed": true}', ["'seed' must be an integer, got True"]),
+    ("run.yaml", "learning_rate: fast\n", ["'learning_rate' must be a number, got 'fast'"]),
+    ("run.yaml", "fan_in: '6.7'\n", ["'fan_in' must be an integer, got '6.7'"]),
+    ("run.yaml", "bf16: 1.5\n", ["'bf16' must be true or false, got 1.5"]),
+    ("run.yaml", "grouping: kmeans\n", ["'grouping' must be one of semantic, frequency, random, got 'kmeans'"]),
+    ("run.yaml", "1: 2\n", ["key 1 is not a flag name"]),
+]
+
+
+@pytest.mark.parametrize("name, text, fragments", CONFIG_FILE_ERRORS, ids=[text for _, text, _ in CONFIG_FILE_ERRORS])
+def test_config_file_values_are_checked_naming_the_key(capsys, monkeypatch, tmp_path, name, text, fragments):
+    import haste_hf.cli
+
+    monkeypatch.setattr(haste_hf.cli, "command_train", lambda args: pytest.fail("the command ran"))
+    (tmp_path / name).write_text(text)
+    status, lines = run_cli(capsys, ["train", "--config", tmp_path / name])
+    assert_one_line_error(status, lines, 2, "train", "--config", *fragments)
+
+
+def test_config_file_values_of_the_right_type_are_taken(tmp_path):
+    from haste_hf.cli import parse_args
+
+    (tmp_path / "run.yaml").write_text("group_size: null\nfan_in: 8\nlearning_rate: 1e-4\nwarmup_steps: 3\neval_steps: 0.5\n"
+                                       "bf16: false\ngrouping: random\nreport_to: [none]\n")  # fmt: skip
+    args = parse_args(["train", "--config", str(tmp_path / "run.yaml"), "--output-dir", str(tmp_path / "out")])
+    assert (args.recipe.group_size, args.recipe.fan_in, args.recipe.grouping) == (None, 8, "random")
+    assert (args.training.learning_rate, args.training.warmup_steps, args.training.bf16) == (1e-4, 3, False)
