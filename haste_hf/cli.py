@@ -219,8 +219,16 @@ def command_evaluate(args) -> int:
 
 def read_texts(path: str) -> list[str]:
     """One text per line (line ends removed, blank lines kept so outputs stay aligned with the input)."""
-    with open(path, encoding="utf-8") as f:
-        texts = f.read().splitlines()
+    data = Path(path).read_bytes()
+    try:
+        texts = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
+        raise UsageError(
+            f"argument --input: {path} line {line} is not UTF-8 text ({error.reason}: byte {data[error.start]:#04x} at "
+            f"column {column}); save the file as UTF-8"
+        ) from None
     if not texts:
         raise UsageError(f"argument --input: {path} holds no texts (one text per line)")
     return texts

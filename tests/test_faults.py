@@ -582,6 +582,15 @@ def test_predict_usage_errors_leave_no_output(capsys, cli_files, tmp_path, flags
     assert not output.exists()
 
 
+def test_predict_input_that_is_not_utf8_names_the_file_and_line(capsys, cli_files, tmp_path):
+    texts = tmp_path / "latin1.txt"
+    texts.write_bytes("w3 w40\nw7 caf\u00e9\n".encode("latin-1"))
+    output = tmp_path / "top.jsonl"
+    status, lines = run_cli(capsys, ["predict", "--model", cli_files["model"], "--input", texts, "--output", output])
+    assert_one_line_error(status, lines, 2, "predict", "--input", f"{texts} line 2 is not UTF-8", "byte 0xe9 at column 7")
+    assert not output.exists()
+
+
 def test_predict_with_non_finite_scores_fails_and_keeps_the_previous_output(capsys, cli_files, tmp_path):
     folder = tmp_path / "nan-model"
     make_model(label_count=CLI_LABELS, head_label_count=2).save_pretrained(folder)
