@@ -51,10 +51,11 @@ _READER_VERSION = "1"
 
 
 class XMCFormatError(ValueError):
-    """A data file does not follow its format; the message names the file and the 1-based line."""
+    """A data file does not follow its format; the message names the file and the 1-based line (None: the
+    whole file)."""
 
-    def __init__(self, path: str | Path, line_number: int, message: str):
-        super().__init__(f"{path}, line {line_number}: {message}")
+    def __init__(self, path: str | Path, line_number: int | None, message: str):
+        super().__init__(f"{path}, line {line_number}: {message}" if line_number is not None else f"{path}: {message}")
         self.path = str(path)
         self.line_number = line_number
 
@@ -160,7 +161,13 @@ def _parse_sparse_pairs(path: Path, line_number: int, tokens: list[str], size: i
     return indices, values
 
 
+def _no_points(path: Path, what: str) -> XMCFormatError:
+    return XMCFormatError(path, None, f"the file holds no points ({what}); a split needs at least one")
+
+
 def _check_row_count(path: Path, rows_seen: int, num_rows: int) -> None:
+    if num_rows == 0:
+        raise _no_points(path, "its header announces 0 rows")
     if rows_seen != num_rows:
         # Rows start on line 2, after the header.
         raise XMCFormatError(
@@ -187,6 +194,7 @@ def _split_bow_line(line: str) -> tuple[list[str], list[str]]:
 
 def _json_rows(path: str, label_count: int, text_fields: TextFields) -> Iterator[dict[str, Any]]:
     path = Path(path)
+    points = 0
     for line_number, line in _iter_lines(path):
         if not line.strip():
             continue
@@ -208,7 +216,10 @@ def _json_rows(path: str, label_count: int, text_fields: TextFields) -> Iterator
         ):
             raise XMCFormatError(path, line_number, "`target_ind` must be a list of integer label ids")
         _check_label_ids(path, line_number, labels, label_count)
+        points += 1
         yield {"text": text, "labels": labels}
+    if not points:
+        raise _no_points(path, "no JSON line")
 
 
 def _parse_json_record(path: Path, line_number: int, line: str) -> dict[str, Any]:
