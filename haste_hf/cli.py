@@ -158,7 +158,7 @@ def command_train(args) -> int:
     except ValueError as error:
         raise UsageError(f"argument --output-dir: {error}") from None
     run = train(args.recipe.data, args.recipe.encoder, training_args=training, recipe_args=args.recipe)
-    layout = run.layout
+    layout, skipped = run.layout, run.trainer.non_finite_guard.skipped_steps
     summary = format_summary(
         "Test metrics (%)",
         run.test_metrics,
@@ -166,7 +166,7 @@ def command_train(args) -> int:
             "labels": f"{layout.label_count:,} (head {layout.head_label_count:,}, tail {layout.tail_label_count:,} in groups of {layout.group_size}, fan-in {args.recipe.fan_in})",
             "grouping": layout.strategy,
             "propensity": f"A={run.propensity.a}, B={run.propensity.b}",
-            "steps": run.trainer.state.global_step,
+            "steps": f"{run.trainer.state.global_step}" + (f" ({skipped} skipped: NaN or infinite gradients)" if skipped else ""),
             "time": f"{run.training_seconds / 60:.1f} min",
             "saved to": run.output_dir,
         },

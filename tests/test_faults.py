@@ -258,6 +258,23 @@ def test_a_nan_in_the_encoder_output_is_skipped_when_asked(tmp_path, tokenizer, 
     HasteForExtremeClassification.from_pretrained(tmp_path / "final")
 
 
+def test_a_run_that_skipped_most_of_its_steps_fails_and_says_how_many(tmp_path, tokenizer, train_set, caplog):
+    model = make_model()
+    poison_encoder_output(model, calls={1, 2, 4, 5})
+    trainer = make_trainer(tmp_path, tokenizer, train_set, model=model, on_non_finite="skip")
+    with pytest.raises(FloatingPointError, match="4 of its 6 optimizer steps were skipped.*not saved"):
+        trainer.train()
+    assert "4 of 6 optimizer steps were skipped" in caplog.text
+
+
+def test_a_run_that_skipped_half_of_its_steps_or_fewer_says_how_many(tmp_path, tokenizer, train_set, caplog):
+    model = make_model()
+    poison_encoder_output(model, calls={1, 3, 5})
+    trainer = make_trainer(tmp_path, tokenizer, train_set, model=model, on_non_finite="skip")
+    trainer.train()
+    assert trainer.non_finite_guard.skipped_steps == 3 and "3 of 6 optimizer steps were skipped" in caplog.text
+
+
 def test_a_skipped_step_leaves_weights_and_momentum_untouched(tmp_path, tokenizer, train_set):
     model = make_model()
     poison_encoder_output(model, calls={2})
@@ -773,6 +790,34 @@ def test_a_diverging_run_is_a_one_line_error_and_saves_no_final_model(capsys, cl
     assert not (output / "config.json").exists()
     for checkpoint in output.glob("checkpoint-*"):
         assert all(torch.isfinite(t).all() for t in load_file(checkpoint / "model.safetensors").values())
+
+
+@pytest.mark.parametrize("poisoned, skipped, steps", [({1, 2}, 2, 3), ({2}, 1, 3)])
+def test_a_run_with_skipped_steps_reports_them_and_is_not_saved_when_most_were(
+    capsys, cli_files, encoder_dir, tmp_path, monkeypatch, poisoned, skipped, steps
+):
+    import haste_hf.recipe
+
+    build_model = haste_hf.recipe.build_model
+
+    def poisoned_model(*args, **kwargs):
+        model = build_model(*args, **kwargs)
+        poison_encoder_output(model, calls=poisoned)  # training forward passes: no validation split
+        return model
+
+    monkeypatch.setattr(haste_hf.recipe, "build_model", poisoned_model)
+    from haste_hf.cli import main
+
+    output = tmp_path / "out"
+    flags = train_flags(cli_files["data"], encoder_dir, output, "--on-non-finite", "skip", "--validation-fraction", "0")
+    if 2 * skipped > steps:
+        status, lines = run_cli(capsys, flags)
+        assert_one_line_error(status, lines, 1, "train", f"{skipped} of its {steps} optimizer steps were skipped", "not saved")
+        assert not (output / "config.json").exists()
+    else:
+        assert main([str(flag) for flag in flags]) == 0
+        assert f"steps: {steps} ({skipped} skipped: NaN or infinite gradients)" in capsys.readouterr().out
+        assert (output / "config.json").exists()
 
 
 def test_the_demo_replaces_its_own_folder_and_train_does_not():
