@@ -265,10 +265,13 @@ class LabelLayout:
             return
         _, fingerprint, points = count_labels(split, self.label_count)
         if fingerprint != self.split_fingerprint:
+            sizes = (
+                f"({self.train_points:,} points) than {what} ({points:,} points)" if points != self.train_points
+                else f"than {what}, of as many points ({points:,}) but other label lists or another order"
+            )  # fmt: skip
             raise ValueError(
-                f"This label layout was computed from another training split ({self.train_points:,} points) than "
-                f"{what} ({points:,} points): the head/tail split and the groups would not match the training "
-                "data. Compute the layout with the same data and the same validation hold-out "
+                f"This label layout was computed from another training split {sizes}: the head/tail split and the "
+                "groups would not match the training data. Compute the layout with the same data and the same validation hold-out "
                 "(`haste-hf group` takes `--validation-fraction` and `--seed` as `train` does)."
             )
 

@@ -820,6 +820,18 @@ def test_a_run_with_skipped_steps_reports_them_and_is_not_saved_when_most_were(
         assert (output / "config.json").exists()
 
 
+@pytest.mark.parametrize("data", ["data40", "data20"])
+def test_a_layout_of_another_label_count_is_refused_naming_both_counts(capsys, cli_files, encoder_dir, tmp_path, data):
+    layout = tmp_path / "layout.safetensors"
+    status, _ = run_cli(capsys, ["group", "--data", cli_files["data"], "--encoder", encoder_dir, "--output", layout,
+                                 "--group-size", "4", "--grouping", "frequency"])  # fmt: skip
+    assert status == 0
+    status, lines = run_cli(capsys, train_flags(cli_files[data], encoder_dir, tmp_path / "out", "--layout-file", layout))
+    count = data.removeprefix("data")
+    assert_one_line_error(status, lines, 1, "train", f"layout is of 30 labels and the dataset has {count}", "haste-hf group")
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_demo_replaces_its_own_folder_and_train_does_not():
     from haste_hf.cli import build_parser
 
