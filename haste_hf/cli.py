@@ -556,11 +556,24 @@ def _resume_flag(argv: list[str]) -> list[str]:
 def _apply_train_flag_rules(values: dict) -> None:
     """What two `train` flags mean beyond their `TrainingArguments` field (as in earlier versions of the CLI):
     `--bf16` also trains the head and tail in bf16 (the paper; `--output-layer-dtype float32` keeps them in
-    float32), and `--eval-steps N` evaluates and checkpoints every N steps instead of every epoch."""
+    float32), and `--eval-steps N` evaluates and checkpoints every N steps instead of every epoch. Without a
+    validation split nothing is evaluated and no best model is kept (as `recipe.train` does), so that any
+    `--save-strategy` works; with one, a checkpoint schedule that cannot keep the best model is refused with
+    what would work."""
     if values["bf16"] and values["output_layer_dtype"] is None:
         values["output_layer_dtype"] = "bfloat16"
     if values["eval_steps"] and values["eval_strategy"] == values["save_strategy"] == "epoch":
         values.update(eval_strategy="steps", save_strategy="steps", save_steps=values["eval_steps"])
+    if values["validation_fraction"] == 0:
+        values.update(eval_strategy="no", load_best_model_at_end=False)
+    elif values["load_best_model_at_end"] and values["save_strategy"] not in (values["eval_strategy"], "best"):
+        raise UsageError(
+            f"--save-strategy {values['save_strategy']} with --eval-strategy {values['eval_strategy']}: keeping the best "
+            "validation model (--load-best-model-at-end, on by default) needs a checkpoint at each evaluation. Use "
+            "--eval-steps N (evaluate and checkpoint every N steps), give --eval-strategy and --save-strategy the "
+            "same value, pass --load-best-model-at-end false (the last model is kept), or --validation-fraction 0 "
+            "(no validation split: any --save-strategy works)"
+        )
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -502,6 +502,9 @@ TRAIN_USAGE_ERRORS = [
     (["--grouping-file", "missing.safetensors"], ["`layout_file`: no file 'missing.safetensors'"]),
     (["--config", "missing.yaml"], ["--config", "missing.yaml"]),
     (["--no-such-flag"], ["unrecognized arguments: --no-such-flag"]),
+    (["--save-strategy", "steps"], ["--save-strategy steps with --eval-strategy epoch", "--eval-steps N", "--validation-fraction 0"]),
+    (["--save-strategy", "no"], ["--save-strategy no with --eval-strategy epoch", "--load-best-model-at-end false"]),
+    (["--eval-strategy", "no"], ["--save-strategy epoch with --eval-strategy no", "--load-best-model-at-end false"]),
 ]
 
 
@@ -712,6 +715,15 @@ def test_checkpoints_are_written_without_a_validation_split(capsys, cli_files, e
     assert run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output, "--validation-fraction", "0"))[0] == 0
     assert [path.name for path in output.glob("checkpoint-*")] == ["checkpoint-3"]  # each epoch, the last kept
     assert checkpoint_is_complete(output / "checkpoint-3")
+
+
+@pytest.mark.parametrize("strategy", ["steps", "no"])
+def test_any_save_strategy_works_without_a_validation_split(capsys, cli_files, encoder_dir, tmp_path, strategy):
+    output = tmp_path / "out"
+    flags = ("--validation-fraction", "0", "--save-strategy", strategy, "--save-steps", "2")
+    assert run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output, *flags))[0] == 0
+    assert sorted(path.name for path in output.glob("checkpoint-*")) == (["checkpoint-3"] if strategy == "steps" else [])
+    assert (output / "config.json").exists()
 
 
 def test_resume_from_checkpoint_continues_the_run_past_a_half_written_checkpoint(capsys, cli_files, encoder_dir, tmp_path):
