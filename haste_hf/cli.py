@@ -197,6 +197,22 @@ def check_split(args, data):
         raise UsageError(f"argument --split: {args.split!r} is not a split of the dataset (splits: {', '.join(sorted(data.splits))})")
 
 
+def check_label_names(args, model, data) -> None:
+    """Refuses data whose label names differ from the model's (the same count, another label space or order),
+    unless `--ignore-label-names`: the metrics would score each label id against another label."""
+    names, data_names = model.label_names, data.label_texts
+    if args.ignore_label_names or names is None or data_names is None:
+        return
+    differing = [label for label, (name, data_name) in enumerate(zip(names, data_names)) if name != data_name]
+    if differing:
+        first = differing[0]
+        raise UsageError(
+            f"the labels of the model at {args.model} are not the dataset's: {len(differing):,} of {len(names):,} names "
+            f"differ (label {first} is {names[first]!r} in the model, {data_names[first]!r} in the dataset). Evaluate "
+            "the model on the dataset it was trained for, or pass --ignore-label-names to score it by label id anyway."
+        )
+
+
 def command_evaluate(args) -> int:
     from .saving import atomic_path
 
@@ -208,6 +224,7 @@ def command_evaluate(args) -> int:
             f"the model at {args.model} has {model.config.label_count:,} labels and the dataset {data.label_count:,}: "
             "evaluate a model on the dataset it was trained for."
         )
+    check_label_names(args, model, data)
     propensity = propensity_for(args, data)
     metrics = evaluate_split(model, tokenizer, data, args.split, args, propensity)
     print(format_summary(f"{args.split} metrics (%)", metrics, {"propensity": f"A={propensity.a}, B={propensity.b}"}))
@@ -497,6 +514,8 @@ def build_parser(config: dict | None = None) -> argparse.ArgumentParser:
     evaluate.add_argument("--model", required=True, type=trained_model_reference, help="Folder (or Hub id) of a trained model.")
     evaluate.add_argument("--split", default="test", help="Split to evaluate.")
     evaluate.add_argument("--output", type=output_file, default=None, help="Also write the metrics to this JSON file.")
+    evaluate.add_argument("--ignore-label-names", action="store_true",
+                          help="Evaluate even when the dataset's label names differ from the model's (labels are matched by id).")  # fmt: skip
     _add_data_arguments(evaluate, of_trained_model=True)
     evaluate.set_defaults(handler=command_evaluate)
 

@@ -549,6 +549,21 @@ def test_evaluate_on_data_of_another_label_count_names_both_counts(capsys, cli_f
     assert not output.exists()
 
 
+def test_evaluate_on_data_of_other_label_names_is_refused_unless_asked(capsys, cli_files, tmp_path):
+    data = tmp_path / "renamed"
+    shutil.copytree(cli_files["data"], data)
+    names = [f"label {i}" if i % 10 else f"renamed {i}" for i in range(CLI_LABELS)]  # 3 of 30 differ, the first is 0
+    (data / "lbl.json.gz").unlink()
+    (data / "lbl.json").write_text("".join(json.dumps({"uid": str(i), "title": name}) + "\n" for i, name in enumerate(names)))
+    output = tmp_path / "metrics.json"
+    status, lines = run_cli(capsys, ["evaluate", "--model", cli_files["model"], "--data", data, "--output", output])
+    assert_one_line_error(status, lines, 2, "evaluate", "3 of 30 names differ", "label 0 is 'label 0' in the model, 'renamed 0'",
+                          "--ignore-label-names")  # fmt: skip
+    assert not output.exists()
+    status, _ = run_cli(capsys, ["evaluate", "--model", cli_files["model"], "--data", data, "--output", output, "--ignore-label-names"])
+    assert status == 0 and "P@1" in json.loads(output.read_text())
+
+
 def test_evaluate_of_a_model_with_fewer_labels_than_the_summary_k(capsys, cli_files, tmp_path):
     folder = tmp_path / "three"
     make_model(label_count=3, head_label_count=1, group_size=2, fan_in=4).save_pretrained(folder)
