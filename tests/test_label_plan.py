@@ -39,6 +39,16 @@ def test_counts_and_fingerprint_of_a_dataset_match_those_of_its_lists(split):
         count_labels([[0, 40]], LABELS)
 
 
+def test_a_split_of_more_points_than_a_batch_has_one_fingerprint_as_dataset_and_as_lists(monkeypatch):
+    import haste_hf.label_plan
+
+    monkeypatch.setattr(haste_hf.label_plan, "_BATCH_POINTS", 7)  # 20 points: batches of 7, 7 and 6
+    lists = [[i % LABELS, (3 * i) % LABELS][: 1 + i % 2] for i in range(20)]
+    counts, fingerprint, points = count_labels(Dataset.from_dict({"labels": lists}), LABELS)
+    assert count_labels(lists, LABELS)[1] == fingerprint and points == 20
+    assert count_labels(lists, LABELS)[0].tolist() == counts.tolist() and count_labels([], LABELS)[2] == 0
+
+
 def test_fingerprint_depends_on_where_each_points_labels_start_and_end():
     # The same ids in the same order, cut into points differently: another split.
     assert count_labels([[1, 2], [3]], LABELS)[1] != count_labels([[1], [2, 3]], LABELS)[1]
