@@ -116,8 +116,9 @@ class NonFiniteGradientCallback(TrainerCallback):
     an overflowing weight or a NaN in the encoder's output) either stops training with a
     `FloatingPointError` (`action="stop"`) or drops the update (`"skip"`: gradients are cleared, so
     neither optimizer moves its weights or momentum; the schedules still advance). Skipped steps are
-    counted in `skipped_steps`. A skip is refused when the weights themselves are no longer finite,
-    since no later step could recover from that.
+    counted in `skipped_steps` (those of the current `train` call, reported at its end). A skip is refused
+    when the weights themselves are no longer finite, since no later step could recover from that; and
+    `HasteTrainer.train` fails when more than half of its steps were skipped (`too_many_skipped`).
 
     One device sync per optimizer step: the largest absolute gradient of each tensor is gathered and
     tested at once (the max, unlike the norm, never overflows on large finite gradients). Under several
@@ -130,6 +131,22 @@ class NonFiniteGradientCallback(TrainerCallback):
             raise ValueError(f"`on_non_finite` must be one of {NON_FINITE_ACTIONS}, got {action!r}.")
         self.action = action
         self.skipped_steps = 0
+        self.steps = 0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.skipped_steps, self.steps, self._first_step = 0, 0, state.global_step
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.steps = state.global_step - self._first_step
+        if self.skipped_steps:
+            logger.warning(
+                "%d of %d optimizer steps were skipped: their gradients were NaN or infinite.", self.skipped_steps, self.steps
+            )
+
+    @property
+    def too_many_skipped(self) -> bool:
+        """Whether more than half of the steps of the last `train` call were skipped: the run diverged."""
+        return 2 * self.skipped_steps > self.steps
 
     def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
         parameters = [param for param in unwrap_model(model).parameters() if param.grad is not None]

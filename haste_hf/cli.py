@@ -160,7 +160,7 @@ def command_train(args) -> int:
     except ValueError as error:
         raise UsageError(f"argument --output-dir: {error}") from None
     run = train(args.recipe.data, args.recipe.encoder, training_args=training, recipe_args=args.recipe)
-    layout = run.layout
+    layout, skipped = run.layout, run.trainer.non_finite_guard.skipped_steps
     summary = format_summary(
         "Test metrics (%)",
         run.test_metrics,
@@ -168,7 +168,7 @@ def command_train(args) -> int:
             "labels": f"{layout.label_count:,} (head {layout.head_label_count:,}, tail {layout.tail_label_count:,} in groups of {layout.group_size}, fan-in {args.recipe.fan_in})",
             "grouping": layout.strategy,
             "propensity": f"A={run.propensity.a}, B={run.propensity.b}",
-            "steps": run.trainer.state.global_step,
+            "steps": f"{run.trainer.state.global_step}" + (f" ({skipped} skipped: NaN or infinite gradients)" if skipped else ""),
             "time": f"{run.training_seconds / 60:.1f} min",
             "saved to": run.output_dir,
         },
@@ -199,6 +199,22 @@ def check_split(args, data):
         raise UsageError(f"argument --split: {args.split!r} is not a split of the dataset (splits: {', '.join(sorted(data.splits))})")
 
 
+def check_label_names(args, model, data) -> None:
+    """Refuses data whose label names differ from the model's (the same count, another label space or order),
+    unless `--ignore-label-names`: the metrics would score each label id against another label."""
+    names, data_names = model.label_names, data.label_texts
+    if args.ignore_label_names or names is None or data_names is None:
+        return
+    differing = [label for label, (name, data_name) in enumerate(zip(names, data_names)) if name != data_name]
+    if differing:
+        first = differing[0]
+        raise UsageError(
+            f"the labels of the model at {args.model} are not the dataset's: {len(differing):,} of {len(names):,} names "
+            f"differ (label {first} is {names[first]!r} in the model, {data_names[first]!r} in the dataset). Evaluate "
+            "the model on the dataset it was trained for, or pass --ignore-label-names to score it by label id anyway."
+        )
+
+
 def command_evaluate(args) -> int:
     from .saving import atomic_path
 
@@ -210,6 +226,7 @@ def command_evaluate(args) -> int:
             f"the model at {args.model} has {model.config.label_count:,} labels and the dataset {data.label_count:,}: "
             "evaluate a model on the dataset it was trained for."
         )
+    check_label_names(args, model, data)
     propensity = propensity_for(args, data)
     metrics = evaluate_split(model, tokenizer, data, args.split, args, propensity)
     print(format_summary(f"{args.split} metrics (%)", metrics, {"propensity": f"A={propensity.a}, B={propensity.b}"}))
@@ -221,8 +238,16 @@ def command_evaluate(args) -> int:
 
 def read_texts(path: str) -> list[str]:
     """One text per line (line ends removed, blank lines kept so outputs stay aligned with the input)."""
-    with open(path, encoding="utf-8") as f:
-        texts = f.read().splitlines()
+    data = Path(path).read_bytes()
+    try:
+        texts = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
+        raise UsageError(
+            f"argument --input: {path} line {line} is not UTF-8 text ({error.reason}: byte {data[error.start]:#04x} at "
+            f"column {column}); save the file as UTF-8"
+        ) from None
     if not texts:
         raise UsageError(f"argument --input: {path} holds no texts (one text per line)")
     return texts
@@ -367,33 +392,110 @@ def _train_parser_kwargs() -> dict:
     return dict(parents=[config, fields], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
 
 
+def _yaml_without_duplicate_keys(text: str, path: str):
+    """`yaml.safe_load(text)`, refusing a mapping that repeats a key (YAML keeps the last one in silence)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if isinstance(key, (str, int, float, bool)) and key in seen:
+                    raise UsageError(f"argument --config: {path}: key {key!r} is given twice (line {key_node.start_mark.line + 1}); keep one.")
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return yaml.load(text, Loader=Loader)  # a SafeLoader: no object is built from a tag
+
+
+def _json_object_without_duplicate_keys(path: str):
+    def build(pairs):
+        keys = [key for key, _ in pairs]
+        repeated = next((key for key in keys if keys.count(key) > 1), None)
+        if repeated is not None:
+            raise UsageError(f"argument --config: {path}: key {repeated!r} is given twice; keep one.")
+        return dict(pairs)
+
+    return build
+
+
 def read_config_file(path: str, known: set[str]) -> dict:
-    """Flag values from a JSON or YAML mapping; unknown keys are refused with the nearest known name."""
+    """Flag values from a JSON or YAML mapping; unknown keys are refused with the nearest known name, and a key
+    given twice (also as `learning-rate` and `learning_rate`) is refused."""
     import difflib
 
     if not os.path.isfile(path):
         raise UsageError(f"argument --config: no file {path!r}")
-    text = Path(path).read_text(encoding="utf-8")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise UsageError(f"argument --config: {path} is not UTF-8 text ({error.reason} at byte {error.start})") from None
     if path.endswith((".yaml", ".yml")):
         import yaml
 
         try:
-            values = yaml.safe_load(text)
+            values = _yaml_without_duplicate_keys(text, path)
         except yaml.YAMLError as error:
             raise UsageError(f"argument --config: {path} is not valid YAML: {error}") from None
     else:
         try:
-            values = json.loads(text)
+            values = json.loads(text, object_pairs_hook=_json_object_without_duplicate_keys(path))
         except ValueError as error:
             raise UsageError(f"argument --config: {path} is not valid JSON: {error}") from None
     if not isinstance(values, dict):
         raise UsageError(f"argument --config: {path}: expected a mapping of flag names to values, got {type(values).__name__}.")
-    values = {key.replace("-", "_"): value for key, value in values.items()}
-    for key in values:
-        if key not in known:
-            near = difflib.get_close_matches(key, known, n=1)
-            raise UsageError(f"argument --config: {path}: unknown key {key!r}" + (f" (did you mean {near[0]!r}?)" if near else "") + ".")
-    return values
+    normalized = {}
+    for key, value in values.items():
+        if not isinstance(key, str):
+            raise UsageError(f"argument --config: {path}: key {key!r} is not a flag name.")
+        name = key.replace("-", "_")
+        if name in normalized:
+            raise UsageError(f"argument --config: {path}: {name!r} is given twice (as {key!r} too); keep one.")
+        if name not in known:
+            near = difflib.get_close_matches(name, known, n=1)
+            raise UsageError(f"argument --config: {path}: unknown key {name!r}" + (f" (did you mean {near[0]!r}?)" if near else "") + ".")
+        normalized[name] = value
+    return normalized
+
+
+def check_config_values(path: str, values: dict, parser: argparse.ArgumentParser, may_be_null: set[str]) -> None:
+    """Refuses a config value of the wrong type for its flag, naming the key: argparse checks a default only
+    when it is a string, and then names the flag but not the file, so `fan_in: 6.7` or `batch_size: null`
+    would reach the run unchecked. `may_be_null`: the fields whose type allows None."""
+    from transformers.hf_argparser import string_to_bool
+
+    actions = {action.dest: action for action in parser._actions}
+    for key, value in values.items():
+        action = actions.get(key)
+        if action is None:
+            continue
+        if value is None:
+            if key not in may_be_null:
+                raise UsageError(f"argument --config: {path}: {key!r} is null; give a value or leave the key out.")
+            continue
+        kind = action.type
+        items = value if isinstance(value, list) and action.nargs in ("+", "*") else [value]
+        for item in items:
+            if action.choices is not None:
+                choice = kind(item) if callable(kind) and isinstance(item, str) else item
+                ok, expected = choice in action.choices, f"one of {', '.join(map(str, action.choices))}"
+            elif kind not in (int, float, string_to_bool):
+                continue
+            elif isinstance(item, str):  # as the flag's text: "1e-4" (YAML reads it as a string), "true"
+                try:
+                    ok = kind(item) is not None
+                except (TypeError, ValueError):
+                    ok = False
+                expected = {int: "an integer", float: "a number", string_to_bool: "true or false"}[kind]
+            elif kind is int:
+                ok, expected = isinstance(item, int) and not isinstance(item, bool), "an integer"
+            elif kind is float:
+                ok, expected = isinstance(item, (int, float)) and not isinstance(item, bool), "a number"
+            else:
+                ok, expected = isinstance(item, bool), "true or false"
+            if not ok:
+                raise UsageError(f"argument --config: {path}: {key!r} must be {expected}, got {item!r}.")
 
 
 def build_parser(config: dict | None = None) -> argparse.ArgumentParser:
@@ -416,6 +518,8 @@ def build_parser(config: dict | None = None) -> argparse.ArgumentParser:
     evaluate.add_argument("--model", required=True, type=trained_model_reference, help="Folder (or Hub id) of a trained model.")
     evaluate.add_argument("--split", default="test", help="Split to evaluate.")
     evaluate.add_argument("--output", type=output_file, default=None, help="Also write the metrics to this JSON file.")
+    evaluate.add_argument("--ignore-label-names", action="store_true",
+                          help="Evaluate even when the dataset's label names differ from the model's (labels are matched by id).")  # fmt: skip
     _add_data_arguments(evaluate, of_trained_model=True)
     evaluate.set_defaults(handler=command_evaluate)
 
@@ -475,11 +579,23 @@ def _resume_flag(argv: list[str]) -> list[str]:
 
 
 def _apply_train_flag_rules(values: dict) -> None:
-    """What `--eval-steps N` means beyond its `TrainingArguments` field (as in earlier versions of the CLI): evaluate
-    and checkpoint every N steps instead of every epoch. (`--bf16` training the head and tail in bf16 is
-    `HasteTrainingArguments`' own rule.)"""
+    """What two `train` flags mean beyond their `TrainingArguments` field (as in earlier versions of the CLI):
+    `--eval-steps N` evaluates and checkpoints every N steps instead of every epoch. Without a validation split
+    nothing is evaluated and no best model is kept (as `recipe.train` does), so that any `--save-strategy` works;
+    with one, a checkpoint schedule that cannot keep the best model is refused with what would work. (`--bf16`
+    training the head and tail in bf16 is `HasteTrainingArguments`' own rule.)"""
     if values["eval_steps"] and values["eval_strategy"] == values["save_strategy"] == "epoch":
         values.update(eval_strategy="steps", save_strategy="steps", save_steps=values["eval_steps"])
+    if values["validation_fraction"] == 0:
+        values.update(eval_strategy="no", load_best_model_at_end=False)
+    elif values["load_best_model_at_end"] and values["save_strategy"] not in (values["eval_strategy"], "best"):
+        raise UsageError(
+            f"--save-strategy {values['save_strategy']} with --eval-strategy {values['eval_strategy']}: keeping the best "
+            "validation model (--load-best-model-at-end, on by default) needs a checkpoint at each evaluation. Use "
+            "--eval-steps N (evaluate and checkpoint every N steps), give --eval-strategy and --save-strategy the "
+            "same value, pass --load-best-model-at-end false (the last model is kept), or --validation-fraction 0 "
+            "(no validation split: any --save-strategy works)"
+        )
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -494,12 +610,17 @@ def parse_args(argv=None) -> argparse.Namespace:
         argv = _resume_flag([argv[0], *map(_long_flag, argv[1:])])
     config = None
     if is_train and _config_path(argv):
+        import typing
+
         from .recipe import RecipeArguments
         from .training_args import HasteTrainingArguments
 
-        known = {f.name for dataclass in (RecipeArguments, HasteTrainingArguments) for f in dataclasses.fields(dataclass) if f.init}
-        config = read_config_file(_config_path(argv), known)
+        fields = {f.name: dataclass for dataclass in (RecipeArguments, HasteTrainingArguments) for f in dataclasses.fields(dataclass) if f.init}
+        config = read_config_file(_config_path(argv), set(fields))
+        may_be_null = {name for name in config if type(None) in typing.get_args(typing.get_type_hints(fields[name])[name])}
     parser = build_parser(config)
+    if config:
+        check_config_values(_config_path(argv), config, parser._subparsers._group_actions[0].choices[argv[0]], may_be_null)
     args, unknown = parser.parse_known_args(argv)
     args.prog = parser._subparsers._group_actions[0].choices[args.command].prog
     if unknown:

@@ -48,14 +48,15 @@ LABEL_FEATURES = Features({"labels": List(Value("int32"))})
 TextFields = Literal["title", "title_content"]
 _SPLIT_PREFIXES = {"train": "trn", "test": "tst"}
 # Bumped whenever a reader's output for the same file changes, so stale Arrow caches are not reused.
-_READER_VERSION = "1"
+_READER_VERSION = "2"  # 2: a file of no points is refused (1 cached an empty split)
 
 
 class XMCFormatError(ValueError):
-    """A data file does not follow its format; the message names the file and the 1-based line."""
+    """A data file does not follow its format; the message names the file and the 1-based line (None: the
+    whole file)."""
 
-    def __init__(self, path: str | Path, line_number: int, message: str):
-        super().__init__(f"{path}, line {line_number}: {message}")
+    def __init__(self, path: str | Path, line_number: int | None, message: str):
+        super().__init__(f"{path}, line {line_number}: {message}" if line_number is not None else f"{path}: {message}")
         self.path = str(path)
         self.line_number = line_number
 
@@ -161,7 +162,13 @@ def _parse_sparse_pairs(path: Path, line_number: int, tokens: list[str], size: i
     return indices, values
 
 
+def _no_points(path: Path, what: str) -> XMCFormatError:
+    return XMCFormatError(path, None, f"the file holds no points ({what}); a split needs at least one")
+
+
 def _check_row_count(path: Path, rows_seen: int, num_rows: int) -> None:
+    if num_rows == 0:
+        raise _no_points(path, "its header announces 0 rows")
     if rows_seen != num_rows:
         # Rows start on line 2, after the header.
         raise XMCFormatError(
@@ -188,6 +195,7 @@ def _split_bow_line(line: str) -> tuple[list[str], list[str]]:
 
 def _json_rows(path: str, label_count: int, text_fields: TextFields) -> Iterator[dict[str, Any]]:
     path = Path(path)
+    points = 0
     for line_number, line in _iter_lines(path):
         if not line.strip():
             continue
@@ -209,7 +217,10 @@ def _json_rows(path: str, label_count: int, text_fields: TextFields) -> Iterator
         ):
             raise XMCFormatError(path, line_number, "`target_ind` must be a list of integer label ids")
         _check_label_ids(path, line_number, labels, label_count)
+        points += 1
         yield {"text": text, "labels": labels}
+    if not points:
+        raise _no_points(path, "no JSON line")
 
 
 def _parse_json_record(path: Path, line_number: int, line: str) -> dict[str, Any]:

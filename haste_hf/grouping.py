@@ -332,19 +332,22 @@ def _normalized_rows(
 
 def _assign_to_centroids(
     x: torch.Tensor, centroids: torch.Tensor, with_sums: bool
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Index of the most similar centroid of each row, and optionally the per-centroid sums of rows."""
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Index of the most similar centroid of each row; with `with_sums`, also the per-centroid sums of rows
+    and each row's similarity to its centroid."""
     num_rows = x.shape[0]
     rows_per_chunk = max(1, _chunk_bytes(x.device) // (x.element_size() * centroids.shape[0]))
     assignment = torch.empty(num_rows, dtype=torch.int64, device=x.device)
     sums = torch.zeros(centroids.shape, dtype=torch.float32, device=x.device) if with_sums else None
+    similarity = torch.empty(num_rows, dtype=torch.float32, device=x.device) if with_sums else None
     for start in range(0, num_rows, rows_per_chunk):
         block = x[start : start + rows_per_chunk]
-        nearest = (block @ centroids.T).argmax(dim=1)
+        best, nearest = (block @ centroids.T).max(dim=1)
         assignment[start : start + rows_per_chunk] = nearest
         if with_sums:
             sums.index_add_(0, nearest, block.float())
-    return assignment, sums
+            similarity[start : start + rows_per_chunk] = best.float()
+    return assignment, sums, similarity
 
 
 def _spherical_kmeans(
@@ -359,7 +362,8 @@ def _spherical_kmeans(
 
     Lloyd iterations on cosine similarity run on a random `sample_fraction` of the rows (as mini-batch k-means,
     at a fraction of the cost), starting from random sample rows; then every row joins its most similar
-    centroid.
+    centroid. A cluster left empty (two starting rows alike: labels of the same name embed alike) restarts at
+    the rows least similar to their centroids, so that every cluster is in use while the rows differ.
     """
     num_sampled = max(num_clusters, int(sample_fraction * x.shape[0]))
     sample = x[torch.randperm(x.shape[0], generator=generator, device=x.device)[:num_sampled]]
@@ -367,15 +371,13 @@ def _spherical_kmeans(
     centroids = sample[:num_clusters]
     previous = None
     for _ in range(num_iters):
-        assignment, sums = _assign_to_centroids(sample, centroids, with_sums=True)
-        if previous is not None and (assignment != previous).sum() <= tolerance * num_rows:
+        assignment, sums, similarity = _assign_to_centroids(sample, centroids, with_sums=True)
+        empty = (torch.bincount(assignment, minlength=num_clusters) == 0).nonzero().squeeze(1)
+        if previous is not None and not empty.numel() and (assignment != previous).sum() <= tolerance * num_rows:
             break
         previous = assignment
-        # An empty cluster restarts at a random row, so that all clusters stay in use.
-        empty = (sums.abs().sum(dim=1) == 0).nonzero().squeeze(1)
         if empty.numel():
-            restart = torch.randint(num_rows, (empty.numel(),), generator=generator, device=x.device)
-            sums[empty] = sample[restart].float()
+            sums[empty] = sample[similarity.topk(empty.numel(), largest=False).indices].float()
         centroids = F.normalize(sums, dim=1).to(x.dtype)
     return _assign_to_centroids(x, centroids, with_sums=False)[0]
 

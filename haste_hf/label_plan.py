@@ -41,12 +41,18 @@ def _int64_vector(values, name: str) -> torch.Tensor:
     return tensor.to(torch.int64).contiguous()
 
 
+# Points per batch: the fingerprint hashes each batch's lengths, then its ids, so both kinds of input must be
+# cut alike for a split to have one fingerprint.
+_BATCH_POINTS = 65536
+
+
 def _label_batches(labels) -> Iterable[tuple[np.ndarray, np.ndarray]]:
-    """`(lengths, flat ids)` int64 batches of a `datasets.Dataset`'s `labels` column or of label-id lists."""
+    """`(lengths, flat ids)` int64 batches of `_BATCH_POINTS` points of a `datasets.Dataset`'s `labels` column
+    or of label-id lists."""
     if hasattr(labels, "with_format") and "labels" in getattr(labels, "column_names", ()):
         import pyarrow.compute as pc
 
-        for batch in labels.select_columns(["labels"]).with_format("arrow").iter(batch_size=65536):
+        for batch in labels.select_columns(["labels"]).with_format("arrow").iter(batch_size=_BATCH_POINTS):
             column = batch.column("labels")
             yield (
                 pc.list_value_length(column).to_numpy(zero_copy_only=False).astype(np.int64),
@@ -54,8 +60,10 @@ def _label_batches(labels) -> Iterable[tuple[np.ndarray, np.ndarray]]:
             )
         return
     rows = [np.asarray(ids, dtype=np.int64).reshape(-1) for ids in labels]
-    lengths = np.asarray([row.size for row in rows], dtype=np.int64)
-    yield lengths, (np.concatenate(rows) if rows else np.empty(0, np.int64))
+    for start in range(0, max(len(rows), 1), _BATCH_POINTS):
+        batch = rows[start : start + _BATCH_POINTS]
+        lengths = np.asarray([row.size for row in batch], dtype=np.int64)
+        yield lengths, (np.concatenate(batch) if batch else np.empty(0, np.int64))
 
 
 def count_labels(labels, label_count: int) -> tuple[np.ndarray, str, int]:
@@ -269,10 +277,13 @@ class LabelLayout:
             return
         _, fingerprint, points = count_labels(split, self.label_count)
         if fingerprint != self.split_fingerprint:
+            sizes = (
+                f"({self.train_points:,} points) than {what} ({points:,} points)" if points != self.train_points
+                else f"than {what}, of as many points ({points:,}) but other label lists or another order"
+            )  # fmt: skip
             raise ValueError(
-                f"This label layout was computed from another training split ({self.train_points:,} points) than "
-                f"{what} ({points:,} points): the head/tail split and the groups would not match the training "
-                "data. Compute the layout with the same data and the same validation hold-out "
+                f"This label layout was computed from another training split {sizes}: the head/tail split and the "
+                "groups would not match the training data. Compute the layout with the same data and the same validation hold-out "
                 "(`haste-hf group` takes `--validation-fraction` and `--seed` as `train` does)."
             )
 

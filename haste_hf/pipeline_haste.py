@@ -13,6 +13,8 @@ model=...)` serves HASTE models; a saved HASTE model's `config.json` also names 
 Flat and imports only transformers and numpy, so it is exported with the model's code.
 """
 
+import numbers
+
 import numpy as np
 from transformers.pipelines.text_classification import ClassificationFunction, TextClassificationPipeline
 
@@ -45,6 +47,16 @@ class HasteTextClassificationPipeline(TextClassificationPipeline):
             super().check_model_type(supported_models)
 
     def _sanitize_parameters(self, function_to_apply=None, top_k="", **tokenizer_kwargs):
+        # `top_k=""` is the parent's mark of "not given". The parent ignores a `top_k` that is no int (2.5, [],
+        # numpy.int64) and returns the best label alone: checked here instead, before the parent sees it.
+        if is_haste_model(self.model) and not (isinstance(top_k, str) and top_k == ""):
+            label_count = self.model.config.label_count
+            if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or not 1 <= top_k <= label_count:
+                raise ValueError(
+                    f"`top_k` must be an integer in [1, {label_count}] for a HASTE model, got {top_k!r}: the pipeline "
+                    "returns the k best labels of each text (top_k=None, every label, is not supported)."
+                )
+            top_k = int(top_k)
         preprocess_params, forward_params, postprocess_params = super()._sanitize_parameters(
             function_to_apply=function_to_apply, top_k=top_k, **tokenizer_kwargs
         )
@@ -52,14 +64,7 @@ class HasteTextClassificationPipeline(TextClassificationPipeline):
             # As `haste-hf predict` does: texts are cut at the tokenizer's `model_max_length` (the training length).
             preprocess_params.setdefault("truncation", True)
             if "top_k" in postprocess_params:
-                k = postprocess_params["top_k"]
-                label_count = self.model.config.label_count
-                if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= label_count:
-                    raise ValueError(
-                        f"`top_k` must be an integer in [1, {label_count}] for a HASTE model, got {k!r}: the pipeline "
-                        "returns the k best labels of each text (top_k=None, every label, is not supported)."
-                    )
-                forward_params["top_k"] = k
+                forward_params["top_k"] = postprocess_params["top_k"]
             if postprocess_params.get("function_to_apply") == ClassificationFunction.SOFTMAX:
                 raise ValueError(
                     "`function_to_apply='softmax'` is not supported for a HASTE model: its labels are scored "

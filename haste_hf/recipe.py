@@ -244,6 +244,11 @@ def build_layout(
     if layout is not None:
         if not isinstance(layout, LabelLayout):
             layout = LabelLayout.load(layout)
+        if layout.label_count != label_count:
+            raise ValueError(
+                f"The label layout is of {layout.label_count:,} labels and the dataset has {label_count:,}: compute the "
+                "layout from this dataset (`haste-hf group` with the same --data, --validation-fraction and --seed)."
+            )
         layout.check_split(train_split)
         layout.check_options(group_size=group_size, head_label_fraction=head_label_fraction, strategy=grouping)
         if beta is not None:

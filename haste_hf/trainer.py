@@ -124,7 +124,9 @@ class HasteTrainer(Trainer):
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
         """`Trainer.train`; `resume_from_checkpoint=True` picks the last checkpoint that finished saving (a
-        half-written one is passed over), and a checkpoint path given that did not finish is refused."""
+        half-written one is passed over), and a checkpoint path given that did not finish is refused. With
+        `on_non_finite="skip"`, a run that skipped more than half of its steps raises a `FloatingPointError`
+        at its end: the model it leaves is not a trained one, and the recipe does not save it."""
         if resume_from_checkpoint is True:
             resume_from_checkpoint = last_complete_checkpoint(self.args.output_dir)
             if resume_from_checkpoint is None:
@@ -135,7 +137,15 @@ class HasteTrainer(Trainer):
                 f"{resume_from_checkpoint} is not a complete checkpoint (no readable trainer_state.json, or an "
                 "interrupted save)" + (f": resume from {earlier}." if earlier else ".")
             )
-        return super().train(resume_from_checkpoint, *args, **kwargs)
+        output = super().train(resume_from_checkpoint, *args, **kwargs)
+        guard = self.non_finite_guard
+        if guard.too_many_skipped:
+            raise FloatingPointError(
+                f"Training diverged: {guard.skipped_steps} of its {guard.steps} optimizer steps were skipped (NaN or "
+                "infinite gradients), so the model barely trained and is not saved. Lower the learning rates "
+                "(encoder and output layer), or check the data and the encoder's outputs."
+            )
+        return output
 
     def create_optimizer(self, model=None) -> torch.optim.Optimizer:
         if self.optimizer is None:

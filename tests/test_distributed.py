@@ -72,6 +72,25 @@ def test_assignment_is_contiguous_and_balanced():
 
 
 @pytest.mark.slow
+def test_row_gather_and_its_backward_with_unequal_shares(tmp_path):
+    """Ranks of 5 and 11 rows (and 11 + 5, 1 + 15, 8 + 8): every rank gets all rows in rank order, and each
+    row's gradient is the sum over ranks of what their losses give it, times the gradient scale."""
+    import distributed_gather as script
+
+    torchrun([str(TESTS / "distributed_gather.py"), str(tmp_path)], tmp_path, timeout=180)
+    results = [torch.load(tmp_path / f"rank-{rank}.pt") for rank in range(2)]
+    for counts in script.COUNTS:
+        every_row = torch.cat([script.rows(rank, counts) for rank in range(2)])
+        starts = [0, counts[0], sum(counts)]
+        for rank in range(2):
+            result = results[rank][tuple(counts)]
+            assert torch.equal(result["gathered"], every_row), counts
+            expected = script.GRAD_SCALE * sum(script.weights(other, counts) for other in range(2))[starts[rank] : starts[rank + 1]]
+            torch.testing.assert_close(result["grad"], expected, msg=str(counts))
+        assert torch.equal(results[0][tuple(counts)]["to_cpu"], every_row) and results[1][tuple(counts)]["to_cpu"] is None
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("key, tail_projection_dim, dense", [("gradients", None, False), ("gradients_projected", 16, True)])
 def test_sharded_step_gives_single_process_loss_and_gradients(two_processes, one_process, key, tail_projection_dim, dense):
     """Without projections the head and tail read one gathered tensor; with one, the two inputs go in one

@@ -6,6 +6,7 @@ Sections: saving and loading; training divergence; labels and data; the command 
 import json
 import os
 import re
+import shutil
 import stat
 from functools import partial
 
@@ -252,6 +253,23 @@ def test_a_nan_in_the_encoder_output_is_skipped_when_asked(tmp_path, tokenizer, 
     HasteForExtremeClassification.from_pretrained(tmp_path / "final")
 
 
+def test_a_run_that_skipped_most_of_its_steps_fails_and_says_how_many(tmp_path, tokenizer, train_set, caplog):
+    model = make_model()
+    poison_encoder_output(model, calls={1, 2, 4, 5})
+    trainer = make_trainer(tmp_path, tokenizer, train_set, model=model, on_non_finite="skip")
+    with pytest.raises(FloatingPointError, match="4 of its 6 optimizer steps were skipped.*not saved"):
+        trainer.train()
+    assert "4 of 6 optimizer steps were skipped" in caplog.text
+
+
+def test_a_run_that_skipped_half_of_its_steps_or_fewer_says_how_many(tmp_path, tokenizer, train_set, caplog):
+    model = make_model()
+    poison_encoder_output(model, calls={1, 3, 5})
+    trainer = make_trainer(tmp_path, tokenizer, train_set, model=model, on_non_finite="skip")
+    trainer.train()
+    assert trainer.non_finite_guard.skipped_steps == 3 and "3 of 6 optimizer steps were skipped" in caplog.text
+
+
 def test_a_skipped_step_leaves_weights_and_momentum_untouched(tmp_path, tokenizer, train_set):
     model = make_model()
     poison_encoder_output(model, calls={2})
@@ -303,6 +321,21 @@ def test_resume_passes_over_a_checkpoint_a_kill_left_half_written(tmp_path, toke
     assert resumed.state.global_step == 6 and len([log for log in resumed.state.log_history if "loss" in log]) == 6
     with pytest.raises(ValueError, match="checkpoint-6 is not a complete checkpoint.*resume from .*checkpoint-4"):
         make_trainer(tmp_path, tokenizer, train_set).train(resume_from_checkpoint=str(half_written))
+
+
+def test_resume_passes_over_a_checkpoint_whose_model_save_was_interrupted(tmp_path, tokenizer, train_set):
+    """The trainer state is complete, but the mark of an interrupted model save is still there."""
+    make_trainer(tmp_path, tokenizer, train_set, max_steps=4, save_strategy="steps", save_steps=2).train()
+    interrupted = tmp_path / "checkpoint-6"
+    shutil.copytree(tmp_path / "checkpoint-4", interrupted)
+    state = json.loads((interrupted / "trainer_state.json").read_text())
+    (interrupted / "trainer_state.json").write_text(json.dumps({**state, "global_step": 6}))
+    (interrupted / INCOMPLETE_SAVE_FILE).write_text("{}")
+    assert not checkpoint_is_complete(interrupted) and checkpoint_is_complete(tmp_path / "checkpoint-4")
+    assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-4")
+    resumed = make_trainer(tmp_path, tokenizer, train_set, max_steps=6, save_strategy="no")
+    resumed.train(resume_from_checkpoint=True)
+    assert [log["step"] for log in resumed.state.log_history if "loss" in log] == [1, 2, 3, 4, 5, 6]
 
 
 def test_resume_with_no_complete_checkpoint_is_refused(tmp_path, tokenizer, train_set):
@@ -464,6 +497,9 @@ TRAIN_USAGE_ERRORS = [
     (["--grouping-file", "missing.safetensors"], ["`layout_file`: no file 'missing.safetensors'"]),
     (["--config", "missing.yaml"], ["--config", "missing.yaml"]),
     (["--no-such-flag"], ["unrecognized arguments: --no-such-flag"]),
+    (["--save-strategy", "steps"], ["--save-strategy steps with --eval-strategy epoch", "--eval-steps N", "--validation-fraction 0"]),
+    (["--save-strategy", "no"], ["--save-strategy no with --eval-strategy epoch", "--load-best-model-at-end false"]),
+    (["--eval-strategy", "no"], ["--save-strategy epoch with --eval-strategy no", "--load-best-model-at-end false"]),
 ]
 
 
@@ -506,6 +542,21 @@ def test_evaluate_on_data_of_another_label_count_names_both_counts(capsys, cli_f
     status, lines = run_cli(capsys, ["evaluate", "--model", cli_files["model"], "--data", cli_files[data], "--output", output])
     assert_one_line_error(status, lines, 2, "evaluate", "has 30 labels and the dataset " + count)
     assert not output.exists()
+
+
+def test_evaluate_on_data_of_other_label_names_is_refused_unless_asked(capsys, cli_files, tmp_path):
+    data = tmp_path / "renamed"
+    shutil.copytree(cli_files["data"], data)
+    names = [f"label {i}" if i % 10 else f"renamed {i}" for i in range(CLI_LABELS)]  # 3 of 30 differ, the first is 0
+    (data / "lbl.json.gz").unlink()
+    (data / "lbl.json").write_text("".join(json.dumps({"uid": str(i), "title": name}) + "\n" for i, name in enumerate(names)))
+    output = tmp_path / "metrics.json"
+    status, lines = run_cli(capsys, ["evaluate", "--model", cli_files["model"], "--data", data, "--output", output])
+    assert_one_line_error(status, lines, 2, "evaluate", "3 of 30 names differ", "label 0 is 'label 0' in the model, 'renamed 0'",
+                          "--ignore-label-names")  # fmt: skip
+    assert not output.exists()
+    status, _ = run_cli(capsys, ["evaluate", "--model", cli_files["model"], "--data", data, "--output", output, "--ignore-label-names"])
+    assert status == 0 and "P@1" in json.loads(output.read_text())
 
 
 def test_evaluate_of_a_model_with_fewer_labels_than_the_summary_k(capsys, cli_files, tmp_path):
@@ -558,6 +609,15 @@ def test_predict_usage_errors_leave_no_output(capsys, cli_files, tmp_path, flags
     arguments = ["--model", cli_files["model"], "--output", output, *flags]
     status, lines = run_cli(capsys, ["predict", *arguments])
     assert_one_line_error(status, lines, 2, "predict", *fragments)
+    assert not output.exists()
+
+
+def test_predict_input_that_is_not_utf8_names_the_file_and_line(capsys, cli_files, tmp_path):
+    texts = tmp_path / "latin1.txt"
+    texts.write_bytes("w3 w40\nw7 caf\u00e9\n".encode("latin-1"))
+    output = tmp_path / "top.jsonl"
+    status, lines = run_cli(capsys, ["predict", "--model", cli_files["model"], "--input", texts, "--output", output])
+    assert_one_line_error(status, lines, 2, "predict", "--input", f"{texts} line 2 is not UTF-8", "byte 0xe9 at column 7")
     assert not output.exists()
 
 
@@ -667,6 +727,15 @@ def test_checkpoints_are_written_without_a_validation_split(capsys, cli_files, e
     assert checkpoint_is_complete(output / "checkpoint-3")
 
 
+@pytest.mark.parametrize("strategy", ["steps", "no"])
+def test_any_save_strategy_works_without_a_validation_split(capsys, cli_files, encoder_dir, tmp_path, strategy):
+    output = tmp_path / "out"
+    flags = ("--validation-fraction", "0", "--save-strategy", strategy, "--save-steps", "2")
+    assert run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output, *flags))[0] == 0
+    assert sorted(path.name for path in output.glob("checkpoint-*")) == (["checkpoint-3"] if strategy == "steps" else [])
+    assert (output / "config.json").exists()
+
+
 def test_resume_from_checkpoint_continues_the_run_past_a_half_written_checkpoint(capsys, cli_files, encoder_dir, tmp_path):
     output = tmp_path / "out"
     flags = ("--validation-fraction", "0", "--epochs", "2", "--logging-steps", "1")
@@ -745,6 +814,46 @@ def test_a_diverging_run_is_a_one_line_error_and_saves_no_final_model(capsys, cl
         assert all(torch.isfinite(t).all() for t in load_file(checkpoint / "model.safetensors").values())
 
 
+@pytest.mark.parametrize("poisoned, skipped, steps", [({1, 2}, 2, 3), ({2}, 1, 3)])
+def test_a_run_with_skipped_steps_reports_them_and_is_not_saved_when_most_were(
+    capsys, cli_files, encoder_dir, tmp_path, monkeypatch, poisoned, skipped, steps
+):
+    import haste_hf.recipe
+
+    build_model = haste_hf.recipe.build_model
+
+    def poisoned_model(*args, **kwargs):
+        model = build_model(*args, **kwargs)
+        poison_encoder_output(model, calls=poisoned)  # training forward passes: no validation split
+        return model
+
+    monkeypatch.setattr(haste_hf.recipe, "build_model", poisoned_model)
+    from haste_hf.cli import main
+
+    output = tmp_path / "out"
+    flags = train_flags(cli_files["data"], encoder_dir, output, "--on-non-finite", "skip", "--validation-fraction", "0")
+    if 2 * skipped > steps:
+        status, lines = run_cli(capsys, flags)
+        assert_one_line_error(status, lines, 1, "train", f"{skipped} of its {steps} optimizer steps were skipped", "not saved")
+        assert not (output / "config.json").exists()
+    else:
+        assert main([str(flag) for flag in flags]) == 0
+        assert f"steps: {steps} ({skipped} skipped: NaN or infinite gradients)" in capsys.readouterr().out
+        assert (output / "config.json").exists()
+
+
+@pytest.mark.parametrize("data", ["data40", "data20"])
+def test_a_layout_of_another_label_count_is_refused_naming_both_counts(capsys, cli_files, encoder_dir, tmp_path, data):
+    layout = tmp_path / "layout.safetensors"
+    status, _ = run_cli(capsys, ["group", "--data", cli_files["data"], "--encoder", encoder_dir, "--output", layout,
+                                 "--group-size", "4", "--grouping", "frequency"])  # fmt: skip
+    assert status == 0
+    status, lines = run_cli(capsys, train_flags(cli_files[data], encoder_dir, tmp_path / "out", "--layout-file", layout))
+    count = data.removeprefix("data")
+    assert_one_line_error(status, lines, 1, "train", f"layout is of 30 labels and the dataset has {count}", "haste-hf group")
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_demo_replaces_its_own_folder_and_train_does_not():
     from haste_hf.cli import build_parser
 
@@ -757,3 +866,39 @@ def test_a_config_file_that_does_not_parse_is_a_one_line_error(capsys, tmp_path)
         (tmp_path / name).write_text(text)
         status, lines = run_cli(capsys, ["train", "--config", tmp_path / name])
         assert_one_line_error(status, lines, 2, "train", "--config", "is not valid")
+
+
+CONFIG_FILE_ERRORS = [
+    ("run.yaml", "learning_rate: 1.0e-4\nfan_in: 8\nlearning_rate: 1.0e-3\n", ["key 'learning_rate' is given twice (line 3)"]),
+    ("run.json", '{"learning_rate": 1e-4, "learning_rate": 1e-3}', ["key 'learning_rate' is given twice"]),
+    ("run.yaml", "learning-rate: 1.0e-4\nlearning_rate: 1.0e-3\n", ["'learning_rate' is given twice (as 'learning_rate' too)"]),
+    ("run.yaml", "per_device_train_batch_size: null\n", ["'per_device_train_batch_size' is null"]),
+    ("run.yaml", "fan_in: 6.7\n", ["'fan_in' must be an integer, got 6.7"]),
+    ("run.json", '{"max_steps": 2.5}', ["'max_steps' must be an integer, got 2.5"]),
+    ("run.json", '{"seed": true}', ["'seed' must be an integer, got True"]),
+    ("run.yaml", "learning_rate: fast\n", ["'learning_rate' must be a number, got 'fast'"]),
+    ("run.yaml", "fan_in: '6.7'\n", ["'fan_in' must be an integer, got '6.7'"]),
+    ("run.yaml", "bf16: 1.5\n", ["'bf16' must be true or false, got 1.5"]),
+    ("run.yaml", "grouping: kmeans\n", ["'grouping' must be one of semantic, frequency, random, got 'kmeans'"]),
+    ("run.yaml", "1: 2\n", ["key 1 is not a flag name"]),
+]
+
+
+@pytest.mark.parametrize("name, text, fragments", CONFIG_FILE_ERRORS, ids=[text for _, text, _ in CONFIG_FILE_ERRORS])
+def test_config_file_values_are_checked_naming_the_key(capsys, monkeypatch, tmp_path, name, text, fragments):
+    import haste_hf.cli
+
+    monkeypatch.setattr(haste_hf.cli, "command_train", lambda args: pytest.fail("the command ran"))
+    (tmp_path / name).write_text(text)
+    status, lines = run_cli(capsys, ["train", "--config", tmp_path / name])
+    assert_one_line_error(status, lines, 2, "train", "--config", *fragments)
+
+
+def test_config_file_values_of_the_right_type_are_taken(tmp_path):
+    from haste_hf.cli import parse_args
+
+    (tmp_path / "run.yaml").write_text("group_size: null\nfan_in: 8\nlearning_rate: 1e-4\nwarmup_steps: 3\neval_steps: 0.5\n"
+                                       "bf16: false\ngrouping: random\nreport_to: [none]\n")  # fmt: skip
+    args = parse_args(["train", "--config", str(tmp_path / "run.yaml"), "--output-dir", str(tmp_path / "out")])
+    assert (args.recipe.group_size, args.recipe.fan_in, args.recipe.grouping) == (None, 8, "random")
+    assert (args.training.learning_rate, args.training.warmup_steps, args.training.bf16) == (1e-4, 3, False)

@@ -10,6 +10,8 @@ from transformers import BertModel, BertTokenizerFast
 
 from haste_hf.grouping import (
     LabelGrouping,
+    _greedy_groups,
+    _spherical_kmeans,
     compute_label_embeddings,
     group_labels,
     grouping_objective,
@@ -307,6 +309,30 @@ def test_large_buckets_are_split_and_identical_embeddings_terminate():
     embeddings = torch.ones(5000, 8)
     grouping = group_labels(embeddings, torch.arange(5000), 4, beta=2, device="cpu")
     assert_valid_grouping(grouping, torch.arange(5000), 4)
+
+
+@pytest.mark.parametrize("sizes", [[4], [4, 5, 3, 8], [3, 4]])
+def test_greedy_groups_of_buckets_of_exactly_g_labels(sizes):
+    """A bucket of exactly G rows is one group; every row ends in a group or in the leftover, once."""
+    x = clustered_embeddings(sum(sizes), 6, 3, 1.0)
+    bucket = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    groups, leftover = _greedy_groups(x, bucket, 4, torch.Generator().manual_seed(0))
+    assert groups.shape == (sum(size // 4 for size in sizes), 4)
+    assert sorted(groups.reshape(-1).tolist() + leftover.tolist()) == list(range(sum(sizes)))
+    assert all(bucket[group].unique().numel() == 1 for group in groups)
+    assert sorted(bucket[leftover].tolist()) == sorted(b for b, size in enumerate(sizes) for _ in range(size % 4))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_kmeans_keeps_every_cluster_in_use(seed):
+    """Starting rows that coincide (labels of the same name embed alike) leave clusters empty; they restart
+    where the rows fit their centroids worst, so that all five are in use."""
+    generator = torch.Generator().manual_seed(0)
+    directions = torch.eye(8)
+    rows = [directions[0].expand(60, 8)] + [directions[j] + 0.05 * torch.randn(10, 8, generator=generator) for j in range(1, 5)]
+    x = F.normalize(torch.cat(rows), dim=1)
+    cluster = _spherical_kmeans(x, 5, 10, torch.Generator().manual_seed(seed))
+    assert cluster.unique().numel() == 5
 
 
 def test_frequency_and_random_strategies():

@@ -3,13 +3,14 @@
 import pytest
 import torch
 from datasets import Dataset
-from safetensors.torch import save_file
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
 from transformers import BertModel
 
 from haste_hf import DEFAULT_HEAD_LABEL_FRACTION, HasteForExtremeClassification
-from haste_hf.grouping import split_head_tail
-from haste_hf.label_plan import LabelLayout, count_labels
+from haste_hf.grouping import LabelGrouping, split_head_tail
+from haste_hf.label_plan import LAYOUT_FORMAT_VERSION, LabelLayout, count_labels
 
 
 LABELS = 40
@@ -36,6 +37,22 @@ def test_counts_and_fingerprint_of_a_dataset_match_those_of_its_lists(split):
     assert count_labels(split.shuffle(seed=1), LABELS)[1] != fingerprint
     with pytest.raises(ValueError, match=r"\[0, 40\)"):
         count_labels([[0, 40]], LABELS)
+
+
+def test_a_split_of_more_points_than_a_batch_has_one_fingerprint_as_dataset_and_as_lists(monkeypatch):
+    import haste_hf.label_plan
+
+    monkeypatch.setattr(haste_hf.label_plan, "_BATCH_POINTS", 7)  # 20 points: batches of 7, 7 and 6
+    lists = [[i % LABELS, (3 * i) % LABELS][: 1 + i % 2] for i in range(20)]
+    counts, fingerprint, points = count_labels(Dataset.from_dict({"labels": lists}), LABELS)
+    assert count_labels(lists, LABELS)[1] == fingerprint and points == 20
+    assert count_labels(lists, LABELS)[0].tolist() == counts.tolist() and count_labels([], LABELS)[2] == 0
+
+
+def test_fingerprint_depends_on_where_each_points_labels_start_and_end():
+    # The same ids in the same order, cut into points differently: another split.
+    assert count_labels([[1, 2], [3]], LABELS)[1] != count_labels([[1], [2, 3]], LABELS)[1]
+    assert count_labels([[1, 2, 3], []], LABELS)[1] != count_labels([[], [1, 2, 3]], LABELS)[1]
 
 
 @pytest.mark.parametrize("strategy", ["semantic", "frequency", "random"])
@@ -71,12 +88,27 @@ def test_save_load_round_trip_is_one_safetensors_file(split, tmp_path):
         LabelLayout.load(tmp_path / "grouping.safetensors")
 
 
+def test_a_layout_of_a_newer_format_is_refused(tmp_path):
+    path = tmp_path / "layout.safetensors"
+    LabelLayout(label_count=4, head_ids=[0], tail_order=[1, 2, 3], group_size=2).save(path)
+    with safe_open(path, framework="pt") as f:
+        metadata = f.metadata()
+    newer = tmp_path / "newer.safetensors"
+    save_file(load_file(path), newer, metadata={**metadata, "format_version": str(LAYOUT_FORMAT_VERSION + 1)})
+    with pytest.raises(ValueError, match=f"layout format {LAYOUT_FORMAT_VERSION + 1}.*upgrade haste_hf"):
+        LabelLayout.load(newer)
+
+
 def test_check_split_refuses_another_split(split):
     layout = LabelLayout.from_training_split(split, LABELS, 4, strategy="frequency")
     layout.check_split(split)
     held_out = split.train_test_split(test_size=0.1, seed=0)["train"]
     with pytest.raises(ValueError, match=r"another training split \(120 points\).*\(108 points\).*--validation-fraction"):
         layout.check_split(held_out)
+    # Another split of the same size (another hold-out, or the same points in another order) is refused too.
+    for same_size in (split.shuffle(seed=1), Dataset.from_list(planted_texts(LABELS, 120, seed=1, labels_per_text=3))):
+        with pytest.raises(ValueError, match=r"another training split than the training split, of as many points \(120\)"):
+            layout.check_split(same_size)
 
 
 def test_layout_must_partition_the_labels():

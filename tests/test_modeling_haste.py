@@ -144,14 +144,18 @@ def test_predict_topk_matches_full_logits_in_small_chunks(variant, monkeypatch):
 
 
 def test_padding_slots_are_never_predicted():
-    model = make_model(label_count=LABELS + 1)  # 47 tail labels: the last group has a padding slot
-    assert (model.output_layer.output_labels == -1).sum() == 1
+    model = make_model(label_count=LABELS + 1, tail_bias=True)  # 47 tail labels: the last group has a padding slot
+    layer = model.output_layer
+    assert (layer.output_labels == -1).sum() == 1 and layer.output_labels[-1] == -1
     with torch.no_grad():
-        model.output_layer.tail.weight.fill_(0.0)
-        model.output_layer.tail.weight[-1, -1] = 100.0  # the padding slot would win
-        model.output_layer.head.weight.fill_(0.0)
-        model.output_layer.head.bias.fill_(-1.0)
+        layer.tail.weight.fill_(0.0)
+        layer.tail.bias.fill_(0.0)
+        layer.tail.bias[-1] = 100.0  # the padding slot scores highest, whatever the input
+        layer.head.weight.fill_(0.0)
+        layer.head.bias.fill_(-1.0)
     input_ids, attention_mask, _ = random_batch()
+    assert torch.all(model(input_ids, attention_mask).logits < 100.0)
+    assert torch.all(model.predict_topk(input_ids, attention_mask, k=1).label_ids >= 0)
     top = model.predict_topk(input_ids, attention_mask, k=LABELS + 1)
     assert torch.all(top.label_ids >= 0)
     assert torch.equal(top.label_ids.sort(dim=1).values, torch.arange(LABELS + 1).expand(4, -1))

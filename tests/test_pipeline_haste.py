@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 import torch
 from tiny_encoders import WORDS, tiny_encoder_config, tiny_tokenizer
@@ -121,6 +122,10 @@ def test_pipeline_from_a_model_object_without_label_names(tmp_path):
         ({"top_k": None}, "top_k=None"),
         ({"top_k": 0}, r"\[1, 30\]"),
         ({"top_k": LABELS + 1}, r"\[1, 30\]"),
+        ({"top_k": 2.5}, r"`top_k` must be an integer in \[1, 30\].*got 2.5"),
+        ({"top_k": []}, r"`top_k` must be an integer.*got \[\]"),
+        ({"top_k": "3"}, r"`top_k` must be an integer.*got '3'"),
+        ({"top_k": True}, r"`top_k` must be an integer.*got True"),
         ({"top_k": 2, "function_to_apply": "softmax"}, "'sigmoid'"),
     ],
 )
@@ -129,6 +134,14 @@ def test_pipeline_refuses_what_top_k_cannot_serve(saved, call_kwargs, message):
     classifier = pipeline("text-classification", model=str(folder))
     with pytest.raises(ValueError, match=message):
         classifier(TEXTS[0], **call_kwargs)
+    with pytest.raises(ValueError, match=message):  # given when the pipeline is built
+        pipeline("text-classification", model=str(folder), **call_kwargs)
+
+
+def test_pipeline_takes_a_numpy_integer_top_k(saved):
+    folder, _ = saved
+    classifier = pipeline("text-classification", model=str(folder))
+    assert classifier(TEXTS[0], top_k=np.int64(3)) == classifier(TEXTS[0], top_k=3) and len(classifier(TEXTS[0], top_k=3)) == 3
 
 
 def test_other_models_are_served_as_before(tmp_path):

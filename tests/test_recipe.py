@@ -69,3 +69,35 @@ def test_push_to_hub_pushes_the_saved_folder_once_with_its_test_metrics(hub, dat
         card = file.read()
     row = "| 1 | " + " | ".join(f"{100 * run.test_metrics[f'{name}@1']:.2f}" for name in METRIC_NAMES) + " |"
     assert row in card  # the card the recipe wrote, with the test metrics
+
+
+def test_evaluation_with_more_filtered_labels_than_the_model_has_to_spare(tmp_path):
+    """max(k) + the filtered labels of a point exceed the label count: all labels are ranked, the filtered
+    ones dropped, and fewer than k left count as misses."""
+    import numpy as np
+    from datasets import Dataset, DatasetDict
+    from tiny_encoders import tiny_encoder_config, tiny_tokenizer
+
+    from haste_hf import HasteConfig, HasteForExtremeClassification
+    from haste_hf.data import XMCDataset
+    from haste_hf.metrics import compute_xmc_metrics
+    from haste_hf.recipe import evaluate_split
+
+    torch.manual_seed(0)
+    config = HasteConfig(encoder=tiny_encoder_config("bert"), label_count=6, head_label_count=2, group_size=2, fan_in=4)
+    model = HasteForExtremeClassification(config).eval()
+    tokenizer = tiny_tokenizer(tmp_path)
+    texts, labels = ["w1 w2 w3", "w4 w5", "w6"], [[0, 3], [5], [1, 2]]
+    filters = np.array([[0, 1], [0, 2], [0, 4], [1, 0], [2, 3]])  # point 0: 5 + 3 candidates of 6 labels
+    data = XMCDataset(splits=DatasetDict(test=Dataset.from_dict({"text": texts, "labels": labels})), label_texts=None,
+                      label_count=6, filters={"test": filters})  # fmt: skip
+    metrics = evaluate_split(model, tokenizer, data, "test", None, max_length=8)
+
+    with torch.no_grad():
+        logits = model(**tokenizer(texts, padding=True, return_tensors="pt")).logits
+    ranked = logits.argsort(dim=1, descending=True).tolist()
+    expected_top = np.full((3, 5), -1)
+    for point, order in enumerate(ranked):
+        kept = [label for label in order if [point, label] not in filters.tolist()][:5]
+        expected_top[point, : len(kept)] = kept
+    assert metrics == compute_xmc_metrics(expected_top, labels, ks=(1, 3, 5))

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from haste_hf.optimization import HasteOptimizer, StochasticRoundingSGD
-from haste_hf.rewiring import group_slot_scores, reset_optimizer_state_, rewire_, rewiring_seed
+from haste_hf.rewiring import group_slot_scores, num_pairs_to_prune, reset_optimizer_state_, rewire_, rewiring_seed
 
 
 def random_supports(groups, fan_in, features, generator):
@@ -99,6 +99,12 @@ def test_same_seed_and_step_rewire_identically_other_steps_differ():
     assert not torch.equal(first[1], run(3, 200)[1])
     assert not torch.equal(first[1], run(4, 100)[1])
     assert rewiring_seed(3, 100) == rewiring_seed(3, 100) != rewiring_seed(3, 101)
+
+
+def test_pairs_to_prune_is_the_exact_floor_of_the_product():
+    # 100 * 0.29 is 28.999999999999996 in binary floating point.
+    assert num_pairs_to_prune(100, 0.29) == 29
+    assert num_pairs_to_prune(100, 0.57) == 57 and num_pairs_to_prune(10, 0.35) == 3 and num_pairs_to_prune(7, 1.0) == 7
 
 
 def test_ties_go_to_the_lowest_group_and_slot():
