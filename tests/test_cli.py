@@ -163,8 +163,10 @@ def test_train_flags_short_forms_and_report_to():
     assert (training.learning_rate, training.num_train_epochs, training.per_device_train_batch_size) == (1e-3, 2, 8)
     assert training.report_to == ["tensorboard"] and training.output_dir == "out" and training.seed == 0
     assert (recipe.head_label_fraction, recipe.group_size, recipe.grouping) == (0.1, 4, None)
-    assert args.training.output_layer_dtype is None and args.training.eval_strategy == "epoch"
-    rules = parse_args(["train", "--bf16", "--eval-steps", "50", "--use-cpu"]).training
+    # No validation split by default: nothing to evaluate during training, checkpoints each epoch.
+    assert args.training.eval_strategy == "no" and args.training.save_strategy == "epoch"
+    assert parse_args(["train", "--validation-fraction", "0.1"]).training.eval_strategy == "epoch"
+    rules = parse_args(["train", "--bf16", "--eval-steps", "50", "--use-cpu", "--validation-fraction", "0.1"]).training
     assert (rules.bf16, rules.output_layer_dtype) == (True, "bfloat16")
     assert (rules.eval_strategy, rules.save_strategy, rules.eval_steps, rules.save_steps) == ("steps", "steps", 50, 50)
     assert parse_args(["train", "--bf16", "--output-layer-dtype", "float32", "--use-cpu"]).training.output_layer_dtype == "float32"

@@ -497,9 +497,9 @@ TRAIN_USAGE_ERRORS = [
     (["--grouping-file", "missing.safetensors"], ["`layout_file`: no file 'missing.safetensors'"]),
     (["--config", "missing.yaml"], ["--config", "missing.yaml"]),
     (["--no-such-flag"], ["unrecognized arguments: --no-such-flag"]),
-    (["--save-strategy", "steps"], ["--save-strategy steps with --eval-strategy epoch", "--eval-steps N", "--validation-fraction 0"]),
-    (["--save-strategy", "no"], ["--save-strategy no with --eval-strategy epoch", "--load-best-model-at-end false"]),
-    (["--eval-strategy", "no"], ["--save-strategy epoch with --eval-strategy no", "--load-best-model-at-end false"]),
+    (["--validation-fraction", "0.1", "--save-strategy", "steps"], ["--save-strategy steps with --eval-strategy epoch", "--eval-steps N", "--validation-fraction 0"]),
+    (["--validation-fraction", "0.1", "--save-strategy", "no"], ["--save-strategy no with --eval-strategy epoch", "--load-best-model-at-end false"]),
+    (["--validation-fraction", "0.1", "--eval-strategy", "no"], ["--save-strategy epoch with --eval-strategy no", "--load-best-model-at-end false"]),
 ]
 
 
