@@ -30,6 +30,18 @@ class UsageError(Exception):
     """A bad argument, path or combination of them: reported in one line with exit status 2."""
 
 
+def is_model_file_error(error: BaseException) -> bool:
+    """Whether `error` is what loading a damaged or mismatched weights file raises: safetensors' own error, a pickle
+    that does not unpickle (`torch.load` of an optimizer or argument file), a state dict of other shapes."""
+    import pickle
+
+    from safetensors import SafetensorError
+
+    if isinstance(error, (SafetensorError, pickle.UnpicklingError)):
+        return True
+    return type(error) is RuntimeError and any(sign in str(error) for sign in ("state_dict", "ignore_mismatched_sizes", "size mismatch"))
+
+
 # ------------------------------------------------------------------------------------------------ argument types
 # Checked while parsing, before anything heavy loads; argparse reports a failure as
 # "haste-hf CMD: error: argument --flag: <message>".
@@ -188,8 +200,13 @@ def load_trained(args):
             setattr(args, name, value)
     args.max_length = args.max_length or 128
     args.eval_batch_size = args.eval_batch_size or 64
-    model = HasteForExtremeClassification.from_pretrained(args.model).to(default_device())
-    return model, AutoTokenizer.from_pretrained(args.model)
+    try:
+        model = HasteForExtremeClassification.from_pretrained(args.model)
+    except Exception as error:
+        if not is_model_file_error(error):
+            raise
+        raise ValueError(f"{args.model}: its weights do not load ({one_line(error)}); save or download the model again") from None
+    return model.to(default_device()), AutoTokenizer.from_pretrained(args.model)
 
 
 def check_split(args, data):
@@ -519,7 +536,25 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.recipe = parsed[0]
         if len(parsed) > 1:
             args.training = parsed[1]
+            check_report_to(args.training.report_to)
     return args
+
+
+# `--report-to` names whose availability check in transformers goes by another name.
+_INTEGRATION_CHECK_NAMES = {"azure_ml": "azureml", "comet_ml": "comet", "flyte": "flytekit"}
+
+
+def check_report_to(names: list[str]) -> None:
+    """Refuses, before anything loads, a `--report-to` integration that transformers does not know or whose package
+    is not installed (the Trainer would fail on it only after the data, encoder and label layout)."""
+    from transformers.integrations import integration_utils
+
+    known = integration_utils.INTEGRATION_TO_CALLBACK
+    for name in names:
+        if name not in known:
+            raise UsageError(f"argument --report-to: unknown integration {name!r} (known: {', '.join(sorted(known))}, or none)")
+        if not getattr(integration_utils, f"is_{_INTEGRATION_CHECK_NAMES.get(name, name)}_available")():
+            raise UsageError(f"argument --report-to: {name} is not installed; install it, or report to none")
 
 
 def one_line(error: BaseException) -> str:
@@ -548,13 +583,20 @@ def main(argv=None) -> int:
         return 2
     if os.environ.get(DEBUG_VARIABLE):
         return args.handler(args)
+    from .run_lock import OutputDirInUseError
+
     try:
         return args.handler(args)
     except UsageError as error:
         _report(args.prog, f"error: {one_line(error)}")
         return 2
-    except (ValueError, TypeError, OSError, FloatingPointError) as error:
+    except (ValueError, TypeError, OSError, FloatingPointError, OutputDirInUseError) as error:
         _report(args.prog, f"error: {one_line(error)}")
+        return 1
+    except Exception as error:  # a damaged file that no caller named: the traceback shows which
+        if not is_model_file_error(error):
+            raise
+        _report(args.prog, f"error: {one_line(error)} (a damaged or mismatched weights file; {DEBUG_VARIABLE}=1 shows which)")
         return 1
     except KeyboardInterrupt:
         _report(args.prog, "interrupted")

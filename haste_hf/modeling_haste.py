@@ -17,6 +17,7 @@ import json
 import math
 import os
 import shutil
+import socket
 import tempfile
 from dataclasses import dataclass
 
@@ -205,9 +206,10 @@ def save_folder_atomically(target: str, write) -> None:
         raise ValueError(f"`save_directory` ({target}) is a file: give a folder path.")
     os.makedirs(target, exist_ok=True)
     for name in os.listdir(target):
-        if name.startswith(STAGING_PREFIX):
+        if name.startswith(STAGING_PREFIX) and not _staging_owner_is_running(name):
             shutil.rmtree(os.path.join(target, name), ignore_errors=True)
-    staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=target)
+    # Named by host and process, so a save running beside this one (another process) keeps its staging folder.
+    staging = tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{socket.gethostname()}-{os.getpid()}-", dir=target)
     try:
         write(staging)
         new_files = sorted(os.listdir(staging))
@@ -226,6 +228,30 @@ def save_folder_atomically(target: str, write) -> None:
         os.remove(marker)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def process_is_running(pid: int) -> bool:
+    """Whether process `pid` of this host exists (one of another user included); True where it cannot be asked
+    without harm (Windows, where `os.kill` ends the process)."""
+    if os.name == "nt":
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _staging_owner_is_running(name: str) -> bool:
+    """Whether the save that staged folder `name` may still be writing it: its process runs, or it ran on another
+    host (which this one cannot ask). Folders of saves that died, and unnamed ones of older versions, are leftovers."""
+    host_and_pid = name[len(STAGING_PREFIX) :].rpartition("-")[0]
+    host, _, pid = host_and_pid.rpartition("-")
+    if not host or not pid.isdigit():
+        return False
+    return host != socket.gethostname() or process_is_running(int(pid))
 
 
 def _is_weight_file(name: str) -> bool:
