@@ -192,20 +192,25 @@ def load_trained(args):
     from transformers import AutoTokenizer
 
     from .modeling_haste import HasteForExtremeClassification
-    from .recipe import saved_evaluation_settings
+    from .recipe import check_max_length, encoder_token_limit, saved_evaluation_settings
 
     from_training = saved_evaluation_settings(args.model) if Path(args.model).is_dir() else {}
     for name, value in from_training.items():
         if getattr(args, name, None) is None or (name == "format" and args.format == "auto"):
             setattr(args, name, value)
-    args.max_length = args.max_length or 128
     args.eval_batch_size = args.eval_batch_size or 64
     try:
         model = HasteForExtremeClassification.from_pretrained(args.model)
     except Exception as error:
         if not is_model_file_error(error):
             raise
-        raise ValueError(f"{args.model}: its weights do not load ({one_line(error)}); save or download the model again") from None
+        raise ValueError(f"{args.model}: its weights do not load ({one_line(error)}); save or download the model again") from error
+    if args.max_length is None:  # a folder `train` did not write: the encoder's limit, at most 128 tokens
+        args.max_length = min(128, encoder_token_limit(model.encoder) or 128)
+    try:
+        check_max_length(model.encoder, args.max_length, f"of {args.model}")
+    except ValueError as error:
+        raise UsageError(error) from None
     return model.to(default_device()), AutoTokenizer.from_pretrained(args.model)
 
 
@@ -273,7 +278,7 @@ _NOT_GROUP_OPTIONS = ("fan_in", "head_projection_dim", "tail_projection_dim", "l
 
 
 def command_group(args) -> int:
-    from .recipe import RecipeArguments, build_layout, load_dataset, load_encoder, split_validation
+    from .recipe import RecipeArguments, build_layout, check_max_length, load_dataset, load_encoder, split_validation
 
     recipe = args.recipe
     ignored = [name for name in _NOT_GROUP_OPTIONS if getattr(recipe, name) != RecipeArguments.__dataclass_fields__[name].default]
@@ -284,6 +289,7 @@ def command_group(args) -> int:
     data = load_dataset(recipe.data, recipe.format, recipe.text_fields, recipe.label_texts)
     train_split, _ = split_validation(data.splits["train"], recipe.validation_fraction, args.seed)
     encoder, tokenizer = load_encoder(recipe.encoder)
+    check_max_length(encoder, recipe.max_length, recipe.encoder)
     layout = build_layout(
         train_split, data.label_count, encoder, tokenizer, group_size=recipe.group_size,
         head_label_fraction=recipe.head_label_fraction, grouping=recipe.grouping, pooling=recipe.pooling,

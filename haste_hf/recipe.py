@@ -192,6 +192,31 @@ def load_encoder(name: str):
     return AutoModel.from_pretrained(path, dtype=torch.float32), AutoTokenizer.from_pretrained(path)
 
 
+def encoder_token_limit(encoder) -> int | None:
+    """The most tokens `encoder` reads: its `max_position_embeddings`, less the positions RoBERTa-style encoders
+    reserve below their first (padding index + 1); None when its config names no limit."""
+    from torch import nn
+
+    limit = getattr(encoder.config, "max_position_embeddings", None)
+    if limit is None:
+        return None
+    positions = getattr(getattr(encoder, "embeddings", None), "position_embeddings", None)
+    if isinstance(positions, nn.Embedding) and positions.padding_idx is not None:
+        limit -= positions.padding_idx + 1
+    return limit
+
+
+def check_max_length(encoder, max_length: int, name: str) -> None:
+    """Raises a `ValueError` when texts of `max_length` tokens exceed what `encoder` (named `name`) reads: the first
+    long text would crash the run, and the saved tokenizer would keep the bad length for `predict` and `pipeline`."""
+    limit = encoder_token_limit(encoder)
+    if limit is not None and max_length > limit:
+        raise ValueError(
+            f"`max_length` (--max-length) is {max_length}, but the encoder {name} reads at most {limit} tokens "
+            f"(its max_position_embeddings): pass --max-length {limit} or less."
+        )
+
+
 def load_dataset(data: str | os.PathLike | None, format: str = "auto", text_fields: str | None = None, label_texts: bool = False):
     """An `XMCDataset` from a folder, or the embedded demo set when `data` is None."""
     from .data import demo_dataset_path, detect_format, load_xmc_dataset
@@ -570,6 +595,7 @@ def train(
     """
     from transformers import set_seed
 
+    from .callbacks import TrainingSplitFingerprint
     from .distributed import broadcast_object
     from .run_lock import output_dir_lock
     from .trainer import checkpoint_folders
@@ -605,6 +631,7 @@ def train(
 
         train_split, validation_split = split_validation(dataset.splits["train"], recipe.validation_fraction, seed)
         encoder_model, tokenizer = load_encoder(recipe.encoder)
+        check_max_length(encoder_model, recipe.max_length, recipe.encoder)
         tokenizer.model_max_length = recipe.max_length  # the model's input length from now on, saved with it
         pooling = recipe.pooling or default_pooling(encoder_model.config)
         if is_main:  # once: the other ranks take rank 0's layout (CUDA reductions need not agree between runs)
@@ -622,6 +649,8 @@ def train(
         )  # fmt: skip
         dataset_name = dataset_name_of(recipe.data, recipe.dataset_name)
         propensity = propensity_of(dataset, dataset_name, recipe.propensity_a, recipe.propensity_b)
+        if layout.split_fingerprint is not None:  # kept in each checkpoint: resuming on other data is refused
+            callbacks = [*(callbacks or []), TrainingSplitFingerprint(layout.split_fingerprint)]
         trainer = build_trainer(model, tokenizer, training_args, train_split, validation_split, propensity, recipe.max_length, callbacks)
         if recipe.overwrite_output_dir and not resume_from_checkpoint and trainer.is_world_process_zero():
             for checkpoint in checkpoint_folders(output_dir):  # another run's: resuming or rotation would pick them
@@ -656,6 +685,6 @@ def train(
 
 __all__ = [
     "DEMO_ENCODER", "EVALUATION_SETTINGS_FILE", "METRIC_KS", "RecipeArguments", "TrainingRun", "build_layout", "build_model", "build_trainer",
-    "check_output_dir", "encoder_model_id", "evaluate_split", "load_dataset", "load_encoder", "model_selection_arguments", "predict_top_k", "propensity_of",
+    "check_max_length", "check_output_dir", "encoder_model_id", "evaluate_split", "load_dataset", "load_encoder", "model_selection_arguments", "predict_top_k", "propensity_of",
     "resolve_encoder", "save_trained", "saved_evaluation_settings", "split_validation", "train",
 ]  # fmt: skip

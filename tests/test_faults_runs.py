@@ -6,6 +6,7 @@ The command-line helpers and data come from test_faults.py."""
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -143,3 +144,184 @@ def test_an_unwritable_output_folder_is_refused_before_anything_loads(capsys, cl
         assert_one_line_error(status, lines, 2, "train", "--output-dir", str(folder), fragment)
         with pytest.raises(ValueError, match=fragment):  # the library call too
             haste_hf.recipe.train(cli_files["data"], str(encoder_dir), output_dir=str(folder))
+
+
+# ------------------------------------------------------------------------------------- the encoder's token limit
+
+
+def test_the_token_limit_of_an_encoder_counts_reserved_positions():
+    from tiny_encoders import tiny_encoder_config
+    from transformers import AutoModel
+
+    from haste_hf.recipe import encoder_token_limit
+
+    assert encoder_token_limit(AutoModel.from_config(tiny_encoder_config("bert"))) == 64
+    assert encoder_token_limit(AutoModel.from_config(tiny_encoder_config("roberta"))) == 70  # 72 less padding index 1 + 1
+
+
+def test_a_max_length_beyond_the_encoder_is_refused_before_training(capsys, cli_files, encoder_dir, tmp_path, monkeypatch):
+    import haste_hf.recipe
+
+    monkeypatch.setattr(haste_hf.recipe, "build_layout", lambda *args, **kwargs: pytest.fail("the layout was computed"))
+    status, lines = run_cli(capsys, train_flags(cli_files["data"], encoder_dir, tmp_path / "out", "--max-length", "65"))
+    assert_one_line_error(status, lines, 1, "train", "--max-length", "is 65", "at most 64 tokens", "pass --max-length 64 or less")
+    assert not (tmp_path / "out").exists()
+    status, lines = run_cli(capsys, ["group", "--data", cli_files["data"], "--encoder", encoder_dir, "--max-length", "65",
+                                     "--output", tmp_path / "layout.safetensors"])  # fmt: skip
+    assert_one_line_error(status, lines, 1, "group", "--max-length", "at most 64 tokens")
+
+
+def test_evaluate_and_predict_refuse_a_max_length_beyond_the_encoder(capsys, cli_files, tmp_path):
+    output = tmp_path / "top.jsonl"
+    status, lines = run_cli(capsys, ["predict", "--model", cli_files["model"], "--input", cli_files["texts"], "--output", output, "--max-length", "100"])
+    assert_one_line_error(status, lines, 2, "predict", "--max-length", "is 100", "at most 64 tokens")
+    assert not output.exists()
+    # A folder without the settings of training reads at most the encoder's limit (not 128): long texts work.
+    texts = tmp_path / "long.txt"
+    texts.write_text(" ".join(f"w{i % 90}" for i in range(300)) + "\n")
+    status, _ = run_cli(capsys, ["predict", "--model", cli_files["model"], "--input", texts, "--output", output])
+    assert status == 0 and len(output.read_text().splitlines()) == 1
+
+
+# ------------------------------------------------------------------------------------- resuming another model's checkpoint
+
+RESUME_FLAGS = ("--validation-fraction", "0", "--epochs", "2", "--save-total-limit", "2")
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, cli_files, encoder_dir):
+    """A finished two-epoch run (group size 4, fan-in 8) with its checkpoints 3 and 6."""
+    from haste_hf.cli import main
+
+    output = tmp_path_factory.mktemp("finished") / "out"
+    assert main([str(arg) for arg in train_flags(cli_files["data"], encoder_dir, output, *RESUME_FLAGS)]) == 0
+    assert sorted(path.name for path in output.glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-6"]
+    return output
+
+
+@pytest.fixture
+def run_copy(finished_run, tmp_path):
+    import shutil
+
+    return shutil.copytree(finished_run, tmp_path / "out")
+
+
+def resume(capsys, data, encoder_dir, output, *extra):
+    return run_cli(capsys, train_flags(data, encoder_dir, output, *RESUME_FLAGS, "--resume-from-checkpoint", *extra))
+
+
+@pytest.mark.parametrize("flags, difference", [(["--group-size", "2"], "group_size is 4 (this run: 2)"),
+                                               (["--fan-in", "4"], "fan_in is 8 (this run: 4)")])  # fmt: skip
+def test_resuming_a_checkpoint_of_another_model_names_the_setting(capsys, cli_files, encoder_dir, run_copy, flags, difference):
+    status, lines = resume(capsys, cli_files["data"], encoder_dir, run_copy, *flags)
+    assert_one_line_error(status, lines, 1, "train", "checkpoint-6 is a checkpoint of another model", difference)
+
+
+def test_resuming_a_checkpoint_of_another_label_count_names_both_counts(capsys, cli_files, encoder_dir, run_copy):
+    status, lines = resume(capsys, cli_files["data40"], encoder_dir, run_copy)
+    assert_one_line_error(status, lines, 1, "train", "of another model", "label_count is 30 (this run: 40)")
+
+
+def test_resuming_a_checkpoint_of_another_dataset_of_the_same_shape_is_refused(capsys, cli_files, encoder_dir, run_copy, tmp_path):
+    import gzip
+    import shutil
+
+    from tiny_encoders import planted_texts
+
+    other = shutil.copytree(cli_files["data"], tmp_path / "other")
+    with gzip.open(other / "trn.json.gz", "wt") as f:
+        for i, row in enumerate(planted_texts(CLI_LABELS, 40, seed=7)):
+            f.write(json.dumps({"uid": str(i), "title": row["text"], "content": "", "target_ind": row["labels"]}) + "\n")
+    status, lines = resume(capsys, other, encoder_dir, run_copy, "--group-size", "4")
+    assert_one_line_error(status, lines, 1, "train", "checkpoint-6 was trained on another training split", "--seed")
+
+
+def test_a_checkpoint_with_truncated_weights_is_passed_over_with_a_warning(capsys, caplog, cli_files, encoder_dir, run_copy):
+    weights = run_copy / "checkpoint-6" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    status, lines = resume(capsys, cli_files["data"], encoder_dir, run_copy)
+    assert status == 0, lines
+    assert re.search(r"Passing over \S+checkpoint-6: it is not a complete checkpoint \(a damaged model.safetensors", caplog.text)
+    state = json.loads((run_copy / "checkpoint-6" / "trainer_state.json").read_text())
+    assert state["global_step"] == 6  # trained again from checkpoint-3
+    torch.testing.assert_close(HasteForExtremeClassification.from_pretrained(run_copy).tail.weight,
+                               HasteForExtremeClassification.from_pretrained(run_copy / "checkpoint-6").tail.weight)  # fmt: skip
+
+
+def test_a_named_checkpoint_with_truncated_weights_is_refused_naming_an_earlier_one(capsys, cli_files, encoder_dir, run_copy):
+    weights = run_copy / "checkpoint-6" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    status, lines = resume(capsys, cli_files["data"], encoder_dir, run_copy, run_copy / "checkpoint-6")
+    assert_one_line_error(status, lines, 1, "train", "checkpoint-6 is not a complete checkpoint", "damaged model.safetensors",
+                          "resume from " + str(run_copy / "checkpoint-3"))  # fmt: skip
+
+
+def test_a_checkpoint_without_optimizer_state_resumes_with_a_loud_warning(capsys, caplog, cli_files, encoder_dir, run_copy):
+    (run_copy / "checkpoint-6" / "optimizer.pt").unlink()
+    status, lines = resume(capsys, cli_files["data"], encoder_dir, run_copy)
+    assert status == 0, lines
+    assert re.search(r"checkpoint-6 holds no optimizer.pt: the run resumes its weights with FRESH optimizer state", caplog.text)
+
+
+def test_a_damaged_optimizer_file_is_a_one_line_error_naming_it(capsys, cli_files, encoder_dir, run_copy):
+    optimizer = run_copy / "checkpoint-6" / "optimizer.pt"
+    optimizer.write_bytes(optimizer.read_bytes()[:200])
+    status, lines = resume(capsys, cli_files["data"], encoder_dir, run_copy)
+    assert_one_line_error(status, lines, 1, "train", "checkpoint-6: its optimizer.pt or scheduler.pt does not load")
+
+
+# ------------------------------------------------------------------------------------- library errors in one line
+
+
+def test_a_model_folder_with_truncated_weights_is_a_one_line_error(capsys, cli_files, tmp_path, monkeypatch):
+    import shutil
+
+    from safetensors import SafetensorError
+
+    folder = shutil.copytree(cli_files["model"], tmp_path / "model")
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    arguments = ["evaluate", "--model", folder, "--data", cli_files["data"]]
+    status, lines = run_cli(capsys, arguments)
+    assert_one_line_error(status, lines, 1, "evaluate", f"{folder}: its weights do not load", "incomplete metadata")
+    monkeypatch.setenv("HASTE_HF_DEBUG", "1")  # the traceback, for a bug report
+    with pytest.raises(ValueError, match="its weights do not load") as raised:
+        run_cli(capsys, arguments)
+    assert isinstance(raised.value.__cause__, SafetensorError)
+
+
+def test_a_model_folder_whose_weights_have_other_shapes_is_a_one_line_error(capsys, cli_files, tmp_path):
+    import shutil
+
+    folder = shutil.copytree(cli_files["model"], tmp_path / "model")
+    make_model(label_count=CLI_LABELS, head_label_count=2, fan_in=4).save_pretrained(tmp_path / "other")
+    shutil.copyfile(tmp_path / "other" / "model.safetensors", folder / "model.safetensors")
+    status, lines = run_cli(capsys, ["predict", "--model", folder, "--input", cli_files["texts"], "--output", tmp_path / "top.jsonl"])
+    assert_one_line_error(status, lines, 1, "predict", f"{folder}: its weights do not load")
+
+
+def test_a_folder_without_config_json_is_named(capsys, cli_files, encoder_dir, tmp_path):
+    import shutil
+
+    model = shutil.copytree(cli_files["model"], tmp_path / "model")
+    (model / "config.json").unlink()
+    status, lines = run_cli(capsys, ["evaluate", "--model", model, "--data", cli_files["data"]])
+    assert_one_line_error(status, lines, 2, "evaluate", "--model", f"{model} holds no config.json")
+    encoder = shutil.copytree(encoder_dir, tmp_path / "encoder")
+    (encoder / "config.json").unlink()
+    status, lines = run_cli(capsys, train_flags(cli_files["data"], encoder, tmp_path / "out"))
+    assert_one_line_error(status, lines, 2, "train", "`encoder`", f"{encoder} holds no config.json")
+
+
+def test_report_to_an_integration_not_installed_or_unknown_is_refused_before_anything_loads(capsys, monkeypatch):
+    import haste_hf.cli
+    from transformers.integrations import integration_utils
+
+    ran = []
+    monkeypatch.setattr(haste_hf.cli, "command_train", lambda args: ran.append(args.training.report_to) or 0)
+    monkeypatch.setattr(integration_utils, "is_wandb_available", lambda: False)
+    status, lines = run_cli(capsys, ["train", "--report-to", "wandb"])
+    assert_one_line_error(status, lines, 2, "train", "--report-to", "wandb is not installed")
+    status, lines = run_cli(capsys, ["train", "--report-to", "wandbb"])
+    assert_one_line_error(status, lines, 2, "train", "--report-to", "unknown integration 'wandbb'", "wandb")
+    assert run_cli(capsys, ["train", "--report-to", "none"])[0] == 0 and ran == [[]]
