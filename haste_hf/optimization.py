@@ -29,7 +29,7 @@ def _row_chunks(tensor: torch.Tensor) -> Iterator[slice]:
     if tensor.dim() == 0:
         yield slice(None)
         return
-    row_elements = max(1, tensor[0].numel())
+    row_elements = max(1, math.prod(tensor.shape[1:]))  # not tensor[0]: a rank's share may have no rows
     rows = max(1, _CHUNK_ELEMENTS // row_elements)
     for start in range(0, tensor.shape[0], rows):
         yield slice(start, start + rows)

@@ -325,3 +325,28 @@ def test_report_to_an_integration_not_installed_or_unknown_is_refused_before_any
     status, lines = run_cli(capsys, ["train", "--report-to", "wandbb"])
     assert_one_line_error(status, lines, 2, "train", "--report-to", "unknown integration 'wandbb'", "wandb")
     assert run_cli(capsys, ["train", "--report-to", "none"])[0] == 0 and ran == [[]]
+
+
+# ------------------------------------------------------------------------------------- empty shares of a sharded output layer
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("processes", [2, 3])
+def test_ranks_with_an_empty_share_of_the_output_layer_train_resume_and_predict_as_one_process(tmp_path, processes):
+    """6 labels (a head of 2 rows, a tail of 1 group) on more ranks than groups, and on 3 more than head rows: the
+    sharded run, its resumption and its predictions equal those of one process with the same global batch."""
+    import distributed_empty_shares
+    from test_distributed import LOSS_TOLERANCE, TESTS, assert_states_close, torchrun
+
+    torchrun([str(TESTS / "distributed_empty_shares.py"), str(tmp_path)], tmp_path, processes=processes)
+    sharded = torch.load(tmp_path / "results.pt", weights_only=False)
+    single = distributed_empty_shares.run(tmp_path / "single")
+    for part in ("run", "resumed"):
+        assert sharded[part]["rewirings"] == single[part]["rewirings"] and single[part]["rewirings"]
+        torch.testing.assert_close(torch.tensor(sharded[part]["losses"]), torch.tensor(single[part]["losses"]), **LOSS_TOLERANCE)
+        assert_states_close(sharded[part]["state"], single[part]["state"])
+    assert sharded["metrics"].keys() == single["metrics"].keys()
+    torch.testing.assert_close(sharded["metrics"], single["metrics"], **LOSS_TOLERANCE)
+    for prediction, reference in zip(sharded["predictions"], single["predictions"]):
+        assert torch.equal(prediction["top_ids"], reference["top_ids"])
+        torch.testing.assert_close(prediction["top_scores"], reference["top_scores"], **LOSS_TOLERANCE)
