@@ -6,6 +6,7 @@ The command-line helpers and data come from test_faults.py."""
 
 import json
 import os
+import pickle
 import re
 import socket
 import subprocess
@@ -350,3 +351,26 @@ def test_ranks_with_an_empty_share_of_the_output_layer_train_resume_and_predict_
     for prediction, reference in zip(sharded["predictions"], single["predictions"]):
         assert torch.equal(prediction["top_ids"], reference["top_ids"])
         torch.testing.assert_close(prediction["top_scores"], reference["top_scores"], **LOSS_TOLERANCE)
+
+
+def test_a_damaged_layout_file_is_a_one_line_error_naming_it(capsys, cli_files, encoder_dir, tmp_path):
+    layout = tmp_path / "layout.safetensors"
+    layout.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{")  # cut short after its header's length
+    status, lines = run_cli(capsys, train_flags(cli_files["data"], encoder_dir, tmp_path / "out", "--layout-file", layout))
+    assert_one_line_error(status, lines, 1, "train", f"{layout} is not a label layout file, or a damaged one")
+
+
+@pytest.mark.parametrize("error", [pickle.UnpicklingError("Weights only load failed"),
+                                   RuntimeError("Error(s) in loading state_dict for Linear: size mismatch for weight")])  # fmt: skip
+def test_a_damaged_file_no_caller_named_is_one_line_and_other_runtime_errors_stay_tracebacks(capsys, cli_files, monkeypatch, error):
+    import haste_hf.cli
+
+    def fail(args):
+        raise error
+
+    monkeypatch.setattr(haste_hf.cli, "command_evaluate", fail)
+    status, lines = run_cli(capsys, ["evaluate", "--model", cli_files["model"]])
+    assert_one_line_error(status, lines, 1, "evaluate", str(error), "HASTE_HF_DEBUG=1 shows which")
+    monkeypatch.setattr(haste_hf.cli, "command_evaluate", lambda args: torch.empty(-1))  # a bug: its traceback
+    with pytest.raises(RuntimeError, match="negative dimension"):
+        run_cli(capsys, ["evaluate", "--model", cli_files["model"]])
