@@ -165,6 +165,7 @@ def command_train(args) -> int:
     from .recipe import check_output_dir, train
 
     training = args.training
+    check_report_to(training.report_to)
     try:
         check_output_dir(training.output_dir, overwrite=args.recipe.overwrite_output_dir, resume=bool(training.resume_from_checkpoint))
     except ValueError as error:
@@ -542,7 +543,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.recipe = parsed[0]
         if len(parsed) > 1:
             args.training = parsed[1]
-            check_report_to(args.training.report_to)
     return args
 
 
