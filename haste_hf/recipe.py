@@ -589,7 +589,7 @@ def train(
         evaluate_test: evaluate on the test split when the dataset has one.
         recipe_args: all `RecipeArguments` at once (what `haste-hf train` passes); or give them as `**options`.
             An `output_dir` that holds a model or checkpoints is refused unless `overwrite_output_dir=True`
-            (replace them) or resuming.
+            (replace them) or resuming, and so is one another run is training into (`run_lock`).
         resume_from_checkpoint: continue the training of `output_dir` from its last complete checkpoint (True,
             or `"last"`) or from the checkpoint folder given; default: `training_args.resume_from_checkpoint`.
     """

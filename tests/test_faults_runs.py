@@ -15,12 +15,16 @@ import textwrap
 
 import pytest
 import torch
-from test_faults import CLI_LABELS, assert_no_leftovers, assert_one_line_error, cli_files, make_model, run_cli, train_flags  # noqa: F401
+import test_faults
+from test_faults import CLI_LABELS, assert_one_line_error, make_model, run_cli, train_flags
 from transformers.testing_utils import CaptureLogger
 
 from haste_hf import HasteForExtremeClassification
 from haste_hf.modeling_haste import STAGING_PREFIX
 from haste_hf.run_lock import LOCK_FILE, OutputDirInUseError, output_dir_lock
+
+
+cli_files = test_faults.cli_files  # the fixture: datasets of 30, 40 and 20 labels, a saved model, texts
 
 
 # ------------------------------------------------------------------------------------- one run per output folder
@@ -72,9 +76,8 @@ def test_a_lock_file_of_a_live_process_is_refused_and_one_of_an_ended_process_ta
 
     folder = tmp_path / "out"
     plant_lock(folder, os.getppid())  # alive: the process that started the tests
-    with pytest.raises(OutputDirInUseError, match=f"process {os.getppid()} on host"):
-        with output_dir_lock(folder):
-            pytest.fail("the lock was taken")
+    with pytest.raises(OutputDirInUseError, match=f"process {os.getppid()} on host"), output_dir_lock(folder):
+        pytest.fail("the lock was taken")
     pid = dead_pid()
     plant_lock(folder, pid)
     with CaptureLogger(haste_hf.run_lock.logger) as captured, output_dir_lock(folder):
@@ -87,13 +90,16 @@ def test_a_lock_file_of_a_live_process_is_refused_and_one_of_an_ended_process_ta
 def test_the_lock_is_released_when_the_run_fails_or_is_interrupted(capsys, cli_files, encoder_dir, tmp_path, monkeypatch, error):
     import haste_hf.recipe
 
+    folder = tmp_path / "out"
+    held = []
+
     def fail(*args):
+        held.append((folder / LOCK_FILE).is_file())
         raise error
 
     monkeypatch.setattr(haste_hf.recipe, "load_encoder", fail)
-    folder = tmp_path / "out"
     status, _ = run_cli(capsys, train_flags(cli_files["data"], encoder_dir, folder))
-    assert status == (1 if isinstance(error, ValueError) else 130)
+    assert status == (1 if isinstance(error, ValueError) else 130) and held == [True]
     assert not folder.exists()  # neither the lock nor the folder it was made for is left
     with output_dir_lock(folder):  # and a new run takes the folder
         pass
