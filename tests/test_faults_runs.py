@@ -105,10 +105,19 @@ def test_the_lock_is_released_when_the_run_fails_or_is_interrupted(capsys, cli_f
         pass
 
 
-def test_a_finished_run_releases_its_folder(capsys, cli_files, encoder_dir, tmp_path):
+def test_a_run_holds_its_folder_until_its_model_is_saved_and_then_releases_it(capsys, cli_files, encoder_dir, tmp_path, monkeypatch):
+    import haste_hf.recipe
+
     folder = tmp_path / "out"
+    held, save = [], haste_hf.recipe.save_trained
+
+    def watched(*args, **kwargs):
+        held.append((folder / LOCK_FILE).is_file())
+        return save(*args, **kwargs)
+
+    monkeypatch.setattr(haste_hf.recipe, "save_trained", watched)
     status, _ = run_cli(capsys, train_flags(cli_files["data"], encoder_dir, folder))
-    assert status == 0 and not (folder / LOCK_FILE).exists()
+    assert status == 0 and held == [True] and not (folder / LOCK_FILE).exists()
     assert HasteForExtremeClassification.from_pretrained(folder).config.label_count == CLI_LABELS
 
 
