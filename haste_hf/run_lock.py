@@ -12,7 +12,7 @@ import json
 import os
 import socket
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from transformers.utils import logging
@@ -109,20 +109,16 @@ def output_dir_lock(output_dir: str | os.PathLike):
     try:
         yield
     finally:
-        try:
+        with suppress(FileNotFoundError):
             os.remove(path)  # before unlocking: a run that opened this file meanwhile sees it gone and opens a new one
-        except FileNotFoundError:
-            pass
         os.close(fd)
         if created:
             _remove_if_empty(folder)
 
 
 def _remove_if_empty(folder: Path) -> None:
-    try:
+    with suppress(OSError):
         folder.rmdir()
-    except OSError:
-        pass
 
 
 __all__ = ["LOCK_FILE", "OutputDirInUseError", "output_dir_lock"]

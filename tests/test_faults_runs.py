@@ -14,14 +14,14 @@ import sys
 import textwrap
 
 import pytest
-import torch
 import test_faults
+import torch
 from test_faults import CLI_LABELS, assert_one_line_error, make_model, run_cli, train_flags
 from transformers.testing_utils import CaptureLogger
 
 from haste_hf import HasteForExtremeClassification
-from haste_hf.saving import STAGING_PREFIX
 from haste_hf.run_lock import LOCK_FILE, OutputDirInUseError, output_dir_lock
+from haste_hf.saving import STAGING_PREFIX
 
 
 cli_files = test_faults.cli_files  # the fixture: datasets of 30, 40 and 20 labels, a saved model, texts
@@ -330,8 +330,9 @@ def test_a_folder_without_config_json_is_named(capsys, cli_files, encoder_dir, t
 
 
 def test_report_to_an_integration_not_installed_or_unknown_is_refused_before_anything_loads(capsys, monkeypatch):
-    import haste_hf.recipe
     from transformers.integrations import integration_utils
+
+    import haste_hf.recipe
 
     monkeypatch.setattr(haste_hf.recipe, "load_dataset", lambda *args: pytest.fail("the data was loaded"))
     monkeypatch.setattr(integration_utils, "is_wandb_available", lambda: False)
