@@ -3,6 +3,7 @@
 
 import torch
 from transformers import TrainerCallback
+from transformers.trainer_callback import ExportableState
 from transformers.utils import logging
 
 from .peft_utils import is_peft_model
@@ -190,3 +191,15 @@ def all_finite(tensors) -> bool:
         if not bool(torch.stack([value.float() for value in largest]).isfinite().all()):
             return False
     return True
+
+
+class TrainingSplitFingerprint(TrainerCallback, ExportableState):
+    """Keeps, in every checkpoint's `trainer_state.json`, the fingerprint of the training split that the model's
+    label plan was built from (`LabelLayout.split_fingerprint`): `HasteTrainer` refuses to resume a checkpoint of
+    another split, which a model of the same shape would otherwise continue in silence."""
+
+    def __init__(self, fingerprint: str):
+        self.fingerprint = fingerprint
+
+    def state(self) -> dict:
+        return {"args": {"fingerprint": self.fingerprint}, "attributes": {}}

@@ -32,6 +32,18 @@ class UsageError(Exception):
     """A bad argument, path or combination of them: reported in one line with exit status 2."""
 
 
+def is_model_file_error(error: BaseException) -> bool:
+    """Whether `error` is what loading a damaged or mismatched weights file raises: safetensors' own error, a pickle
+    that does not unpickle (`torch.load` of an optimizer or argument file), a state dict of other shapes."""
+    import pickle
+
+    from safetensors import SafetensorError
+
+    if isinstance(error, (SafetensorError, pickle.UnpicklingError)):
+        return True
+    return type(error) is RuntimeError and any(sign in str(error) for sign in ("state_dict", "ignore_mismatched_sizes", "size mismatch"))
+
+
 # ------------------------------------------------------------------------------------------------ argument types
 # Checked while parsing, before anything heavy loads; argparse reports a failure as
 # "haste-hf CMD: error: argument --flag: <message>".
@@ -155,6 +167,7 @@ def command_train(args) -> int:
     from .recipe import check_output_dir, train
 
     training = args.training
+    check_report_to(training.report_to)
     try:
         check_output_dir(training.output_dir, overwrite=args.recipe.overwrite_output_dir, resume=bool(training.resume_from_checkpoint))
     except ValueError as error:
@@ -182,16 +195,26 @@ def load_trained(args):
     from transformers import AutoTokenizer
 
     from .modeling_haste import HasteForExtremeClassification
-    from .recipe import saved_evaluation_settings
+    from .recipe import check_max_length, encoder_token_limit, saved_evaluation_settings
 
     from_training = saved_evaluation_settings(args.model) if Path(args.model).is_dir() else {}
     for name, value in from_training.items():
         if getattr(args, name, None) is None or (name == "format" and args.format == "auto"):
             setattr(args, name, value)
-    args.max_length = args.max_length or DEFAULT_MAX_LENGTH
     args.eval_batch_size = args.eval_batch_size or DEFAULT_EVAL_BATCH_SIZE
-    model = HasteForExtremeClassification.from_pretrained(args.model).to(default_device())
-    return model, AutoTokenizer.from_pretrained(args.model)
+    try:
+        model = HasteForExtremeClassification.from_pretrained(args.model)
+    except Exception as error:
+        if not is_model_file_error(error):
+            raise
+        raise ValueError(f"{args.model}: its weights do not load ({one_line(error)}); save or download the model again") from error
+    if args.max_length is None:  # a folder `train` did not write: the encoder's limit, at most the default
+        args.max_length = min(DEFAULT_MAX_LENGTH, encoder_token_limit(model.encoder) or DEFAULT_MAX_LENGTH)
+    try:
+        check_max_length(model.encoder, args.max_length, f"of {args.model}")
+    except ValueError as error:
+        raise UsageError(error) from None
+    return model.to(default_device()), AutoTokenizer.from_pretrained(args.model)
 
 
 def check_split(args, data):
@@ -283,7 +306,7 @@ _NOT_GROUP_OPTIONS = ("fan_in", "head_projection_dim", "tail_projection_dim", "l
 
 
 def command_group(args) -> int:
-    from .recipe import RecipeArguments, build_layout, load_dataset, load_encoder, split_validation
+    from .recipe import RecipeArguments, build_layout, check_max_length, load_dataset, load_encoder, split_validation
 
     recipe = args.recipe
     ignored = [name for name in _NOT_GROUP_OPTIONS if getattr(recipe, name) != RecipeArguments.__dataclass_fields__[name].default]
@@ -294,6 +317,7 @@ def command_group(args) -> int:
     data = load_dataset(recipe.data, recipe.format, recipe.text_fields, recipe.label_texts)
     train_split, _ = split_validation(data.splits["train"], recipe.validation_fraction, args.seed)
     encoder, tokenizer = load_encoder(recipe.encoder)
+    check_max_length(encoder, recipe.max_length, recipe.encoder)
     layout = build_layout(
         train_split, data.label_count, encoder, tokenizer, group_size=recipe.group_size,
         head_label_fraction=recipe.head_label_fraction, grouping=recipe.grouping, pooling=recipe.pooling,
@@ -647,6 +671,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+# `--report-to` names whose availability check in transformers goes by another name.
+_INTEGRATION_CHECK_NAMES = {"azure_ml": "azureml", "comet_ml": "comet", "flyte": "flytekit"}
+
+
+def check_report_to(names: list[str]) -> None:
+    """Refuses, before anything loads, a `--report-to` integration that transformers does not know or whose package
+    is not installed (the Trainer would fail on it only after the data, encoder and label layout)."""
+    from transformers.integrations import integration_utils
+
+    known = integration_utils.INTEGRATION_TO_CALLBACK
+    for name in names:
+        if name not in known:
+            raise UsageError(f"argument --report-to: unknown integration {name!r} (known: {', '.join(sorted(known))}, or none)")
+        if not getattr(integration_utils, f"is_{_INTEGRATION_CHECK_NAMES.get(name, name)}_available")():
+            raise UsageError(f"argument --report-to: {name} is not installed; install it, or report to none")
+
+
 def one_line(error: BaseException) -> str:
     return " ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
 
@@ -673,13 +714,20 @@ def main(argv=None) -> int:
         return 2
     if os.environ.get(DEBUG_VARIABLE):
         return args.handler(args)
+    from .run_lock import OutputDirInUseError
+
     try:
         return args.handler(args)
     except UsageError as error:
         _report(args.prog, f"error: {one_line(error)}")
         return 2
-    except (ValueError, TypeError, OSError, FloatingPointError) as error:
+    except (ValueError, TypeError, OSError, FloatingPointError, OutputDirInUseError) as error:
         _report(args.prog, f"error: {one_line(error)}")
+        return 1
+    except Exception as error:  # a damaged file that no caller named: the traceback shows which
+        if not is_model_file_error(error):
+            raise
+        _report(args.prog, f"error: {one_line(error)} (a damaged or mismatched weights file; {DEBUG_VARIABLE}=1 shows which)")
         return 1
     except KeyboardInterrupt:
         _report(args.prog, "interrupted")

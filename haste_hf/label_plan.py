@@ -339,9 +339,13 @@ class LabelLayout:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "LabelLayout":
-        from safetensors import safe_open
+        from safetensors import SafetensorError, safe_open
 
-        with safe_open(os.fspath(path), framework="pt") as f:
+        try:
+            handle = safe_open(os.fspath(path), framework="pt")
+        except SafetensorError as error:
+            raise ValueError(f"{path} is not a label layout file, or a damaged one ({error}): write it again with `haste-hf group`.") from error
+        with handle as f:
             metadata = f.metadata() or {}
             if metadata.get("format") != "haste_label_layout":
                 raise ValueError(f"{path} is not a label layout file (write one with `LabelLayout.save` or `haste-hf group`).")

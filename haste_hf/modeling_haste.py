@@ -237,6 +237,12 @@ class HasteForExtremeClassification(HastePreTrainedModel):
 
     def encode(self, input_ids=None, attention_mask=None, **encoder_kwargs):
         """Pooled encoder output `[B, hidden]` and the encoder's outputs."""
+        if input_ids is not None and input_ids.shape[0] == 0:
+            # Encoders refuse a batch of no rows, which a rank out of texts still passes through a sharded output
+            # layer (its collectives need every rank): encode one blank row, keep none.
+            blank = input_ids.new_zeros(1, max(1, input_ids.shape[1]))
+            pooled, outputs = self.encode(blank, torch.ones_like(blank))
+            return pooled[:0], outputs
         outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **encoder_kwargs)
         states = outputs[0]
         if attention_mask is None:

@@ -30,7 +30,8 @@ def _row_chunks(tensor: torch.Tensor) -> Iterator[slice]:
     if tensor.dim() == 0:
         yield slice(None)
         return
-    yield from chunks(tensor.shape[0], tensor[0].numel(), _CHUNK_ELEMENTS)
+    # Not tensor[0]: a rank's share of the output layer may have no rows.
+    yield from chunks(tensor.shape[0], math.prod(tensor.shape[1:]), _CHUNK_ELEMENTS)
 
 
 def stochastic_round_to_bfloat16(values: torch.Tensor, generator: torch.Generator) -> torch.Tensor:

@@ -438,7 +438,7 @@ class HasteOutputLayer(nn.Module):
     @property
     def tail_valid_count(self) -> int:
         """This layer's tail columns that are labels: all but the padding slots, which trail the last group."""
-        return min(self.head_label_count + self.tail_groups[1] * self.group_size, self.label_count) - self.tail_first_position
+        return max(0, min(self.head_label_count + self.tail_groups[1] * self.group_size, self.label_count) - self.tail_first_position)
 
     def scored_loss(self, head_x, tail_x, positions: torch.Tensor, scale: float) -> torch.Tensor:
         """`scale` times the loss of this layer's labels from the branch inputs and the positive positions

@@ -19,7 +19,9 @@ import json
 import os
 import re
 import shutil
+import tempfile
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -65,13 +67,18 @@ HUB_ID_PATTERN = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")
 
 
 def check_model_source(name: str, what: str | None = "model", namespaced: bool = False) -> None:
-    """Raises a `ValueError` unless `name` is a folder or could be a Hub id: a path that names no folder (`./out`,
-    `runs/a/b`) is reported as missing instead of being looked up on the Hub. With `namespaced`, a Hub id must read
+    """Raises a `ValueError` unless `name` is a model folder (holding its config.json, or a SentenceTransformer's
+    modules.json) or could be a Hub id: a path that names no folder (`./out`, `runs/a/b`) is reported as missing
+    instead of being looked up on the Hub. With `namespaced`, a Hub id must read
     `namespace/name` (trained models always do; only old canonical encoders lack a namespace). `what` names the
     argument in the message."""
-    if os.path.isdir(name) or name in MINILM_ALIASES:
-        return
     prefix = f"`{what}`: " if what else ""
+    if os.path.isdir(name):
+        if not any(os.path.isfile(os.path.join(name, file)) for file in ("config.json", "modules.json")):
+            raise ValueError(f"{prefix}{name} holds no config.json: it is not a saved model folder")
+        return
+    if name in MINILM_ALIASES:
+        return
     if os.path.exists(name):
         raise ValueError(f"{prefix}{name!r} is a file; give a model folder or a Hub id")
     looks_like_path = name.startswith((".", "/", "~")) or os.sep in name.strip(os.sep).replace("/", "", 1)
@@ -192,6 +199,31 @@ def load_encoder(name: str):
     return AutoModel.from_pretrained(path, dtype=torch.float32), AutoTokenizer.from_pretrained(path)
 
 
+def encoder_token_limit(encoder) -> int | None:
+    """The most tokens `encoder` reads: its `max_position_embeddings`, less the positions RoBERTa-style encoders
+    reserve below their first (padding index + 1); None when its config names no limit."""
+    from torch import nn
+
+    limit = getattr(encoder.config, "max_position_embeddings", None)
+    if limit is None:
+        return None
+    positions = getattr(getattr(encoder, "embeddings", None), "position_embeddings", None)
+    if isinstance(positions, nn.Embedding) and positions.padding_idx is not None:
+        limit -= positions.padding_idx + 1
+    return limit
+
+
+def check_max_length(encoder, max_length: int, name: str) -> None:
+    """Raises a `ValueError` when texts of `max_length` tokens exceed what `encoder` (named `name`) reads: the first
+    long text would crash the run, and the saved tokenizer would keep the bad length for `predict` and `pipeline`."""
+    limit = encoder_token_limit(encoder)
+    if limit is not None and max_length > limit:
+        raise ValueError(
+            f"`max_length` (--max-length) is {max_length}, but the encoder {name} reads at most {limit} tokens "
+            f"(its max_position_embeddings): pass --max-length {limit} or less."
+        )
+
+
 def load_dataset(data: str | os.PathLike | None, format: str = "auto", text_fields: str | None = None, label_texts: bool = False):
     """An `XMCDataset` from a folder, or the embedded demo set when `data` is None."""
     from .data import demo_dataset_path, detect_format, load_xmc_dataset
@@ -290,6 +322,7 @@ def check_output_dir(output_dir, *, overwrite: bool = False, resume: bool = Fals
     if overwrite and resume:
         raise ValueError("Give --overwrite-output-dir (start afresh) or --resume-from-checkpoint (continue), not both.")
     folder = Path(output_dir)
+    check_writable_folder(folder)
     held = [name for name in ("config.json", "model.safetensors", "model.safetensors.index.json") if (folder / name).is_file()]
     held += [path.name for path in checkpoint_folders(folder)]
     if held and not (overwrite or resume):
@@ -298,6 +331,25 @@ def check_output_dir(output_dir, *, overwrite: bool = False, resume: bool = Fals
             f"{folder} already holds a model ({shown}): pass --overwrite-output-dir (`overwrite_output_dir=True`) "
             "to replace it, or --resume-from-checkpoint (`resume_from_checkpoint=True`) to continue its training."
         )
+
+
+def check_writable_folder(folder: Path) -> None:
+    """Raises a `ValueError` naming `folder` when a run could not write into it: it is a file, a file stands where
+    one of its parents should be, or the folder (or the nearest existing parent that would hold it) refuses new
+    files. Tried by writing, since permissions do not tell (root, read-only mounts, network file systems)."""
+    existing = folder
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        where = "is a file" if existing == folder else f"cannot be created: {existing} is a file"
+        raise ValueError(f"{folder} {where}; give a folder path.")
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".haste-write-test-", dir=existing)
+    except OSError as error:
+        shown = folder if existing == folder else f"{folder} (to be created in {existing})"
+        raise ValueError(f"{shown} is not writable: {error.strerror or error}.") from None
+    os.close(handle)
+    os.remove(probe)
 
 
 def build_trainer(model, tokenizer, training_args, train_split, validation_split, propensity, max_length: int, callbacks=None):
@@ -548,11 +600,13 @@ def train(
         evaluate_test: evaluate on the test split when the dataset has one.
         recipe_args: all `RecipeArguments` at once (what `haste-hf train` passes); or give them as `**options`.
             An `output_dir` that holds a model or checkpoints is refused unless `overwrite_output_dir=True`
-            (replace them) or resuming.
+            (replace them) or resuming, and so is one another run is training into (`run_lock`).
         resume_from_checkpoint: continue the training of `output_dir` from its last complete checkpoint (True,
             or `"last"`) or from the checkpoint folder given; default: `training_args.resume_from_checkpoint`.
     """
+    from .callbacks import TrainingSplitFingerprint
     from .distributed import broadcast_object
+    from .run_lock import output_dir_lock
 
     if recipe_args is None:
         path = os.fspath(data) if isinstance(data, (str, os.PathLike)) else None
@@ -561,14 +615,6 @@ def train(
         raise ValueError(f"Give the recipe's options in `recipe_args` or as keywords, not both (got {sorted(options)}).")
     recipe = recipe_args
     started = time.time()
-    dataset = data if data is not None and not isinstance(data, (str, os.PathLike)) else load_dataset(
-        recipe.data, recipe.format, recipe.text_fields, recipe.label_texts
-    )  # fmt: skip
-    if dataset.train_label_frequencies is not None and not np.asarray(dataset.train_label_frequencies).any():
-        raise ValueError(
-            f"The training split of {recipe.data or DEMO_DATASET_NAME} has no positive label (every point's label list "
-            "is empty): there is nothing to learn. Check the label column or file."
-        )
     training_args, push = _training_arguments(training_args, output_dir, recipe.validation_fraction > 0)
     output_dir, seed = training_args.output_dir, training_args.seed
     _check_process_group(training_args)
@@ -580,60 +626,73 @@ def train(
     if resume_from_checkpoint == LAST_CHECKPOINT:
         resume_from_checkpoint = True
     check_output_dir(output_dir, overwrite=recipe.overwrite_output_dir, resume=bool(resume_from_checkpoint))
-
-    train_split, validation_split = split_validation(dataset.splits["train"], recipe.validation_fraction, seed)
-    encoder_model, tokenizer = load_encoder(recipe.encoder)
-    tokenizer.model_max_length = recipe.max_length  # the model's input length from now on, saved with it
-    pooling = recipe.pooling or default_pooling(encoder_model.config)
-    if is_main:  # once: the other ranks take rank 0's layout (CUDA reductions need not agree between runs)
-        layout = build_layout(
-            train_split, dataset.label_count, encoder_model, tokenizer, layout=layout if layout is not None else recipe.layout_file,
-            group_size=recipe.group_size, head_label_fraction=recipe.head_label_fraction, grouping=recipe.grouping,
-            beta=recipe.beta, pooling=pooling, seed=seed, max_length=recipe.max_length,
-            batch_size=training_args.per_device_eval_batch_size,
+    # Held from here to the end: a second run into this folder is refused now, not after its training.
+    with output_dir_lock(output_dir) if is_main else nullcontext():
+        dataset = data if data is not None and not isinstance(data, (str, os.PathLike)) else load_dataset(
+            recipe.data, recipe.format, recipe.text_fields, recipe.label_texts
         )  # fmt: skip
-    layout = broadcast_object(layout)
-    set_seed(seed)  # the new head and tail weights: a function of the seed, the same on every rank
-    model = build_model(
-        encoder_model, layout, label_count=dataset.label_count, label_names=dataset.label_texts, fan_in=recipe.fan_in, pooling=pooling,
-        head_projection_dim=recipe.head_projection_dim, tail_projection_dim=recipe.tail_projection_dim,
-    )  # fmt: skip
-    dataset_name = dataset_name_of(recipe.data, recipe.dataset_name)
-    propensity = propensity_of(dataset, dataset_name, recipe.propensity_a, recipe.propensity_b)
-    trainer = build_trainer(model, tokenizer, training_args, train_split, validation_split, propensity, recipe.max_length, callbacks)
-    if recipe.overwrite_output_dir and not resume_from_checkpoint and trainer.is_world_process_zero():
-        for checkpoint in checkpoint_folders(output_dir):  # another run's: resuming or rotation would pick them
-            shutil.rmtree(checkpoint)
-    trainer.train(resume_from_checkpoint=resume_from_checkpoint)
-    training_seconds = time.time() - started
+        if dataset.train_label_frequencies is not None and not np.asarray(dataset.train_label_frequencies).any():
+            raise ValueError(
+                f"The training split of {recipe.data or DEMO_DATASET_NAME} has no positive label (every point's label list "
+                "is empty): there is nothing to learn. Check the label column or file."
+            )
 
-    model = trainer.model
-    card_fields = dict(encoder_name=encoder_model_id(recipe.encoder), dataset_name=dataset_name, propensity=propensity,
-                       hub_model_id=training_args.hub_model_id)  # fmt: skip
-    if save:  # before the test evaluation: whatever happens there, the trained model is kept
-        save_trained(trainer, tokenizer, layout, output_dir, test_metrics=None, **card_fields,
-                     evaluation_settings={name: getattr(recipe, name) for name in EVALUATION_SETTINGS}
-                     | {"eval_batch_size": training_args.per_device_eval_batch_size})  # fmt: skip
-    test_metrics = {}
-    if evaluate_test and "test" in dataset.splits:
-        test_metrics = evaluate_split(model, tokenizer, dataset, "test", propensity, max_length=recipe.max_length,
-                                      batch_size=training_args.per_device_eval_batch_size)  # fmt: skip
-    if save and is_main:
-        save_folder_atomically(output_dir, lambda folder: write_results(
-            Path(folder), trainer, layout, output_dir, test_metrics=test_metrics, **card_fields))  # fmt: skip
-    if push and is_main:
-        from .hub import push_to_hub
+        train_split, validation_split = split_validation(dataset.splits["train"], recipe.validation_fraction, seed)
+        encoder_model, tokenizer = load_encoder(recipe.encoder)
+        check_max_length(encoder_model, recipe.max_length, recipe.encoder)
+        tokenizer.model_max_length = recipe.max_length  # the model's input length from now on, saved with it
+        pooling = recipe.pooling or default_pooling(encoder_model.config)
+        if is_main:  # once: the other ranks take rank 0's layout (CUDA reductions need not agree between runs)
+            layout = build_layout(
+                train_split, dataset.label_count, encoder_model, tokenizer, layout=layout if layout is not None else recipe.layout_file,
+                group_size=recipe.group_size, head_label_fraction=recipe.head_label_fraction, grouping=recipe.grouping,
+                beta=recipe.beta, pooling=pooling, seed=seed, max_length=recipe.max_length,
+                batch_size=training_args.per_device_eval_batch_size,
+            )  # fmt: skip
+        layout = broadcast_object(layout)
+        set_seed(seed)  # the new head and tail weights: a function of the seed, the same on every rank
+        model = build_model(
+            encoder_model, layout, label_count=dataset.label_count, label_names=dataset.label_texts, fan_in=recipe.fan_in, pooling=pooling,
+            head_projection_dim=recipe.head_projection_dim, tail_projection_dim=recipe.tail_projection_dim,
+        )  # fmt: skip
+        dataset_name = dataset_name_of(recipe.data, recipe.dataset_name)
+        propensity = propensity_of(dataset, dataset_name, recipe.propensity_a, recipe.propensity_b)
+        if layout.split_fingerprint is not None:  # kept in each checkpoint: resuming on other data is refused
+            callbacks = [*(callbacks or []), TrainingSplitFingerprint(layout.split_fingerprint)]
+        trainer = build_trainer(model, tokenizer, training_args, train_split, validation_split, propensity, recipe.max_length, callbacks)
+        if recipe.overwrite_output_dir and not resume_from_checkpoint and trainer.is_world_process_zero():
+            for checkpoint in checkpoint_folders(output_dir):  # another run's: resuming or rotation would pick them
+                shutil.rmtree(checkpoint)
+        trainer.train(resume_from_checkpoint=resume_from_checkpoint)
+        training_seconds = time.time() - started
 
-        push_to_hub(output_dir, training_args.hub_model_id or Path(output_dir).name, private=training_args.hub_private_repo,
-                    revision=training_args.hub_revision, token=training_args.hub_token)  # fmt: skip
-    return TrainingRun(
-        model=model, tokenizer=tokenizer, layout=layout, trainer=trainer, test_metrics=test_metrics,
-        propensity=propensity, training_seconds=training_seconds, output_dir=output_dir if save else None,
-    )  # fmt: skip
+        model = trainer.model
+        card_fields = dict(encoder_name=encoder_model_id(recipe.encoder), dataset_name=dataset_name, propensity=propensity,
+                           hub_model_id=training_args.hub_model_id)  # fmt: skip
+        if save:  # before the test evaluation: whatever happens there, the trained model is kept
+            save_trained(trainer, tokenizer, layout, output_dir, test_metrics=None, **card_fields,
+                         evaluation_settings={name: getattr(recipe, name) for name in EVALUATION_SETTINGS}
+                         | {"eval_batch_size": training_args.per_device_eval_batch_size})  # fmt: skip
+        test_metrics = {}
+        if evaluate_test and "test" in dataset.splits:
+            test_metrics = evaluate_split(model, tokenizer, dataset, "test", propensity, max_length=recipe.max_length,
+                                          batch_size=training_args.per_device_eval_batch_size)  # fmt: skip
+        if save and is_main:
+            save_folder_atomically(output_dir, lambda folder: write_results(
+                Path(folder), trainer, layout, output_dir, test_metrics=test_metrics, **card_fields))  # fmt: skip
+        if push and is_main:
+            from .hub import push_to_hub
+
+            push_to_hub(output_dir, training_args.hub_model_id or Path(output_dir).name, private=training_args.hub_private_repo,
+                        revision=training_args.hub_revision, token=training_args.hub_token)  # fmt: skip
+        return TrainingRun(
+            model=model, tokenizer=tokenizer, layout=layout, trainer=trainer, test_metrics=test_metrics,
+            propensity=propensity, training_seconds=training_seconds, output_dir=output_dir if save else None,
+        )  # fmt: skip
 
 
 __all__ = [
     "DEMO_ENCODER", "EVALUATION_SETTINGS_FILE", "RecipeArguments", "TrainingRun", "build_layout", "build_model", "build_trainer",
-    "check_output_dir", "encoder_model_id", "evaluate_split", "load_dataset", "load_encoder", "model_selection_arguments", "predict_top_k", "propensity_of",
+    "check_max_length", "check_output_dir", "encoder_model_id", "evaluate_split", "load_dataset", "load_encoder", "model_selection_arguments", "predict_top_k", "propensity_of",
     "resolve_encoder", "save_trained", "saved_evaluation_settings", "split_validation", "train",
 ]  # fmt: skip

@@ -11,12 +11,14 @@ import json
 import os
 import re
 import shutil
+import socket
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, logging
 
 
 LABEL_NAMES_FILE = "label_names.json"
@@ -26,6 +28,8 @@ TRAINER_STATE_FILE = "trainer_state.json"
 STAGING_PREFIX = ".haste-staging-"
 INCOMPLETE_SAVE_FILE = ".haste-save-incomplete"
 _CHECKPOINT = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+
+logger = logging.get_logger(__name__)
 
 
 def check_complete_save(folder: str):
@@ -48,9 +52,10 @@ def save_folder_atomically(target: str, write) -> None:
         raise ValueError(f"`save_directory` ({target}) is a file: give a folder path.")
     os.makedirs(target, exist_ok=True)
     for name in os.listdir(target):
-        if name.startswith(STAGING_PREFIX):
+        if name.startswith(STAGING_PREFIX) and not _staging_owner_is_running(name):
             shutil.rmtree(os.path.join(target, name), ignore_errors=True)
-    staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=target)
+    # Named by host and process, so a save running beside this one (another process) keeps its staging folder.
+    staging = tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{socket.gethostname()}-{os.getpid()}-", dir=target)
     try:
         write(staging)
         new_files = sorted(os.listdir(staging))
@@ -69,6 +74,30 @@ def save_folder_atomically(target: str, write) -> None:
         os.remove(marker)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def process_is_running(pid: int) -> bool:
+    """Whether process `pid` of this host exists (one of another user included); True where it cannot be asked
+    without harm (Windows, where `os.kill` ends the process)."""
+    if os.name == "nt":
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _staging_owner_is_running(name: str) -> bool:
+    """Whether the save that staged folder `name` may still be writing it: its process runs, or it ran on another
+    host (which this one cannot ask). Folders of saves that died, and unnamed ones of older versions, are leftovers."""
+    host_and_pid = name[len(STAGING_PREFIX) :].rpartition("-")[0]
+    host, _, pid = host_and_pid.rpartition("-")
+    if not host or not pid.isdigit():
+        return False
+    return host != socket.gethostname() or process_is_running(int(pid))
 
 
 def _is_weight_file(name: str) -> bool:
@@ -132,19 +161,42 @@ def save_trained_folder(folder: str | os.PathLike, model, tokenizer=None, write_
 # ------------------------------------------------------------------------------------------------ checkpoints
 
 
-def checkpoint_is_complete(folder: str | os.PathLike) -> bool:
-    """Whether a Trainer checkpoint finished saving: its trainer state, written last, is there and reads,
-    and no save of its model was interrupted."""
+def checkpoint_problem(folder: str | os.PathLike) -> str | None:
+    """Why a Trainer checkpoint did not finish saving, or None when it did: its trainer state, written last, is
+    there and reads, no save of its model was interrupted, and its safetensors weights are whole (a full disk or a
+    copy cut short truncates them)."""
     state_file = os.path.join(folder, TRAINER_STATE_FILE)
-    if not os.path.isfile(state_file) or os.path.exists(os.path.join(folder, INCOMPLETE_SAVE_FILE)):
-        return False
+    if not os.path.isfile(state_file):
+        return f"no {TRAINER_STATE_FILE}"
+    if os.path.exists(os.path.join(folder, INCOMPLETE_SAVE_FILE)):
+        return "an interrupted save"
+    from safetensors import SafetensorError, safe_open
     from transformers.trainer_callback import TrainerState  # training only: loading a model needs none of it
 
     try:
         TrainerState.load_from_json(state_file)
     except (ValueError, TypeError, KeyError):
-        return False
-    return True
+        return f"an unreadable {TRAINER_STATE_FILE}"
+    weight_files = [SAFE_WEIGHTS_NAME] if os.path.isfile(os.path.join(folder, SAFE_WEIGHTS_NAME)) else []
+    index_file = os.path.join(folder, SAFE_WEIGHTS_INDEX_NAME)
+    if os.path.isfile(index_file):
+        try:
+            with open(index_file, encoding="utf-8") as f:
+                weight_files += sorted(set(json.load(f)["weight_map"].values()))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return f"an unreadable {SAFE_WEIGHTS_INDEX_NAME}"
+    for name in weight_files:
+        try:
+            with safe_open(os.path.join(folder, name), framework="pt"):
+                pass
+        except (SafetensorError, OSError) as error:
+            return f"a damaged {name} ({error})"
+    return None
+
+
+def checkpoint_is_complete(folder: str | os.PathLike) -> bool:
+    """Whether a Trainer checkpoint finished saving (see `checkpoint_problem`)."""
+    return checkpoint_problem(folder) is None
 
 
 def checkpoint_folders(output_dir: str | os.PathLike) -> list[Path]:
@@ -157,8 +209,13 @@ def checkpoint_folders(output_dir: str | os.PathLike) -> list[Path]:
 
 def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
     """The `checkpoint-N` folder of `output_dir` with the highest N that finished saving (one a kill left
-    half-written is passed over), or None."""
-    return next((str(path) for path in reversed(checkpoint_folders(output_dir)) if checkpoint_is_complete(path)), None)
+    half-written, or whose weights are damaged, is passed over with a warning), or None."""
+    for path in reversed(checkpoint_folders(output_dir)):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return str(path)
+        logger.warning(f"Passing over {path}: it is not a complete checkpoint ({problem}).")
+    return None
 
 
 __all__ = [
@@ -169,6 +226,7 @@ __all__ = [
     "check_finite_weights",
     "checkpoint_folders",
     "checkpoint_is_complete",
+    "checkpoint_problem",
     "last_complete_checkpoint",
     "save_folder_atomically",
     "save_trained_folder",

@@ -54,12 +54,8 @@ class OutputLayerSlice:
 def assign_output_layer(head_label_count: int, tail_group_count: int, world_size: int) -> list[OutputLayerSlice]:
     """The share of the output layer of each of `world_size` ranks: contiguous, balanced runs of head rows
     and of tail groups, rank order following label-position order (a pure function: every rank computes
-    the same assignment, and a label plan can store it)."""
-    if tail_group_count and tail_group_count < world_size:
-        raise ValueError(
-            f"The tail has {tail_group_count} label groups for {world_size} ranks: every rank needs at least one. "
-            "Use fewer processes, a smaller `group_size`, or `shard_output_layer=False`."
-        )
+    the same assignment, and a label plan can store it). With fewer head rows or tail groups than ranks, the last
+    ranks hold an empty share of them."""
     heads, tails = balanced_ranges(head_label_count, world_size), balanced_ranges(tail_group_count, world_size)
     return [OutputLayerSlice(head, tail) for head, tail in zip(heads, tails)]
 
@@ -230,8 +226,9 @@ class ShardedOutputLayer(HasteOutputLayer):
         gathered_ids = all_gather_rows(label_ids.unsqueeze(0), [1] * self.world_size, self.group)
         start = sum(sizes[: self.rank])
         rows = slice(start, start + sizes[self.rank])
-        candidates = gathered_scores[:, rows].permute(1, 0, 2).reshape(sizes[self.rank], -1)
-        candidate_ids = gathered_ids[:, rows].permute(1, 0, 2).reshape(sizes[self.rank], -1)
+        width = self.world_size * k  # not -1: this rank's share of the batch may have no rows
+        candidates = gathered_scores[:, rows].permute(1, 0, 2).reshape(sizes[self.rank], width)
+        candidate_ids = gathered_ids[:, rows].permute(1, 0, 2).reshape(sizes[self.rank], width)
         top_scores, top = candidates.topk(k, dim=1)
         return top_scores, candidate_ids.gather(1, top)
 

@@ -6,24 +6,60 @@ weights) trains the dense head and the sparse tail, each with its own schedule; 
 every `rewiring_interval` steps; evaluation ranks labels with top-k, never gathering `[N, L]` logits.
 """
 
+import json
 import os
+import pickle
 import shutil
+from contextlib import contextmanager
 
 import torch
+from safetensors import SafetensorError
 from torch import nn
 from transformers import PreTrainedTokenizerBase, Trainer
-from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
+from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME, TRAINER_STATE_NAME
+from transformers.trainer_callback import TrainerState
 from transformers.training_args import OptimizerNames
-from transformers.utils import logging
+from transformers.utils import CONFIG_NAME, logging
 
-from .callbacks import NonFiniteGradientCallback, RewiringCallback, unwrap_model
+from .callbacks import NonFiniteGradientCallback, RewiringCallback, TrainingSplitFingerprint, unwrap_model
 from .data import XMCDataCollator
 from .modeling_haste import HasteForExtremeClassification
 from .optimization import HasteOptimizer, StochasticRoundingSGD, get_haste_scheduler, unwrap_haste_optimizer
 from .peft_utils import check_no_peft_encoder, check_peft_model, is_peft_model
-from .saving import checkpoint_is_complete, last_complete_checkpoint
+from .saving import checkpoint_problem, last_complete_checkpoint
 from .sharded_output_layer import ignore_shards_in_ddp, resolve_shard_output_layer, shard_output_layer_, sharded_output_layer
 from .training_args import HasteTrainingArguments
+
+
+@contextmanager
+def _reading(checkpoint: str | None, files: str):
+    """Reports what the loaders raise on a damaged checkpoint file as a `ValueError` naming the checkpoint and file."""
+    try:
+        yield
+    except (SafetensorError, pickle.UnpicklingError, EOFError, RuntimeError) as error:
+        if checkpoint is None:
+            raise
+        message = " ".join(str(error).split()) or type(error).__name__
+        raise ValueError(f"{checkpoint}: its {files} does not load ({message}); resume from an earlier checkpoint, or start afresh.") from error
+
+
+# What a checkpoint's config.json must share with the model that resumes it, in the words of the message.
+_STRUCTURE_FIELDS = ("label_count", "head_label_count", "group_size", "fan_in", "head_projection_dim", "tail_projection_dim")
+_ENCODER_FIELDS = ("model_type", "hidden_size", "num_hidden_layers", "vocab_size")
+
+
+def checkpoint_model_differences(folder: str | os.PathLike, config) -> list[str]:
+    """The settings in which the model of checkpoint `folder` differs from a model of `config` (a `HasteConfig`),
+    each as `name is <checkpoint's> (this run: <config's>)`; [] when it has no readable config.json."""
+    try:
+        with open(os.path.join(folder, CONFIG_NAME), encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        return []
+    pairs = [(name, saved.get(name), getattr(config, name, None)) for name in _STRUCTURE_FIELDS]
+    encoder = saved.get("encoder") if isinstance(saved.get("encoder"), dict) else {}
+    pairs += [(f"encoder {name}", encoder.get(name), getattr(config.encoder, name, None)) for name in _ENCODER_FIELDS]
+    return [f"{name} is {theirs} (this run: {ours})" for name, theirs, ours in pairs if theirs != ours]
 
 
 logger = logging.get_logger(__name__)
@@ -124,19 +160,21 @@ class HasteTrainer(Trainer):
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
         """`Trainer.train`; `resume_from_checkpoint=True` picks the last checkpoint that finished saving (a
-        half-written one is passed over), and a checkpoint path given that did not finish is refused. With
-        `on_non_finite="skip"`, a run that skipped more than half of its steps raises a `FloatingPointError`
-        at its end: the model it leaves is not a trained one, and the recipe does not save it."""
+        half-written or damaged one is passed over), and a checkpoint path given that did not finish is refused, as
+        is a checkpoint of another model or of another training split. With `on_non_finite="skip"`, a run that
+        skipped more than half of its steps raises a `FloatingPointError` at its end: the model it leaves is not a
+        trained one, and the recipe does not save it."""
         if resume_from_checkpoint is True:
             resume_from_checkpoint = last_complete_checkpoint(self.args.output_dir)
             if resume_from_checkpoint is None:
                 raise ValueError(f"No complete checkpoint to resume from in `output_dir` ({self.args.output_dir}).")
-        elif resume_from_checkpoint and not checkpoint_is_complete(resume_from_checkpoint):
+        elif resume_from_checkpoint and (problem := checkpoint_problem(resume_from_checkpoint)) is not None:
             earlier = last_complete_checkpoint(os.path.dirname(os.path.abspath(resume_from_checkpoint)))
             raise ValueError(
-                f"{resume_from_checkpoint} is not a complete checkpoint (no readable trainer_state.json, or an "
-                "interrupted save)" + (f": resume from {earlier}." if earlier else ".")
+                f"{resume_from_checkpoint} is not a complete checkpoint ({problem})" + (f": resume from {earlier}." if earlier else ".")
             )
+        if resume_from_checkpoint:
+            self._check_resumable(resume_from_checkpoint)
         output = super().train(resume_from_checkpoint, *args, **kwargs)
         guard = self.non_finite_guard
         if guard.too_many_skipped:
@@ -146,6 +184,31 @@ class HasteTrainer(Trainer):
                 "(encoder and output layer), or check the data and the encoder's outputs."
             )
         return output
+
+    def _check_resumable(self, checkpoint: str) -> None:
+        """Refuses a checkpoint of another model (its weights would not load) or of another training split (they
+        would, and the run would continue on other labels in silence); warns when its optimizer state is missing."""
+        differences = checkpoint_model_differences(checkpoint, unwrap_model(self.model).config)
+        if differences:
+            raise ValueError(
+                f"{checkpoint} is a checkpoint of another model: its {'; its '.join(differences)}. Resume it with the "
+                "settings it was trained with, or start afresh (--overwrite-output-dir)."
+            )
+        saved = TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME)).stateful_callbacks or {}
+        saved = saved.get(TrainingSplitFingerprint.__name__)
+        ours = next((cb for cb in self.callback_handler.callbacks if isinstance(cb, TrainingSplitFingerprint)), None)
+        if isinstance(saved, dict) and ours is not None and saved.get("args", {}).get("fingerprint") != ours.fingerprint:
+            raise ValueError(
+                f"{checkpoint} was trained on another training split (the fingerprint of its label plan differs): resume "
+                "it with the data, --validation-fraction and --seed it was trained with, or start afresh (--overwrite-output-dir)."
+            )
+        missing = [name for name in (OPTIMIZER_NAME, SCHEDULER_NAME) if not os.path.isfile(os.path.join(checkpoint, name))]
+        if missing:
+            logger.warning(
+                f"{checkpoint} holds no {' and no '.join(missing)}: the run resumes its weights with FRESH optimizer "
+                "state (no momentum, the learning-rate schedule from its start), so it will not continue as the "
+                "interrupted run would have."
+            )
 
     def create_optimizer(self, model=None) -> torch.optim.Optimizer:
         if self.optimizer is None:
@@ -255,6 +318,10 @@ class HasteTrainer(Trainer):
             torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, SCHEDULER_NAME))
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        with _reading(checkpoint, f"{OPTIMIZER_NAME} or {SCHEDULER_NAME}"):
+            self._load_optimizer_and_scheduler_files(checkpoint)
+
+    def _load_optimizer_and_scheduler_files(self, checkpoint: str | None) -> None:
         if self.sharded_output_layer is None or checkpoint is None:
             return super()._load_optimizer_and_scheduler(checkpoint)
         optimizer_file, scheduler_file = os.path.join(checkpoint, OPTIMIZER_NAME), os.path.join(checkpoint, SCHEDULER_NAME)
@@ -267,9 +334,10 @@ class HasteTrainer(Trainer):
         self.lr_scheduler.load_state_dict(torch.load(scheduler_file, weights_only=True))
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
-        if self.sharded_output_layer is None:
-            return super()._load_from_checkpoint(resume_from_checkpoint, model)
-        self.sharded_output_layer.load_checkpoint_(unwrap_model(self.model if model is None else model), resume_from_checkpoint)
+        with _reading(resume_from_checkpoint, "weights"):
+            if self.sharded_output_layer is None:
+                return super()._load_from_checkpoint(resume_from_checkpoint, model)
+            self.sharded_output_layer.load_checkpoint_(unwrap_model(self.model if model is None else model), resume_from_checkpoint)
 
     def _load_best_model(self) -> None:
         if self.sharded_output_layer is None:
