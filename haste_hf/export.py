@@ -303,10 +303,10 @@ def export_onnx(
         shutil.copyfile(onnx_serving.__file__, os.path.join(staging, SERVING_CODE_FILE))
         if not quantize:
             _check_against_model(model, staging, example, top_k)
+        written.update(os.listdir(staging))
 
-    previous = _previous_export_files(output_dir)
+    previous, written = _previous_export_files(output_dir), set()
     save_folder_atomically(os.fspath(output_dir), write)
-    written = set(os.listdir(output_dir))
     for name in previous - written:  # a previous export of the other layout
         os.remove(os.path.join(output_dir, name))
     return layout
