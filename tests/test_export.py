@@ -27,7 +27,7 @@ K = 5
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory, encoder_dir):
     """A saved model with a head, a projected tail with biases and a padded last group (45 tail labels in groups
-    of 4), its output positions shuffled by random label frequencies."""
+    of 4, 3 padding slots), its output positions shuffled by random label frequencies."""
     torch.manual_seed(0)
     model = HasteForExtremeClassification.from_encoder_pretrained(
         str(encoder_dir), label_count=LABELS, label_frequencies=torch.randperm(LABELS), head_label_count=5,
@@ -35,6 +35,9 @@ def model_dir(tmp_path_factory, encoder_dir):
     )  # fmt: skip
     with torch.no_grad():
         model.tail.bias.normal_(0, 0.5)
+        # Padding slots would outrank every label if a scorer forgot to mask them.
+        padding = (model.output_labels < 0).nonzero().squeeze(1) - model.config.head_label_count
+        model.tail.bias[padding] = 10.0
     path = tmp_path_factory.mktemp("model")
     model.save_pretrained(path)
     AutoTokenizer.from_pretrained(encoder_dir).save_pretrained(path)
