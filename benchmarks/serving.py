@@ -166,7 +166,7 @@ def main(argv=None):
             for batch_size, call_count in zip(BATCH_SIZES, args.calls)
         }
     setup = (
-        f"{cpu_name()}, {os.cpu_count()} cores, {args.threads} threads; "
+        f"{cpu_name()}, {os.cpu_count()} cores, {args.threads} thread(s); "
         f"torch {torch.__version__}, onnxruntime {onnxruntime.__version__}, transformers {transformers.__version__}; "
         f"{len(texts)} test texts of {model_dir}, max_length {tokenizer.model_max_length}; "
         f"timed calls: {args.calls[0]} at batch 1, {args.calls[1]} at batch 32"
