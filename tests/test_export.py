@@ -184,3 +184,22 @@ def test_export_refusals(model_dir, single_export, tmp_path, capsys, monkeypatch
     with pytest.raises(ImportError, match=r"pip install 'haste_hf\[export\]'"):
         haste_hf.export_onnx(str(model_dir), tmp_path / "new")
     assert not (tmp_path / "new").exists()
+
+
+def test_a_bf16_output_layer_exports_in_float32_and_the_model_keeps_its_dtype(model_dir, tmp_path):
+    model = HasteForExtremeClassification.from_pretrained(model_dir).eval()
+    model.head.to(torch.bfloat16), model.tail.to(torch.bfloat16)  # as `--bf16` training leaves the output layer
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    assert haste_hf.export_onnx(model, tmp_path / "bf16", top_k=K, tokenizer=tokenizer, layout="split") == "split"
+    assert model.tail.weight.dtype == torch.bfloat16
+    reference = HasteForExtremeClassification.from_pretrained(model_dir).eval()
+    reference.head.weight.data, reference.tail.weight.data = model.head.weight.float(), model.tail.weight.float()
+    reference.head.bias.data, reference.tail.bias.data = model.head.bias.float(), model.tail.bias.float()
+    classifier = OnnxClassifier(tmp_path / "bf16")
+    for input_ids, attention_mask in padded_batches(seed=3):
+        label_ids, scores = classifier.top_k(input_ids.numpy(), attention_mask.numpy())
+        expected_ids, expected_scores = expected_top_k(reference, input_ids, attention_mask, K)
+        np.testing.assert_array_equal(label_ids, expected_ids)
+        np.testing.assert_allclose(scores, expected_scores, atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="Give the `tokenizer` of the model"):
+        haste_hf.export_onnx(model, tmp_path / "no-tokenizer")
