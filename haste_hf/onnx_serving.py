@@ -105,15 +105,18 @@ class OnnxClassifier:
     Scores are sigmoid probabilities. `providers` and `session_options` go to `onnxruntime.InferenceSession`.
     """
 
-    def __init__(self, folder, providers=("CPUExecutionProvider",), session_options=None, model_file: str | None = None):
-        import onnxruntime
+    def __init__(self, folder, providers=("CPUExecutionProvider",), session_options=None):
+        try:
+            import onnxruntime
+        except ImportError:
+            raise ImportError("Serving an ONNX export needs onnxruntime: pip install onnxruntime (or 'haste_hf[export]')") from None
 
         self.folder = os.fspath(folder)
         with open(os.path.join(self.folder, METADATA_FILE), encoding="utf-8") as f:
             self.metadata = json.load(f)
         self.layout = self.metadata["layout"]
         self.top_k_default = self.metadata["top_k"]
-        graph = os.path.join(self.folder, model_file or self.metadata["model_file"])
+        graph = os.path.join(self.folder, self.metadata["model_file"])
         self.session = onnxruntime.InferenceSession(graph, sess_options=session_options, providers=list(providers))
         self.output_layer = None
         if self.layout == "split":
