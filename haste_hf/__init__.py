@@ -61,6 +61,8 @@ _LAZY_EXPORTS = {
     "RecipeArguments": "recipe",
     "TrainingRun": "recipe",
     "train": "recipe",
+    "export_onnx": "export",
+    "OnnxClassifier": "onnx_serving",
 }
 
 

@@ -7,6 +7,7 @@
     haste-hf predict --model OUT --input texts.txt --output predictions.jsonl
     haste-hf group --data DIR --encoder NAME --output layout.safetensors   # then train --layout-file
     haste-hf push --model OUT --repo-id user/name
+    haste-hf export --model OUT --format onnx --output OUT-onnx              # serve with onnxruntime
 """
 
 import argparse
@@ -336,6 +337,43 @@ def command_push(args) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------------------------ export
+
+
+def command_export(args) -> int:
+    from .export import check_export_dependencies, check_export_dir, export_onnx
+
+    try:
+        check_export_dependencies()
+    except ImportError as error:
+        _report(args.prog, f"error: {one_line(error)}")
+        return 1
+    output = args.output or f"{Path(args.model).name}-onnx"
+    try:
+        check_export_dir(output, args.overwrite)
+    except ValueError as error:
+        raise UsageError(f"argument --output: {error}") from None
+    layout = export_onnx(args.model, output, args.k, layout="split" if args.split_output_layer else "auto",
+                         quantize=args.quantize, overwrite=args.overwrite)  # fmt: skip
+    print(f"Exported {args.model} to {output} ({layout} layout; see {Path(output) / 'README.md'})")
+    return 0
+
+
+def _add_export_parser(commands):
+    export_help = "Export a trained model for serving with onnxruntime (ONNX: encoder, pooling, output layer and top-k)."
+    export = commands.add_parser("export", help=export_help, description=export_help + " An output layer too large for "
+                                 "one ONNX file (2 GB) is written beside the encoder graph in safetensors.")  # fmt: skip
+    export.add_argument("--model", required=True, type=trained_model_reference, help="Folder (or Hub id) of a trained model.")
+    export.add_argument("--format", default="onnx", choices=("onnx",), help="Export format (default: onnx).")
+    export.add_argument("--output", default=None, help="Export folder, new or empty (default: the model's name + '-onnx').")
+    export.add_argument("-k", type=positive_int, default=5, help="Labels per text the graph returns (default: 5).")
+    export.add_argument("--quantize", action="store_true", help="Quantize the encoder's matmuls to int8 (dynamic quantization).")
+    export.add_argument("--split-output-layer", action="store_true",
+                        help="Write the output layer in safetensors beside an encoder-only graph, whatever its size.")  # fmt: skip
+    export.add_argument("--overwrite", action="store_true", help="Replace a previous export in --output.")
+    export.set_defaults(handler=command_export)
+
+
 # ------------------------------------------------------------------------------------------------ parser
 
 
@@ -572,6 +610,7 @@ def build_parser(config: dict | None = None) -> argparse.ArgumentParser:
     push.add_argument("--revision", default=None, help="Branch to push to (created if missing).")
     push.add_argument("--commit-message", default="Upload HASTE model", help="Commit message.")
     push.set_defaults(handler=command_push)
+    _add_export_parser(commands)
     return parser
 
 

@@ -130,7 +130,7 @@ def test_train_refuses_a_layout_of_another_split(dataset_dir, encoder_dir, tmp_p
 def test_help_explains_every_flag(capsys):
     parser = build_parser()
     subcommands = parser._subparsers._group_actions[0].choices
-    assert set(subcommands) == {"train", "demo", "evaluate", "predict", "group", "push"}
+    assert set(subcommands) == {"train", "demo", "evaluate", "predict", "group", "push", "export"}
     for name, subparser in subcommands.items():
         for action in subparser._actions:
             if action.dest != "help":
