@@ -32,7 +32,9 @@ from torch import nn
 from transformers.utils import logging
 
 from . import onnx_serving
-from .modeling_haste import HasteForExtremeClassification, save_folder_atomically
+from .modeling_haste import HasteForExtremeClassification
+from .saving import save_folder_atomically
+from .sharded_output_layer import ShardedOutputLayer
 
 
 logger = logging.get_logger(__name__)
@@ -91,7 +93,7 @@ class EncoderGraph(nn.Module):
 
     def forward(self, input_ids, attention_mask):
         pooled, _ = self.model.encode(input_ids, attention_mask)
-        return tuple(x for x in self.model._branch_inputs(pooled) if x is not None)
+        return tuple(x for x in self.model.output_layer.branch_inputs(pooled) if x is not None)
 
 
 class OutputLayerGraph(nn.Module):
@@ -104,13 +106,14 @@ class OutputLayerGraph(nn.Module):
     def __init__(self, model: HasteForExtremeClassification, k: int):
         super().__init__()
         self.k = k
-        self.head = model.head
-        self.tail = model.tail
-        self.register_buffer("output_labels", model.output_labels.clone())
-        self.register_buffer("padding", model.output_labels < 0)
-        if model.tail is not None:
+        layer = model.output_layer
+        self.head = layer.head
+        self.tail = layer.tail
+        self.register_buffer("output_labels", layer.output_labels.clone())
+        self.register_buffer("padding", layer.output_labels < 0)
+        if layer.tail is not None:
             # int64: the index type of ONNX Gather every runtime takes.
-            self.register_buffer("flat_supports", model.tail.supports.reshape(-1).long())
+            self.register_buffer("flat_supports", layer.tail.supports.reshape(-1).long())
 
     def forward(self, *features):
         """`features`: the head's input `[B, d_h]` and / or the tail's `[B, d_t]`, for the branches the model has."""
@@ -148,7 +151,7 @@ def _load(model, tokenizer):
         raise ValueError(f"`model` must be a HasteForExtremeClassification or the folder / Hub id of one, got {type(model).__name__}.")
     if tokenizer is None:
         raise ValueError("Give the `tokenizer` of the model: it is exported beside the graph, which takes token ids.")
-    if model.output_layer_shard is not None:
+    if isinstance(model.output_layer, ShardedOutputLayer):
         raise ValueError("This model holds one rank's share of the output layer: save it and export the saved folder.")
     if any(t.is_floating_point() and t.dtype != torch.float32 for t in (*model.parameters(), *model.buffers())):
         label_names = model.label_names
@@ -195,7 +198,8 @@ def _export_graph(module, args, input_names, output_names, dynamic_shapes):
 def _encoder_graph(model, example):
     batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
     axes = {0: batch, 1: sequence}
-    features = [name for name, branch in zip(FEATURE_NAMES, (model.head, model.tail)) if branch is not None]
+    layer = model.output_layer
+    features = [name for name, branch in zip(FEATURE_NAMES, (layer.head, layer.tail)) if branch is not None]
     program = _export_graph(EncoderGraph(model), example, INPUT_NAMES, features, {"input_ids": axes, "attention_mask": axes})
     return program, features
 
@@ -316,9 +320,9 @@ def export_onnx(
 def _save_output_layer(model, path):
     from safetensors.torch import save_file
 
-    tensors = {"output_labels": model.output_labels}
-    for name, tensor in model.state_dict().items():
-        if name.startswith(("head.", "tail.")):
+    tensors = {}
+    for name, tensor in model.output_layer.state_dict().items():
+        if name == "output_labels" or name.startswith(("head.", "tail.")):
             tensors[name] = tensor
     save_file({name: tensor.detach().contiguous().cpu() for name, tensor in tensors.items()}, path)
 

@@ -34,10 +34,11 @@ def model_dir(tmp_path_factory, encoder_dir):
         group_size=4, fan_in=8, tail_projection_dim=16, tail_bias=True, label_names=[f"tag {i}" for i in range(LABELS)],
     )  # fmt: skip
     with torch.no_grad():
-        model.tail.bias.normal_(0, 0.5)
+        layer = model.output_layer
+        layer.tail.bias.normal_(0, 0.5)
         # Padding slots would outrank every label if a scorer forgot to mask them.
-        padding = (model.output_labels < 0).nonzero().squeeze(1) - model.config.head_label_count
-        model.tail.bias[padding] = 10.0
+        padding = (layer.output_labels < 0).nonzero().squeeze(1) - model.config.head_label_count
+        layer.tail.bias[padding] = 10.0
     path = tmp_path_factory.mktemp("model")
     model.save_pretrained(path)
     AutoTokenizer.from_pretrained(encoder_dir).save_pretrained(path)
@@ -188,13 +189,15 @@ def test_export_refusals(model_dir, single_export, tmp_path, capsys, monkeypatch
 
 def test_a_bf16_output_layer_exports_in_float32_and_the_model_keeps_its_dtype(model_dir, tmp_path):
     model = HasteForExtremeClassification.from_pretrained(model_dir).eval()
-    model.head.to(torch.bfloat16), model.tail.to(torch.bfloat16)  # as `--bf16` training leaves the output layer
+    layer = model.output_layer
+    layer.head.to(torch.bfloat16), layer.tail.to(torch.bfloat16)  # as `--bf16` training leaves the output layer
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     assert haste_hf.export_onnx(model, tmp_path / "bf16", top_k=K, tokenizer=tokenizer, layout="split") == "split"
-    assert model.tail.weight.dtype == torch.bfloat16
+    assert layer.tail.weight.dtype == torch.bfloat16
     reference = HasteForExtremeClassification.from_pretrained(model_dir).eval()
-    reference.head.weight.data, reference.tail.weight.data = model.head.weight.float(), model.tail.weight.float()
-    reference.head.bias.data, reference.tail.bias.data = model.head.bias.float(), model.tail.bias.float()
+    twin = reference.output_layer
+    twin.head.weight.data, twin.tail.weight.data = layer.head.weight.float(), layer.tail.weight.float()
+    twin.head.bias.data, twin.tail.bias.data = layer.head.bias.float(), layer.tail.bias.float()
     classifier = OnnxClassifier(tmp_path / "bf16")
     for input_ids, attention_mask in padded_batches(seed=3):
         label_ids, scores = classifier.top_k(input_ids.numpy(), attention_mask.numpy())
