@@ -195,6 +195,7 @@ class HasteTrainer(Trainer):
                 momentum=args.output_momentum,
                 weight_decay=args.output_weight_decay,
                 stochastic_rounding=args.output_stochastic_rounding,
+                momentum_dtype=getattr(torch, args.output_momentum_dtype),
                 # Replicas must round alike; shards hold different weights, so each takes its own bits.
                 seed=args.seed if self.output_layer_shard is None else hash((args.seed, args.process_index)),
             )

@@ -44,6 +44,11 @@ class HasteTrainingArguments(TrainingArguments):
     output_stochastic_rounding: bool = field(
         default=True, metadata={"help": "Round bfloat16 output-layer weights stochastically after each update."}
     )
+    output_momentum_dtype: str = field(
+        default="float32",
+        metadata={"help": "Dtype of the output layer's SGD momentum: 'float32', or 'bfloat16' (stochastically rounded "
+                  "with `output_stochastic_rounding`) to halve its memory."},
+    )  # fmt: skip
     output_layer_dtype: str | None = field(
         default=None,
         metadata={"help": "Cast head and tail to this dtype before training ('bfloat16' as in the paper); None keeps it."},
@@ -103,6 +108,8 @@ class HasteTrainingArguments(TrainingArguments):
                 "`output_max_grad_norm` takes effect only where the Trainer clips gradients, which needs "
                 f"`max_grad_norm` > 0 (got {self.max_grad_norm}); set both, or `output_max_grad_norm=0`."
             )
+        if self.output_momentum_dtype not in OUTPUT_LAYER_DTYPES:
+            raise ValueError(f"`output_momentum_dtype` must be one of {OUTPUT_LAYER_DTYPES}, got {self.output_momentum_dtype!r}.")
         if self.output_layer_dtype not in (None, *OUTPUT_LAYER_DTYPES):
             raise ValueError(f"`output_layer_dtype` must be one of {OUTPUT_LAYER_DTYPES} or None, got {self.output_layer_dtype!r}.")
         if self.rewiring_interval < 0:

@@ -143,3 +143,58 @@ def test_peft_model_trains_with_gradient_checkpointing(tmp_path):
     trainer.train()
     assert unwrap_model(model).is_activation_checkpointing
     assert any(not torch.equal(param, lora[name]) for name, param in model.named_parameters() if name in lora)
+
+
+# ---------------------------------------------------------------------------------- bf16 momentum
+
+
+def momentum_run(momentum_dtype, seed, steps=6, rows=64):
+    """Weights and momentum of a bf16 parameter after `steps` SGD steps on a fixed sequence of gradients."""
+    from haste_hf.optimization import StochasticRoundingSGD
+
+    generator = torch.Generator().manual_seed(0)
+    param = torch.nn.Parameter(torch.randn(rows, 8, generator=generator).to(torch.bfloat16))
+    optimizer = StochasticRoundingSGD([param], lr=0.05, momentum=0.9, weight_decay=1e-4, momentum_dtype=momentum_dtype, seed=seed)
+    for _ in range(steps):
+        param.grad = (torch.randn(rows, 8, generator=generator) * 1e-2).to(torch.bfloat16)
+        optimizer.step()
+    return param.detach().float(), optimizer.state[param]["momentum_buffer"]
+
+
+def test_bfloat16_momentum_is_unbiased_and_steps_as_float32_momentum_does():
+    runs32 = [momentum_run(torch.float32, seed=seed) for seed in range(200)]
+    buffer32 = runs32[0][1]
+    runs = [momentum_run(torch.bfloat16, seed=seed) for seed in range(200)]
+    assert all(buffer.dtype == torch.bfloat16 for _, buffer in runs)
+    ulp = 2.0 ** (torch.frexp(buffer32.abs().max())[1].item() - 8)  # of the largest momentum entry
+    # One run: within a couple of bf16 roundings of the float32-momentum run.
+    for _, buffer in runs[:5]:
+        assert (buffer.float() - buffer32).abs().max() <= 2 * ulp
+    # The weights (stochastically rounded either way) agree in expectation to a fraction of their own ulp.
+    weights32 = torch.stack([weights for weights, _ in runs32]).mean(0)
+    weights16 = torch.stack([weights for weights, _ in runs]).mean(0)
+    weight_ulp = 2.0 ** (torch.frexp(weights32)[1] - 8).float()
+    assert ((weights16 - weights32).abs() <= 0.5 * weight_ulp).all()
+    # Averaged over the random bits, the buffer is the float32 one: the rounding has no bias (rounded to
+    # nearest, entries sit up to half an ulp of their own away, 0.25 of this one here).
+    mean = torch.stack([buffer.float() for _, buffer in runs]).mean(0)
+    assert (mean - buffer32).abs().max() <= 0.1 * ulp
+    assert (buffer32.to(torch.bfloat16).float() - buffer32).abs().max() > 0.2 * ulp
+
+
+def test_output_momentum_dtype_reaches_the_head_and_tail_optimizer_state(tmp_path):
+    model = tiny_model("bert")
+    args = HasteTrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=8, max_steps=2, save_strategy="no", report_to=[],
+        use_cpu=True, disable_tqdm=True, output_layer_dtype="bfloat16", output_momentum_dtype="bfloat16",
+    )  # fmt: skip
+    trainer = HasteTrainer(
+        model=model, args=args, train_dataset=Dataset.from_list(planted_texts(LABELS, 16, seed=0)),
+        data_collator=XMCDataCollator(tiny_tokenizer(tmp_path / "tokenizer"), max_length=16),
+    )  # fmt: skip
+    trainer.train()
+    state = trainer.optimizer.state
+    for weight in (model.head.weight, model.tail.weight):
+        assert state[weight]["momentum_buffer"].dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="`output_momentum_dtype`"):
+        HasteTrainingArguments(output_dir=str(tmp_path), output_momentum_dtype="float16")
