@@ -198,3 +198,161 @@ def test_output_momentum_dtype_reaches_the_head_and_tail_optimizer_state(tmp_pat
         assert state[weight]["momentum_buffer"].dtype == torch.bfloat16
     with pytest.raises(ValueError, match="`output_momentum_dtype`"):
         HasteTrainingArguments(output_dir=str(tmp_path), output_momentum_dtype="float16")
+
+
+# ---------------------------------------------------------------------------------- chunked backward, fused update
+
+from test_losses import make_layer, random_positions, reference, relative_error  # noqa: E402
+
+from haste_hf import kernels, losses  # noqa: E402
+from haste_hf.optimization import StochasticRoundingSGD  # noqa: E402
+
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+# (kind, B, d, outputs, G, F): a tail whose chunks cut no group in two, a dense head.
+LAYERS = [("sparse", 6, 20, 9 * 4, 4, 3), ("dense", 5, 12, 23, None, None)]
+
+
+def chunked_run(x, weight, bias, supports, positions, valid_count, scale, loss, chunk_labels, update=None, upstream=1.0):
+    leaves = [t.detach().clone().requires_grad_() if t is not None else None for t in (x, weight, bias)]
+    losses.chunk_loss_backward_(leaves[1], chunk_labels, None if update is None else update(leaves[1]))
+    value = losses.output_layer_loss(leaves[0], leaves[1], leaves[2], positions, valid_count, scale, loss, supports=supports)
+    (value * upstream).backward()
+    return value.detach(), leaves
+
+
+@pytest.mark.parametrize("layer", LAYERS, ids=lambda layer: layer[0])
+@pytest.mark.parametrize("chunk_labels", [1, 7, 8, 1000])
+@pytest.mark.parametrize("loss", sorted(losses.LOSSES))
+def test_chunked_backward_matches_the_float64_reference(layer, chunk_labels, loss):
+    kind, batch, features, outputs, group_size, fan_in = layer
+    x, weight, bias, supports = make_layer(kind, batch, features, outputs, torch.float64, group_size=group_size, fan_in=fan_in)
+    positions = random_positions(batch, outputs)
+    valid_count, scale, upstream = outputs - 2, 0.5, 3.0
+    value, leaves = chunked_run(x, weight, bias, supports, positions, valid_count, scale, loss, chunk_labels, upstream=upstream)
+    expected, expected_grads = reference(x, weight, bias, supports, positions, valid_count, scale, loss)
+    torch.testing.assert_close(value, expected)
+    for leaf, expected_grad in zip(leaves, expected_grads):
+        torch.testing.assert_close(leaf.grad, expected_grad * upstream)
+
+
+class LoggedUpdates:
+    """`update` that records the rows it is given and the weights the feature gradient had read by then."""
+
+    def __init__(self, optimizer):
+        self.optimizer, self.rows = optimizer, []
+
+    def __call__(self, param):
+        def update(rows, grad):
+            self.rows.append((rows.start, rows.stop))
+            self.optimizer.update_rows_(param, rows, grad)
+
+        return update
+
+
+def sgd_steps(kind, dtype, fused: bool, chunk_labels=8, steps=3, momentum_dtype=torch.float32):
+    """Weights, bias, momentum and feature gradients after `steps` SGD steps of one layer on its loss."""
+    batch, features, outputs, group_size, fan_in = (6, 20, 9 * 4, 4, 3) if kind == "sparse" else (5, 12, 23, None, None)
+    x, weight, bias, supports = make_layer(kind, batch, features, outputs, dtype, group_size=group_size, fan_in=fan_in)
+    weight, bias = torch.nn.Parameter(weight), torch.nn.Parameter(bias)
+    optimizer = StochasticRoundingSGD([weight, bias], lr=0.5, momentum=0.9, weight_decay=0.01, momentum_dtype=momentum_dtype)
+    logged = LoggedUpdates(optimizer)
+    if fused:
+        losses.chunk_loss_backward_(weight, chunk_labels, logged(weight))
+    feature_grads = []
+    for step in range(steps):
+        leaf = x.detach().clone().requires_grad_()
+        positions = random_positions(batch, outputs, seed=step)
+        losses.output_layer_loss(leaf, weight, bias, positions, outputs - 2, 0.5, "bce", supports=supports).backward()
+        assert (weight.grad is None) == fused
+        feature_grads.append(leaf.grad)
+        optimizer.step()
+        optimizer.zero_grad()
+    return weight.detach(), bias.detach(), optimizer.state[weight]["momentum_buffer"], feature_grads, logged.rows
+
+
+@pytest.mark.parametrize("kind", ["sparse", "dense"])
+def test_fused_update_gives_the_weights_of_the_unfused_step(kind):
+    expected = sgd_steps(kind, torch.float32, fused=False)
+    weight, bias, buffer, feature_grads, rows = sgd_steps(kind, torch.float32, fused=True)
+    units = expected[0].shape[0]
+    chunk = 2 if kind == "sparse" else 8  # 8 labels: 2 groups of 4, or 8 dense rows
+    assert rows == [(start, min(start + chunk, units)) for start in range(0, units, chunk)] * 3
+    torch.testing.assert_close(weight, expected[0])
+    torch.testing.assert_close(bias, expected[1])
+    torch.testing.assert_close(buffer, expected[2])
+    # Each step's feature gradient read the weights before that step's update.
+    for grad, expected_grad in zip(feature_grads, expected[3]):
+        torch.testing.assert_close(grad, expected_grad)
+
+
+@pytest.mark.parametrize("momentum_dtype", [torch.float32, torch.bfloat16])
+def test_fused_update_of_bfloat16_weights_matches_to_bfloat16_rounding(momentum_dtype):
+    expected = sgd_steps("sparse", torch.bfloat16, fused=False, momentum_dtype=momentum_dtype)
+    weight, _, buffer, _, _ = sgd_steps("sparse", torch.bfloat16, fused=True, momentum_dtype=momentum_dtype)
+    assert buffer.dtype == momentum_dtype
+    # Stochastic rounding draws other bits per chunk: a few bf16 steps apart at most.
+    torch.testing.assert_close(weight.float(), expected[0].float(), rtol=2**-5, atol=2**-8)
+    assert relative_error(weight, expected[0]) < 2e-2
+
+
+def test_chunk_loss_backward_refuses_a_bad_chunk_and_is_undone_by_none():
+    weight = torch.nn.Parameter(torch.randn(4, 3))
+    with pytest.raises(ValueError, match="`chunk_labels`"):
+        losses.chunk_loss_backward_(weight, 0)
+    losses.chunk_loss_backward_(weight, 2)
+    losses.chunk_loss_backward_(weight, None)
+    assert not hasattr(weight, "_haste_chunked_backward")
+
+
+def train_tiny(tmp_path, **overrides):
+    model = tiny_model("bert")
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    fields = dict(
+        output_dir=str(tmp_path), per_device_train_batch_size=8, max_steps=5, learning_rate=1e-2, output_learning_rate=0.5,
+        rewiring_interval=2, rewiring_end_fraction=1.0, save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True,
+        max_grad_norm=1.0,
+    )  # fmt: skip
+    fields.update(overrides)
+    trainer = HasteTrainer(
+        model=model, args=HasteTrainingArguments(**fields), train_dataset=Dataset.from_list(planted_texts(LABELS, 40, seed=0)),
+        data_collator=XMCDataCollator(tiny_tokenizer(tmp_path / "tokenizer"), max_length=16),
+    )  # fmt: skip
+    trainer.train()
+    return trainer
+
+
+def test_trainer_with_chunked_backward_and_fused_update_trains_as_without(tmp_path):
+    expected = train_tiny(tmp_path / "plain")
+    chunked = train_tiny(tmp_path / "chunked", output_loss_chunk_labels=3)
+    fused = train_tiny(tmp_path / "fused", output_loss_chunk_labels=3, output_fused_update=True)
+    assert fused.state.log_history[-1]["train_loss"] == pytest.approx(expected.state.log_history[-1]["train_loss"], rel=1e-4)
+    assert any("rewired_pairs" in entry for entry in fused.state.log_history)
+    for trainer in (chunked, fused):
+        for name, param in expected.model.named_parameters():
+            torch.testing.assert_close(dict(trainer.model.named_parameters())[name], param, rtol=1e-4, atol=1e-5, msg=name)
+        torch.testing.assert_close(trainer.model.tail.supports, expected.model.tail.supports)
+    for name in ("head", "tail"):
+        weight, expected_weight = getattr(fused.model, name).weight, getattr(expected.model, name).weight
+        state, expected_state = fused.optimizer.state[weight], expected.optimizer.state[expected_weight]
+        assert weight.grad is None and state["step"] == expected_state["step"] == 5
+        torch.testing.assert_close(state["momentum_buffer"], expected_state["momentum_buffer"], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "overrides,named",
+    [
+        (dict(gradient_accumulation_steps=2), "gradient_accumulation_steps"),
+        (dict(output_max_grad_norm=1.0, max_grad_norm=1.0), "output_max_grad_norm"),
+        (dict(on_non_finite="skip"), "on_non_finite"),
+        (dict(fp16=True, use_cpu=False), "fp16"),
+    ],
+)
+def test_fused_update_refuses_what_needs_the_whole_gradient(tmp_path, overrides, named):
+    with pytest.raises(ValueError, match=f"`{named}"):
+        HasteTrainingArguments(output_dir=str(tmp_path), output_fused_update=True, **overrides)
+    with pytest.raises(ValueError, match="`output_loss_chunk_labels`"):
+        HasteTrainingArguments(output_dir=str(tmp_path), output_loss_chunk_labels=-1)
