@@ -356,3 +356,102 @@ def test_fused_update_refuses_what_needs_the_whole_gradient(tmp_path, overrides,
         HasteTrainingArguments(output_dir=str(tmp_path), output_fused_update=True, **overrides)
     with pytest.raises(ValueError, match="`output_loss_chunk_labels`"):
         HasteTrainingArguments(output_dir=str(tmp_path), output_loss_chunk_labels=-1)
+
+
+# (kind, B, d, outputs, G, F, dtype): tensor-core tails (a ragged batch, G = 16 / 32), a dense head, an fp32 tail
+# off the tensor-core path (its chunks run on the PyTorch path).
+GPU_LAYERS = [
+    ("sparse", 70, 96, 13 * 32, 32, 64, torch.bfloat16),
+    ("sparse", 129, 130, 11 * 16, 16, 32, torch.float16),
+    ("dense", 70, 96, 300, None, None, torch.bfloat16),
+    ("sparse", 9, 40, 6 * 5, 5, 7, torch.float32),
+]
+GPU_TOLERANCE = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-5}
+
+
+@gpu
+@pytest.mark.parametrize("layer", GPU_LAYERS, ids=lambda layer: f"{layer[0]}-{layer[6]}".replace("torch.", ""))
+@pytest.mark.parametrize("chunk_labels", [32, 100, 1 << 20])
+@pytest.mark.parametrize("loss", sorted(losses.LOSSES))
+def test_chunked_backward_on_the_kernels_matches_the_fused_op_and_the_float64_reference(layer, chunk_labels, loss, monkeypatch):
+    kind, batch, features, outputs, group_size, fan_in, dtype = layer
+    x, weight, bias, supports = make_layer(kind, batch, features, outputs, dtype, "cuda", group_size=group_size, fan_in=fan_in, seed=batch)
+    positions = random_positions(batch, outputs, positives=9, seed=outputs).cuda()
+    valid_count, scale = outputs - 3, 1.0 / batch
+    calls = []
+    recompute = kernels.linear_loss_gradient
+    monkeypatch.setattr(kernels, "linear_loss_gradient", lambda *args: calls.append(1) or recompute(*args))
+    value, leaves = chunked_run(x, weight, bias, supports, positions, valid_count, scale, loss, chunk_labels, upstream=2.0)
+    units = weight.shape[0]
+    per_chunk = max(1, chunk_labels // (group_size or 1))
+    on_kernels = kernels.fuses_loss(x, weight, supports)
+    assert len(calls) == (-(-units // per_chunk) if on_kernels else 0)
+    expected, expected_grads = reference(x, weight, bias, supports, positions, valid_count, scale, loss)
+    assert relative_error(value, expected) < GPU_TOLERANCE[dtype] / 2
+    for leaf, expected_grad in zip(leaves, expected_grads):
+        assert torch.isfinite(leaf.grad).all()
+        assert relative_error(leaf.grad, expected_grad * 2.0) < GPU_TOLERANCE[dtype], relative_error(leaf.grad, expected_grad * 2.0)
+    if on_kernels:  # and the unchunked fused op, in the same dtype
+        fused_leaves = [t.detach().clone().requires_grad_() for t in (x, weight, bias)]
+        fused_value = kernels.linear_loss(fused_leaves[0], fused_leaves[1], fused_leaves[2], supports, positions, valid_count, scale, loss)
+        (fused_value * 2.0).backward()
+        assert torch.equal(value, fused_value.detach())
+        for leaf, fused_leaf in zip(leaves, fused_leaves):
+            assert relative_error(leaf.grad, fused_leaf.grad) < GPU_TOLERANCE[dtype] / 2
+
+
+@gpu
+@pytest.mark.parametrize("kind", ["sparse", "dense"])
+@pytest.mark.parametrize("momentum_dtype", [torch.float32, torch.bfloat16])
+def test_fused_update_on_cuda_matches_the_unfused_step_to_bfloat16_rounding(kind, momentum_dtype):
+    """bf16 weights on the kernels, each chunk's step by the fused Triton SGD: the weights of the unfused step."""
+    if kind == "sparse":
+        x, weight, bias, supports = make_layer("sparse", 64, 96, 40 * 32, torch.bfloat16, "cuda", 32, 64, seed=1)
+    else:
+        x, weight, bias, supports = make_layer("dense", 64, 96, 700, torch.bfloat16, "cuda", seed=1)
+    results = []
+    for fused in (False, True):
+        w, b = torch.nn.Parameter(weight.clone()), torch.nn.Parameter(bias.clone())
+        optimizer = StochasticRoundingSGD([w, b], lr=0.5, momentum=0.9, weight_decay=0.01, momentum_dtype=momentum_dtype)
+        if fused:
+            losses.chunk_loss_backward_(w, 256, lambda rows, grad, w=w: optimizer.update_rows_(w, rows, grad))
+        for step in range(3):
+            positions = random_positions(64, weight.numel() // (weight.shape[-1] if kind == "sparse" else 96), seed=step).cuda()
+            losses.output_layer_loss(x, w, b, positions, w.shape[0] * (w.shape[1] if kind == "sparse" else 1), 1 / 64, "bce",
+                                     supports=supports).backward()  # fmt: skip
+            assert (w.grad is None) == fused
+            optimizer.step()
+            optimizer.zero_grad()
+        results.append((w.detach().float(), optimizer.state[w]["momentum_buffer"].float()))
+    (expected_weight, expected_buffer), (weight_after, buffer_after) = results
+    assert not torch.equal(weight_after, weight.float())  # it trained
+    assert relative_error(weight_after, expected_weight) < 2e-3
+    assert relative_error(buffer_after, expected_buffer) < 2e-2
+
+
+@gpu
+def test_chunked_backward_and_fused_update_bound_the_transient_memory():
+    """A tail of 2^18 labels at batch 128: the stored logit gradient alone is 64 MiB, the weight gradient 32 MiB;
+    chunks of 2^13 labels keep the backward's extra memory to a few MiB."""
+    batch, labels = 128, 1 << 18
+    x, weight, bias, supports = make_layer("sparse", batch, 768, labels, torch.bfloat16, "cuda", 32, 64, bias=False)
+    positions = random_positions(batch, labels, positives=8).cuda()
+    weight = torch.nn.Parameter(weight)
+    x.requires_grad_()
+
+    def extra_memory():
+        weight.grad = x.grad = None
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        losses.output_layer_loss(x, weight, None, positions, labels, 1 / batch, "bce", supports=supports).backward()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - before
+
+    logit_gradient = batch * labels * 2
+    assert extra_memory() >= logit_gradient  # the measure sees the stored gradient
+    optimizer = StochasticRoundingSGD([weight], lr=0.1, momentum=0.9)
+    losses.chunk_loss_backward_(weight, 1 << 13, lambda rows, grad: optimizer.update_rows_(weight, rows, grad))
+    optimizer.state[weight]["momentum_buffer"] = torch.zeros_like(weight, dtype=torch.float32)  # state, not transient
+    assert extra_memory() < logit_gradient / 4
+    assert weight.grad is None
