@@ -290,8 +290,11 @@ class HastePreTrainedModel(PreTrainedModel):
         it has some, else (MPNet, ...) each block of its layer stack recomputes its activations in the backward."""
         encoder = getattr(self, "encoder", None)
         if encoder is None or getattr(encoder, "supports_gradient_checkpointing", False):
+            # Only the arguments given: earlier transformers 5.x take no `every_n_layers`.
             kwargs = {} if gradient_checkpointing_func is None else {"gradient_checkpointing_func": gradient_checkpointing_func}
-            return super()._set_gradient_checkpointing(enable, every_n_layers=every_n_layers, **kwargs)
+            if every_n_layers != 1:
+                kwargs["every_n_layers"] = every_n_layers
+            return super()._set_gradient_checkpointing(enable, **kwargs)
         layers = _layer_stack(encoder)
         if layers is None:
             raise ValueError(

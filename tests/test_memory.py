@@ -51,8 +51,8 @@ def gradients(model, seed=5):
 def test_gradient_checkpointing_reaches_the_encoder_of_every_family_with_the_same_gradients(family):
     reference = gradients(tiny_model(family))
     model = tiny_model(family)
-    model.activation_checkpointing_enable()
-    assert model.is_activation_checkpointing
+    model.gradient_checkpointing_enable()  # the name every transformers 5.x has
+    assert model.is_gradient_checkpointing
     blocks = [module for module in model.encoder.modules() if getattr(module, "gradient_checkpointing", False)]
     assert blocks, "no encoder module checkpoints its activations"
     calls = []
@@ -65,8 +65,8 @@ def test_gradient_checkpointing_reaches_the_encoder_of_every_family_with_the_sam
     assert checkpointed.keys() == reference.keys()
     for name, grad in reference.items():
         torch.testing.assert_close(checkpointed[name], grad, rtol=1e-5, atol=1e-6, msg=name)
-    model.activation_checkpointing_disable()
-    assert not model.is_activation_checkpointing
+    model.gradient_checkpointing_disable()
+    assert not model.is_gradient_checkpointing
     calls.clear()
     gradients(model)
     assert len(calls) == 1
@@ -74,14 +74,14 @@ def test_gradient_checkpointing_reaches_the_encoder_of_every_family_with_the_sam
 
 def test_checkpointed_model_copies_and_saves_as_a_plain_one(tmp_path):
     model = tiny_model("mpnet")
-    model.activation_checkpointing_enable()
+    model.gradient_checkpointing_enable()  # the name every transformers 5.x has
     duplicate = copy.deepcopy(model)
     layer = duplicate.encoder.encoder.layer[0]
     assert layer.forward.__self__ is layer  # the copy's blocks run their own weights, not the original's
     torch.testing.assert_close(gradients(duplicate), gradients(model))
     model.save_pretrained(tmp_path)
     reloaded = HasteForExtremeClassification.from_pretrained(tmp_path).train()
-    assert not reloaded.is_activation_checkpointing
+    assert not reloaded.is_gradient_checkpointing
     torch.testing.assert_close(gradients(reloaded), gradients(model), rtol=1e-5, atol=1e-6)
 
 
@@ -141,7 +141,7 @@ def test_peft_model_trains_with_gradient_checkpointing(tmp_path):
         data_collator=XMCDataCollator(tiny_tokenizer(tmp_path / "tokenizer"), max_length=16),
     )  # fmt: skip
     trainer.train()
-    assert unwrap_model(model).is_activation_checkpointing
+    assert unwrap_model(model).is_gradient_checkpointing
     assert any(not torch.equal(param, lora[name]) for name, param in model.named_parameters() if name in lora)
 
 
