@@ -425,7 +425,7 @@ def test_fused_update_on_cuda_matches_the_unfused_step_to_bfloat16_rounding(kind
         results.append((w.detach().float(), optimizer.state[w]["momentum_buffer"].float()))
     (expected_weight, expected_buffer), (weight_after, buffer_after) = results
     assert not torch.equal(weight_after, weight.float())  # it trained
-    assert relative_error(weight_after, expected_weight) < 2e-3
+    assert relative_error(weight_after, expected_weight) < 1e-2  # stochastic rounding: other bits, about an ulp apart
     assert relative_error(buffer_after, expected_buffer) < 2e-2
 
 
