@@ -18,7 +18,8 @@ every label in the dense head. Per variant and label count, median ms of CUDA ev
   (X [B, F] x W [L, F]^T, forward, weight gradient, feature gradient), summed.
 
 Memory options (what `haste-hf train` sets with the flags of the same names): `--gradient-checkpointing`
-(the encoder recomputes its activations in the backward), `--momentum-dtype bfloat16` (the output layer's
+(the encoder recomputes its activations in the backward; `--checkpoint-every N`: every N-th block only,
+as `--gradient_checkpointing_kwargs '{"every_n_layers": N}'`), `--momentum-dtype bfloat16` (the output layer's
 SGD momentum, stochastically rounded), `--chunk-labels N` (the loss backward N labels at a time, no stored
 `[B, L]` logit gradient), `--fused-update` (the head's and tail's SGD step applied chunk by chunk in the
 backward, no stored weight gradient; chunks of 2^20 labels unless `--chunk-labels`). With the fused update
@@ -85,7 +86,7 @@ def build(variant: str, label_count: int, args) -> HasteForExtremeClassification
         if module is not None:
             module.to(torch.bfloat16)
     if args.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        model.gradient_checkpointing_enable(every_n_layers=args.checkpoint_every)
     return model.train()
 
 
@@ -204,7 +205,8 @@ def bench(variant: str, label_count: int, args) -> dict:
 
 def options(args) -> str:
     chosen = [
-        "gradient checkpointing" if args.gradient_checkpointing else None,
+        ("gradient checkpointing" + (f", every {args.checkpoint_every}-th block" if args.checkpoint_every > 1 else ""))
+        if args.gradient_checkpointing else None,
         f"{args.momentum_dtype} momentum",
         f"loss backward in chunks of {args.chunk_labels:,} labels" if args.chunk_labels else None,
         "fused update" if args.fused_update else None,
@@ -226,6 +228,7 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--gradient-checkpointing", action="store_true", help="the encoder recomputes its activations")
+    parser.add_argument("--checkpoint-every", type=int, default=1, help="checkpoint every N-th encoder block only")
     parser.add_argument("--momentum-dtype", default="float32", choices=["float32", "bfloat16"], help="output layer's SGD momentum")
     parser.add_argument("--chunk-labels", type=int, default=0, help="loss backward in chunks of this many labels (0: off)")
     parser.add_argument("--fused-update", action="store_true", help="output layer's SGD step fused into the loss backward")

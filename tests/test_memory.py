@@ -72,6 +72,20 @@ def test_gradient_checkpointing_reaches_the_encoder_of_every_family_with_the_sam
     assert len(calls) == 1
 
 
+def test_checkpointing_every_second_block_of_an_encoder_without_its_own():
+    encoder = tiny_encoder_config("mpnet")
+    encoder.num_hidden_layers = 4
+    model = tiny_model("mpnet", encoder=encoder)
+    reference = gradients(model)
+    model.gradient_checkpointing_enable(every_n_layers=2)
+    assert [layer.gradient_checkpointing for layer in model.encoder.encoder.layer] == [True, False, True, False]
+    calls = {index: [] for index in range(4)}
+    for index, layer in enumerate(model.encoder.encoder.layer):
+        layer.attention.register_forward_pre_hook(lambda *_, index=index: calls[index].append(1))
+    torch.testing.assert_close(gradients(model), reference, rtol=1e-5, atol=1e-6)
+    assert [len(calls[index]) for index in range(4)] == [2, 1, 2, 1]
+
+
 def test_checkpointed_model_copies_and_saves_as_a_plain_one(tmp_path):
     model = tiny_model("mpnet")
     model.gradient_checkpointing_enable()  # the name every transformers 5.x has
