@@ -13,7 +13,10 @@ never holding its `[B, n]` logits in fp32:
   gradient that the backward kernels read; the dense head runs cuBLAS then one fused kernel);
 - everywhere else (CPU, exported remote code, shapes outside the kernels' fast path), in label
   chunks: the forward keeps only the loss, the backward recomputes each chunk's logits, so memory is
-  `O(B * chunk)` whatever `n`.
+  `O(B * chunk)` whatever `n`;
+- for a weight marked by `chunk_loss_backward_`, in label chunks on CUDA too (the fused op's forward
+  stores nothing; the backward recomputes each chunk's logit gradient with it), optionally handing each
+  chunk's weight gradient to an optimizer's update instead of returning a weight-sized gradient.
 
 Flat and Hub-exportable: imports only torch and its sibling `sparse_ops`.
 """
@@ -101,7 +104,7 @@ class _ChunkedLinearLoss(torch.autograd.Function):
 
     With `kernels`, the forward is the fused loss op storing nothing and each chunk's logit gradient comes
     from it too; with `update`, each chunk's weight gradient goes to `update(rows, grad)` instead of a
-    weight-sized gradient (see `fuse_update_`)."""
+    weight-sized gradient (see `chunk_loss_backward_`)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, supports, positions, valid_count, scale, loss_name, chunk_labels, update, kernels):

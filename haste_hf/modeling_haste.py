@@ -304,7 +304,9 @@ class HastePreTrainedModel(PreTrainedModel):
         for index, layer in enumerate(layers):
             layer.gradient_checkpointing = enable and index % every_n_layers == 0
             if enable:
-                layer._gradient_checkpointing_func = gradient_checkpointing_func or torch.utils.checkpoint.checkpoint
+                layer._gradient_checkpointing_func = gradient_checkpointing_func or functools.partial(
+                    torch.utils.checkpoint.checkpoint, use_reentrant=False
+                )
                 layer.forward = types.MethodType(_checkpointed_forward, layer)
             else:
                 layer.__dict__.pop("forward", None)

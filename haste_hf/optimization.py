@@ -82,6 +82,9 @@ class StochasticRoundingSGD(torch.optim.Optimizer):
     same update; their random bits differ, so CPU, fused and unfused runs agree in distribution, not bit
     for bit.
 
+    `update_rows_` applies the update slice by slice where a caller computes the gradient (the fused update
+    of `haste_hf.losses.chunk_loss_backward_`), so that no parameter-sized gradient exists.
+
     Momentum buffers are float32 by default (``momentum_dtype``): 4 bytes per weight on top of 2 for
     bf16 weights, but a bf16 buffer rounded to nearest would drop every gradient below 1/256 of the
     running average. ``momentum_dtype=None`` keeps the buffer in the parameter's dtype (stochastically
@@ -188,9 +191,10 @@ class StochasticRoundingSGD(torch.optim.Optimizer):
 
     def update_rows_(self, param: torch.Tensor, rows: slice, grad: torch.Tensor) -> None:
         """Applies this step's update to ``param[rows]`` from its gradient ``grad`` (shape of ``param[rows]``)
-        at once, so that a caller computing the gradient slice by slice (`haste_hf.losses.fuse_update_`) never
-        holds all of it; ``step()`` then only counts the step for ``param``. The same update as ``step()``'s,
-        random bits aside (drawn per slice). Rows are the first dimension; each row is updated once a step."""
+        at once, so that a caller computing the gradient slice by slice
+        (`haste_hf.losses.chunk_loss_backward_`) never holds all of it; ``step()`` then only counts the step
+        for ``param``. The same update as ``step()``'s, random bits aside (drawn per slice). Rows are the
+        first dimension; each row is updated once a step."""
         group, index = self._place_of(param)
         state = self.state[param]
         if group["momentum"] != 0.0 and "momentum_buffer" not in state:
