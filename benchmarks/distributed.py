@@ -59,8 +59,10 @@ def parse_args(argv=None):
     parser.add_argument("--out", default=None, help="Also write the table to this file.")
     parser.add_argument("--momentum-dtype", choices=("float32", "bfloat16"), default="float32",
                         help="--mode emulate: the output layer's SGD momentum.")  # fmt: skip
+    parser.add_argument("--chunked-backward", action="store_true",
+                        help="--mode emulate: the loss backward in label chunks (no [N x B, L/N] logit gradient).")  # fmt: skip
     parser.add_argument("--chunk-labels", type=int, default=0,
-                        help="--mode emulate: the loss backward in chunks of this many labels (0: off).")  # fmt: skip
+                        help="--mode emulate: labels per chunk (0: 2^27 logit-gradient elements).")  # fmt: skip
     parser.add_argument("--fused-update", action="store_true",
                         help="--mode emulate: the SGD step fused into the loss backward (no weight gradient).")  # fmt: skip
     return parser.parse_args(argv)
@@ -73,7 +75,7 @@ def state_bytes_per_parameter(args) -> int:
 
 def memory_options(args) -> str:
     chosen = [f"SGD, {'fp32' if args.momentum_dtype == 'float32' else 'bf16'} momentum",
-              f"loss backward in chunks of {args.chunk_labels:,} labels" if args.chunk_labels else None,
+              "chunked loss backward" if args.chunked_backward or args.fused_update else None,
               "fused update" if args.fused_update else None]  # fmt: skip
     return ", ".join(option for option in chosen if option)
 
@@ -167,13 +169,13 @@ def output_layer_step(args, world_size: int, device):
     optimizer = StochasticRoundingSGD(
         parameters, lr=0.05, momentum=0.9, weight_decay=1e-4, momentum_dtype=getattr(torch, args.momentum_dtype)
     )
-    if args.chunk_labels or args.fused_update:  # as `HasteTrainer` sets them
-        from haste_hf.losses import DEFAULT_LOSS_CHUNK_LABELS, chunk_loss_backward_
+    if args.chunked_backward or args.fused_update:  # as `HasteTrainer` sets them
+        from haste_hf.losses import chunk_loss_backward_
 
         for param in parameters:
             if param.dim() >= 2:
                 update = (lambda rows, grad, param=param: optimizer.update_rows_(param, rows, grad)) if args.fused_update else None
-                chunk_loss_backward_(param, args.chunk_labels or DEFAULT_LOSS_CHUNK_LABELS, update)
+                chunk_loss_backward_(param, args.chunk_labels, update)
     features = torch.randn(rows, args.hidden, device=device, dtype=torch.bfloat16, requires_grad=True)
     tail_columns = shape["groups"] * args.group_size
     positions = torch.randint(0, shape["head"] + tail_columns, (rows, args.positives), device=device)

@@ -18,13 +18,14 @@ every label in the dense head. Per variant and label count, median ms of CUDA ev
   (X [B, F] x W [L, F]^T, forward, weight gradient, feature gradient), summed.
 
 Memory options (what `haste-hf train` sets with the flags of the same names): `--gradient-checkpointing`
-(the encoder recomputes its activations in the backward; `--checkpoint-every N`: every N-th block only,
-as `--gradient_checkpointing_kwargs '{"every_n_layers": N}'`), `--momentum-dtype bfloat16` (the output layer's
-SGD momentum, stochastically rounded), `--chunk-labels N` (the loss backward N labels at a time, no stored
-`[B, L]` logit gradient), `--fused-update` (the head's and tail's SGD step applied chunk by chunk in the
-backward, no stored weight gradient; chunks of 2^20 labels unless `--chunk-labels`). With the fused update
-the output layer's step runs inside "whole step fwd+bwd", so compare "fwd+bwd+optimizer". With chunking or
-the fused update, "output layer fwd+bwd" (materialised logits, not what training runs) is not measured.
+(the encoder recomputes its activations in the backward; `--checkpoint-every N`: every N-th block only, as
+`--gradient_checkpointing_kwargs '{"every_n_layers": N}'`), `--momentum-dtype bfloat16` (the output layer's
+SGD momentum, stochastically rounded), `--chunked-backward` (the loss backward in label chunks, each chunk's
+logits recomputed: no stored `[B, L]` logit gradient; chunks of 2^27 logit-gradient elements, 2^20 labels at
+batch 128, or `--chunk-labels N`), `--fused-update` (the head's and tail's SGD step applied chunk by chunk in
+the chunked backward: no stored weight gradient). With the fused update the output layer's step runs inside
+"whole step fwd+bwd", so compare "fwd+bwd+optimizer". With either, "output layer fwd+bwd" (materialised
+logits, not what training runs) is not measured.
 At 10^8 labels (`--labels 100 --variants HASTE`, one H200) only the memory-lean step fits.
 
 Uses only the model's public API (and `fused_loss` where it exists), so the same script times the code
@@ -119,14 +120,14 @@ def bench(variant: str, label_count: int, args) -> dict:
         output_layer, lr=0.1, momentum=0.9, weight_decay=1e-4, momentum_dtype=getattr(torch, args.momentum_dtype)
     )
     optimizer = HasteOptimizer(torch.optim.AdamW([p for _, p in encoder_side], lr=1e-4, weight_decay=0.01), output_optimizer)
-    lean = bool(args.chunk_labels or args.fused_update)
+    lean = args.chunked_backward or args.fused_update
     if lean:  # as `HasteTrainer` sets them
-        from haste_hf.losses import DEFAULT_LOSS_CHUNK_LABELS, chunk_loss_backward_
+        from haste_hf.losses import chunk_loss_backward_
 
         for param in output_layer:
             if param.dim() >= 2:
                 update = functools.partial(output_optimizer.update_rows_, param) if args.fused_update else None
-                chunk_loss_backward_(param, args.chunk_labels or DEFAULT_LOSS_CHUNK_LABELS, update)
+                chunk_loss_backward_(param, args.chunk_labels, update)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16)
     row = {}
 
@@ -208,7 +209,8 @@ def options(args) -> str:
         ("gradient checkpointing" + (f", every {args.checkpoint_every}-th block" if args.checkpoint_every > 1 else ""))
         if args.gradient_checkpointing else None,
         f"{args.momentum_dtype} momentum",
-        f"loss backward in chunks of {args.chunk_labels:,} labels" if args.chunk_labels else None,
+        f"chunked loss backward ({f'{args.chunk_labels:,} labels' if args.chunk_labels else '2^27 elements'} a chunk)"
+        if args.chunked_backward or args.fused_update else None,
         "fused update" if args.fused_update else None,
     ]
     return ", ".join(option for option in chosen if option)
@@ -230,7 +232,8 @@ def main(argv=None):
     parser.add_argument("--gradient-checkpointing", action="store_true", help="the encoder recomputes its activations")
     parser.add_argument("--checkpoint-every", type=int, default=1, help="checkpoint every N-th encoder block only")
     parser.add_argument("--momentum-dtype", default="float32", choices=["float32", "bfloat16"], help="output layer's SGD momentum")
-    parser.add_argument("--chunk-labels", type=int, default=0, help="loss backward in chunks of this many labels (0: off)")
+    parser.add_argument("--chunked-backward", action="store_true", help="loss backward in label chunks (no [B, L] gradient)")
+    parser.add_argument("--chunk-labels", type=int, default=0, help="labels per chunk (0: 2^27 logit-gradient elements)")
     parser.add_argument("--fused-update", action="store_true", help="output layer's SGD step fused into the loss backward")
     parser.add_argument("--no-flops-matched", action="store_true", help="skip the FLOPs-matched GEMMs ([B, L] buffers)")
     parser.add_argument("--title", default="", help="first line of the table (e.g. the code's commit)")

@@ -29,6 +29,9 @@ from .sparse_ops import _KERNELS, _forward_reference
 
 # Bounds the transient `[B, chunk]` logits (and the `[B, groups, F]` gathered features) of the chunked path.
 _LOSS_CHUNK_ELEMENTS = 1 << 22
+# Logit-gradient elements per chunk of `chunk_loss_backward_` when no label count is given: 256 MiB of bf16,
+# 2^20 labels at batch 128, fewer over the global batch of a sharded layer (the transient stays the same).
+DEFAULT_LOSS_CHUNK_ELEMENTS = 1 << 27
 
 
 def bce(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -61,9 +64,11 @@ def targets_of_chunk(positions: torch.Tensor, start: int, stop: int, valid_count
 
 def _column_chunks(batch_size: int, weight: torch.Tensor, sparse: bool, chunk_labels: int | None = None):
     """Slices of output units (rows of a dense weight, groups of a sparse one) of bounded size: about
-    `chunk_labels` outputs each when given, else a bounded number of transient elements."""
+    `chunk_labels` outputs each when given (0: `DEFAULT_LOSS_CHUNK_ELEMENTS` logit-gradient elements), else
+    a bounded number of transient elements of the PyTorch path."""
     units = weight.shape[0]
     if chunk_labels is not None:
+        chunk_labels = chunk_labels or max(1, DEFAULT_LOSS_CHUNK_ELEMENTS // max(1, batch_size))
         step = max(1, chunk_labels // (weight.shape[1] if sparse else 1))
     else:
         # Per unit: G logits and F gathered features of a group, one logit of a dense row.
@@ -173,8 +178,6 @@ def _chunks(x, weight, supports, chunk_labels=None):
         yield chunk, slice(chunk.start * units_per_chunk, chunk.stop * units_per_chunk)
 
 
-# Outputs per chunk of a chunked backward when none is given: a `[128, 2^20]` bf16 logit gradient is 256 MiB.
-DEFAULT_LOSS_CHUNK_LABELS = 1 << 20
 
 
 class _ChunkedBackward:
@@ -184,11 +187,12 @@ class _ChunkedBackward:
         self.chunk_labels, self.update = chunk_labels, update
 
 
-def chunk_loss_backward_(weight: torch.Tensor, chunk_labels: int | None = DEFAULT_LOSS_CHUNK_LABELS, update=None) -> None:
+def chunk_loss_backward_(weight: torch.Tensor, chunk_labels: int | None = 0, update=None) -> None:
     """Makes `output_layer_loss` of the layer owning `weight` (a dense `[n, d]` or group-sparse `[K, G, F]`
-    parameter) run its backward `chunk_labels` outputs at a time, recomputing each chunk's logits from the
-    saved input and weights (the fused kernels' forward once more on CUDA): no `[B, n]` logit gradient is
-    ever stored, the transient is `O(B * chunk_labels)` whatever `n`. `chunk_labels=None` undoes it.
+    parameter) run its backward `chunk_labels` outputs at a time (0: as many as make
+    `DEFAULT_LOSS_CHUNK_ELEMENTS` logit-gradient elements at the batch size), recomputing each chunk's logits
+    from the saved input and weights (the fused kernels' forward once more on CUDA): no `[B, n]` logit
+    gradient is ever stored, the transient is `O(B * chunk_labels)` whatever `n`. `chunk_labels=None` undoes it.
 
     `update`, if given, is called as `update(rows, grad)` with each chunk's weight gradient (`weight[rows]`'s
     shape) once the chunk's feature gradient has read its weights, and no weight gradient is returned:
@@ -199,8 +203,8 @@ def chunk_loss_backward_(weight: torch.Tensor, chunk_labels: int | None = DEFAUL
     if chunk_labels is None:
         weight.__dict__.pop("_haste_chunked_backward", None)
         return
-    if not isinstance(chunk_labels, int) or chunk_labels < 1:
-        raise ValueError(f"`chunk_labels` must be a positive number of outputs, got {chunk_labels!r}.")
+    if not isinstance(chunk_labels, int) or chunk_labels < 0:
+        raise ValueError(f"`chunk_labels` must be a number of outputs (0: chosen by the batch size), got {chunk_labels!r}.")
     weight._haste_chunked_backward = _ChunkedBackward(chunk_labels, update)
 
 
@@ -245,4 +249,4 @@ def output_layer_loss(
         return _ChunkedLinearLoss.apply(x, weight, bias, supports, positions, valid_count, scale, loss, None, None, False)
 
 
-__all__ = ["DEFAULT_LOSS_CHUNK_LABELS", "LOSSES", "bce", "chunk_loss_backward_", "output_layer_loss", "squared_hinge", "targets_of_chunk"]
+__all__ = ["DEFAULT_LOSS_CHUNK_ELEMENTS", "LOSSES", "bce", "chunk_loss_backward_", "output_layer_loss", "squared_hinge", "targets_of_chunk"]

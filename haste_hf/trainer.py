@@ -24,7 +24,7 @@ from transformers.utils import logging
 from .callbacks import NonFiniteGradientCallback, RewiringCallback, unwrap_model
 from .data import XMCDataCollator
 from .distributed import ignore_shards_in_ddp, resolve_shard_output_layer, shard_output_layer_
-from .losses import DEFAULT_LOSS_CHUNK_LABELS, chunk_loss_backward_
+from .losses import chunk_loss_backward_
 from .modeling_haste import INCOMPLETE_SAVE_FILE, HasteForExtremeClassification
 from .optimization import HasteOptimizer, StochasticRoundingSGD, get_haste_scheduler, unwrap_haste_optimizer
 from .peft_utils import check_no_peft_encoder, check_peft_model, is_peft_model
@@ -206,11 +206,11 @@ class HasteTrainer(Trainer):
         return self.optimizer
 
     def _chunk_output_layer_backward(self, output_layer: list[nn.Parameter], output_optimizer) -> None:
-        """`output_loss_chunk_labels` and `output_fused_update`: the loss backward of the head and tail weights
+        """`output_chunked_backward` and `output_fused_update`: the loss backward of the head and tail weights
         (the parameters the loss reads whole; biases keep their gradients) by label chunks, each chunk's SGD
         step applied where its gradient is computed (`losses.chunk_loss_backward_`)."""
         args = self.args
-        if not (args.output_loss_chunk_labels or args.output_fused_update):
+        if not (args.output_chunked_backward or args.output_fused_update):
             return
         if args.output_fused_update and args.world_size > 1 and self.output_layer_shard is None:
             raise ValueError(
@@ -220,7 +220,7 @@ class HasteTrainer(Trainer):
         for param in output_layer:
             if param.dim() >= 2:
                 update = functools.partial(output_optimizer.update_rows_, param) if args.output_fused_update else None
-                chunk_loss_backward_(param, args.output_loss_chunk_labels or DEFAULT_LOSS_CHUNK_LABELS, update)
+                chunk_loss_backward_(param, args.output_loss_chunk_labels, update)
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
         if self.lr_scheduler is None:

@@ -49,17 +49,21 @@ class HasteTrainingArguments(TrainingArguments):
         metadata={"help": "Dtype of the output layer's SGD momentum: 'float32', or 'bfloat16' (stochastically rounded "
                   "with `output_stochastic_rounding`) to halve its memory."},
     )  # fmt: skip
+    output_chunked_backward: bool = field(
+        default=False,
+        metadata={"help": "Run the output layer's loss backward in label chunks, recomputing their logits (one more "
+                  "forward pass of the output layer), so no [batch, labels] logit gradient is stored."},
+    )  # fmt: skip
     output_loss_chunk_labels: int = field(
         default=0,
-        metadata={"help": "Run the output layer's loss backward this many labels at a time, recomputing their logits "
-                  "(one more forward pass of the output layer), so no [batch, labels] logit gradient is stored; 0: "
-                  "store it whole (fastest)."},
+        metadata={"help": "Labels per chunk of the chunked backward; 0: as many as make 2^27 logit-gradient elements "
+                  "(2^20 labels at batch 128)."},
     )  # fmt: skip
     output_fused_update: bool = field(
         default=False,
-        metadata={"help": "Apply the head's and tail's SGD step to each chunk of their weights in the loss backward, where "
-                  "its gradient is computed, so no weight gradient is stored (chunks of `output_loss_chunk_labels`, "
-                  "2^20 if 0). Excludes gradient accumulation, `output_max_grad_norm`, `on_non_finite='skip'`, fp16."},
+        metadata={"help": "Apply the head's and tail's SGD step to each chunk of their weights in the (chunked) loss "
+                  "backward, where its gradient is computed, so no weight gradient is stored. Excludes gradient "
+                  "accumulation, `output_max_grad_norm`, `on_non_finite='skip'` and fp16."},
     )  # fmt: skip
     output_layer_dtype: str | None = field(
         default=None,
@@ -123,7 +127,9 @@ class HasteTrainingArguments(TrainingArguments):
         if self.output_momentum_dtype not in OUTPUT_LAYER_DTYPES:
             raise ValueError(f"`output_momentum_dtype` must be one of {OUTPUT_LAYER_DTYPES}, got {self.output_momentum_dtype!r}.")
         if self.output_loss_chunk_labels < 0:
-            raise ValueError(f"`output_loss_chunk_labels` must be >= 0 (0: no chunking), got {self.output_loss_chunk_labels}.")
+            raise ValueError(
+                f"`output_loss_chunk_labels` must be >= 0 (0: chosen by the batch size), got {self.output_loss_chunk_labels}."
+            )
         if self.output_fused_update:
             # The update happens in `loss.backward()`, before the Trainer sees the whole gradient.
             needs_whole_gradient = {

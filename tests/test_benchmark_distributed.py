@@ -62,5 +62,5 @@ def test_emulation_with_the_memory_options_on_the_cpu(benchmark, tmp_path):
     benchmark.main([*TINY, "--world-sizes", "1", "2", "--momentum-dtype", "bfloat16", "--chunk-labels", "8", "--fused-update",
                     "--out", str(tmp_path / "table.txt")])  # fmt: skip
     table = (tmp_path / "table.txt").read_text()
-    assert "SGD, bf16 momentum, loss backward in chunks of 8 labels, fused update" in table
+    assert "SGD, bf16 momentum, chunked loss backward, fused update" in table
     assert "state: bf16 weights and bfloat16 momentum, 4 bytes a parameter" in table

@@ -311,10 +311,21 @@ def test_fused_update_of_bfloat16_weights_matches_to_bfloat16_rounding(momentum_
     assert relative_error(weight, expected[0]) < 2e-2
 
 
+def test_default_chunks_hold_a_fixed_number_of_logit_gradient_elements(monkeypatch):
+    """`chunk_labels=0`: as many labels as make `DEFAULT_LOSS_CHUNK_ELEMENTS` at the batch size, so a sharded
+    layer scoring N times the texts takes N times fewer labels a chunk."""
+    monkeypatch.setattr(losses, "DEFAULT_LOSS_CHUNK_ELEMENTS", 6 * 8)  # batch 6: 8 labels, 2 groups of 4
+    _, _, _, _, rows = sgd_steps("sparse", torch.float32, fused=True, chunk_labels=0, steps=1)
+    assert rows == [(0, 2), (2, 4), (4, 6), (6, 8), (8, 9)]
+    monkeypatch.setattr(losses, "DEFAULT_LOSS_CHUNK_ELEMENTS", 6 * 16)
+    _, _, _, _, rows = sgd_steps("sparse", torch.float32, fused=True, chunk_labels=0, steps=1)
+    assert rows == [(0, 4), (4, 8), (8, 9)]
+
+
 def test_chunk_loss_backward_refuses_a_bad_chunk_and_is_undone_by_none():
     weight = torch.nn.Parameter(torch.randn(4, 3))
     with pytest.raises(ValueError, match="`chunk_labels`"):
-        losses.chunk_loss_backward_(weight, 0)
+        losses.chunk_loss_backward_(weight, -1)
     losses.chunk_loss_backward_(weight, 2)
     losses.chunk_loss_backward_(weight, None)
     assert not hasattr(weight, "_haste_chunked_backward")
@@ -341,7 +352,7 @@ def train_tiny(tmp_path, **overrides):
 
 def test_trainer_with_chunked_backward_and_fused_update_trains_as_without(tmp_path):
     expected = train_tiny(tmp_path / "plain")
-    chunked = train_tiny(tmp_path / "chunked", output_loss_chunk_labels=3)
+    chunked = train_tiny(tmp_path / "chunked", output_chunked_backward=True, output_loss_chunk_labels=3)
     fused = train_tiny(tmp_path / "fused", output_loss_chunk_labels=3, output_fused_update=True)
     assert fused.state.log_history[-1]["train_loss"] == pytest.approx(expected.state.log_history[-1]["train_loss"], rel=1e-4)
     assert any("rewired_pairs" in entry for entry in fused.state.log_history)
