@@ -3,20 +3,28 @@ layer, the output layer's loss backward in label chunks (no stored `[B, L]` logi
 fused into it (no stored weight gradient)."""
 
 import copy
+import functools
 import gzip
 import json
 
 import pytest
 import torch
 from datasets import Dataset
-from tiny_encoders import FAMILIES, VOCAB_SIZE, planted_texts, tiny_encoder_config, tiny_tokenizer
+from test_losses import make_layer, random_positions, reference, relative_error
+from tiny_encoders import (
+    FAMILIES,
+    VOCAB_SIZE,
+    planted_texts,
+    tiny_encoder_config,
+    tiny_tokenizer,
+)
 
-from haste_hf import HasteConfig, HasteForExtremeClassification
+from haste_hf import HasteConfig, HasteForExtremeClassification, kernels, losses
 from haste_hf.callbacks import unwrap_model
 from haste_hf.data import XMCDataCollator
+from haste_hf.optimization import StochasticRoundingSGD
 from haste_hf.trainer import HasteTrainer
 from haste_hf.training_args import HasteTrainingArguments
-
 
 LABELS = 40
 
@@ -164,8 +172,6 @@ def test_peft_model_trains_with_gradient_checkpointing(tmp_path):
 
 def momentum_run(momentum_dtype, seed, steps=6, rows=64):
     """Weights and momentum of a bf16 parameter after `steps` SGD steps on a fixed sequence of gradients."""
-    from haste_hf.optimization import StochasticRoundingSGD
-
     generator = torch.Generator().manual_seed(0)
     param = torch.nn.Parameter(torch.randn(rows, 8, generator=generator).to(torch.bfloat16))
     optimizer = StochasticRoundingSGD([param], lr=0.05, momentum=0.9, weight_decay=1e-4, momentum_dtype=momentum_dtype, seed=seed)
@@ -215,12 +221,6 @@ def test_output_momentum_dtype_reaches_the_head_and_tail_optimizer_state(tmp_pat
 
 
 # ---------------------------------------------------------------------------------- chunked backward, fused update
-
-from test_losses import make_layer, random_positions, reference, relative_error  # noqa: E402
-
-from haste_hf import kernels, losses  # noqa: E402
-from haste_hf.optimization import StochasticRoundingSGD  # noqa: E402
-
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -439,7 +439,7 @@ def test_fused_update_on_cuda_matches_the_unfused_step_to_bfloat16_rounding(kind
         w, b = torch.nn.Parameter(weight.clone()), torch.nn.Parameter(bias.clone())
         optimizer = StochasticRoundingSGD([w, b], lr=0.5, momentum=0.9, weight_decay=0.01, momentum_dtype=momentum_dtype)
         if fused:
-            losses.chunk_loss_backward_(w, 256, lambda rows, grad, w=w: optimizer.update_rows_(w, rows, grad))
+            losses.chunk_loss_backward_(w, 256, functools.partial(optimizer.update_rows_, w))
         for step in range(3):
             positions = random_positions(64, weight.numel() // (weight.shape[-1] if kind == "sparse" else 96), seed=step).cuda()
             losses.output_layer_loss(x, w, b, positions, w.shape[0] * (w.shape[1] if kind == "sparse" else 1), 1 / 64, "bce",
@@ -459,7 +459,7 @@ def test_chunked_backward_and_fused_update_bound_the_transient_memory():
     """A tail of 2^18 labels at batch 128: the stored logit gradient alone is 64 MiB, the weight gradient 32 MiB;
     chunks of 2^13 labels keep the backward's extra memory to a few MiB."""
     batch, labels = 128, 1 << 18
-    x, weight, bias, supports = make_layer("sparse", batch, 768, labels, torch.bfloat16, "cuda", 32, 64, bias=False)
+    x, weight, _, supports = make_layer("sparse", batch, 768, labels, torch.bfloat16, "cuda", 32, 64, bias=False)
     positions = random_positions(batch, labels, positives=8).cuda()
     weight = torch.nn.Parameter(weight)
     x.requires_grad_()
