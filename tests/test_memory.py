@@ -480,3 +480,12 @@ def test_chunked_backward_and_fused_update_bound_the_transient_memory():
     optimizer.state[weight]["momentum_buffer"] = torch.zeros_like(weight, dtype=torch.float32)  # state, not transient
     assert extra_memory() < logit_gradient / 4
     assert weight.grad is None
+
+
+def test_memory_options_are_train_flags():
+    from haste_hf.cli import parse_args
+
+    training = parse_args(["train", "--gradient_checkpointing", "--output-momentum-dtype", "bfloat16", "--output-chunked-backward",
+                           "--output-loss-chunk-labels", "4096", "--output-fused-update", "--use-cpu"]).training  # fmt: skip
+    assert training.gradient_checkpointing and training.output_momentum_dtype == "bfloat16"
+    assert training.output_chunked_backward and training.output_loss_chunk_labels == 4096 and training.output_fused_update
