@@ -365,6 +365,11 @@ def test_trainer_with_chunked_backward_and_fused_update_trains_as_without(tmp_pa
         state, expected_state = fused.optimizer.state[weight], expected.optimizer.state[expected_weight]
         assert weight.grad is None and state["step"] == expected_state["step"] == 5
         torch.testing.assert_close(state["momentum_buffer"], expected_state["momentum_buffer"], rtol=1e-4, atol=1e-6)
+    # Once training ends, the model's backward is its own again: no update through the trainer's optimizer.
+    model = fused.model
+    model.zero_grad(set_to_none=True)
+    model.train()(*batch()[:2], labels=batch()[2]).loss.backward()
+    assert model.tail.weight.grad is not None and model.head.weight.grad is not None
 
 
 @pytest.mark.parametrize(
