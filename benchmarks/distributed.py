@@ -56,7 +56,27 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=10, help="Timed steps (after 3 warm-up steps).")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default=None, help="Also write the table to this file.")
+    parser.add_argument("--momentum-dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="--mode emulate: the output layer's SGD momentum.")  # fmt: skip
+    parser.add_argument("--chunked-backward", action="store_true",
+                        help="--mode emulate: the loss backward in label chunks (no [N x B, L/N] logit gradient).")  # fmt: skip
+    parser.add_argument("--chunk-labels", type=int, default=0,
+                        help="--mode emulate: labels per chunk (0: 2^27 logit-gradient elements).")  # fmt: skip
+    parser.add_argument("--fused-update", action="store_true",
+                        help="--mode emulate: the SGD step fused into the loss backward (no weight gradient).")  # fmt: skip
     return parser.parse_args(argv)
+
+
+def state_bytes_per_parameter(args) -> int:
+    """bf16 weight, its bf16 gradient (none with the fused update), and the momentum."""
+    return 2 + (0 if args.fused_update else 2) + (2 if args.momentum_dtype == "bfloat16" else 4)
+
+
+def memory_options(args) -> str:
+    chosen = [f"SGD, {'fp32' if args.momentum_dtype == 'float32' else 'bf16'} momentum",
+              "chunked loss backward" if args.chunked_backward or args.fused_update else None,
+              "fused update" if args.fused_update else None]  # fmt: skip
+    return ", ".join(option for option in chosen if option)
 
 
 # ------------------------------------------------------------------------------------------------ shapes
@@ -145,7 +165,16 @@ def output_layer_step(args, world_size: int, device):
         tail.weight.uniform_(-1 / math.sqrt(args.fan_in), 1 / math.sqrt(args.fan_in))
         tail.supports.copy_(random_supports(shape["groups"], args.fan_in, args.hidden, seed=0))
     parameters = [*(head.parameters() if head is not None else ()), tail.weight]
-    optimizer = StochasticRoundingSGD(parameters, lr=0.05, momentum=0.9, weight_decay=1e-4)
+    optimizer = StochasticRoundingSGD(
+        parameters, lr=0.05, momentum=0.9, weight_decay=1e-4, momentum_dtype=getattr(torch, args.momentum_dtype)
+    )
+    if args.chunked_backward or args.fused_update:  # as `HasteTrainer` sets them
+        from haste_hf.losses import chunk_loss_backward_
+
+        for param in parameters:
+            if param.dim() >= 2:
+                update = (lambda rows, grad, param=param: optimizer.update_rows_(param, rows, grad)) if args.fused_update else None
+                chunk_loss_backward_(param, args.chunk_labels, update)
     features = torch.randn(rows, args.hidden, device=device, dtype=torch.bfloat16, requires_grad=True)
     tail_columns = shape["groups"] * args.group_size
     positions = torch.randint(0, shape["head"] + tail_columns, (rows, args.positives), device=device)
@@ -202,7 +231,7 @@ def emulate(args) -> str:
     lines = [
         f"# {device_name(device)}, torch {torch.__version__}, commit {commit()}",
         f"# L = {args.labels:,} labels (head {args.head_fraction:.0%}, tail G = {args.group_size}, F = {args.fan_in}), "
-        f"d = {args.hidden}, {args.positives} positives per text, bf16 output layer (SGD, fp32 momentum)",
+        f"d = {args.hidden}, {args.positives} positives per text, bf16 output layer ({memory_options(args)})",
         f"# encoder: MPNet architecture ({args.layers} layers, d = {args.hidden}; 12 and 768 are MPNet-base), random weights, {args.batch} texts x "
         f"{args.seq_len} tokens per GPU, bf16 autocast, AdamW",
     ]
@@ -224,14 +253,15 @@ def emulate(args) -> str:
 
     lines.append("")
     lines.append("One rank of an N-way split: its L/N labels over the global batch N x B (measured)")
-    lines.append("(state: bf16 weights and gradients and fp32 momentum, 8 bytes a parameter; the rest of the peak is the")
+    lines.append(f"(state: bf16 weights{'' if args.fused_update else ' and gradients'} and {args.momentum_dtype} momentum, "
+                 f"{state_bytes_per_parameter(args)} bytes a parameter; the rest of the peak is the")  # fmt: skip
     lines.append(" step's transient memory)")
     lines.append(f"{'N':>3} {'labels/rank':>12} {'batch':>6} {'out-layer ms':>13} {'peak MiB':>10} {'params/rank':>12} {'state MiB':>10}")
     for world_size, (seconds, peak, parameters) in measured.items():
         labels = layout(args, world_size)
         labels = labels["head"] + labels["groups"] * args.group_size
         lines.append(f"{world_size:>3} {labels:>12,} {world_size * args.batch:>6} {1e3 * seconds:>13.1f} "
-                     f"{peak / MIB:>10,.0f} {parameters / 1e6:>11.1f}M {8 * parameters / MIB:>10,.0f}")  # fmt: skip
+                     f"{peak / MIB:>10,.0f} {parameters / 1e6:>11.1f}M {state_bytes_per_parameter(args) * parameters / MIB:>10,.0f}")  # fmt: skip
 
     lines.append("")
     lines.append("Bytes of each collective per step (MiB)")

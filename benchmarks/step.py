@@ -17,13 +17,26 @@ every label in the dense head. Per variant and label count, median ms of CUDA ev
 - flops-matched: the three cuBLAS passes of a dense layer of the same FLOPs as the tail
   (X [B, F] x W [L, F]^T, forward, weight gradient, feature gradient), summed.
 
+Memory options (what `haste-hf train` sets with the flags of the same names): `--gradient-checkpointing`
+(the encoder recomputes its activations in the backward; `--checkpoint-every N`: every N-th block only, as
+`--gradient_checkpointing_kwargs '{"every_n_layers": N}'`), `--momentum-dtype bfloat16` (the output layer's
+SGD momentum, stochastically rounded), `--chunked-backward` (the loss backward in label chunks, each chunk's
+logits recomputed: no stored `[B, L]` logit gradient; chunks of 2^27 logit-gradient elements, 2^20 labels at
+batch 128, or `--chunk-labels N`), `--fused-update` (the head's and tail's SGD step applied chunk by chunk in
+the chunked backward: no stored weight gradient). With the fused update the output layer's step runs inside
+"whole step fwd+bwd", so compare "fwd+bwd+optimizer". With either, "output layer fwd+bwd" (materialised
+logits, not what training runs) is not measured.
+At 10^8 labels (`--labels 100 --variants HASTE`, one H200) only the memory-lean step fits.
+
 Uses only the public API (`model.output_layer.loss`; `fused_loss` on code before it), so the same script times the code
 before and after a change: `PYTHONPATH=<other checkout> python benchmarks/step.py`.
 
     python benchmarks/step.py --title "after (commit abc1234)" --out results/step_h100.md
+    python benchmarks/step.py --labels 8.6 --variants HASTE --gradient-checkpointing --momentum-dtype bfloat16 --fused-update
 """
 
 import argparse
+import functools
 import gc
 import statistics
 
@@ -73,6 +86,8 @@ def build(variant: str, label_count: int, args) -> HasteForExtremeClassification
     for module in (output_layer_of(model).head, output_layer_of(model).tail):
         if module is not None:
             module.to(torch.bfloat16)
+    if args.gradient_checkpointing:
+        model.gradient_checkpointing_enable(every_n_layers=args.checkpoint_every)
     return model.train()
 
 
@@ -106,10 +121,18 @@ def bench(variant: str, label_count: int, args) -> dict:
     attention_mask = torch.ones(B, T, dtype=torch.long, device="cuda")
     labels = random_labels(B, label_count, args.positives, generator)
     encoder_side, output_layer = split_parameters(model)
-    optimizer = HasteOptimizer(
-        torch.optim.AdamW([p for _, p in encoder_side], lr=1e-4, weight_decay=0.01),
-        StochasticRoundingSGD(output_layer, lr=0.1, momentum=0.9, weight_decay=1e-4),
+    output_optimizer = StochasticRoundingSGD(
+        output_layer, lr=0.1, momentum=0.9, weight_decay=1e-4, momentum_dtype=getattr(torch, args.momentum_dtype)
     )
+    optimizer = HasteOptimizer(torch.optim.AdamW([p for _, p in encoder_side], lr=1e-4, weight_decay=0.01), output_optimizer)
+    lean = args.chunked_backward or args.fused_update
+    if lean:  # as `HasteTrainer` sets them
+        from haste_hf.losses import chunk_loss_backward_
+
+        for param in output_layer:
+            if param.dim() >= 2:
+                update = functools.partial(output_optimizer.update_rows_, param) if args.fused_update else None
+                chunk_loss_backward_(param, args.chunk_labels, update)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16)
     row = {}
 
@@ -126,16 +149,18 @@ def bench(variant: str, label_count: int, args) -> dict:
     row["encoder"] = cuda_ms(encoder_pass, args.warmup, args.repeats)
 
     layer = output_layer_of(model)
-    positions = model.config.head_label_count + (layer.tail.out_features if layer.tail is not None else 0)
-    logits_grad = torch.randn(B, positions, device="cuda", dtype=torch.bfloat16)
+    row["output"] = float("nan")
+    if not lean:
+        positions = model.config.head_label_count + (layer.tail.out_features if layer.tail is not None else 0)
+        logits_grad = torch.randn(B, positions, device="cuda", dtype=torch.bfloat16)
 
-    def output_layer_pass():
-        with autocast:
-            logits = layer.position_logits(pooled)
-        logits.backward(logits_grad)
+        def output_layer_pass():
+            with autocast:
+                logits = layer.position_logits(pooled)
+            logits.backward(logits_grad)
 
-    row["output"] = cuda_ms(output_layer_pass, args.warmup, args.repeats)
-    logits_grad = None  # released; rebound, not deleted, as the closures above name it
+        row["output"] = cuda_ms(output_layer_pass, args.warmup, args.repeats)
+        logits_grad = None  # released; rebound, not deleted, as the closures above name it
 
     def output_layer_loss_pass():
         with autocast:
@@ -148,6 +173,7 @@ def bench(variant: str, label_count: int, args) -> dict:
         loss.backward()
 
     row["output_loss"] = cuda_ms(output_layer_loss_pass, args.warmup, args.repeats)
+    optimizer.zero_grad(set_to_none=True)  # the passes' gradients are not the step's
 
     def step_pass():
         with autocast:
@@ -186,6 +212,18 @@ def bench(variant: str, label_count: int, args) -> dict:
     return row
 
 
+def options(args) -> str:
+    chosen = [
+        ("gradient checkpointing" + (f", every {args.checkpoint_every}-th block" if args.checkpoint_every > 1 else ""))
+        if args.gradient_checkpointing else None,
+        f"{args.momentum_dtype} momentum",
+        f"chunked loss backward ({f'{args.chunk_labels:,} labels' if args.chunk_labels else '2^27 elements'} a chunk)"
+        if args.chunked_backward or args.fused_update else None,
+        "fused update" if args.fused_update else None,
+    ]
+    return ", ".join(option for option in chosen if option)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--labels", type=float, nargs="+", default=[0.67, 2.8, 8.6], help="millions")
@@ -199,6 +237,13 @@ def main(argv=None):
     parser.add_argument("--head-fraction", type=float, default=0.03)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--gradient-checkpointing", action="store_true", help="the encoder recomputes its activations")
+    parser.add_argument("--checkpoint-every", type=int, default=1, help="checkpoint every N-th encoder block only")
+    parser.add_argument("--momentum-dtype", default="float32", choices=["float32", "bfloat16"], help="output layer's SGD momentum")
+    parser.add_argument("--chunked-backward", action="store_true", help="loss backward in label chunks (no [B, L] gradient)")
+    parser.add_argument("--chunk-labels", type=int, default=0, help="labels per chunk (0: 2^27 logit-gradient elements)")
+    parser.add_argument("--fused-update", action="store_true", help="output layer's SGD step fused into the loss backward")
+    parser.add_argument("--no-flops-matched", action="store_true", help="skip the FLOPs-matched GEMMs ([B, L] buffers)")
     parser.add_argument("--title", default="", help="first line of the table (e.g. the code's commit)")
     parser.add_argument("--out", default=None, help="also write the table to this file")
     args = parser.parse_args(argv)
@@ -207,22 +252,23 @@ def main(argv=None):
     lines = [
         f"{args.title}: {torch.cuda.get_device_name()}, torch {torch.__version__}, B = {args.batch}, "
         f"{args.tokens} tokens, G = {args.group_size}, F = {args.fan_in}, head {args.head_fraction:.0%}, "
-        f"median ms of CUDA events ({args.repeats} runs)",
+        f"median ms of CUDA events ({args.repeats} runs); options: {options(args)}",
         "",
         "| labels | variant | encoder fwd+bwd | output layer fwd+bwd | output layer + loss | whole step fwd+bwd "
-        "| optimizer step | peak train GiB | predict_topk texts/s | flops-matched sum | output+loss / step "
-        "| output+loss / flops-matched |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| optimizer step | fwd+bwd+optimizer | peak train GiB | predict_topk texts/s | flops-matched sum "
+        "| output+loss / step | output+loss / flops-matched |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     print("\n".join(lines), flush=True)
     for millions in args.labels:
         label_count = int(millions * 1e6)
-        matched = flops_matched_ms(args.batch, label_count, args.fan_in, args)
+        matched = float("nan") if args.no_flops_matched else flops_matched_ms(args.batch, label_count, args.fan_in, args)
         for variant in args.variants:
             row = bench(variant, label_count, args)
             line = (
                 f"| {millions}M | {variant} | {row['encoder']:.1f} | {row['output']:.1f} | {row['output_loss']:.1f} "
-                f"| {row['step']:.1f} | {row['optimizer']:.1f} | {row['peak_gib']:.1f} | {row['predict']:,.0f} "
+                f"| {row['step']:.1f} | {row['optimizer']:.1f} | {row['step'] + row['optimizer']:.1f} | {row['peak_gib']:.1f} "
+                f"| {row['predict']:,.0f} "
                 f"| {matched:.2f} | {row['output_loss'] / row['step']:.0%} | {row['output_loss'] / matched:.1f}x |"
             )
             lines.append(line)

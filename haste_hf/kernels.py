@@ -360,6 +360,47 @@ def linear_loss(
     return loss_value
 
 
+def linear_loss_gradient(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    supports: Optional[torch.Tensor],
+    positions: torch.Tensor,
+    valid_count: int,
+    scale: float,
+    loss: str = "bce",
+) -> torch.Tensor:
+    """The logit gradient `scale * dloss/dz` `[B, n]` of `linear_loss`'s layer, in its dtype (0 at outputs
+    `>= valid_count`), as the fused op's forward writes it for its backward; not differentiable. A slice of
+    a layer (contiguous rows or groups) with positions relative to its first column gives that slice's
+    gradient: `haste_hf.losses` recomputes the gradient chunk by chunk this way."""
+    if loss not in _LOSS_KINDS:
+        raise ValueError(f"`loss` must be one of {sorted(_LOSS_KINDS)}, got {loss!r}.")
+    if supports is not None:
+        validate_inputs(x, weight, supports, bias, check_indices=VALIDATE)
+    with torch.no_grad(), torch.autocast("cuda", enabled=False):
+        _, grad_logits = _linear_loss_op(
+            x.contiguous(), weight.contiguous(), bias, supports, positions, valid_count, float(scale), loss, True, False
+        )  # fmt: skip
+    return grad_logits
+
+
+def group_sparse_grad_weight(grad_out: torch.Tensor, x: torch.Tensor, supports: torch.Tensor, group_size: int) -> torch.Tensor:
+    """The weight gradient `[K, G, F]` of `group_sparse_linear` from its output gradient `[B, K * G]`; not
+    differentiable."""
+    return _grad_weight_op(grad_out.contiguous(), x.contiguous(), supports, group_size)
+
+
+def group_sparse_grad_input(
+    grad_out: torch.Tensor, weight: torch.Tensor, supports: torch.Tensor, num_features: int, deterministic: Optional[bool] = None
+) -> torch.Tensor:
+    """The feature gradient `[B, num_features]` of `group_sparse_linear` from its output gradient `[B, K * G]`;
+    not differentiable. `deterministic` defaults to `torch.are_deterministic_algorithms_enabled()`."""
+    if deterministic is None:
+        deterministic = torch.are_deterministic_algorithms_enabled()
+    return _grad_input_op(grad_out.contiguous(), weight.contiguous(), supports, num_features, deterministic)
+
+
 @torch.library.custom_op("haste::group_sparse_topk", mutates_args=(), device_types="cuda")
 def _topk_op(
     x: torch.Tensor, weight: torch.Tensor, supports: torch.Tensor, bias: Optional[torch.Tensor], k: int, valid_count: int

@@ -92,7 +92,8 @@ class HasteModelCardData:
                  warmup=args.warmup_steps, other=f"weight decay {args.weight_decay}"),
             dict(part="Head + tail", name="SGD" + (" (stochastic rounding)" if args.output_stochastic_rounding else ""),
                  lr=args.output_learning_rate, schedule=args.output_lr_scheduler_type, warmup=args.output_warmup_steps,
-                 other=f"momentum {args.output_momentum}, decoupled weight decay {args.output_weight_decay}"),
+                 other=f"momentum {args.output_momentum} ({args.output_momentum_dtype}), "
+                       f"decoupled weight decay {args.output_weight_decay}"),
         ]  # fmt: skip
         rewiring = None
         rewirings = [callback for callback in trainer.callback_handler.callbacks if isinstance(callback, RewiringCallback)]

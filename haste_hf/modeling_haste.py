@@ -9,13 +9,16 @@ This file is flat and imports only torch, transformers and its exportable siblin
 `haste_hf` installed.
 """
 
+import functools
 import inspect
 import json
 import os
+import types
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import nn
 from transformers import AutoConfig, AutoModel, PreTrainedModel
 from transformers import initialization as init
@@ -83,6 +86,23 @@ def pool_hidden_states(states: torch.Tensor, attention_mask: torch.Tensor, pooli
     return states[torch.arange(states.shape[0], device=states.device), last]
 
 
+def _layer_stack(encoder: nn.Module) -> nn.ModuleList | None:
+    """The encoder's stack of transformer blocks: its largest `nn.ModuleList` of modules of one class."""
+    stacks = [
+        module for module in encoder.modules()
+        if isinstance(module, nn.ModuleList) and len(module) > 0 and len({type(layer) for layer in module}) == 1
+    ]  # fmt: skip
+    return max(stacks, key=lambda stack: sum(param.numel() for param in stack.parameters()), default=None)
+
+
+def _checkpointed_forward(self, *args, **kwargs):
+    """A block's forward that keeps only its inputs and recomputes its activations in the backward."""
+    forward = functools.partial(type(self).forward, self)
+    if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+        return self._gradient_checkpointing_func(forward, *args, **kwargs)
+    return forward(*args, **kwargs)
+
+
 class HastePreTrainedModel(PreTrainedModel):
     config_class = HasteConfig
     base_model_prefix = "encoder"
@@ -95,6 +115,32 @@ class HastePreTrainedModel(PreTrainedModel):
     accepts_loss_kwargs = False
     # `haste_hf.hub.push_to_hub` when the package is imported; this file stays free of Hub and card code.
     hub_publisher = None
+
+    def _set_gradient_checkpointing(self, enable: bool = True, gradient_checkpointing_func=None, every_n_layers: int = 1):
+        """Activation checkpointing of the encoder, whatever its family: through its own transformers code where
+        it has some, else (MPNet, ...) each block of its layer stack recomputes its activations in the backward."""
+        encoder = getattr(self, "encoder", None)
+        if encoder is None or getattr(encoder, "supports_gradient_checkpointing", False):
+            # Only the arguments given: earlier transformers 5.x take no `every_n_layers`.
+            kwargs = {} if gradient_checkpointing_func is None else {"gradient_checkpointing_func": gradient_checkpointing_func}
+            if every_n_layers != 1:
+                kwargs["every_n_layers"] = every_n_layers
+            return super()._set_gradient_checkpointing(enable, **kwargs)
+        layers = _layer_stack(encoder)
+        if layers is None:
+            raise ValueError(
+                f"The encoder ({type(encoder).__name__}) has no stack of layers to checkpoint; train without "
+                "`gradient_checkpointing`."
+            )
+        for index, layer in enumerate(layers):
+            layer.gradient_checkpointing = enable and index % every_n_layers == 0
+            if enable:
+                layer._gradient_checkpointing_func = gradient_checkpointing_func or functools.partial(
+                    torch.utils.checkpoint.checkpoint, use_reentrant=False
+                )
+                layer.forward = types.MethodType(_checkpointed_forward, layer)
+            else:
+                layer.__dict__.pop("forward", None)
 
     def _init_weights(self, module):
         super()._init_weights(module)

@@ -81,6 +81,9 @@ class StochasticRoundingSGD(torch.optim.Optimizer):
     same update; their random bits differ, so CPU, fused and unfused runs agree in distribution, not bit
     for bit.
 
+    `update_rows_` applies the update slice by slice where a caller computes the gradient (the fused update
+    of `haste_hf.losses.chunk_loss_backward_`), so that no parameter-sized gradient exists.
+
     Momentum buffers are float32 by default (``momentum_dtype``): 4 bytes per weight on top of 2 for
     bf16 weights, but a bf16 buffer rounded to nearest would drop every gradient below 1/256 of the
     running average. ``momentum_dtype=None`` keeps the buffer in the parameter's dtype (stochastically
@@ -121,6 +124,7 @@ class StochasticRoundingSGD(torch.optim.Optimizer):
         self.seed = seed
         self.fused = fused
         self._generators: dict[torch.device, torch.Generator] = {}
+        self._updated_in_backward = set()
 
     def _buffer_dtype(self, param: torch.Tensor) -> torch.dtype:
         return param.dtype if self.momentum_dtype is None else self.momentum_dtype
@@ -139,13 +143,13 @@ class StochasticRoundingSGD(torch.optim.Optimizer):
         else:
             target.copy_(values)
 
-    def _use_fused(self, param: torch.Tensor, buffer: torch.Tensor | None, group: dict) -> bool:
+    def _use_fused(self, param: torch.Tensor, grad: torch.Tensor, buffer: torch.Tensor | None, group: dict) -> bool:
         eligible = (
             param.is_cuda
             and param.dtype == torch.bfloat16
             and group["stochastic_rounding"]
             and param.is_contiguous()
-            and param.grad.is_contiguous()
+            and grad.is_contiguous()
             and (buffer is None or (buffer.is_contiguous() and buffer.dtype in (torch.float32, torch.bfloat16)))
         )
         if self.fused and not (eligible and triton_sgd.is_available()):
@@ -165,6 +169,10 @@ class StochasticRoundingSGD(torch.optim.Optimizer):
         for group in self.param_groups:
             for param in group["params"]:
                 param_index += 1
+                if param in self._updated_in_backward:
+                    # `update_rows_` already applied this step's update, slice by slice in the backward.
+                    self.state[param]["step"] = self.state[param].get("step", 0) + 1
+                    continue
                 if param.grad is None:
                     continue
                 if param.grad.is_sparse:
@@ -176,20 +184,50 @@ class StochasticRoundingSGD(torch.optim.Optimizer):
                     state["momentum_buffer"] = torch.empty_like(param, dtype=self._buffer_dtype(param))
                 buffer = state["momentum_buffer"] if group["momentum"] != 0.0 else None
                 seed = _stable_seed("haste_hf.sgd", self.seed, param_index, state["step"])
-                if self._use_fused(param, buffer, group):
-                    triton_sgd.fused_bfloat16_sgd_(param, buffer, group, first_momentum_step, seed)
-                else:
-                    self._update_(param, buffer, group, first_momentum_step, seed)
+                self._apply_(param, param.grad, buffer, group, first_momentum_step, seed)
+        self._updated_in_backward.clear()
         return loss
 
-    def _update_(self, param, buffer, group, first_momentum_step: bool, seed: int) -> None:
+    def update_rows_(self, param: torch.Tensor, rows: slice, grad: torch.Tensor) -> None:
+        """Applies this step's update to ``param[rows]`` from its gradient ``grad`` (shape of ``param[rows]``)
+        at once, so that a caller computing the gradient slice by slice
+        (`haste_hf.losses.chunk_loss_backward_`) never holds all of it; ``step()`` then only counts the step
+        for ``param``. The same update as ``step()``'s, random bits aside (drawn per slice). Rows are the
+        first dimension; each row is updated once a step."""
+        group, index = self._place_of(param)
+        state = self.state[param]
+        if group["momentum"] != 0.0 and "momentum_buffer" not in state:
+            # Zeros: `momentum * 0 + grad` is the first step's `buf = grad` exactly, whatever slice comes first.
+            state["momentum_buffer"] = torch.zeros_like(param, dtype=self._buffer_dtype(param))
+        buffer = state["momentum_buffer"][rows] if group["momentum"] != 0.0 else None
+        seed = _stable_seed("haste_hf.sgd", self.seed, index, state.get("step", 0) + 1, rows.start)
+        self._apply_(param[rows], grad, buffer, group, False, seed)
+        self._updated_in_backward.add(param)
+
+    def _place_of(self, param: torch.Tensor) -> tuple[dict, int]:
+        """(group, index among all parameters) of ``param``, the index that seeds its random bits."""
+        index = 0
+        for group in self.param_groups:
+            for candidate in group["params"]:
+                if candidate is param:
+                    return group, index
+                index += 1
+        raise ValueError("`param` is not a parameter of this optimizer.")
+
+    def _apply_(self, param, grad, buffer, group, first_momentum_step: bool, seed: int) -> None:
+        if self._use_fused(param, grad, buffer, group):
+            triton_sgd.fused_bfloat16_sgd_(param, grad, buffer, group, first_momentum_step, seed)
+        else:
+            self._update_(param, grad, buffer, group, first_momentum_step, seed)
+
+    def _update_(self, param, grad_param, buffer, group, first_momentum_step: bool, seed: int) -> None:
         """The PyTorch update, in float32 blocks of rows; exact `torch.optim.SGD` arithmetic for float32."""
         lr, momentum, weight_decay = group["lr"], group["momentum"], group["weight_decay"]
         stored_dtypes = {param.dtype, param.dtype if buffer is None else buffer.dtype}
         stochastic = group["stochastic_rounding"] and torch.bfloat16 in stored_dtypes
         generator = self._generator(param.device, seed) if stochastic else None
         for rows in _row_chunks(param):
-            grad = param.grad[rows].float()
+            grad = grad_param[rows].float()
             direction = grad
             if buffer is not None:
                 average = grad if first_momentum_step else buffer[rows].float().mul_(momentum).add_(grad)

@@ -6,6 +6,7 @@ weights) trains the dense head and the sparse tail, each with its own schedule; 
 every `rewiring_interval` steps; evaluation ranks labels with top-k, never gathering `[N, L]` logits.
 """
 
+import functools
 import json
 import os
 import pickle
@@ -23,6 +24,7 @@ from transformers.utils import CONFIG_NAME, logging
 
 from .callbacks import NonFiniteGradientCallback, RewiringCallback, TrainingSplitFingerprint, unwrap_model
 from .data import XMCDataCollator
+from .losses import chunk_loss_backward_
 from .modeling_haste import HasteForExtremeClassification
 from .optimization import HasteOptimizer, StochasticRoundingSGD, get_haste_scheduler, unwrap_haste_optimizer
 from .peft_utils import check_no_peft_encoder, check_peft_model, is_peft_model
@@ -175,7 +177,13 @@ class HasteTrainer(Trainer):
             )
         if resume_from_checkpoint:
             self._check_resumable(resume_from_checkpoint)
-        output = super().train(resume_from_checkpoint, *args, **kwargs)
+        if self.optimizer is not None:  # a later call: `create_optimizer` will not run again
+            self._chunk_output_layer_backward(True)
+        try:
+            output = super().train(resume_from_checkpoint, *args, **kwargs)
+        finally:
+            # The fused update steps this trainer's optimizer: the model, trained on elsewhere, must not.
+            self._chunk_output_layer_backward(False)
         guard = self.non_finite_guard
         if guard.too_many_skipped:
             raise FloatingPointError(
@@ -232,11 +240,31 @@ class HasteTrainer(Trainer):
                 momentum=args.output_momentum,
                 weight_decay=args.output_weight_decay,
                 stochastic_rounding=args.output_stochastic_rounding,
+                momentum_dtype=getattr(torch, args.output_momentum_dtype),
                 # Replicas must round alike; shards hold different weights, so each takes its own bits.
                 seed=args.seed if self.sharded_output_layer is None else hash((args.seed, args.process_index)),
             )
             self.optimizer = HasteOptimizer(encoder_optimizer, output_optimizer)
+            self._chunk_output_layer_backward(True)
         return self.optimizer
+
+    def _chunk_output_layer_backward(self, enable: bool) -> None:
+        """`output_chunked_backward` and `output_fused_update` (on while training): the loss backward of the head
+        and tail weights (the parameters the loss reads whole; biases keep their gradients) by label chunks,
+        each chunk's SGD step applied where its gradient is computed (`losses.chunk_loss_backward_`)."""
+        args = self.args
+        if not (args.output_chunked_backward or args.output_fused_update) or self.optimizer is None:
+            return
+        if args.output_fused_update and args.world_size > 1 and self.sharded_output_layer is None:
+            raise ValueError(
+                "`output_fused_update` needs the output layer split over the processes (`shard_output_layer`): a "
+                "replicated one must all-reduce its whole gradient before the step."
+            )
+        output_optimizer = unwrap_haste_optimizer(self.optimizer).output_optimizer
+        for param in (param for group in output_optimizer.param_groups for param in group["params"]):
+            if param.dim() >= 2:
+                update = functools.partial(output_optimizer.update_rows_, param) if args.output_fused_update else None
+                chunk_loss_backward_(param, args.output_loss_chunk_labels if enable else None, update)
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
         if self.lr_scheduler is None:

@@ -64,6 +64,27 @@ class HasteTrainingArguments(TrainingArguments):
     output_stochastic_rounding: bool = field(
         default=True, metadata={"help": "Round bfloat16 output-layer weights stochastically after each update."}
     )
+    output_momentum_dtype: str = field(
+        default="float32",
+        metadata={"help": "Dtype of the output layer's SGD momentum: 'float32', or 'bfloat16' (stochastically rounded "
+                  "with `output_stochastic_rounding`) to halve its memory."},
+    )  # fmt: skip
+    output_chunked_backward: bool = field(
+        default=False,
+        metadata={"help": "Run the output layer's loss backward in label chunks, recomputing their logits (one more "
+                  "forward pass of the output layer), so no [batch, labels] logit gradient is stored."},
+    )  # fmt: skip
+    output_loss_chunk_labels: int = field(
+        default=0,
+        metadata={"help": "Labels per chunk of the chunked backward; 0: as many as make 2^27 logit-gradient elements "
+                  "(2^20 labels at batch 128)."},
+    )  # fmt: skip
+    output_fused_update: bool = field(
+        default=False,
+        metadata={"help": "Apply the head's and tail's SGD step to each chunk of their weights in the (chunked) loss "
+                  "backward, where its gradient is computed, so no weight gradient is stored. Excludes gradient "
+                  "accumulation, `output_max_grad_norm`, `on_non_finite='skip'` and fp16."},
+    )  # fmt: skip
     output_layer_dtype: str | None = field(
         default=None,
         metadata={"help": "Cast head and tail to this dtype before training; default: bfloat16 with `bf16` (the paper), "
@@ -129,6 +150,27 @@ class HasteTrainingArguments(TrainingArguments):
                 "`output_max_grad_norm` takes effect only where the Trainer clips gradients, which needs "
                 f"`max_grad_norm` > 0 (got {self.max_grad_norm}); set both, or `output_max_grad_norm=0`."
             )
+        if self.output_momentum_dtype not in OUTPUT_LAYER_DTYPES:
+            raise ValueError(f"`output_momentum_dtype` must be one of {OUTPUT_LAYER_DTYPES}, got {self.output_momentum_dtype!r}.")
+        if self.output_loss_chunk_labels < 0:
+            raise ValueError(
+                f"`output_loss_chunk_labels` must be >= 0 (0: chosen by the batch size), got {self.output_loss_chunk_labels}."
+            )
+        if self.output_fused_update:
+            # The update happens in `loss.backward()`, before the Trainer sees the whole gradient.
+            needs_whole_gradient = {
+                "gradient_accumulation_steps": (self.gradient_accumulation_steps > 1, "1"),
+                "output_max_grad_norm": (self.output_max_grad_norm > 0, "0"),
+                "on_non_finite": (self.on_non_finite == "skip", "'stop'"),
+                "fp16": (self.fp16, "False (bf16 has no loss scaling)"),
+            }
+            for name, (refused, fix) in needs_whole_gradient.items():
+                if refused:
+                    raise ValueError(
+                        f"`output_fused_update` applies the output layer's step inside the backward, before the whole "
+                        f"gradient exists, which `{name}={getattr(self, name)!r}` needs: set `{name}` to {fix}, or "
+                        "`output_fused_update=False`."
+                    )
         if self.output_layer_dtype not in (None, *OUTPUT_LAYER_DTYPES):
             raise ValueError(f"`output_layer_dtype` must be one of {OUTPUT_LAYER_DTYPES} or None, got {self.output_layer_dtype!r}.")
         if self.rewiring_interval is not None and self.rewiring_interval < 0:

@@ -72,16 +72,16 @@ if triton is not None:
         tl.store(param_ptr + offsets, _stochastic_round(weights, random & 0xFFFF), mask=in_range)
 
 
-def fused_bfloat16_sgd_(param, buffer, group, first_momentum_step: bool, seed: int) -> None:
-    """`StochasticRoundingSGD`'s update of a contiguous bf16 CUDA parameter (and its momentum `buffer`, float32
-    or bf16, or None without momentum) with the hyperparameters of `group`.
+def fused_bfloat16_sgd_(param, grad, buffer, group, first_momentum_step: bool, seed: int) -> None:
+    """`StochasticRoundingSGD`'s update of a contiguous bf16 CUDA parameter by its contiguous gradient `grad`
+    (and its momentum `buffer`, float32 or bf16, or None without momentum) with the hyperparameters of `group`.
 
     Same arithmetic as the PyTorch path up to float32 rounding (the compiler may fuse multiply-adds) and
     with random bits from Triton's Philox, counter-based on ``(seed, element)``.
     """
     if triton is None:
         raise RuntimeError("The fused SGD update needs Triton (`pip install triton`).")
-    flat_param, flat_grad = param.view(-1), param.grad.view(-1)
+    flat_param, flat_grad = param.view(-1), grad.view(-1)
     flat_buffer = flat_param if buffer is None else buffer.view(-1)  # never read without momentum
     with torch.cuda.device(param.device):
         for index, start in enumerate(range(0, flat_param.numel(), _SLICE_ELEMENTS)):

@@ -55,3 +55,12 @@ def test_real_mode_runs_under_torchrun(tmp_path):
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
     assert "sharded output layer" in result.stdout and "texts/s" in result.stdout
+
+
+@pytest.mark.slow
+def test_emulation_with_the_memory_options_on_the_cpu(benchmark, tmp_path):
+    benchmark.main([*TINY, "--world-sizes", "1", "2", "--momentum-dtype", "bfloat16", "--chunk-labels", "8", "--fused-update",
+                    "--out", str(tmp_path / "table.txt")])  # fmt: skip
+    table = (tmp_path / "table.txt").read_text()
+    assert "SGD, bf16 momentum, chunked loss backward, fused update" in table
+    assert "state: bf16 weights and bfloat16 momentum, 4 bytes a parameter" in table

@@ -297,7 +297,7 @@ def test_fused_loss_matches_the_float64_reference(case, loss):
         assert torch.isfinite(grad).all()
         assert relative_error(grad, expected_grad) < TOLERANCE[dtype], relative_error(grad, expected_grad)
     # Against the chunked path on the same device: logits rounded alike up to a few last-bit flips.
-    chunked = losses._ChunkedLinearLoss.apply(x, weight, bias, supports, positions, valid_count, scale, loss)
+    chunked = losses._ChunkedLinearLoss.apply(x, weight, bias, supports, positions, valid_count, scale, loss, None, None, False)
     assert relative_error(value, chunked) < 1e-3
     # Reproducible sums; without autograd nothing is stored and the loss is the same.
     assert torch.equal(kernels.linear_loss(x, weight, bias, supports, positions, valid_count, scale, loss), value)

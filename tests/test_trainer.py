@@ -172,7 +172,7 @@ def test_model_card_names_both_optimizers(tmp_path, tokenizer, datasets_):
     card = (tmp_path / "README.md").read_text()
     assert "| Encoder + projections | AdamW | 0.001 | cosine |" in card
     assert "| Head + tail | SGD (stochastic rounding) | 0.1 | cosine |" in card
-    assert "momentum 0.9, decoupled weight decay 0.0001" in card
+    assert "momentum 0.9 (float32), decoupled weight decay 0.0001" in card
     assert "every 3 steps" in card and "planted" in card and "frequency" in card
     assert "adamw_torch" not in card
 
