@@ -29,7 +29,6 @@ from transformers.utils import ModelOutput, cached_file, logging
 
 from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, HasteConfig, head_label_count_for
 from .losses import LOSSES, output_layer_loss, targets_of_chunk
-from .pipeline_haste import HasteTextClassificationPipeline  # noqa: F401  (named by config.json's custom_pipelines)
 from .sentence_transformer_encoder import from_sentence_transformer, is_sentence_transformer, sentence_transformer_folder
 from .sparse_ops import group_sparse_linear, group_sparse_topk, merge_topk
 
@@ -262,8 +261,6 @@ class HastePreTrainedModel(PreTrainedModel):
     _supports_attention_backend = True
     # Summed BCE over labels is already per-example: a Trainer must not rescale it for accumulation.
     accepts_loss_kwargs = False
-    # `haste_hf.hub.push_to_hub` when the package is imported; this file stays free of Hub and card code.
-    hub_publisher = None
 
     def _init_weights(self, module):
         super()._init_weights(module)
@@ -464,6 +461,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
                 f"`label_names` has {len(label_names)} entries for {self.config.label_count} labels: give one name per label."
             )
         self.label_names = None if label_names is None else [str(name) for name in label_names]
+        self.config.set_label_names(self.label_names)
 
     # ----------------------------------------------------------------------------------------- encoding
 
@@ -763,11 +761,13 @@ class HasteForExtremeClassification(HastePreTrainedModel):
 
     def push_to_hub(self, repo_id: str, **kwargs):
         """Publishes the model with its label names, exportable code and HASTE model card in one commit
-        (`haste_hf.hub.push_to_hub`, installed as `hub_publisher` when `haste_hf` is imported): a plain
-        upload would replace the card. Exported remote code without `haste_hf` pushes the transformers way."""
-        if self.hub_publisher is None:
+        (`haste_hf.hub.push_to_hub`): a plain upload would replace the card. Exported remote code where
+        `haste_hf` is not installed pushes the transformers way."""
+        try:
+            from haste_hf.hub import push_to_hub
+        except ImportError:
             return super().push_to_hub(repo_id, **kwargs)
-        return self.hub_publisher(self, repo_id, **kwargs)
+        return push_to_hub(self, repo_id, **kwargs)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, output_loading_info: bool = False, **kwargs):
@@ -829,6 +829,16 @@ class HasteForExtremeClassification(HastePreTrainedModel):
                 f"{source}: `output_labels` must place each of the {label_count} labels exactly once (padding -1): "
                 "the weights file is corrupt or belongs to another model."
             )
+
+
+def __getattr__(name: str):
+    # `config.json`'s `custom_pipelines` names the pipeline class in this module (the one file remote code starts
+    # from); it is imported when asked for, so that loading a model does not load `transformers.pipelines`.
+    if name == "HasteTextClassificationPipeline":
+        from .pipeline_haste import HasteTextClassificationPipeline
+
+        return HasteTextClassificationPipeline
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
