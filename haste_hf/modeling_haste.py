@@ -29,6 +29,7 @@ from transformers.utils import ModelOutput, cached_file, logging
 
 from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, HasteConfig, head_label_count_for
 from .losses import LOSSES, output_layer_loss, targets_of_chunk
+from .model_sources import resolve_encoder
 from .sentence_transformer_encoder import from_sentence_transformer, is_sentence_transformer, sentence_transformer_folder
 from .sparse_ops import group_sparse_linear, group_sparse_topk, merge_topk
 
@@ -334,6 +335,39 @@ def _encoder_kwargs(encoder_config) -> dict:
     return {"add_pooling_layer": False} if "add_pooling_layer" in inspect.signature(model_class.__init__).parameters else {}
 
 
+class _HeldLoadReports:
+    """A logging filter that holds back transformers' load report (a table of the keys a checkpoint lacked or held
+    in excess)."""
+
+    def __init__(self):
+        self.records = []
+
+    def filter(self, record) -> bool:
+        if "LOAD REPORT" in str(record.msg):
+            self.records.append(record)
+            return False
+        return True
+
+
+def _load_encoder(name, **kwargs) -> PreTrainedModel:
+    """`AutoModel.from_pretrained(name)`, without transformers' load report when all it says is that the checkpoint's
+    pooler was not loaded: `_encoder_kwargs` leaves the pooler out on purpose. Any other report is shown."""
+    report_logger = logging.get_logger("transformers.modeling_utils")
+    held = _HeldLoadReports()
+    report_logger.addFilter(held)
+    try:
+        encoder, info = AutoModel.from_pretrained(name, output_loading_info=True, **kwargs)
+    finally:
+        report_logger.removeFilter(held)
+    only_the_pooler = not info["missing_keys"] and not info["mismatched_keys"] and all(
+        key.startswith("pooler.") for key in info["unexpected_keys"]
+    )
+    if not only_the_pooler:
+        for record in held.records:
+            report_logger.handle(record)
+    return encoder
+
+
 class HasteForExtremeClassification(HastePreTrainedModel):
     """An encoder with a dense head over the most frequent labels and a group-sparse tail over the rest.
 
@@ -388,7 +422,8 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         """A new HASTE model around a pretrained encoder.
 
         Args:
-            encoder: a model id or path (loaded with `AutoModel.from_pretrained`) or an encoder model; or a
+            encoder: a model id or path (loaded with `AutoModel.from_pretrained`; the demo encoder's names load its
+                offline copy where the Hub cannot be reached, see `model_sources`) or an encoder model; or a
                 `SentenceTransformer`, its folder or Hub id (Transformer, Pooling, optional Normalize), whose
                 pooling and normalisation the model keeps unless `pooling` / `normalize` are given. A model
                 object is used as it is (shared, not copied).
@@ -423,6 +458,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         if encoder_kwargs and not isinstance(encoder, (str, os.PathLike)):
             logger.warning("`encoder_kwargs` is ignored: they are arguments of loading, and the encoder is given as a model.")
         if isinstance(encoder, (str, os.PathLike)):
+            encoder = resolve_encoder(encoder)
             encoder_kwargs = dict(encoder_kwargs or {})
             hub_kwargs = {name: encoder_kwargs[name] for name in _HUB_KWARGS if name in encoder_kwargs}
             sentence_transformer = sentence_transformer_folder(encoder, config_kwargs.get("pooling"), **hub_kwargs)
@@ -432,7 +468,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
                 if subfolder:
                     encoder_kwargs.setdefault("subfolder", subfolder)
             encoder_config = AutoConfig.from_pretrained(encoder, **encoder_kwargs)
-            encoder = AutoModel.from_pretrained(encoder, **_encoder_kwargs(encoder_config), **encoder_kwargs)
+            encoder = _load_encoder(encoder, **_encoder_kwargs(encoder_config), **encoder_kwargs)
         elif is_sentence_transformer(encoder):
             encoder, config_kwargs["pooling"], normalize = from_sentence_transformer(encoder, config_kwargs.get("pooling"))
             config_kwargs.setdefault("normalize", normalize)

