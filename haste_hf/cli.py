@@ -232,6 +232,8 @@ def read_texts(path: str) -> list[str]:
 
 
 def command_predict(args) -> int:
+    import numpy as np
+
     from .recipe import predict_top_k
     from .saving import atomic_path
 
@@ -245,7 +247,7 @@ def command_predict(args) -> int:
         texts = data.splits[args.split]["text"]
     ids, logits = predict_top_k(model, tokenizer, texts, args.k, args.eval_batch_size, args.max_length)
     # As the text-classification pipeline scores them: each label's own sigmoid probability.
-    scores = logits.float().sigmoid()
+    scores = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
     names = model.label_names
     with atomic_path(args.output) as path, open(path, "w", encoding="utf-8") as f:
         for row_ids, row_scores, row_logits in zip(ids.tolist(), scores.tolist(), logits.tolist()):

@@ -34,7 +34,7 @@ from .sentence_transformer_encoder import from_sentence_transformer, is_sentence
 from .sparse_ops import group_sparse_linear, group_sparse_topk, merge_topk
 
 
-logger = logging.get_logger(__name__)
+logger = logging.get_logger(f"transformers.{__name__}")  # see haste_hf/__init__.py: Logging
 
 LABEL_NAMES_FILE = "label_names.json"
 _HUB_KWARGS = ("cache_dir", "revision", "token", "local_files_only")

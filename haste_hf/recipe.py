@@ -41,7 +41,7 @@ DEFAULT_GROUP_SIZE = 16
 DEFAULT_GROUPING = "semantic"
 DEFAULT_BETA = 16.0
 
-logger = logging.get_logger(__name__)
+logger = logging.get_logger(f"transformers.{__name__}")  # see haste_hf/__init__.py: Logging
 # How `train` read and scored texts, kept beside the model so that `haste-hf evaluate` and `predict` reproduce
 # the test metrics that `train` printed without the flags being repeated. The token limit is not in it: it is
 # the saved tokenizer's `model_max_length`, which `pipeline` and every tokenizer call honour too.

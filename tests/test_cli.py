@@ -81,15 +81,20 @@ def copy_with_settings(trained, tmp_path, settings: dict):
     return folder
 
 
-def test_a_model_folder_never_chooses_a_file_written_or_the_data_read(trained, dataset_dir, tmp_path, capsys, caplog):
+def test_a_model_folder_never_chooses_a_file_written_or_the_data_read(trained, dataset_dir, tmp_path, capsys):
+    from transformers.testing_utils import CaptureLogger
+
+    from haste_hf import recipe
+
     planted_output, planted_data = tmp_path / "planted.json", tmp_path / "elsewhere"
     saved = json.loads((trained / "evaluation_settings.json").read_text())
     folder = copy_with_settings(trained, tmp_path, {**saved, "output": str(planted_output), "data": str(planted_data),
                                                     "split": "trn", "model": str(tmp_path), "input": str(planted_output)})  # fmt: skip
-    assert main(["evaluate", "--model", str(folder), "--data", str(dataset_dir)]) == 0
+    with CaptureLogger(recipe.logger) as captured:
+        assert main(["evaluate", "--model", str(folder), "--data", str(dataset_dir)]) == 0
     assert not planted_output.exists()
     assert "test metrics" in capsys.readouterr().out
-    assert "ignoring ['data', 'input', 'model', 'output', 'split']" in caplog.text
+    assert "ignoring ['data', 'input', 'model', 'output', 'split']" in captured.out
     # Without --data the folder's "data" is not read either: the embedded demo set is, whose labels differ.
     assert main(["evaluate", "--model", str(folder)]) == 2
     assert "30 labels and the dataset 452" in capsys.readouterr().err and not planted_output.exists()
@@ -147,10 +152,10 @@ def test_train_refuses_a_layout_of_another_split(dataset_dir, encoder_dir, tmp_p
 
 
 def test_help_explains_every_flag(capsys):
-    parser = build_parser()
-    subcommands = parser._subparsers._group_actions[0].choices
+    subcommands = build_parser()._subparsers._group_actions[0].choices
     assert set(subcommands) == {"train", "demo", "evaluate", "predict", "group", "push"}
-    for name, subparser in subcommands.items():
+    for name in subcommands:
+        subparser = build_parser(command=name)._subparsers._group_actions[0].choices[name]
         for action in subparser._actions:
             if action.dest != "help":
                 assert action.help, f"{name} --{action.dest} has no help"
@@ -165,7 +170,7 @@ def test_every_training_argument_is_a_train_flag():
     from haste_hf.recipe import RecipeArguments
     from haste_hf.training_args import HasteTrainingArguments
 
-    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    train = build_parser(command="train")._subparsers._group_actions[0].choices["train"]
     flags = {option for action in train._actions for option in action.option_strings}
     for dataclass in (RecipeArguments, HasteTrainingArguments):
         for field in dataclasses.fields(dataclass):
@@ -225,10 +230,9 @@ def test_group_defaults_to_the_papers_head_share(dataset_dir, encoder_dir, tmp_p
 
 def test_group_names_the_train_options_it_ignores(dataset_dir, encoder_dir, tmp_path):
     from transformers.testing_utils import CaptureLogger
+    from transformers.utils import logging
 
-    from haste_hf import cli
-
-    with CaptureLogger(cli.logger) as captured:
+    with CaptureLogger(logging.get_logger("transformers.haste_hf.cli")) as captured:
         assert main(["group", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output",
                      str(tmp_path / "layout.safetensors"), "--grouping", "random", "--fan-in", "8"]) == 0  # fmt: skip
     assert "Ignored by `haste-hf group` (they are `train` options): --fan-in." in captured.out

@@ -753,8 +753,8 @@ def test_a_diverging_run_is_a_one_line_error_and_saves_no_final_model(capsys, cl
 def test_the_demo_replaces_its_own_folder_and_train_does_not():
     from haste_hf.cli import build_parser
 
-    assert build_parser().parse_args(["demo"]).overwrite_output_dir is True
-    assert build_parser().parse_args(["train"]).overwrite_output_dir is False
+    assert build_parser(command="demo").parse_args(["demo"]).overwrite_output_dir is True
+    assert build_parser(command="train").parse_args(["train"]).overwrite_output_dir is False
 
 
 def test_a_config_file_that_does_not_parse_is_a_one_line_error(capsys, tmp_path):
