@@ -76,6 +76,23 @@ def split_parameters(model: HasteForExtremeClassification) -> tuple[list[tuple[s
     return encoder_side, output_layer
 
 
+def _as_haste_arguments(args) -> HasteTrainingArguments:
+    """`HasteTrainingArguments` with the fields of a stock `TrainingArguments` and HASTE's defaults for the rest."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    if not isinstance(args, TrainingArguments):
+        raise ValueError(f"`args` must be TrainingArguments or HasteTrainingArguments, got {type(args).__name__}.")
+    values = {field.name: getattr(args, field.name) for field in dataclasses.fields(TrainingArguments) if field.init}
+    haste_fields = [field.name for field in dataclasses.fields(HasteTrainingArguments) if field.init and field.name not in values]
+    logger.warning(
+        f"`args` is a {type(args).__name__}: HasteTrainer takes its fields and HASTE's defaults for the output layer's "
+        f"own ({', '.join(haste_fields)}); pass HasteTrainingArguments to set them."
+    )
+    return HasteTrainingArguments(**values)
+
+
 def _warn_ignored_options(args: HasteTrainingArguments) -> None:
     """Warns about the `TrainingArguments` fields that `HasteTrainer` does not use."""
     default = HasteTrainingArguments.__dataclass_fields__["optim"].default
@@ -104,7 +121,7 @@ class HasteTrainer(Trainer):
         if args is None:
             args = HasteTrainingArguments(output_dir="haste_output")
         if not isinstance(args, HasteTrainingArguments):
-            raise ValueError(f"`args` must be HasteTrainingArguments, got {type(args).__name__}.")
+            args = _as_haste_arguments(args)
         haste_model = unwrap_model(model)
         if not isinstance(haste_model, HasteForExtremeClassification):
             raise ValueError(

@@ -1,5 +1,8 @@
 import gzip
 import json
+import sys
+import subprocess
+import math
 import re
 
 import pytest
@@ -121,6 +124,65 @@ def test_predict_writes_top_k_with_names(trained, tmp_path):
     assert len(records) == 2 and all(len(record["label_ids"]) == 3 for record in records)
     assert records[0]["labels"] == [f"label {i}" for i in records[0]["label_ids"]]
     assert records[0]["scores"] == sorted(records[0]["scores"], reverse=True)
+
+
+def test_predict_scores_are_the_pipelines_probabilities(trained, tmp_path):
+    """`scores` are sigmoid probabilities, as `pipeline("text-classification")` gives; `--logits` adds the logits."""
+    from transformers import pipeline
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("w3 w40 w50\n")
+    output = tmp_path / "top.jsonl"
+    assert main(["predict", "--model", str(trained), "--input", str(texts), "--output", str(output), "-k", "3", "--logits"]) == 0
+    record = json.loads(output.read_text())
+    assert all(0.0 < score < 1.0 for score in record["scores"])
+    assert record["scores"] == pytest.approx([1 / (1 + math.exp(-logit)) for logit in record["logits"]], abs=2e-6)
+    served = pipeline("text-classification", model=str(trained), top_k=3)(["w3 w40 w50"])[0]
+    assert [entry["label"] for entry in served] == record["labels"]
+    assert [entry["score"] for entry in served] == pytest.approx(record["scores"], abs=1e-5)
+    assert main(["predict", "--model", str(trained), "--input", str(texts), "--output", str(output), "-k", "3"]) == 0
+    assert "logits" not in json.loads(output.read_text())
+
+
+def test_help_and_usage_errors_load_nothing_heavy(tmp_path):
+    """`import haste_hf.cli` and parsing `--help`, `--version`, a light command's `--help` or a usage error import
+    neither torch, transformers nor datasets (the CLI answers in about a second)."""
+    code = (
+        "import sys, haste_hf.cli as cli\n"
+        "for argv in (['--help'], ['--version'], ['predict', '--help'], ['evaluate', '--help'], ['push', '--help'],\n"
+        "             ['predict', '--model', 'no/such/dir/x', '--output', 'o.jsonl'], ['train'][:0] + ['bogus']):\n"
+        "    try:\n"
+        "        cli.parse_args(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'transformers.pipelines') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+    assert "haste-hf 0.1.0 (transformers " in result.stdout
+
+
+def test_push_help_names_the_endpoint_and_the_login(monkeypatch, capsys):
+    monkeypatch.setenv("HF_ENDPOINT", "http://hub.example:8080")
+    with pytest.raises(SystemExit):
+        main(["push", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "http://hub.example:8080" in text and "HF_ENDPOINT" in text and "hf auth login" in text
+
+
+def test_push_with_a_refused_token_says_how_to_log_in(trained, monkeypatch, capsys):
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_valid_token")
+    assert main(["push", "--model", str(trained), "--repo-id", "haste-tester/refused"]) == 1
+    error = capsys.readouterr().err
+    assert "401" in error and "hf auth login" in error
+
+
+def test_help_states_each_default_once(capsys):
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: as in training)" in text and "(default: None)" not in text
 
 
 def test_group_then_train_from_its_file_with_the_default_validation_fraction(dataset_dir, encoder_dir, tmp_path):
