@@ -263,6 +263,12 @@ class HastePreTrainedModel(PreTrainedModel):
     # Summed BCE over labels is already per-example: a Trainer must not rescale it for accumulation.
     accepts_loss_kwargs = False
 
+    @property
+    def is_gradient_checkpointing(self) -> bool:
+        # The name transformers deprecated in favour of `is_activation_checkpointing`; peft's `get_peft_model` still
+        # reads it, and the deprecation warning would be printed on every LoRA model built.
+        return any(getattr(module, "gradient_checkpointing", False) for module in self.modules())
+
     def _init_weights(self, module):
         super()._init_weights(module)
         if isinstance(module, GroupSparseLinear):

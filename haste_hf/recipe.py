@@ -448,8 +448,6 @@ def _training_arguments(training_args, output_dir: str | None, has_validation: b
         logger.info("No validation split (validation_fraction=0): evaluation during training and best-model selection are off.")
         training_args.eval_strategy = IntervalStrategy.NO
         training_args.load_best_model_at_end = False
-    if training_args.dataloader_pin_memory and not torch.cuda.is_available():
-        training_args.dataloader_pin_memory = False  # pinning needs CUDA: without it, only a warning per run
     push = training_args.push_to_hub
     training_args.push_to_hub = False  # the Trainer would push checkpoints without the test metrics and card
     return training_args, push
