@@ -383,7 +383,7 @@ def saved_evaluation_settings(model_dir) -> dict:
 
 
 def save_trained(trainer, tokenizer, layout: LabelLayout, output_dir: str, *, encoder_name: str, dataset_name: str,
-                 test_metrics: dict | None, propensity, hub_model_id: str | None = None,
+                 test_metrics: dict | None, propensity, hub_model_id: str | None = None, dataset_id: str | None = None,
                  evaluation_settings: dict | None = None) -> None:  # fmt: skip
     """The model, its tokenizer (whose `model_max_length` is the training length), its training arguments, its
     model card and the settings its test metrics are computed with, switched into `output_dir` at once
@@ -406,19 +406,21 @@ def save_trained(trainer, tokenizer, layout: LabelLayout, output_dir: str, *, en
         if evaluation_settings is not None:
             (folder / EVALUATION_SETTINGS_FILE).write_text(json.dumps(evaluation_settings, indent=2))
         write_results(folder, trainer, layout, output_dir, encoder_name=encoder_name, dataset_name=dataset_name,
-                      test_metrics=test_metrics, propensity=propensity, hub_model_id=hub_model_id)  # fmt: skip
+                      test_metrics=test_metrics, propensity=propensity, hub_model_id=hub_model_id, dataset_id=dataset_id)  # fmt: skip
 
     save_trained_folder(output_dir, model, tokenizer, write_extra, state_dict=state_dict)
 
 
 def write_results(folder: Path, trainer, layout: LabelLayout, output_dir: str, *, encoder_name: str, dataset_name: str,
-                  test_metrics: dict | None, propensity, hub_model_id: str | None = None) -> None:  # fmt: skip
-    """The model card (with the test metrics, when computed) and `test_metrics.json`, written into `folder`."""
+                  test_metrics: dict | None, propensity, hub_model_id: str | None = None, dataset_id: str | None = None) -> None:  # fmt: skip
+    """The model card (with the test metrics, when computed) and `test_metrics.json`, written into `folder`.
+    `dataset_id`: the Hub dataset the card's `datasets:` names (the user's `dataset_name`; a local folder's name
+    names no Hub dataset)."""
     from .model_card import HasteModelCardData, write_model_card
 
     card = HasteModelCardData.from_trainer(
         trainer, model_id=hub_model_id or Path(output_dir).name, encoder=encoder_name, dataset_name=dataset_name,
-        grouping=layout.strategy, metrics=test_metrics or {}, split="test", propensity={"A": propensity.a, "B": propensity.b},
+        dataset_id=dataset_id, grouping=layout.strategy, metrics=test_metrics or {}, split="test", propensity={"A": propensity.a, "B": propensity.b},
         label_frequencies=layout.label_frequencies.numpy() if layout.label_frequencies is not None else None,
     )  # fmt: skip
     write_model_card(card, folder / "README.md")
@@ -559,7 +561,7 @@ def train(
 
     model = trainer.model
     card_fields = dict(encoder_name=encoder_model_id(recipe.encoder), dataset_name=dataset_name, propensity=propensity,
-                       hub_model_id=training_args.hub_model_id)  # fmt: skip
+                       hub_model_id=training_args.hub_model_id, dataset_id=recipe.dataset_name)  # fmt: skip
     if save:  # before the test evaluation: whatever happens there, the trained model is kept
         save_trained(trainer, tokenizer, layout, output_dir, test_metrics=None, **card_fields,
                      evaluation_settings={name: getattr(recipe, name) for name in EVALUATION_SETTINGS}
