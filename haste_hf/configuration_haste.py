@@ -202,7 +202,8 @@ class HasteConfig(PretrainedConfig):
         kwargs["problem_type"] = PROBLEM_TYPE
         given = kwargs.pop("id2label", None) or {}
         kwargs.pop("label2id", None)
-        # PretrainedConfig would make up two labels; folders saved before the names were written hold those.
+        # A placeholder (replaced after `PretrainedConfig.__init__`), which would otherwise make up two labels through
+        # the `num_labels` setter. Folders saved before the names were written hold such made-up pairs: not `given`.
         kwargs["id2label"] = {0: "LABEL_0"}
         if not isinstance(self.label_count, int) or self.label_count > MAX_CONFIG_LABEL_NAMES:
             return None
@@ -218,6 +219,14 @@ class HasteConfig(PretrainedConfig):
     def num_labels(self, num_labels: int):
         if num_labels != self.label_count:
             raise ValueError(f"`num_labels` of a HASTE model is its `label_count` ({self.label_count}); set `label_count`.")
+
+    @property
+    def label_names(self) -> list[str] | None:
+        """The names in `id2label`, or None where it holds only `LABEL_{id}` placeholders (or nothing)."""
+        if self.id2label is None:
+            return None
+        names = [self.id2label[label_id] for label_id in range(self.label_count)]
+        return None if all(name == f"LABEL_{label_id}" for label_id, name in enumerate(names)) else names
 
     def set_label_names(self, label_names: list[str] | None):
         """Writes `label_names` (one per label; None: `LABEL_{id}`) into `id2label` / `label2id` where

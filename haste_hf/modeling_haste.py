@@ -402,7 +402,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             )
         positions = config.head_label_count + config.tail_group_count * config.group_size
         self.register_buffer("output_labels", torch.empty(positions, dtype=torch.int64))
-        self.label_names: list[str] | None = None
+        self.label_names: list[str] | None = config.label_names  # `label_names.json` replaces them on loading
         self._label_positions_cache = None
         # Set by `haste_hf.distributed.shard_output_layer_`: this rank holds a share of head and tail, and
         # scores through it together with the other ranks.
