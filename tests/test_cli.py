@@ -57,7 +57,9 @@ def test_train_saves_model_tokenizer_card_and_metrics(trained, dataset_dir, caps
     metrics = json.loads((trained / "test_metrics.json").read_text())
     assert {"P@1", "P@5", "PSP@1", "PSP@5"} <= set(metrics)
     metadata = ModelCard.load(trained / "README.md").data.to_dict()
-    assert metadata["datasets"] == [dataset_dir.name] and "base_model" not in metadata  # a local encoder folder
+    # A local dataset and a local encoder folder name no Hub dataset or model.
+    assert "datasets" not in metadata and "base_model" not in metadata
+    assert model.config.id2label[5] == "label 5" and model.config.problem_type == "multi_label_classification"
     card = (trained / "README.md").read_text()
     assert "| Label grouping | semantic |" in card and "A = 0.5, B = 0.4" in card
 
