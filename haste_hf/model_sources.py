@@ -51,7 +51,7 @@ def encoder_model_id(name: str) -> str:
     return DEMO_ENCODER if name in MINILM_ALIASES else name
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _hub_is_reachable(endpoint: str) -> bool:
     url = urlparse(endpoint)
     try:

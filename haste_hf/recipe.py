@@ -38,7 +38,7 @@ from .configuration_haste import (
 )
 from .label_plan import LabelLayout
 from .metrics import DEFAULT_KS
-from .model_sources import DEMO_ENCODER, HUB_ID_PATTERN, MINILM_ALIASES, check_model_source, encoder_model_id, resolve_encoder  # noqa: F401
+from .model_sources import DEMO_ENCODER, HUB_ID_PATTERN, check_model_source, encoder_model_id, resolve_encoder
 from .saving import checkpoint_folders, save_folder_atomically
 
 
@@ -491,8 +491,6 @@ def write_results(folder: Path, trainer, layout: LabelLayout, output_dir: str, *
 def _training_arguments(training_args, output_dir: str | None, has_validation: bool):
     """`training_args` as `HasteTrainingArguments` fitted to the run: a dict is completed with the recipe's
     defaults; evaluation is turned off without a validation split; the recipe pushes the final folder itself."""
-    import torch
-
     from .training_args import HasteTrainingArguments
 
     if not isinstance(training_args, HasteTrainingArguments):

@@ -1,8 +1,8 @@
 import json
-import sys
-import subprocess
 import math
 import re
+import subprocess
+import sys
 
 import pytest
 import torch

@@ -17,9 +17,7 @@ from transformers import AutoTokenizer, BertForSequenceClassification, pipeline
 from transformers.pipelines.text_classification import TextClassificationPipeline
 
 import haste_hf  # noqa: F401  (registers the auto classes)
-from haste_hf import configuration_haste
-from haste_hf import HasteConfig, HasteForExtremeClassification, HasteTextClassificationPipeline
-from haste_hf.output_layer import output_labels_from_frequencies
+from haste_hf import HasteConfig, HasteForExtremeClassification, HasteTextClassificationPipeline, configuration_haste
 
 
 LABELS = 30
