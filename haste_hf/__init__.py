@@ -1,50 +1,46 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
 """HASTE extreme multi-label classifiers for Hugging Face Transformers.
 
-Importing the package
-- registers `HasteConfig` / `HasteForExtremeClassification` with `AutoConfig`, `AutoModel` and
-  `AutoModelForSequenceClassification` under the model type ``haste_xmc``;
-- registers them for auto-class export, so every `save_pretrained` folder carries the model's code and loads
-  with `trust_remote_code=True` where `haste_hf` is not installed;
-- makes `HasteTextClassificationPipeline` the implementation of the `text-classification` pipeline task: HASTE
-  models are served from their top-k labels, every other model exactly as before.
+Importing the package is light (neither torch nor transformers loads) and changes nothing of transformers:
+- `HasteConfig` / `HasteForExtremeClassification` are registered with `AutoConfig`, `AutoModel` and
+  `AutoModelForSequenceClassification` under the model type ``haste_xmc`` as soon as transformers' auto
+  classes load (see `auto_registration`), so `AutoModel.from_pretrained` loads saved models;
+- the classes are registered for auto-class export, so every `save_pretrained` folder carries the model's
+  code and loads with `trust_remote_code=True` where `haste_hf` is not installed;
+- `pipeline("text-classification", model=...)` serves HASTE models through transformers' own pipeline
+  (label names and sigmoid scores from the saved config); `HasteTextClassificationPipeline` (pass it as
+  `pipeline_class`) ranks the top-k labels without a `[B, L]` matrix.
 
-The training API (`train`, `HasteTrainer`, ...) is imported on first use, as transformers does, so
-`import haste_hf` stays light.
+Every public name is imported on first use, as transformers does.
+
+Logging: every module logs through `transformers.utils.logging.get_logger(f"transformers.{__name__}")`, so its
+loggers sit under transformers' library logger ("transformers.haste_hf.*") and follow its verbosity, as
+sentence-transformers and peft users expect: `transformers.logging.set_verbosity_error()` or
+`TRANSFORMERS_VERBOSITY=error` silence haste_hf's warnings too, and they print through transformers' handler.
 """
 
 import importlib
 
-from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
-from transformers.pipelines import PIPELINE_REGISTRY
-
-from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, HASTE_FORMAT_VERSION, HasteConfig
-from .modeling_haste import ExtremeClassifierOutput, HasteForExtremeClassification, HastePreTrainedModel
-from .output_layer import GroupSparseLinear, HasteOutputLayer, TopKOutput
-from .pipeline_haste import HasteTextClassificationPipeline
-from .sparse_ops import group_sparse_linear
-
-
-def _publish(model, repo_id, **kwargs):
-    from .hub import push_to_hub
-
-    return push_to_hub(model, repo_id, **kwargs)
+from . import auto_registration
 
 
 __version__ = "0.1.0"
 
-AutoConfig.register(HasteConfig.model_type, HasteConfig, exist_ok=True)
-AutoModel.register(HasteConfig, HasteForExtremeClassification, exist_ok=True)
-AutoModelForSequenceClassification.register(HasteConfig, HasteForExtremeClassification, exist_ok=True)
-HasteConfig.register_for_auto_class()
-HasteForExtremeClassification.register_for_auto_class("AutoModel")  # HasteConfig.to_dict names the other one
-PIPELINE_REGISTRY.supported_tasks["text-classification"]["impl"] = HasteTextClassificationPipeline
-HasteConfig.pipeline_is_installed = True
-# `model.push_to_hub` publishes card and code through the package, which sits above the model.
-HasteForExtremeClassification.hub_publisher = staticmethod(_publish)
+auto_registration.install()
 
 # Public name -> submodule that defines it, imported on first access.
 _LAZY_EXPORTS = {
+    "DEFAULT_HEAD_LABEL_FRACTION": "configuration_haste",
+    "HASTE_FORMAT_VERSION": "configuration_haste",
+    "HasteConfig": "configuration_haste",
+    "ExtremeClassifierOutput": "modeling_haste",
+    "HasteForExtremeClassification": "modeling_haste",
+    "HastePreTrainedModel": "modeling_haste",
+    "GroupSparseLinear": "output_layer",
+    "HasteOutputLayer": "output_layer",
+    "TopKOutput": "output_layer",
+    "HasteTextClassificationPipeline": "pipeline_haste",
+    "group_sparse_linear": "sparse_ops",
     "HasteTrainer": "trainer",
     "HasteTrainingArguments": "training_args",
     "RewiringCallback": "callbacks",
@@ -78,17 +74,4 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY_EXPORTS))
 
 
-__all__ = [
-    "DEFAULT_HEAD_LABEL_FRACTION",
-    "HASTE_FORMAT_VERSION",
-    "ExtremeClassifierOutput",
-    "GroupSparseLinear",
-    "HasteConfig",
-    "HasteForExtremeClassification",
-    "HasteOutputLayer",
-    "HastePreTrainedModel",
-    "HasteTextClassificationPipeline",
-    "TopKOutput",
-    "group_sparse_linear",
-    *_LAZY_EXPORTS,
-]
+__all__ = list(_LAZY_EXPORTS)

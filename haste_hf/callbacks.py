@@ -10,7 +10,7 @@ from .peft_utils import is_peft_model
 from .rewiring import check_rewiring_options, default_rewiring_interval, reset_optimizer_state_
 
 
-logger = logging.get_logger(__name__)
+logger = logging.get_logger(f"transformers.{__name__}")  # see haste_hf/__init__.py: Logging
 
 
 def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:

@@ -8,6 +8,10 @@
     haste-hf group --data DIR --encoder NAME --output layout.safetensors   # then train --layout-file
     haste-hf push --model OUT --repo-id user/name
     haste-hf export --model OUT --format onnx --output OUT-onnx              # serve with onnxruntime
+
+Nothing heavy loads before the arguments are checked: `--help`, `--version`, the `--help` of `evaluate`,
+`predict` and `push` and their usage errors answer without torch or transformers (this module imports neither, nor
+does `import haste_hf`); `train`, `demo` and `group` read their flags from dataclasses that need transformers.
 """
 
 import argparse
@@ -16,14 +20,8 @@ import os
 import sys
 from pathlib import Path
 
-from transformers.utils import logging
+from .model_sources import HUB_ID_PATTERN, check_model_source
 
-from .configuration_haste import DEFAULT_EVAL_BATCH_SIZE, DEFAULT_MAX_LENGTH
-from .metrics import DEFAULT_KS
-from .recipe import HUB_ID_PATTERN
-
-
-logger = logging.get_logger(__name__)
 
 SUMMARY_METRICS = ("P", "PSP", "nDCG")
 DEBUG_VARIABLE = "HASTE_HF_DEBUG"
@@ -97,8 +95,6 @@ def hub_id(text):
 
 def model_reference(text, namespaced=False):
     """A local model folder, or a Hub id; a path that names no folder is an error, not a Hub id."""
-    from .recipe import check_model_source
-
     try:
         check_model_source(text, what=None, namespaced=namespaced)
     except ValueError as error:
@@ -114,12 +110,17 @@ def trained_model_reference(text):
 
 
 def version_text() -> str:
-    import torch
-    import transformers
+    from importlib.metadata import PackageNotFoundError, version
 
     from . import __version__
 
-    return f"haste-hf {__version__} (transformers {transformers.__version__}, torch {torch.__version__})"
+    def installed(package):
+        try:
+            return version(package)
+        except PackageNotFoundError:
+            return "not installed"
+
+    return f"haste-hf {__version__} (transformers {installed('transformers')}, torch {installed('torch')})"
 
 
 def default_device():
@@ -142,6 +143,8 @@ def propensity_for(args, data):
 
 def format_summary(title: str, metrics: dict, extra: dict | None = None) -> str:
     """A fixed-width table: one row per metric family, one column per k, then extra lines."""
+    from .metrics import DEFAULT_KS
+
     width = 10
     lines = [title, "-" * (8 + width * len(DEFAULT_KS))]
     lines.append(f"{'':8}" + "".join(f"{'@' + str(k):>{width}}" for k in DEFAULT_KS))
@@ -195,6 +198,7 @@ def load_trained(args):
     """The model and tokenizer of `args.model`; the data flags left unset take the values training used."""
     from transformers import AutoTokenizer
 
+    from .configuration_haste import DEFAULT_EVAL_BATCH_SIZE, DEFAULT_MAX_LENGTH
     from .modeling_haste import HasteForExtremeClassification
     from .recipe import check_max_length, encoder_token_limit, saved_evaluation_settings
 
@@ -278,6 +282,8 @@ def read_texts(path: str) -> list[str]:
 
 
 def command_predict(args) -> int:
+    import numpy as np
+
     from .recipe import predict_top_k
     from .saving import atomic_path
 
@@ -289,11 +295,15 @@ def command_predict(args) -> int:
         data = load_data(args)
         check_split(args, data)
         texts = data.splits[args.split]["text"]
-    ids, scores = predict_top_k(model, tokenizer, texts, args.k, args.eval_batch_size, args.max_length)
+    ids, logits = predict_top_k(model, tokenizer, texts, args.k, args.eval_batch_size, args.max_length)
+    # As the text-classification pipeline scores them: each label's own sigmoid probability.
+    scores = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
     names = model.label_names
     with atomic_path(args.output) as path, open(path, "w", encoding="utf-8") as f:
-        for row_ids, row_scores in zip(ids.tolist(), scores.tolist()):
+        for row_ids, row_scores, row_logits in zip(ids.tolist(), scores.tolist(), logits.tolist()):
             record = {"label_ids": row_ids, "scores": [round(s, 6) for s in row_scores]}
+            if args.logits:
+                record["logits"] = [round(s, 6) for s in row_logits]
             if names is not None:
                 record["labels"] = [names[i] for i in row_ids]
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -307,8 +317,11 @@ _NOT_GROUP_OPTIONS = ("fan_in", "head_projection_dim", "tail_projection_dim", "l
 
 
 def command_group(args) -> int:
+    from transformers.utils import logging
+
     from .recipe import RecipeArguments, build_layout, check_max_length, load_dataset, load_encoder, split_validation
 
+    logger = logging.get_logger(f"transformers.{__name__}")
     recipe = args.recipe
     ignored = [name for name in _NOT_GROUP_OPTIONS if getattr(recipe, name) != RecipeArguments.__dataclass_fields__[name].default]
     if ignored:
@@ -330,9 +343,20 @@ def command_group(args) -> int:
 
 
 def command_push(args) -> int:
+    from huggingface_hub import constants
+    from huggingface_hub.errors import HfHubHTTPError
+
     from .hub import push_to_hub
 
-    url = push_to_hub(args.model, args.repo_id, private=args.private, revision=args.revision, commit_message=args.commit_message)
+    try:
+        url = push_to_hub(args.model, args.repo_id, private=args.private, revision=args.revision, commit_message=args.commit_message)
+    except HfHubHTTPError as error:
+        if getattr(error.response, "status_code", None) != 401:
+            raise
+        raise ValueError(
+            f"the Hub at {constants.ENDPOINT} refused the credentials (401 Unauthorized): log in with `hf auth login` "
+            "(or set HF_TOKEN to a token with write access), then run the command again."
+        ) from None
     print(f"Pushed {args.model} to {url}")
     return 0
 
@@ -384,6 +408,15 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends a flag's default to its help, unless it has none or its help already says what it is."""
+
+    def _get_help_string(self, action):
+        if action.default is None or "default" in (action.help or "").lower():
+            return action.help
+        return super()._get_help_string(action)
+
+
 def _add_data_arguments(parser, required=False, of_trained_model=False):
     """`of_trained_model`: the flags of `evaluate` and `predict`, which default to the model's training settings."""
     group = parser.add_argument_group("data")
@@ -405,13 +438,19 @@ def _add_data_arguments(parser, required=False, of_trained_model=False):
 
 # The `train` flags are every `RecipeArguments` and `HasteTrainingArguments` field (`--learning-rate`, ...);
 # these defaults differ from the dataclasses' for a command-line run: checkpoint and evaluate each epoch on the
-# validation split and keep the best P@1.
-TRAIN_DEFAULTS = dict(
-    output_dir="haste-model", per_device_eval_batch_size=DEFAULT_EVAL_BATCH_SIZE, logging_steps=20, seed=0,
-    eval_strategy="epoch", save_strategy="epoch",
-    load_best_model_at_end=True, metric_for_best_model="P@1", greater_is_better=True, save_total_limit=1,
-    report_to="none",
-)  # fmt: skip
+# validation split and keep the best P@1. A function, as the shared defaults live in configuration_haste, which
+# imports transformers.
+def train_defaults() -> dict:
+    from .configuration_haste import DEFAULT_EVAL_BATCH_SIZE
+
+    return dict(
+        output_dir="haste-model", per_device_eval_batch_size=DEFAULT_EVAL_BATCH_SIZE, logging_steps=20, seed=0,
+        eval_strategy="epoch", save_strategy="epoch",
+        load_best_model_at_end=True, metric_for_best_model="P@1", greater_is_better=True, save_total_limit=1,
+        report_to="none",
+    )  # fmt: skip
+
+
 # The demo's folder is its own: running it again replaces it.
 # Its recipe is its own too (3,000 texts on 2 CPU cores in minutes), so the README's table stays what it prints.
 DEMO_DEFAULTS = dict(encoder="minilm", num_train_epochs=3, per_device_train_batch_size=32, max_length=32,
@@ -451,7 +490,7 @@ def _train_parser_kwargs() -> dict:
     config = argparse.ArgumentParser(add_help=False)
     config.add_argument("--config", default=None, help="A JSON or YAML file of flag values (keys: flag names with underscores).")
     fields = HfArgumentParser((RecipeArguments, HasteTrainingArguments), add_help=False)
-    return dict(parents=[config, fields], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    return dict(parents=[config, fields], formatter_class=HelpFormatter)
 
 
 def _yaml_without_duplicate_keys(text: str, path: str):
@@ -560,8 +599,27 @@ def check_config_values(path: str, values: dict, parser: argparse.ArgumentParser
                 raise UsageError(f"argument --config: {path}: {key!r} must be {expected}, got {item!r}.")
 
 
-def build_parser(config: dict | None = None) -> argparse.ArgumentParser:
-    """The `haste-hf` parser; `config` (flag values read from a `--config` file) sets `train` / `demo` defaults."""
+# Commands whose flags come from dataclasses that import transformers (and torch): their parsers are built only when
+# the command runs or its --help is asked for.
+DATACLASS_COMMANDS = ("train", "demo", "group")
+TRAIN_HELP = "Train a HASTE model on a dataset (default: the embedded demo set) and evaluate it on its test split."
+DEMO_HELP = "Train on the embedded demo set with the offline MiniLM encoder (the flags of `train`, demo defaults)."
+GROUP_HELP = "Precompute the label layout: the head/tail split and the tail's label groups of the training split."
+PUSH_HELP = "Publish a trained model folder to the Hub (weights, code, labels, card)."
+HUB_ENDPOINT = "https://huggingface.co"
+
+
+def push_description() -> str:
+    endpoint = os.environ.get("HF_ENDPOINT", HUB_ENDPOINT).rstrip("/")
+    return (
+        f"{PUSH_HELP} It goes to {endpoint} (set HF_ENDPOINT for another Hub; default {HUB_ENDPOINT}), with the "
+        "token saved by `hf auth login` (or HF_TOKEN); log in first."
+    )
+
+
+def build_parser(config: dict | None = None, command: str | None = None) -> argparse.ArgumentParser:
+    """The `haste-hf` parser; `config` (flag values read from a `--config` file) sets `train` / `demo` defaults.
+    The flags of `train`, `demo` and `group` are added only where `command` is that one (they import transformers)."""
     parser = ArgumentParser(
         prog="haste-hf", description="HASTE extreme multi-label classifiers for Hugging Face Transformers.",
         epilog=f"Errors are reported in one line; set {DEBUG_VARIABLE}=1 for the traceback.",
@@ -569,14 +627,14 @@ def build_parser(config: dict | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=version_text(), help="Print the versions of haste-hf, transformers and torch.")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    train_help = "Train a HASTE model on a dataset (default: the embedded demo set) and evaluate it on its test split."
-    demo_help = "Train on the embedded demo set with the offline MiniLM encoder (the flags of `train`, demo defaults)."
-    train = commands.add_parser("train", help=train_help, description=train_help + TRAIN_EPILOG, **_train_parser_kwargs())
-    demo = commands.add_parser("demo", help=demo_help, description=demo_help + TRAIN_EPILOG, **_train_parser_kwargs())
-    train.set_defaults(handler=command_train, **{**TRAIN_DEFAULTS, **(config or {})})
-    demo.set_defaults(handler=command_train, **{**TRAIN_DEFAULTS, **DEMO_DEFAULTS, **(config or {})})
+    for name, help, demo_defaults in (("train", TRAIN_HELP, {}), ("demo", DEMO_HELP, DEMO_DEFAULTS)):
+        if name != command:
+            commands.add_parser(name, help=help)
+            continue
+        train = commands.add_parser(name, help=help, description=help + TRAIN_EPILOG, **_train_parser_kwargs())
+        train.set_defaults(handler=command_train, **{**train_defaults(), **demo_defaults, **(config or {})})
 
-    evaluate = commands.add_parser("evaluate", help="Evaluate a trained model on a dataset split.", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    evaluate = commands.add_parser("evaluate", help="Evaluate a trained model on a dataset split.", formatter_class=HelpFormatter)
     evaluate.add_argument("--model", required=True, type=trained_model_reference, help="Folder (or Hub id) of a trained model.")
     evaluate.add_argument("--split", default="test", help="Split to evaluate.")
     evaluate.add_argument("--output", type=output_file, default=None, help="Also write the metrics to this JSON file.")
@@ -585,25 +643,23 @@ def build_parser(config: dict | None = None) -> argparse.ArgumentParser:
     _add_data_arguments(evaluate, of_trained_model=True)
     evaluate.set_defaults(handler=command_evaluate)
 
-    predict = commands.add_parser("predict", help="Write the top-k labels of texts to a JSON-lines file.", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    predict = commands.add_parser("predict", help="Write the top-k labels of texts to a JSON-lines file.", formatter_class=HelpFormatter)
     predict.add_argument("--model", required=True, type=trained_model_reference, help="Folder (or Hub id) of a trained model.")
     predict.add_argument("--input", type=existing_file, default=None, help="Text file, one text per line (default: --data's --split).")
     predict.add_argument("--split", default="test", help="Dataset split to predict when no --input is given.")
-    predict.add_argument("--output", required=True, type=output_file, help="JSON-lines file: label ids, scores and names per text.")
+    predict.add_argument("--output", required=True, type=output_file,
+                         help="JSON-lines file: label ids, scores (sigmoid probabilities) and names per text.")  # fmt: skip
     predict.add_argument("-k", type=positive_int, default=5, help="Labels per text.")
+    predict.add_argument("--logits", action="store_true", help="Also write the raw logits (under `logits`).")
     _add_data_arguments(predict, of_trained_model=True)
     predict.set_defaults(handler=command_predict)
 
-    group_help = "Precompute the label layout: the head/tail split and the tail's label groups of the training split."
-    group = commands.add_parser("group", help=group_help, description=group_help, parents=[_recipe_parser()],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
-    group.add_argument("--output", required=True, type=output_file, help="Where to save the label layout (safetensors), for `train --layout-file`.")
-    group.add_argument("--seed", type=int, default=TRAIN_DEFAULTS["seed"], help="Seed of the validation hold-out and the grouping (as `train --seed`).")
-    group.add_argument("--per-device-eval-batch-size", "--eval-batch-size", dest="per_device_eval_batch_size", type=positive_int,
-                       default=TRAIN_DEFAULTS["per_device_eval_batch_size"], help="Batch size of the label embeddings.")  # fmt: skip
-    group.set_defaults(handler=command_group)
+    if command != "group":
+        commands.add_parser("group", help=GROUP_HELP)
+    else:
+        _add_group_parser(commands)
 
-    push = commands.add_parser("push", help="Publish a trained model folder to the Hub (weights, code, labels, card).", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    push = commands.add_parser("push", help=PUSH_HELP, description=push_description(), formatter_class=HelpFormatter)
     push.add_argument("--model", required=True, type=existing_folder, help="Folder of a trained model.")
     push.add_argument("--repo-id", required=True, type=hub_id, help="Hub repository, e.g. user/haste-model.")
     push.add_argument("--private", action="store_true", help="Create the repository as private.")
@@ -612,6 +668,17 @@ def build_parser(config: dict | None = None) -> argparse.ArgumentParser:
     push.set_defaults(handler=command_push)
     _add_export_parser(commands)
     return parser
+
+
+def _add_group_parser(commands):
+    group = commands.add_parser("group", help=GROUP_HELP, description=GROUP_HELP, parents=[_recipe_parser()],
+                                formatter_class=HelpFormatter)  # fmt: skip
+    group.add_argument("--output", required=True, type=output_file, help="Where to save the label layout (safetensors), for `train --layout-file`.")
+    defaults = train_defaults()
+    group.add_argument("--seed", type=int, default=defaults["seed"], help="Seed of the validation hold-out and the grouping (as `train --seed`).")
+    group.add_argument("--per-device-eval-batch-size", "--eval-batch-size", dest="per_device_eval_batch_size", type=positive_int,
+                       default=defaults["per_device_eval_batch_size"], help="Batch size of the label embeddings.")  # fmt: skip
+    group.set_defaults(handler=command_group)
 
 
 def _long_flag(token: str) -> str:
@@ -681,7 +748,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         fields = {f.name: dataclass for dataclass in (RecipeArguments, HasteTrainingArguments) for f in dataclasses.fields(dataclass) if f.init}
         config = read_config_file(_config_path(argv), set(fields))
         may_be_null = {name for name in config if type(None) in typing.get_args(typing.get_type_hints(fields[name])[name])}
-    parser = build_parser(config)
+    parser = build_parser(config, command=argv[0] if argv and argv[0] in DATACLASS_COMMANDS else None)
     if config:
         check_config_values(_config_path(argv), config, parser._subparsers._group_actions[0].choices[argv[0]], may_be_null)
     args, unknown = parser.parse_known_args(argv)

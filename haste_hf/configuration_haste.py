@@ -43,6 +43,13 @@ def head_label_count_for(head_label_fraction: float, label_count: int) -> int:
 # The names of `haste_hf.losses.LOSSES` (this file imports transformers only).
 LOSSES = ("bce", "squared_hinge")
 
+# `config.json` lists the label names (`id2label` / `label2id`, as transformers' classifiers do: the Hub widget,
+# `pipeline` and other tools read them) up to this many labels: 10,000 names of ~30 characters are ~0.6 MB of JSON
+# for both maps, still a config file one reads. Beyond, config.json would grow to tens or hundreds of MB (and every
+# config built in memory with it), so the names stay in `label_names.json` alone, which always holds the full list.
+MAX_CONFIG_LABEL_NAMES = 10_000
+PROBLEM_TYPE = "multi_label_classification"
+
 # Written into every saved config.json: `pipeline("text-classification", model=..., trust_remote_code=True)`
 # takes its pipeline class from the code exported with the checkpoint (see pipeline_haste.py).
 TEXT_CLASSIFICATION_PIPELINE = {
@@ -76,8 +83,13 @@ class HasteConfig(PretrainedConfig):
     labels and a group-shared fixed fan-in sparse tail over the rest.
 
     Output positions are the `head_label_count` head labels, then `tail_group_count * group_size` tail
-    slots; the model's `output_labels` buffer maps them to label ids. Label names are not stored here
-    (a million names would bloat `config.json`); models keep them in `label_names.json`.
+    slots; the model's `output_labels` buffer maps them to label ids.
+
+    Labels are described as transformers' classifiers describe theirs: `num_labels` is `label_count`,
+    `problem_type` is `"multi_label_classification"` (each label scored by its own sigmoid), and `id2label` /
+    `label2id` map ids to the label names (`LABEL_{id}` until a model sets them) while `label_count` is at most
+    `MAX_CONFIG_LABEL_NAMES` (10,000); beyond, they are `None` and the names live in the model's
+    `label_names.json` only (a million names would bloat `config.json`).
 
     Args:
         encoder (`PretrainedConfig` or `dict`):
@@ -124,9 +136,8 @@ class HasteConfig(PretrainedConfig):
 
     model_type = "haste_xmc"
     sub_configs = {"encoder": AutoConfig}
-    # Set by `import haste_hf`, which installs the HASTE text-classification pipeline itself: the installed
-    # class then reports no `custom_pipelines`, so `pipeline()` needs no `trust_remote_code`. A config class
-    # loaded as remote code (without the package) names the pipeline exported with the checkpoint.
+    # Set when `haste_hf` registers this class (see `custom_pipelines`); a config class loaded as remote code
+    # (without the package) keeps False.
     pipeline_is_installed = False
 
     def __init__(
@@ -182,8 +193,61 @@ class HasteConfig(PretrainedConfig):
             if isinstance(getattr(type(encoder), f"_{name}", None), property):
                 kwargs.setdefault(name, {"encoder": getattr(encoder, f"_{name}")})
         kwargs.pop("custom_pipelines", None)  # derived, see `custom_pipelines`
+        id2label = self._label_maps(kwargs)
         super().__init__(**kwargs)
+        self.id2label = id2label
+        self.label2id = None if id2label is None else {name: label_id for label_id, name in id2label.items()}
         self.validate_haste()
+
+    def _label_maps(self, kwargs) -> dict[int, str] | None:
+        """`id2label` for `label_count` labels (the given names when there are as many, else `LABEL_{id}`), or None
+        past `MAX_CONFIG_LABEL_NAMES`; takes the label fields out of `kwargs` and checks the ones given."""
+        num_labels = kwargs.pop("num_labels", None)
+        if num_labels is not None and num_labels != self.label_count:
+            raise ValueError(
+                f"`num_labels` ({num_labels}) differs from `label_count` ({self.label_count}): a HASTE model's "
+                "`num_labels` is its label count; set `label_count`."
+            )
+        problem_type = kwargs.pop("problem_type", None)
+        if problem_type not in (None, PROBLEM_TYPE):
+            raise ValueError(f"`problem_type` of a HASTE model is {PROBLEM_TYPE!r} (labels scored independently), got {problem_type!r}.")
+        kwargs["problem_type"] = PROBLEM_TYPE
+        given = kwargs.pop("id2label", None) or {}
+        kwargs.pop("label2id", None)
+        # A placeholder (replaced after `PretrainedConfig.__init__`), which would otherwise make up two labels through
+        # the `num_labels` setter. Folders saved before the names were written hold such made-up pairs: not `given`.
+        kwargs["id2label"] = {0: "LABEL_0"}
+        if not isinstance(self.label_count, int) or self.label_count > MAX_CONFIG_LABEL_NAMES:
+            return None
+        if len(given) == self.label_count:
+            return {int(label_id): name for label_id, name in given.items()}
+        return {label_id: f"LABEL_{label_id}" for label_id in range(self.label_count)}
+
+    @property
+    def num_labels(self) -> int:
+        return self.label_count
+
+    @num_labels.setter
+    def num_labels(self, num_labels: int):
+        if num_labels != self.label_count:
+            raise ValueError(f"`num_labels` of a HASTE model is its `label_count` ({self.label_count}); set `label_count`.")
+
+    @property
+    def label_names(self) -> list[str] | None:
+        """The names in `id2label`, or None where it holds only `LABEL_{id}` placeholders (or nothing)."""
+        if self.id2label is None:
+            return None
+        names = [self.id2label[label_id] for label_id in range(self.label_count)]
+        return None if all(name == f"LABEL_{label_id}" for label_id, name in enumerate(names)) else names
+
+    def set_label_names(self, label_names: list[str] | None):
+        """Writes `label_names` (one per label; None: `LABEL_{id}`) into `id2label` / `label2id` where
+        `label_count` is at most `MAX_CONFIG_LABEL_NAMES`."""
+        if self.label_count > MAX_CONFIG_LABEL_NAMES:
+            return
+        names = label_names if label_names is not None else [f"LABEL_{label_id}" for label_id in range(self.label_count)]
+        self.id2label = dict(enumerate(names))
+        self.label2id = {name: label_id for label_id, name in self.id2label.items()}
 
     @classmethod
     def from_dict(cls, config_dict, **kwargs):
@@ -259,8 +323,13 @@ class HasteConfig(PretrainedConfig):
 
     @property
     def custom_pipelines(self) -> dict:
-        # A copy: `pipeline()` replaces the class names in it with classes.
-        return {} if self.pipeline_is_installed else copy.deepcopy(TEXT_CLASSIFICATION_PIPELINE)
+        """What `pipeline()` reads: with the package installed and the label names in `id2label`, nothing, so that
+        transformers' own `TextClassificationPipeline` serves the model without `trust_remote_code` (sigmoid scores
+        per `problem_type`, names from `id2label`). Otherwise the HASTE pipeline exported with the checkpoint,
+        which names labels from `label_names.json` and needs `trust_remote_code=True`."""
+        if self.pipeline_is_installed and self.id2label is not None:
+            return {}
+        return copy.deepcopy(TEXT_CLASSIFICATION_PIPELINE)  # a copy: `pipeline()` replaces its class names
 
     @property
     def required_format_version(self) -> int:
@@ -272,6 +341,9 @@ class HasteConfig(PretrainedConfig):
         output["encoder"] = self.encoder.to_dict()
         output["format_version"] = self.required_format_version
         output["custom_pipelines"] = copy.deepcopy(TEXT_CLASSIFICATION_PIPELINE)
+        for name in ("id2label", "label2id"):
+            if output.get(name) is None:
+                output.pop(name, None)
         auto_map = output.get("auto_map") or {}
         model_class = next((auto_map[name] for name in MODEL_AUTO_CLASSES if name in auto_map), None)
         if model_class is not None:
@@ -282,6 +354,7 @@ class HasteConfig(PretrainedConfig):
 
 __all__ = [
     "DEFAULT_EVAL_BATCH_SIZE", "DEFAULT_FAN_IN", "DEFAULT_GROUP_SIZE", "DEFAULT_HEAD_LABEL_FRACTION", "DEFAULT_MAX_LENGTH",
-    "HASTE_FORMAT_VERSION", "LABEL_PADDING_ID", "MODEL_AUTO_CLASSES", "TEXT_CLASSIFICATION_PIPELINE", "HasteConfig",
+    "HASTE_FORMAT_VERSION", "LABEL_PADDING_ID", "MAX_CONFIG_LABEL_NAMES", "MODEL_AUTO_CLASSES", "TEXT_CLASSIFICATION_PIPELINE",
+    "HasteConfig",
     "default_pooling", "head_label_count_for",
 ]

@@ -38,7 +38,7 @@ from .modeling_haste import pool_hidden_states
 
 GROUPING_STRATEGIES = ("semantic", "frequency", "random")
 
-logger = logging.get_logger(__name__)
+logger = logging.get_logger(f"transformers.{__name__}")  # see haste_hf/__init__.py: Logging
 
 # Bytes of temporary memory one chunked step may allocate (similarity blocks, gathered bucket members).
 _CPU_CHUNK_BYTES = 256 * 2**20

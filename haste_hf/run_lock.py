@@ -28,7 +28,7 @@ except ImportError:  # Windows: the owner's process id alone tells a live lock f
 
 LOCK_FILE = ".haste-train.lock"
 
-logger = logging.get_logger(__name__)
+logger = logging.get_logger(f"transformers.{__name__}")  # see haste_hf/__init__.py: Logging
 
 
 class OutputDirInUseError(RuntimeError):

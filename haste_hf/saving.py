@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, logging
 
 
@@ -27,9 +26,8 @@ TRAINER_STATE_FILE = "trainer_state.json"
 # files in: a save killed midway leaves the mark, and loading refuses a folder that mixes two saves.
 STAGING_PREFIX = ".haste-staging-"
 INCOMPLETE_SAVE_FILE = ".haste-save-incomplete"
-_CHECKPOINT = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 
-logger = logging.get_logger(__name__)
+logger = logging.get_logger(f"transformers.{__name__}")  # see haste_hf/__init__.py: Logging
 
 
 def check_complete_save(folder: str):
@@ -201,9 +199,14 @@ def checkpoint_is_complete(folder: str | os.PathLike) -> bool:
 
 def checkpoint_folders(output_dir: str | os.PathLike) -> list[Path]:
     """The `checkpoint-N` folders of `output_dir` (complete or not), by increasing N."""
+    # Imported here: `transformers.trainer_utils` imports peft, which loads transformers' auto models, which
+    # register HASTE's by importing the modeling file and so this one (see `auto_registration`).
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
     if not os.path.isdir(output_dir):
         return []
-    found = [(int(match.group(1)), path) for path in Path(output_dir).iterdir() if (match := _CHECKPOINT.match(path.name)) and path.is_dir()]
+    pattern = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+    found = [(int(match.group(1)), path) for path in Path(output_dir).iterdir() if (match := pattern.match(path.name)) and path.is_dir()]
     return [path for _, path in sorted(found)]
 
 

@@ -64,7 +64,7 @@ def checkpoint_model_differences(folder: str | os.PathLike, config) -> list[str]
     return [f"{name} is {theirs} (this run: {ours})" for name, theirs, ours in pairs if theirs != ours]
 
 
-logger = logging.get_logger(__name__)
+logger = logging.get_logger(f"transformers.{__name__}")  # see haste_hf/__init__.py: Logging
 
 
 def split_parameters(model: HasteForExtremeClassification) -> tuple[list[tuple[str, nn.Parameter]], list[nn.Parameter]]:
@@ -75,6 +75,23 @@ def split_parameters(model: HasteForExtremeClassification) -> tuple[list[tuple[s
     in_output_layer = {id(param) for param in output_layer}
     encoder_side = [(name, param) for name, param in model.named_parameters() if param.requires_grad and id(param) not in in_output_layer]
     return encoder_side, output_layer
+
+
+def _as_haste_arguments(args) -> HasteTrainingArguments:
+    """`HasteTrainingArguments` with the fields of a stock `TrainingArguments` and HASTE's defaults for the rest."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    if not isinstance(args, TrainingArguments):
+        raise ValueError(f"`args` must be TrainingArguments or HasteTrainingArguments, got {type(args).__name__}.")
+    values = {field.name: getattr(args, field.name) for field in dataclasses.fields(TrainingArguments) if field.init}
+    haste_fields = [field.name for field in dataclasses.fields(HasteTrainingArguments) if field.init and field.name not in values]
+    logger.warning(
+        f"`args` is a {type(args).__name__}: HasteTrainer takes its fields and HASTE's defaults for the output layer's "
+        f"own ({', '.join(haste_fields)}); pass HasteTrainingArguments to set them."
+    )
+    return HasteTrainingArguments(**values)
 
 
 def _warn_ignored_options(args: HasteTrainingArguments) -> None:
@@ -105,7 +122,7 @@ class HasteTrainer(Trainer):
         if args is None:
             args = HasteTrainingArguments(output_dir="haste_output")
         if not isinstance(args, HasteTrainingArguments):
-            raise ValueError(f"`args` must be HasteTrainingArguments, got {type(args).__name__}.")
+            args = _as_haste_arguments(args)
         haste_model = unwrap_model(model)
         if not isinstance(haste_model, HasteForExtremeClassification):
             raise ValueError(

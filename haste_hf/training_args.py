@@ -4,6 +4,7 @@
 import json
 from dataclasses import dataclass, field
 
+import torch
 from transformers import TrainingArguments
 
 from .callbacks import NON_FINITE_ACTIONS
@@ -138,6 +139,8 @@ class HasteTrainingArguments(TrainingArguments):
         if self.bf16 and self.output_layer_dtype is None:
             self.output_layer_dtype = "bfloat16"
         super().__post_init__()
+        if self.dataloader_pin_memory and not torch.cuda.is_available():
+            self.dataloader_pin_memory = False  # pinning needs CUDA: without it, torch warns on every dataloader
         if isinstance(self.output_lr_scheduler_kwargs, str):  # from the command line, as `lr_scheduler_kwargs`
             self.output_lr_scheduler_kwargs = json.loads(self.output_lr_scheduler_kwargs)
         for name in ("output_learning_rate", "output_weight_decay", "output_warmup_steps", "output_max_grad_norm"):

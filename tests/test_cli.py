@@ -1,5 +1,8 @@
 import json
+import math
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -35,7 +38,9 @@ def test_train_saves_model_tokenizer_card_and_metrics(trained, dataset_dir, caps
     metrics = json.loads((trained / "test_metrics.json").read_text())
     assert {"P@1", "P@5", "PSP@1", "PSP@5"} <= set(metrics)
     metadata = ModelCard.load(trained / "README.md").data.to_dict()
-    assert metadata["datasets"] == [dataset_dir.name] and "base_model" not in metadata  # a local encoder folder
+    # A local dataset and a local encoder folder name no Hub dataset or model.
+    assert "datasets" not in metadata and "base_model" not in metadata
+    assert model.config.id2label[5] == "label 5" and model.config.problem_type == "multi_label_classification"
     card = (trained / "README.md").read_text()
     assert "| Label grouping | semantic |" in card and "A = 0.5, B = 0.4" in card
 
@@ -62,15 +67,20 @@ def copy_with_settings(trained, tmp_path, settings: dict):
     return folder
 
 
-def test_a_model_folder_never_chooses_a_file_written_or_the_data_read(trained, dataset_dir, tmp_path, capsys, caplog):
+def test_a_model_folder_never_chooses_a_file_written_or_the_data_read(trained, dataset_dir, tmp_path, capsys):
+    from transformers.testing_utils import CaptureLogger
+
+    from haste_hf import recipe
+
     planted_output, planted_data = tmp_path / "planted.json", tmp_path / "elsewhere"
     saved = json.loads((trained / "evaluation_settings.json").read_text())
     folder = copy_with_settings(trained, tmp_path, {**saved, "output": str(planted_output), "data": str(planted_data),
                                                     "split": "trn", "model": str(tmp_path), "input": str(planted_output)})  # fmt: skip
-    assert main(["evaluate", "--model", str(folder), "--data", str(dataset_dir)]) == 0
+    with CaptureLogger(recipe.logger) as captured:
+        assert main(["evaluate", "--model", str(folder), "--data", str(dataset_dir)]) == 0
     assert not planted_output.exists()
     assert "test metrics" in capsys.readouterr().out
-    assert "ignoring ['data', 'input', 'model', 'output', 'split']" in caplog.text
+    assert "ignoring ['data', 'input', 'model', 'output', 'split']" in captured.out
     # Without --data the folder's "data" is not read either: the embedded demo set is, whose labels differ.
     assert main(["evaluate", "--model", str(folder)]) == 2
     assert "30 labels and the dataset 452" in capsys.readouterr().err and not planted_output.exists()
@@ -97,6 +107,65 @@ def test_predict_writes_top_k_with_names(trained, tmp_path):
     assert len(records) == 2 and all(len(record["label_ids"]) == 3 for record in records)
     assert records[0]["labels"] == [f"label {i}" for i in records[0]["label_ids"]]
     assert records[0]["scores"] == sorted(records[0]["scores"], reverse=True)
+
+
+def test_predict_scores_are_the_pipelines_probabilities(trained, tmp_path):
+    """`scores` are sigmoid probabilities, as `pipeline("text-classification")` gives; `--logits` adds the logits."""
+    from transformers import pipeline
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("w3 w40 w50\n")
+    output = tmp_path / "top.jsonl"
+    assert main(["predict", "--model", str(trained), "--input", str(texts), "--output", str(output), "-k", "3", "--logits"]) == 0
+    record = json.loads(output.read_text())
+    assert all(0.0 < score < 1.0 for score in record["scores"])
+    assert record["scores"] == pytest.approx([1 / (1 + math.exp(-logit)) for logit in record["logits"]], abs=2e-6)
+    served = pipeline("text-classification", model=str(trained), top_k=3)(["w3 w40 w50"])[0]
+    assert [entry["label"] for entry in served] == record["labels"]
+    assert [entry["score"] for entry in served] == pytest.approx(record["scores"], abs=1e-5)
+    assert main(["predict", "--model", str(trained), "--input", str(texts), "--output", str(output), "-k", "3"]) == 0
+    assert "logits" not in json.loads(output.read_text())
+
+
+def test_help_and_usage_errors_load_nothing_heavy(tmp_path):
+    """`import haste_hf.cli` and parsing `--help`, `--version`, a light command's `--help` or a usage error import
+    neither torch, transformers nor datasets (the CLI answers in about a second)."""
+    code = (
+        "import sys, haste_hf.cli as cli\n"
+        "for argv in (['--help'], ['--version'], ['predict', '--help'], ['evaluate', '--help'], ['push', '--help'],\n"
+        "             ['predict', '--model', 'no/such/dir/x', '--output', 'o.jsonl'], ['train'][:0] + ['bogus']):\n"
+        "    try:\n"
+        "        cli.parse_args(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'transformers.pipelines') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+    assert "haste-hf 0.1.0 (transformers " in result.stdout
+
+
+def test_push_help_names_the_endpoint_and_the_login(monkeypatch, capsys):
+    monkeypatch.setenv("HF_ENDPOINT", "http://hub.example:8080")
+    with pytest.raises(SystemExit):
+        main(["push", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "http://hub.example:8080" in text and "HF_ENDPOINT" in text and "hf auth login" in text
+
+
+def test_push_with_a_refused_token_says_how_to_log_in(trained, monkeypatch, capsys):
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_valid_token")
+    assert main(["push", "--model", str(trained), "--repo-id", "haste-tester/refused"]) == 1
+    error = capsys.readouterr().err
+    assert "401" in error and "hf auth login" in error
+
+
+def test_help_states_each_default_once(capsys):
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: as in training)" in text and "(default: None)" not in text
 
 
 def test_group_then_train_from_its_file_with_the_default_validation_fraction(dataset_dir, encoder_dir, tmp_path):
@@ -128,10 +197,10 @@ def test_train_refuses_a_layout_of_another_split(dataset_dir, encoder_dir, tmp_p
 
 
 def test_help_explains_every_flag(capsys):
-    parser = build_parser()
-    subcommands = parser._subparsers._group_actions[0].choices
+    subcommands = build_parser()._subparsers._group_actions[0].choices
     assert set(subcommands) == {"train", "demo", "evaluate", "predict", "group", "push", "export"}
-    for name, subparser in subcommands.items():
+    for name in subcommands:
+        subparser = build_parser(command=name)._subparsers._group_actions[0].choices[name]
         for action in subparser._actions:
             if action.dest != "help":
                 assert action.help, f"{name} --{action.dest} has no help"
@@ -146,7 +215,7 @@ def test_every_training_argument_is_a_train_flag():
     from haste_hf.recipe import RecipeArguments
     from haste_hf.training_args import HasteTrainingArguments
 
-    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    train = build_parser(command="train")._subparsers._group_actions[0].choices["train"]
     flags = {option for action in train._actions for option in action.option_strings}
     for dataclass in (RecipeArguments, HasteTrainingArguments):
         for field in dataclasses.fields(dataclass):
@@ -208,10 +277,9 @@ def test_group_defaults_to_the_papers_head_share(dataset_dir, encoder_dir, tmp_p
 
 def test_group_names_the_train_options_it_ignores(dataset_dir, encoder_dir, tmp_path):
     from transformers.testing_utils import CaptureLogger
+    from transformers.utils import logging
 
-    from haste_hf import cli
-
-    with CaptureLogger(cli.logger) as captured:
+    with CaptureLogger(logging.get_logger("transformers.haste_hf.cli")) as captured:
         assert main(["group", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output",
                      str(tmp_path / "layout.safetensors"), "--grouping", "random", "--fan-in", "8"]) == 0  # fmt: skip
     assert "Ignored by `haste-hf group` (they are `train` options): --fan-in." in captured.out

@@ -89,3 +89,54 @@ def test_checkpoints_are_written_in_the_oldest_format_that_holds_them(normalize,
     assert json.loads((tmp_path / "config.json").read_text())["format_version"] == written
     assert HasteConfig.from_pretrained(tmp_path).normalize is normalize
     assert written <= HASTE_FORMAT_VERSION
+
+
+def test_saved_config_describes_the_labels(tmp_path):
+    """`num_labels`, `problem_type` and the names in `id2label` / `label2id`, as transformers' classifiers write them;
+    `label_names.json` keeps the full list; past `MAX_CONFIG_LABEL_NAMES` the names stay out of config.json."""
+    import json
+
+    from haste_hf import HasteForExtremeClassification
+    from haste_hf.configuration_haste import MAX_CONFIG_LABEL_NAMES
+
+    config = HasteConfig(encoder=tiny_encoder_config("bert"), label_count=6, head_label_count=2, group_size=2, fan_in=4)
+    model = HasteForExtremeClassification(config)
+    model.set_label_names([f"tag {i}" for i in range(6)])
+    model.save_pretrained(tmp_path / "small")
+    saved = json.loads((tmp_path / "small" / "config.json").read_text())
+    assert saved["problem_type"] == "multi_label_classification"
+    assert saved["id2label"] == {str(i): f"tag {i}" for i in range(6)} and saved["label2id"]["tag 5"] == 5
+    reloaded = HasteConfig.from_pretrained(tmp_path / "small")
+    assert reloaded.num_labels == 6 and reloaded.id2label[3] == "tag 3"
+    assert json.loads((tmp_path / "small" / "label_names.json").read_text()) == [f"tag {i}" for i in range(6)]
+
+    big = HasteConfig(encoder=tiny_encoder_config("bert"), label_count=MAX_CONFIG_LABEL_NAMES + 1, group_size=2, fan_in=4)
+    assert big.num_labels == MAX_CONFIG_LABEL_NAMES + 1 and big.id2label is None
+    assert "id2label" not in big.to_dict() and "label2id" not in big.to_dict()
+    assert big.to_dict()["problem_type"] == "multi_label_classification"
+
+
+def test_a_folder_saved_before_the_label_fields_loads(tmp_path):
+    import json
+
+    from haste_hf import HasteForExtremeClassification
+
+    config = HasteConfig(encoder=tiny_encoder_config("bert"), label_count=6, head_label_count=2, group_size=2, fan_in=4)
+    model = HasteForExtremeClassification(config)
+    model.set_label_names([f"tag {i}" for i in range(6)])
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    # What earlier versions wrote: transformers' two made-up labels and no problem type.
+    saved.update(id2label={"0": "LABEL_0", "1": "LABEL_1"}, label2id={"LABEL_0": 0, "LABEL_1": 1})
+    del saved["problem_type"]
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    reloaded = HasteForExtremeClassification.from_pretrained(tmp_path)
+    assert reloaded.config.num_labels == 6 and reloaded.config.problem_type == "multi_label_classification"
+    assert reloaded.config.id2label == {i: f"tag {i}" for i in range(6)} and reloaded.label_names[5] == "tag 5"
+
+
+def test_num_labels_other_than_the_label_count_is_refused():
+    with pytest.raises(ValueError, match="`num_labels` \\(3\\) differs from `label_count` \\(6\\)"):
+        HasteConfig(encoder=tiny_encoder_config("bert"), label_count=6, num_labels=3, group_size=2, fan_in=4)
+    with pytest.raises(ValueError, match="problem_type"):
+        HasteConfig(encoder=tiny_encoder_config("bert"), label_count=6, problem_type="single_label_classification", fan_in=4)

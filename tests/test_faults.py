@@ -846,7 +846,7 @@ def test_a_run_with_skipped_steps_reports_them_and_is_not_saved_when_most_were(
 def test_a_layout_of_another_label_count_is_refused_naming_both_counts(capsys, cli_files, encoder_dir, tmp_path, data):
     layout = tmp_path / "layout.safetensors"
     status, _ = run_cli(capsys, ["group", "--data", cli_files["data"], "--encoder", encoder_dir, "--output", layout,
-                                 "--group-size", "4", "--grouping", "frequency"])  # fmt: skip
+                                 "--group-size", "4", "--grouping", "frequency", "--max-length", "16"])  # fmt: skip
     assert status == 0
     status, lines = run_cli(capsys, train_flags(cli_files[data], encoder_dir, tmp_path / "out", "--layout-file", layout))
     count = data.removeprefix("data")
@@ -857,8 +857,8 @@ def test_a_layout_of_another_label_count_is_refused_naming_both_counts(capsys, c
 def test_the_demo_replaces_its_own_folder_and_train_does_not():
     from haste_hf.cli import build_parser
 
-    assert build_parser().parse_args(["demo"]).overwrite_output_dir is True
-    assert build_parser().parse_args(["train"]).overwrite_output_dir is False
+    assert build_parser(command="demo").parse_args(["demo"]).overwrite_output_dir is True
+    assert build_parser(command="train").parse_args(["train"]).overwrite_output_dir is False
 
 
 def test_a_config_file_that_does_not_parse_is_a_one_line_error(capsys, tmp_path):

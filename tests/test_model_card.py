@@ -59,11 +59,33 @@ def test_card_without_metrics_or_tail(tmp_path):
 
 
 def test_card_names_the_base_model_by_hub_id_and_lists_the_dataset(tmp_path):
-    write_model_card(card_data(encoder="sentence-transformers/all-MiniLM-L6-v2"), tmp_path / "README.md")
+    write_model_card(card_data(encoder="sentence-transformers/all-MiniLM-L6-v2", dataset_id="someone/debian-tags"),
+                     tmp_path / "README.md")  # fmt: skip
     metadata = ModelCard.load(tmp_path / "README.md").data.to_dict()
     assert metadata["base_model"] == "sentence-transformers/all-MiniLM-L6-v2"
-    assert metadata["datasets"] == ["debian-tags-mini"]
+    assert metadata["datasets"] == ["someone/debian-tags"]
     assert metadata["pipeline_tag"] == "text-classification"
+
+
+def test_a_local_datasets_name_is_no_hub_dataset(tmp_path):
+    write_model_card(card_data(), tmp_path / "README.md")  # dataset_name only: the folder's name
+    assert "datasets" not in ModelCard.load(tmp_path / "README.md").data.to_dict()
+
+
+def test_plot_leaves_out_labels_without_training_examples(tmp_path, monkeypatch):
+    import matplotlib.axes
+
+    drawn = []
+    loglog = matplotlib.axes.Axes.loglog
+
+    def record(axes, x, y, *args, **kwargs):
+        drawn.append(np.asarray(y))
+        return loglog(axes, x, y, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "loglog", record)
+    frequencies = np.array([5, 0, 3, 0, 1] + [2] * 295)
+    write_model_card(card_data(label_frequencies=frequencies), tmp_path / "README.md")
+    assert len(drawn) == 1 and len(drawn[0]) == 298 and drawn[0].min() == 1
 
 
 def test_hub_model_id_of_names_paths_and_cache_folders(tmp_path):

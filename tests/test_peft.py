@@ -194,3 +194,15 @@ def test_peft_models_whose_adapters_would_not_reload_are_refused(base_dir, token
     unsaved = get_peft_model(unsaved_base, LoraConfig(r=4, target_modules=LORA_TARGETS, modules_to_save=["head", "tail"]))
     with pytest.raises(ValueError, match="base HASTE model was never saved"):
         make_trainer(tmp_path / "b", unsaved, tokenizer)
+
+
+def test_the_lora_path_prints_no_deprecation_or_pinning_warning(base_dir, tokenizer, tmp_path):
+    """peft reads the deprecated `is_gradient_checkpointing`; a CPU run cannot pin memory: neither warns."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = lora_model(base_dir)
+        make_trainer(tmp_path, model, tokenizer, max_steps=1, use_cpu=False, eval_strategy="no").train()
+    noise = [str(warning.message) for warning in caught if "is_gradient_checkpointing" in str(warning.message) or "pin_memory" in str(warning.message)]
+    assert not noise, noise

@@ -1,5 +1,6 @@
-"""`pipeline("text-classification")` over HASTE models: top-k label names and scores from `predict_topk`, with the
-package installed and, through the code saved with every model, without it."""
+"""`pipeline("text-classification")` over HASTE models: top-k label names and sigmoid scores, with the package installed
+(transformers' own pipeline, or `HasteTextClassificationPipeline` as `pipeline_class`) and, through the code saved
+with every model, without it. Other models keep transformers' own pipeline."""
 
 import json
 import os
@@ -15,9 +16,8 @@ from tiny_haste import make_tiny_model
 from transformers import AutoTokenizer, BertForSequenceClassification, pipeline
 from transformers.pipelines.text_classification import TextClassificationPipeline
 
-import haste_hf  # noqa: F401  (registers the auto classes and the pipeline)
-from haste_hf import HasteConfig, HasteForExtremeClassification, HasteTextClassificationPipeline
-from haste_hf.output_layer import output_labels_from_frequencies
+import haste_hf  # noqa: F401  (registers the auto classes)
+from haste_hf import HasteConfig, HasteForExtremeClassification, HasteTextClassificationPipeline, configuration_haste
 
 
 LABELS = 30
@@ -64,17 +64,32 @@ def assert_same(results, rows):
         assert [score for _, score in got_row] == pytest.approx([score for _, score in row], rel=1e-5, abs=1e-6)
 
 
-def test_pipeline_from_a_folder_gives_top_k_names_and_scores(saved):
+def haste_pipeline(**kwargs):
+    return pipeline("text-classification", pipeline_class=HasteTextClassificationPipeline, **kwargs)
+
+
+def test_transformers_own_pipeline_serves_a_saved_model(saved):
+    """With the package, `pipeline()` needs neither remote code nor a HASTE class: the saved config's
+    `problem_type` (sigmoid) and `id2label` (names) are what transformers' pipeline reads."""
     folder, model = saved
     classifier = pipeline("text-classification", model=str(folder), top_k=3)
-    assert isinstance(classifier, HasteTextClassificationPipeline)
+    assert type(classifier) is TextClassificationPipeline
+    assert type(classifier.model) is HasteForExtremeClassification
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert_same(classifier(TEXTS), expected(model, tokenizer, TEXTS, 3))
+
+
+def test_pipeline_from_a_folder_gives_top_k_names_and_scores(saved):
+    folder, model = saved
+    classifier = haste_pipeline(model=str(folder), top_k=3)
+    assert type(classifier) is HasteTextClassificationPipeline
     assert type(classifier.model) is HasteForExtremeClassification
     tokenizer = AutoTokenizer.from_pretrained(folder)
     assert_same(classifier(TEXTS), expected(model, tokenizer, TEXTS, 3))
     # Batched (padded) inputs rank the same labels.
     assert_same(classifier(TEXTS, batch_size=3), expected(model, tokenizer, TEXTS, 3))
     # Without top_k: the best label alone, in the parent pipeline's shape.
-    best = pipeline("text-classification", model=str(folder))(TEXTS[0])
+    best = haste_pipeline(model=str(folder))(TEXTS[0])
     assert len(best) == 1 and (best[0]["label"], best[0]["score"]) == pytest.approx(expected(model, tokenizer, TEXTS[:1], 1)[0][0])
     raw = classifier(TEXTS[0], top_k=3, function_to_apply="none")
     top = model.predict_topk(**tokenizer(TEXTS[0], return_tensors="pt"), k=3)
@@ -91,13 +106,16 @@ def test_pipeline_truncates_long_texts_at_the_tokenizers_length(tmp_path):
     cut = tokenizer(long_text, truncation=True, return_tensors="pt")
     assert cut["input_ids"].shape[1] == 12
     top = model.predict_topk(**cut, k=2)
-    results = pipeline("text-classification", model=str(tmp_path))(long_text, top_k=2)
+    results = haste_pipeline(model=str(tmp_path))(long_text, top_k=2)
+    assert [entry["label"] for entry in results] == [model.label_names[i] for i in top.label_ids[0].tolist()]
+    # transformers' own pipeline truncates when asked, as for any classifier.
+    results = pipeline("text-classification", model=str(tmp_path))(long_text, top_k=2, truncation=True)
     assert [entry["label"] for entry in results] == [model.label_names[i] for i in top.label_ids[0].tolist()]
 
 
 def test_pipeline_never_builds_label_order_logits(saved, monkeypatch):
     folder, _ = saved
-    classifier = pipeline("text-classification", model=str(folder), top_k=2)
+    classifier = haste_pipeline(model=str(folder), top_k=2)
 
     def refuse(*args, **kwargs):
         raise AssertionError("the pipeline scored every label")
@@ -111,9 +129,10 @@ def test_pipeline_never_builds_label_order_logits(saved, monkeypatch):
 def test_pipeline_from_a_model_object_without_label_names(tmp_path):
     model = make_model(label_names=False)
     tokenizer = tiny_tokenizer(tmp_path)
-    classifier = pipeline("text-classification", model=model, tokenizer=tokenizer, top_k=4)
-    assert_same(classifier(TEXTS), expected(model, tokenizer, TEXTS, 4))
-    assert classifier(TEXTS)[0][0]["label"].startswith("LABEL_")
+    for classifier in (pipeline("text-classification", model=model, tokenizer=tokenizer, top_k=4),
+                       haste_pipeline(model=model, tokenizer=tokenizer, top_k=4)):  # fmt: skip
+        assert_same(classifier(TEXTS), expected(model, tokenizer, TEXTS, 4))
+        assert classifier(TEXTS)[0][0]["label"].startswith("LABEL_")
 
 
 @pytest.mark.parametrize(
@@ -131,16 +150,16 @@ def test_pipeline_from_a_model_object_without_label_names(tmp_path):
 )
 def test_pipeline_refuses_what_top_k_cannot_serve(saved, call_kwargs, message):
     folder, _ = saved
-    classifier = pipeline("text-classification", model=str(folder))
+    classifier = haste_pipeline(model=str(folder))
     with pytest.raises(ValueError, match=message):
         classifier(TEXTS[0], **call_kwargs)
     with pytest.raises(ValueError, match=message):  # given when the pipeline is built
-        pipeline("text-classification", model=str(folder), **call_kwargs)
+        haste_pipeline(model=str(folder), **call_kwargs)
 
 
 def test_pipeline_takes_a_numpy_integer_top_k(saved):
     folder, _ = saved
-    classifier = pipeline("text-classification", model=str(folder))
+    classifier = haste_pipeline(model=str(folder))
     assert classifier(TEXTS[0], top_k=np.int64(3)) == classifier(TEXTS[0], top_k=3) and len(classifier(TEXTS[0], top_k=3)) == 3
 
 
@@ -149,7 +168,9 @@ def test_other_models_are_served_as_before(tmp_path):
     bert = BertForSequenceClassification(tiny_encoder_config("bert")).eval()
     tokenizer = tiny_tokenizer(tmp_path)
     installed = pipeline("text-classification", model=bert, tokenizer=tokenizer, top_k=None)
-    assert type(installed) is HasteTextClassificationPipeline
+    assert type(installed) is TextClassificationPipeline  # `import haste_hf` replaced nothing
+    assert type(pipeline("text-classification", model=bert, tokenizer=tokenizer)) is TextClassificationPipeline
+    installed = haste_pipeline(model=bert, tokenizer=tokenizer, top_k=None)  # and serves other models as its parent
     stock = TextClassificationPipeline(model=bert, tokenizer=tokenizer)
     assert installed(TEXTS) == stock(TEXTS, top_k=None)
     assert installed(TEXTS[0], top_k=1, function_to_apply="softmax") == stock(TEXTS[0], top_k=1, function_to_apply="softmax")
@@ -160,8 +181,25 @@ def test_config_names_the_pipeline_only_for_remote_code(saved):
     saved_config = json.loads((folder / "config.json").read_text())
     assert saved_config["custom_pipelines"]["text-classification"]["impl"] == "modeling_haste.HasteTextClassificationPipeline"
     assert saved_config["auto_map"]["AutoModelForSequenceClassification"] == saved_config["auto_map"]["AutoModel"]
-    # The installed package serves the task itself: no trust_remote_code needed.
+    # The installed package leaves the task to transformers' pipeline: no trust_remote_code needed.
     assert HasteConfig.from_pretrained(folder).custom_pipelines == {}
+
+
+def test_past_the_config_names_the_exported_pipeline_serves(tmp_path, monkeypatch):
+    """Past `MAX_CONFIG_LABEL_NAMES` the config holds no names for transformers' pipeline: the HASTE pipeline saved
+    with the model serves it (remote code), or `pipeline_class` with the package."""
+    monkeypatch.setattr(configuration_haste, "MAX_CONFIG_LABEL_NAMES", LABELS - 1)
+    model = make_model()
+    assert model.config.id2label is None and model.config.num_labels == LABELS
+    model.save_pretrained(tmp_path / "model")
+    tokenizer = tiny_tokenizer(tmp_path / "model")
+    assert "id2label" not in json.loads((tmp_path / "model" / "config.json").read_text())
+    with pytest.raises(ValueError, match="trust_remote_code=True"):
+        pipeline("text-classification", model=str(tmp_path / "model"), top_k=3)
+    for classifier in (pipeline("text-classification", model=str(tmp_path / "model"), top_k=3, trust_remote_code=True),
+                       haste_pipeline(model=str(tmp_path / "model"), top_k=3)):  # fmt: skip
+        assert type(classifier).__name__ == "HasteTextClassificationPipeline"
+        assert_same(classifier(TEXTS), expected(model, tokenizer, TEXTS, 3))
 
 
 def test_pipeline_without_the_package_through_remote_code(saved, tmp_path):
