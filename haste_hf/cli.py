@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from .model_sources import HUB_ID_PATTERN, check_model_source
+from .train_flags import LAST_CHECKPOINT, field_names, flags_parser
 
 
 SUMMARY_METRICS = ("P", "PSP", "nDCG")
@@ -377,7 +378,10 @@ TRAIN_EPILOG = (
 )
 
 
-def _recipe_parser():
+def _recipe_parser(live=False):
+    """The `RecipeArguments` flags: from the snapshot (`train_flags.json`, light), or `live` from the dataclass."""
+    if not live:
+        return flags_parser("RecipeArguments")
     from transformers import HfArgumentParser
 
     from .recipe import RecipeArguments
@@ -385,15 +389,18 @@ def _recipe_parser():
     return HfArgumentParser(RecipeArguments, add_help=False)
 
 
-def _train_parser_kwargs() -> dict:
-    from transformers import HfArgumentParser
-
-    from .recipe import RecipeArguments
-    from .training_args import HasteTrainingArguments
-
+def _train_parser_kwargs(live=False) -> dict:
     config = argparse.ArgumentParser(add_help=False)
     config.add_argument("--config", default=None, help="A JSON or YAML file of flag values (keys: flag names with underscores).")
-    fields = HfArgumentParser((RecipeArguments, HasteTrainingArguments), add_help=False)
+    if live:
+        from transformers import HfArgumentParser
+
+        from .recipe import RecipeArguments
+        from .training_args import HasteTrainingArguments
+
+        fields = HfArgumentParser((RecipeArguments, HasteTrainingArguments), add_help=False)
+    else:
+        fields = flags_parser("RecipeArguments", "HasteTrainingArguments")
     return dict(parents=[config, fields], formatter_class=HelpFormatter)
 
 
@@ -427,7 +434,7 @@ def read_config_file(path: str, known: set[str]) -> dict:
 
 
 # Commands whose flags come from dataclasses that import transformers (and torch): their parsers are built only when
-# the command runs or its --help is asked for.
+# the command runs or its --help is asked for, from the flags' snapshot (`train_flags.json`) unless `live`.
 DATACLASS_COMMANDS = ("train", "demo", "group")
 TRAIN_HELP = "Train a HASTE model on a dataset (default: the embedded demo set) and evaluate it on its test split."
 DEMO_HELP = "Train on the embedded demo set with the offline MiniLM encoder (the flags of `train`, demo defaults)."
@@ -444,9 +451,10 @@ def push_description() -> str:
     )
 
 
-def build_parser(config: dict | None = None, command: str | None = None) -> argparse.ArgumentParser:
+def build_parser(config: dict | None = None, command: str | None = None, live: bool = False) -> argparse.ArgumentParser:
     """The `haste-hf` parser; `config` (flag values read from a `--config` file) sets `train` / `demo` defaults.
-    The flags of `train`, `demo` and `group` are added only where `command` is that one (they import transformers)."""
+    The flags of `train`, `demo` and `group` are added only where `command` is that one; `live` reads them from the
+    dataclasses (importing transformers) rather than from their snapshot."""
     parser = ArgumentParser(
         prog="haste-hf", description="HASTE extreme multi-label classifiers for Hugging Face Transformers.",
         epilog=f"Errors are reported in one line; set {DEBUG_VARIABLE}=1 for the traceback.",
@@ -458,7 +466,7 @@ def build_parser(config: dict | None = None, command: str | None = None) -> argp
         if name != command:
             commands.add_parser(name, help=help)
             continue
-        train = commands.add_parser(name, help=help, description=help + TRAIN_EPILOG, **_train_parser_kwargs())
+        train = commands.add_parser(name, help=help, description=help + TRAIN_EPILOG, **_train_parser_kwargs(live))
         train.set_defaults(handler=command_train, **{**defaults, **(config or {})})
 
     evaluate = commands.add_parser("evaluate", help="Evaluate a trained model on a dataset split.", formatter_class=HelpFormatter)
@@ -482,7 +490,7 @@ def build_parser(config: dict | None = None, command: str | None = None) -> argp
     if command != "group":
         commands.add_parser("group", help=GROUP_HELP)
     else:
-        _add_group_parser(commands)
+        _add_group_parser(commands, live)
 
     push = commands.add_parser("push", help=PUSH_HELP, description=push_description(), formatter_class=HelpFormatter)
     push.add_argument("--model", required=True, type=existing_folder, help="Folder of a trained model.")
@@ -494,8 +502,8 @@ def build_parser(config: dict | None = None, command: str | None = None) -> argp
     return parser
 
 
-def _add_group_parser(commands):
-    group = commands.add_parser("group", help=GROUP_HELP, description=GROUP_HELP, parents=[_recipe_parser()],
+def _add_group_parser(commands, live):
+    group = commands.add_parser("group", help=GROUP_HELP, description=GROUP_HELP, parents=[_recipe_parser(live)],
                                 formatter_class=HelpFormatter)  # fmt: skip
     group.add_argument("--output", required=True, type=output_file, help="Where to save the label layout (safetensors), for `train --layout-file`.")
     group.add_argument("--seed", type=int, default=TRAIN_DEFAULTS["seed"], help="Seed of the validation hold-out and the grouping (as `train --seed`).")
@@ -521,8 +529,6 @@ def _config_path(argv: list[str]) -> str | None:
 
 def _resume_flag(argv: list[str]) -> list[str]:
     """`--resume-from-checkpoint` given alone reads as `--resume-from-checkpoint last` (the last complete checkpoint)."""
-    from .recipe import LAST_CHECKPOINT
-
     return [
         f"{token}={LAST_CHECKPOINT}" if token == "--resume-from-checkpoint" and (position + 1 == len(argv) or argv[position + 1].startswith("-")) else token
         for position, token in enumerate(argv)
@@ -549,19 +555,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     is_train = bool(argv) and argv[0] in ("train", "demo")
     if is_train:
         argv = _resume_flag([argv[0], *map(_long_flag, argv[1:])])
-    config = None
-    if is_train and _config_path(argv):
-        from .recipe import RecipeArguments
-        from .training_args import HasteTrainingArguments
-
-        known = {f.name for dataclass in (RecipeArguments, HasteTrainingArguments) for f in dataclasses.fields(dataclass) if f.init}
-        config = read_config_file(_config_path(argv), known)
-    parser = build_parser(config, command=argv[0] if argv and argv[0] in DATACLASS_COMMANDS else None)
+    config = read_config_file(_config_path(argv), field_names()) if is_train and _config_path(argv) else None
+    command = argv[0] if argv and argv[0] in DATACLASS_COMMANDS else None
+    parser = build_parser(config, command=command)
     args, unknown = parser.parse_known_args(argv)
-    args.prog = parser._subparsers._group_actions[0].choices[args.command].prog
+    subparser = parser._subparsers._group_actions[0].choices[args.command]
     if unknown:
-        parser._subparsers._group_actions[0].choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
-    if args.command in ("train", "demo", "group"):
+        subparser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if command:
+        # The snapshot's flags have checked the arguments; the live parser turns them into the dataclasses' values.
+        args, _ = build_parser(config, command=command, live=True).parse_known_args(argv)
+    args.prog = subparser.prog
+    if command:
         from .recipe import RecipeArguments
 
         dataclass_types = [RecipeArguments]

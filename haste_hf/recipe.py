@@ -30,13 +30,11 @@ from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, default_pooling
 from .label_plan import LabelLayout
 from .model_sources import DEMO_ENCODER, HUB_ID_PATTERN, MINILM_ALIASES, check_model_source, encoder_model_id, resolve_encoder  # noqa: F401
 from .modeling_haste import save_folder_atomically
+from .train_flags import LAST_CHECKPOINT
 
 
 DEMO_DATASET_NAME = "debian_tags_mini"
 METRIC_KS = (1, 3, 5)
-# `resume_from_checkpoint` value (and `haste-hf train --resume-from-checkpoint` alone): the output folder's last
-# complete checkpoint.
-LAST_CHECKPOINT = "last"
 DEFAULT_GROUP_SIZE = 16
 DEFAULT_GROUPING = "semantic"
 DEFAULT_BETA = 16.0
