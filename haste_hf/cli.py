@@ -8,9 +8,10 @@
     haste-hf group --data DIR --encoder NAME --output layout.safetensors   # then train --layout-file
     haste-hf push --model OUT --repo-id user/name
 
-Nothing heavy loads before the arguments are checked: `--help`, `--version`, the `--help` of `evaluate`,
-`predict` and `push` and their usage errors answer without torch or transformers (this module imports neither, nor
-does `import haste_hf`); `train`, `demo` and `group` read their flags from dataclasses that need transformers.
+Nothing heavy loads before the arguments are checked: `--help`, `--version`, each command's `--help` and its usage
+errors answer without torch or transformers (this module imports neither, nor does `import haste_hf`). The flags of
+`train`, `demo` and `group`, fields of dataclasses that need transformers, are checked against their snapshot
+(`train_flags.py`); the dataclasses load once the arguments check out.
 """
 
 import argparse
