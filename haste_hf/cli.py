@@ -9,9 +9,10 @@
     haste-hf push --model OUT --repo-id user/name
     haste-hf export --model OUT --format onnx --output OUT-onnx              # serve with onnxruntime
 
-Nothing heavy loads before the arguments are checked: `--help`, `--version`, the `--help` of `evaluate`,
-`predict` and `push` and their usage errors answer without torch or transformers (this module imports neither, nor
-does `import haste_hf`); `train`, `demo` and `group` read their flags from dataclasses that need transformers.
+Nothing heavy loads before the arguments are checked: `--help`, `--version`, each command's `--help` and its usage
+errors answer without torch or transformers (this module imports neither, nor does `import haste_hf`). The flags of
+`train`, `demo` and `group`, fields of dataclasses that need transformers, are checked against their snapshot
+(`train_flags.py`); the dataclasses load once the arguments check out.
 """
 
 import argparse
@@ -21,6 +22,7 @@ import sys
 from pathlib import Path
 
 from .model_sources import HUB_ID_PATTERN, check_model_source
+from .train_flags import LAST_CHECKPOINT, field_names, flags_parser
 
 
 SUMMARY_METRICS = ("P", "PSP", "nDCG")
@@ -473,7 +475,10 @@ TRAIN_EPILOG = (
 )
 
 
-def _recipe_parser():
+def _recipe_parser(live=False):
+    """The `RecipeArguments` flags: from the snapshot (`train_flags.json`, light), or `live` from the dataclass."""
+    if not live:
+        return flags_parser("RecipeArguments")
     from transformers import HfArgumentParser
 
     from .recipe import RecipeArguments
@@ -481,15 +486,18 @@ def _recipe_parser():
     return HfArgumentParser(RecipeArguments, add_help=False)
 
 
-def _train_parser_kwargs() -> dict:
-    from transformers import HfArgumentParser
-
-    from .recipe import RecipeArguments
-    from .training_args import HasteTrainingArguments
-
+def _train_parser_kwargs(live=False) -> dict:
     config = argparse.ArgumentParser(add_help=False)
     config.add_argument("--config", default=None, help="A JSON or YAML file of flag values (keys: flag names with underscores).")
-    fields = HfArgumentParser((RecipeArguments, HasteTrainingArguments), add_help=False)
+    if live:
+        from transformers import HfArgumentParser
+
+        from .recipe import RecipeArguments
+        from .training_args import HasteTrainingArguments
+
+        fields = HfArgumentParser((RecipeArguments, HasteTrainingArguments), add_help=False)
+    else:
+        fields = flags_parser("RecipeArguments", "HasteTrainingArguments")
     return dict(parents=[config, fields], formatter_class=HelpFormatter)
 
 
@@ -600,7 +608,7 @@ def check_config_values(path: str, values: dict, parser: argparse.ArgumentParser
 
 
 # Commands whose flags come from dataclasses that import transformers (and torch): their parsers are built only when
-# the command runs or its --help is asked for.
+# the command runs or its --help is asked for, from the flags' snapshot (`train_flags.json`) unless `live`.
 DATACLASS_COMMANDS = ("train", "demo", "group")
 TRAIN_HELP = "Train a HASTE model on a dataset (default: the embedded demo set) and evaluate it on its test split."
 DEMO_HELP = "Train on the embedded demo set with the offline MiniLM encoder (the flags of `train`, demo defaults)."
@@ -617,9 +625,10 @@ def push_description() -> str:
     )
 
 
-def build_parser(config: dict | None = None, command: str | None = None) -> argparse.ArgumentParser:
+def build_parser(config: dict | None = None, command: str | None = None, live: bool = False) -> argparse.ArgumentParser:
     """The `haste-hf` parser; `config` (flag values read from a `--config` file) sets `train` / `demo` defaults.
-    The flags of `train`, `demo` and `group` are added only where `command` is that one (they import transformers)."""
+    The flags of `train`, `demo` and `group` are added only where `command` is that one; `live` reads them from the
+    dataclasses (importing transformers) rather than from their snapshot."""
     parser = ArgumentParser(
         prog="haste-hf", description="HASTE extreme multi-label classifiers for Hugging Face Transformers.",
         epilog=f"Errors are reported in one line; set {DEBUG_VARIABLE}=1 for the traceback.",
@@ -631,7 +640,7 @@ def build_parser(config: dict | None = None, command: str | None = None) -> argp
         if name != command:
             commands.add_parser(name, help=help)
             continue
-        train = commands.add_parser(name, help=help, description=help + TRAIN_EPILOG, **_train_parser_kwargs())
+        train = commands.add_parser(name, help=help, description=help + TRAIN_EPILOG, **_train_parser_kwargs(live))
         train.set_defaults(handler=command_train, **{**train_defaults(), **demo_defaults, **(config or {})})
 
     evaluate = commands.add_parser("evaluate", help="Evaluate a trained model on a dataset split.", formatter_class=HelpFormatter)
@@ -657,7 +666,7 @@ def build_parser(config: dict | None = None, command: str | None = None) -> argp
     if command != "group":
         commands.add_parser("group", help=GROUP_HELP)
     else:
-        _add_group_parser(commands)
+        _add_group_parser(commands, live)
 
     push = commands.add_parser("push", help=PUSH_HELP, description=push_description(), formatter_class=HelpFormatter)
     push.add_argument("--model", required=True, type=existing_folder, help="Folder of a trained model.")
@@ -670,8 +679,8 @@ def build_parser(config: dict | None = None, command: str | None = None) -> argp
     return parser
 
 
-def _add_group_parser(commands):
-    group = commands.add_parser("group", help=GROUP_HELP, description=GROUP_HELP, parents=[_recipe_parser()],
+def _add_group_parser(commands, live):
+    group = commands.add_parser("group", help=GROUP_HELP, description=GROUP_HELP, parents=[_recipe_parser(live)],
                                 formatter_class=HelpFormatter)  # fmt: skip
     group.add_argument("--output", required=True, type=output_file, help="Where to save the label layout (safetensors), for `train --layout-file`.")
     defaults = train_defaults()
@@ -699,8 +708,6 @@ def _config_path(argv: list[str]) -> str | None:
 def _resume_flag(argv: list[str]) -> list[str]:
     """Flags given alone that take a value: `--resume-from-checkpoint` reads as `--resume-from-checkpoint last` (the
     last complete checkpoint), `--bf16` as `--bf16 true` (its default, None, picks by the hardware)."""
-    from .recipe import LAST_CHECKPOINT
-
     alone = {"--resume-from-checkpoint": LAST_CHECKPOINT, "--bf16": "true"}
     return [
         f"{token}={alone[token]}" if token in alone and (position + 1 == len(argv) or argv[position + 1].startswith("-")) else token
@@ -748,14 +755,19 @@ def parse_args(argv=None) -> argparse.Namespace:
         fields = {f.name: dataclass for dataclass in (RecipeArguments, HasteTrainingArguments) for f in dataclasses.fields(dataclass) if f.init}
         config = read_config_file(_config_path(argv), set(fields))
         may_be_null = {name for name in config if type(None) in typing.get_args(typing.get_type_hints(fields[name])[name])}
-    parser = build_parser(config, command=argv[0] if argv and argv[0] in DATACLASS_COMMANDS else None)
+    command = argv[0] if argv and argv[0] in DATACLASS_COMMANDS else None
+    parser = build_parser(config, command=command)
     if config:
         check_config_values(_config_path(argv), config, parser._subparsers._group_actions[0].choices[argv[0]], may_be_null)
     args, unknown = parser.parse_known_args(argv)
-    args.prog = parser._subparsers._group_actions[0].choices[args.command].prog
+    subparser = parser._subparsers._group_actions[0].choices[args.command]
     if unknown:
-        parser._subparsers._group_actions[0].choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
-    if args.command in ("train", "demo", "group"):
+        subparser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if command:
+        # The snapshot's flags have checked the arguments; the live parser turns them into the dataclasses' values.
+        args, _ = build_parser(config, command=command, live=True).parse_known_args(argv)
+    args.prog = subparser.prog
+    if command:
         from .recipe import RecipeArguments
 
         dataclass_types = [RecipeArguments]

@@ -40,12 +40,10 @@ from .label_plan import LabelLayout
 from .metrics import DEFAULT_KS
 from .model_sources import DEMO_ENCODER, HUB_ID_PATTERN, check_model_source, encoder_model_id, resolve_encoder
 from .saving import checkpoint_folders, save_folder_atomically
+from .train_flags import LAST_CHECKPOINT
 
 
 DEMO_DATASET_NAME = "debian_tags_mini"
-# `resume_from_checkpoint` value (and `haste-hf train --resume-from-checkpoint` alone): the output folder's last
-# complete checkpoint.
-LAST_CHECKPOINT = "last"
 DEFAULT_GROUPING = "semantic"
 DEFAULT_BETA = 16.0
 

@@ -133,17 +133,65 @@ def test_help_and_usage_errors_load_nothing_heavy(tmp_path):
     code = (
         "import sys, haste_hf.cli as cli\n"
         "for argv in (['--help'], ['--version'], ['predict', '--help'], ['evaluate', '--help'], ['push', '--help'],\n"
-        "             ['predict', '--model', 'no/such/dir/x', '--output', 'o.jsonl'], ['train'][:0] + ['bogus']):\n"
+        "             ['predict', '--model', 'no/such/dir/x', '--output', 'o.jsonl'], ['train'][:0] + ['bogus'],\n"
+        "             ['train', '--help'], ['demo', '--help'], ['group', '--help'], ['train', '--learning-rate', 'abc'],\n"
+        "             ['train', '--lr', '1e-4', '--no-such-flag'], ['demo', '--pooling', 'max'], ['group', '--fan-in', 'x'],\n"
+        "             ['train', '--config', 'config.json']):\n"
         "    try:\n"
         "        cli.parse_args(argv)\n"
-        "    except SystemExit:\n"
+        "    except (SystemExit, cli.UsageError):\n"
         "        pass\n"
         "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'transformers.pipelines') if m in sys.modules))\n"
     )
+    (tmp_path / "config.json").write_text('{"learning_rate": 1e-4, "fan_inn": 8}')
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == "[]"
     assert "haste-hf 0.1.0 (transformers " in result.stdout
+    assert "--group-size" in result.stdout and "--learning-rate" in result.stdout  # the train and group --help
+    assert "argument --learning_rate/--learning-rate: invalid float value: 'abc'" in result.stderr
+    assert "unrecognized arguments: --no-such-flag" in result.stderr
+
+
+def test_the_flag_snapshot_is_the_live_parsers():
+    """`train_flags.json` holds what `HfArgumentParser` makes of the dataclasses today: a changed field, default or
+    help (or another transformers) fails here until the snapshot is regenerated."""
+    import dataclasses
+
+    from haste_hf import train_flags
+    from haste_hf.recipe import RecipeArguments
+    from haste_hf.training_args import HasteTrainingArguments
+
+    snapshot = json.loads(train_flags.SNAPSHOT_PATH.read_text(encoding="utf-8"))
+    assert snapshot == train_flags.describe_live_flags(), f"train_flags.json is stale: run `{train_flags.REGENERATE_COMMAND}`"
+    fields = {f.name for dataclass in (RecipeArguments, HasteTrainingArguments) for f in dataclasses.fields(dataclass) if f.init}
+    assert train_flags.field_names() == fields
+
+
+@pytest.mark.parametrize("command", ["train", "demo", "group"])
+def test_flags_from_the_snapshot_answer_as_the_live_parser(command, monkeypatch, capsys):
+    """The same --help, and the same message for a bad value, a bad choice, a bad truth value and an unknown flag."""
+    monkeypatch.setenv("COLUMNS", "100")
+    snapshot, live = (build_parser(command=command, live=live)._subparsers._group_actions[0].choices[command] for live in (False, True))
+    assert snapshot.format_help() == live.format_help()
+    for flags in (["--fan-in", "x"], ["--pooling", "max"], ["--label-texts", "maybe"], ["--fan-inn", "8"], ["--max-length"]):
+        errors = []
+        for parser in (snapshot, live):
+            with pytest.raises(SystemExit):
+                parser.parse_args(flags)
+            errors.append(capsys.readouterr().err)
+        assert errors[0] == errors[1] and "error: " in errors[0]
+
+
+def test_flags_come_from_the_live_parser_under_other_versions_than_the_snapshots(monkeypatch):
+    from haste_hf import train_flags
+
+    monkeypatch.setattr(train_flags, "installed_versions", lambda: {"transformers": "5.999.0", "torch": "2.13.0"})
+    train_flags.flag_description.cache_clear()
+    try:
+        assert train_flags.flag_description()["versions"]["transformers"] == "5.999.0"
+    finally:
+        train_flags.flag_description.cache_clear()
 
 
 def test_push_help_names_the_endpoint_and_the_login(monkeypatch, capsys):
