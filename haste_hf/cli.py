@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from .model_sources import HUB_ID_PATTERN, check_model_source
-from .train_flags import LAST_CHECKPOINT, field_names, flags_parser
+from .train_flags import LAST_CHECKPOINT, field_names, flag_description, flags_parser
 
 
 SUMMARY_METRICS = ("P", "PSP", "nDCG")
@@ -443,11 +443,8 @@ def _add_data_arguments(parser, required=False, of_trained_model=False):
 # validation split and keep the best P@1. A function, as the shared defaults live in configuration_haste, which
 # imports transformers.
 def train_defaults() -> dict:
-    from .configuration_haste import DEFAULT_EVAL_BATCH_SIZE
-
     return dict(
-        output_dir="haste-model", per_device_eval_batch_size=DEFAULT_EVAL_BATCH_SIZE, logging_steps=20, seed=0,
-        eval_strategy="epoch", save_strategy="epoch",
+        output_dir="haste-model", logging_steps=20, seed=0, eval_strategy="epoch", save_strategy="epoch",
         load_best_model_at_end=True, metric_for_best_model="P@1", greater_is_better=True, save_total_limit=1,
         report_to="none",
     )  # fmt: skip
@@ -574,6 +571,8 @@ def check_config_values(path: str, values: dict, parser: argparse.ArgumentParser
     would reach the run unchecked. `may_be_null`: the fields whose type allows None."""
     from transformers.hf_argparser import string_to_bool
 
+    from .train_flags import string_to_bool as flags_string_to_bool
+
     actions = {action.dest: action for action in parser._actions}
     for key, value in values.items():
         action = actions.get(key)
@@ -583,7 +582,7 @@ def check_config_values(path: str, values: dict, parser: argparse.ArgumentParser
             if key not in may_be_null:
                 raise UsageError(f"argument --config: {path}: {key!r} is null; give a value or leave the key out.")
             continue
-        kind = action.type
+        kind = string_to_bool if action.type is flags_string_to_bool else action.type  # the snapshot's own copy
         items = value if isinstance(value, list) and action.nargs in ("+", "*") else [value]
         for item in items:
             if action.choices is not None:
@@ -685,8 +684,10 @@ def _add_group_parser(commands, live):
     group.add_argument("--output", required=True, type=output_file, help="Where to save the label layout (safetensors), for `train --layout-file`.")
     defaults = train_defaults()
     group.add_argument("--seed", type=int, default=defaults["seed"], help="Seed of the validation hold-out and the grouping (as `train --seed`).")
+    eval_batch_size = next(record["default"] for record in flag_description()["HasteTrainingArguments"]
+                           if record["dest"] == "per_device_eval_batch_size")  # fmt: skip
     group.add_argument("--per-device-eval-batch-size", "--eval-batch-size", dest="per_device_eval_batch_size", type=positive_int,
-                       default=defaults["per_device_eval_batch_size"], help="Batch size of the label embeddings.")  # fmt: skip
+                       default=eval_batch_size, help="Batch size of the label embeddings.")  # fmt: skip
     group.set_defaults(handler=command_group)
 
 
@@ -747,13 +748,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         argv = _resume_flag([argv[0], *map(_long_flag, argv[1:])])
     config = None
     if is_train and _config_path(argv):
+        config = read_config_file(_config_path(argv), field_names())  # an unknown key is refused before anything loads
         import typing
 
         from .recipe import RecipeArguments
         from .training_args import HasteTrainingArguments
 
         fields = {f.name: dataclass for dataclass in (RecipeArguments, HasteTrainingArguments) for f in dataclasses.fields(dataclass) if f.init}
-        config = read_config_file(_config_path(argv), set(fields))
         may_be_null = {name for name in config if type(None) in typing.get_args(typing.get_type_hints(fields[name])[name])}
     command = argv[0] if argv and argv[0] in DATACLASS_COMMANDS else None
     parser = build_parser(config, command=command)

@@ -8,6 +8,7 @@ import torch
 from transformers import TrainingArguments
 
 from .callbacks import NON_FINITE_ACTIONS
+from .configuration_haste import DEFAULT_EVAL_BATCH_SIZE
 from .rewiring import DEFAULT_REWIRINGS, check_rewiring_options
 
 
@@ -44,6 +45,8 @@ class HasteTrainingArguments(TrainingArguments):
     learning_rate: float = field(default=DEFAULT_LEARNING_RATE, metadata={"help": "Encoder (AdamW) learning rate."})
     num_train_epochs: float = field(default=DEFAULT_EPOCHS, metadata={"help": "Epochs of training (unless `max_steps`)."})
     per_device_train_batch_size: int = field(default=DEFAULT_BATCH_SIZE, metadata={"help": "Training batch size per device."})
+    per_device_eval_batch_size: int = field(default=DEFAULT_EVAL_BATCH_SIZE, metadata={"help": "Batch size of "
+        "evaluation, prediction and the label embeddings, per device."})  # fmt: skip
     warmup_steps: float = field(default=0.1, metadata={"help": "Encoder warm-up: steps if >= 1, else a fraction of training."})
     weight_decay: float = field(default=0.01, metadata={"help": "Encoder AdamW weight decay."})
     bf16: bool | None = field(default=None, metadata={"help": "bf16 autocast and a bf16 head and tail (the paper); "

@@ -11,7 +11,8 @@ from haste_hf.training_args import HasteTrainingArguments
 
 # The recipe of `benchmarks/recipe_study.py`'s `defaults` rows (the device has bf16; here, without a GPU, it is off).
 RECIPE = dict(
-    learning_rate=2e-4, num_train_epochs=10.0, per_device_train_batch_size=128, warmup_steps=0.1, weight_decay=0.01,
+    learning_rate=2e-4, num_train_epochs=10.0, per_device_train_batch_size=128, per_device_eval_batch_size=64,
+    warmup_steps=0.1, weight_decay=0.01,
     lr_scheduler_type="cosine", output_learning_rate=0.4, output_momentum=0.9, output_weight_decay=1e-4,
     output_lr_scheduler_type="cosine", output_warmup_steps=0.0, output_max_grad_norm=0.0, output_stochastic_rounding=True,
     rewiring_interval=None, rewiring_fraction=0.2, rewiring_end_fraction=2 / 3, rewiring_init="zero",
