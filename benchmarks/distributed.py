@@ -50,20 +50,39 @@ def parse_args(argv=None):
     parser.add_argument("--heads", type=int, default=12)
     parser.add_argument("--vocab", type=int, default=30527)
     parser.add_argument("--world-sizes", type=int, nargs="+", default=[1, 2, 4, 8], help="Emulated N.")
-    parser.add_argument("--bandwidth", type=float, nargs="+", default=[360.0, 40.0],
-                        help="Interconnect bus bandwidths (GB/s) to predict with: NCCL on NVLink 4, PCIe 5.")  # fmt: skip
+    parser.add_argument(
+        "--bandwidth",
+        type=float,
+        nargs="+",
+        default=[360.0, 40.0],
+        help="Interconnect bus bandwidths (GB/s) to predict with: NCCL on NVLink 4, PCIe 5.",
+    )
     parser.add_argument("--replicated", action="store_true", help="--mode real: replicate the output layer.")
     parser.add_argument("--steps", type=int, default=10, help="Timed steps (after 3 warm-up steps).")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default=None, help="Also write the table to this file.")
-    parser.add_argument("--momentum-dtype", choices=("float32", "bfloat16"), default="float32",
-                        help="--mode emulate: the output layer's SGD momentum.")  # fmt: skip
-    parser.add_argument("--chunked-backward", action="store_true",
-                        help="--mode emulate: the loss backward in label chunks (no [N x B, L/N] logit gradient).")  # fmt: skip
-    parser.add_argument("--chunk-labels", type=int, default=0,
-                        help="--mode emulate: labels per chunk (0: 2^27 logit-gradient elements).")  # fmt: skip
-    parser.add_argument("--fused-update", action="store_true",
-                        help="--mode emulate: the SGD step fused into the loss backward (no weight gradient).")  # fmt: skip
+    parser.add_argument(
+        "--momentum-dtype",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="--mode emulate: the output layer's SGD momentum.",
+    )
+    parser.add_argument(
+        "--chunked-backward",
+        action="store_true",
+        help="--mode emulate: the loss backward in label chunks (no [N x B, L/N] logit gradient).",
+    )
+    parser.add_argument(
+        "--chunk-labels",
+        type=int,
+        default=0,
+        help="--mode emulate: labels per chunk (0: 2^27 logit-gradient elements).",
+    )
+    parser.add_argument(
+        "--fused-update",
+        action="store_true",
+        help="--mode emulate: the SGD step fused into the loss backward (no weight gradient).",
+    )
     return parser.parse_args(argv)
 
 
@@ -73,9 +92,11 @@ def state_bytes_per_parameter(args) -> int:
 
 
 def memory_options(args) -> str:
-    chosen = [f"SGD, {'fp32' if args.momentum_dtype == 'float32' else 'bf16'} momentum",
-              "chunked loss backward" if args.chunked_backward or args.fused_update else None,
-              "fused update" if args.fused_update else None]  # fmt: skip
+    chosen = [
+        f"SGD, {'fp32' if args.momentum_dtype == 'float32' else 'bf16'} momentum",
+        "chunked loss backward" if args.chunked_backward or args.fused_update else None,
+        "fused update" if args.fused_update else None,
+    ]
     return ", ".join(option for option in chosen if option)
 
 
@@ -86,14 +107,23 @@ def layout(args, world_size: int) -> dict:
     """Label counts of one rank of `world_size`: head rows, tail groups (as `assign_output_layer`)."""
     head = math.floor(args.head_fraction * args.labels + 0.5)
     groups = -(-(args.labels - head) // args.group_size)
-    return {"head": -(-head // world_size), "groups": -(-groups // world_size), "head_total": head, "groups_total": groups}
+    return {
+        "head": -(-head // world_size),
+        "groups": -(-groups // world_size),
+        "head_total": head,
+        "groups_total": groups,
+    }
 
 
 def encoder_config(args, config_class):
     return config_class(
-        vocab_size=args.vocab, hidden_size=args.hidden, num_hidden_layers=args.layers, num_attention_heads=args.heads,
-        intermediate_size=4 * args.hidden, max_position_embeddings=args.seq_len + 2,
-    )  # fmt: skip
+        vocab_size=args.vocab,
+        hidden_size=args.hidden,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        intermediate_size=4 * args.hidden,
+        max_position_embeddings=args.seq_len + 2,
+    )
 
 
 def collectives(args, world_size: int, encoder_parameters: int) -> list[tuple[str, str, int, tuple[str, ...]]]:
@@ -154,13 +184,15 @@ def output_layer_step(args, world_size: int, device):
     """One rank's output layer of a `world_size`-way split and a closure doing its step over the global batch:
     the fused loss on each slice (`ShardedOutputLayer.scored_loss`), backward, SGD step."""
     from haste_hf.losses import output_layer_loss
-    from haste_hf.output_layer import GroupSparseLinear, random_supports
     from haste_hf.optimization import StochasticRoundingSGD
+    from haste_hf.output_layer import GroupSparseLinear, random_supports
 
     shape = layout(args, world_size)
     rows = world_size * args.batch
     head = torch.nn.Linear(args.hidden, shape["head"], device=device, dtype=torch.bfloat16) if shape["head"] else None
-    tail = GroupSparseLinear(args.hidden, shape["groups"], args.group_size, args.fan_in).to(device=device, dtype=torch.bfloat16)
+    tail = GroupSparseLinear(args.hidden, shape["groups"], args.group_size, args.fan_in).to(
+        device=device, dtype=torch.bfloat16
+    )
     with torch.no_grad():
         tail.weight.uniform_(-1 / math.sqrt(args.fan_in), 1 / math.sqrt(args.fan_in))
         tail.supports.copy_(random_supports(shape["groups"], args.fan_in, args.hidden, seed=0))
@@ -173,15 +205,20 @@ def output_layer_step(args, world_size: int, device):
 
         for param in parameters:
             if param.dim() >= 2:
-                update = (lambda rows, grad, param=param: optimizer.update_rows_(param, rows, grad)) if args.fused_update else None
+                update = (
+                    (lambda rows, grad, param=param: optimizer.update_rows_(param, rows, grad))
+                    if args.fused_update
+                    else None
+                )
                 chunk_loss_backward_(param, args.chunk_labels, update)
     features = torch.randn(rows, args.hidden, device=device, dtype=torch.bfloat16, requires_grad=True)
     tail_columns = shape["groups"] * args.group_size
     positions = torch.randint(0, shape["head"] + tail_columns, (rows, args.positives), device=device)
 
     def step():
-        loss = output_layer_loss(features, tail.weight, None, positions - shape["head"], tail_columns, 1 / rows,
-                                 supports=tail.supports)  # fmt: skip
+        loss = output_layer_loss(
+            features, tail.weight, None, positions - shape["head"], tail_columns, 1 / rows, supports=tail.supports
+        )
         if head is not None:
             loss = loss + output_layer_loss(features, head.weight, head.bias, positions, shape["head"], 1 / rows)
         loss.backward()
@@ -221,7 +258,9 @@ def commit() -> str:
     if os.environ.get("HASTE_COMMIT"):
         return os.environ["HASTE_COMMIT"]
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -238,8 +277,10 @@ def emulate(args) -> str:
     step, encoder_parameters = encoder_step(args, device)
     encoder_seconds, encoder_peak = measure(step, device, args.steps)
     del step
-    lines.append(f"# encoder step per GPU: {1e3 * encoder_seconds:.1f} ms, peak {encoder_peak / MIB:,.0f} MiB, "
-                 f"{encoder_parameters / 1e6:.1f}M parameters")  # fmt: skip
+    lines.append(
+        f"# encoder step per GPU: {1e3 * encoder_seconds:.1f} ms, peak {encoder_peak / MIB:,.0f} MiB, "
+        f"{encoder_parameters / 1e6:.1f}M parameters"
+    )
     if device.type == "cuda":
         torch.cuda.empty_cache()
     measured = {}
@@ -253,27 +294,38 @@ def emulate(args) -> str:
 
     lines.append("")
     lines.append("One rank of an N-way split: its L/N labels over the global batch N x B (measured)")
-    lines.append(f"(state: bf16 weights{'' if args.fused_update else ' and gradients'} and {args.momentum_dtype} momentum, "
-                 f"{state_bytes_per_parameter(args)} bytes a parameter; the rest of the peak is the")  # fmt: skip
+    lines.append(
+        f"(state: bf16 weights{'' if args.fused_update else ' and gradients'} and {args.momentum_dtype} momentum, "
+        f"{state_bytes_per_parameter(args)} bytes a parameter; the rest of the peak is the"
+    )
     lines.append(" step's transient memory)")
-    lines.append(f"{'N':>3} {'labels/rank':>12} {'batch':>6} {'out-layer ms':>13} {'peak MiB':>10} {'params/rank':>12} {'state MiB':>10}")
+    lines.append(
+        f"{'N':>3} {'labels/rank':>12} {'batch':>6} {'out-layer ms':>13} {'peak MiB':>10} {'params/rank':>12} {'state MiB':>10}"
+    )
     for world_size, (seconds, peak, parameters) in measured.items():
         labels = layout(args, world_size)
         labels = labels["head"] + labels["groups"] * args.group_size
-        lines.append(f"{world_size:>3} {labels:>12,} {world_size * args.batch:>6} {1e3 * seconds:>13.1f} "
-                     f"{peak / MIB:>10,.0f} {parameters / 1e6:>11.1f}M {state_bytes_per_parameter(args) * parameters / MIB:>10,.0f}")  # fmt: skip
+        lines.append(
+            f"{world_size:>3} {labels:>12,} {world_size * args.batch:>6} {1e3 * seconds:>13.1f} "
+            f"{peak / MIB:>10,.0f} {parameters / 1e6:>11.1f}M {state_bytes_per_parameter(args) * parameters / MIB:>10,.0f}"
+        )
 
     lines.append("")
     lines.append("Bytes of each collective per step (MiB)")
     per_size = {n: collectives(args, n, encoder_parameters) for n in args.world_sizes}
-    lines.append(f"{'collective':<36} {'operation':<15} {'layouts':<20}" + "".join(f"{'N=' + str(n):>10}" for n in args.world_sizes))
+    lines.append(
+        f"{'collective':<36} {'operation':<15} {'layouts':<20}"
+        + "".join(f"{'N=' + str(n):>10}" for n in args.world_sizes)
+    )
     for index, (name, operation, _, layouts) in enumerate(per_size[args.world_sizes[0]]):
         sizes = "".join(f"{per_size[n][index][2] / MIB:>10.3f}" for n in args.world_sizes)
         lines.append(f"{name:<36} {operation:<15} {'+'.join(layouts):<20}{sizes}")
 
     lines.append("")
     lines.append("Predicted texts/s of N GPUs: step = encoder + output layer + communication (not overlapped)")
-    lines.append(f"{'layout':<11} {'GB/s':>6} {'N':>3} {'step ms':>8} {'comm ms':>8} {'texts/s':>9} {'vs 1 GPU':>9} {'out-layer peak MiB/GPU':>23}")
+    lines.append(
+        f"{'layout':<11} {'GB/s':>6} {'N':>3} {'step ms':>8} {'comm ms':>8} {'texts/s':>9} {'vs 1 GPU':>9} {'out-layer peak MiB/GPU':>23}"
+    )
     for bandwidth in args.bandwidth:
         for world_size in args.world_sizes:
             # Replicated, every GPU runs the 1-GPU output layer on its own batch.
@@ -285,8 +337,10 @@ def emulate(args) -> str:
                 step_seconds = encoder_seconds + seconds + communication
                 texts = world_size * args.batch / step_seconds
                 label = "1 GPU" if world_size == 1 else name
-                lines.append(f"{label:<11} {bandwidth:>6.0f} {world_size:>3} {1e3 * step_seconds:>8.1f} {1e3 * communication:>8.2f} "
-                             f"{texts:>9.0f} {texts / one_gpu_texts:>8.2f}x {peak / MIB:>23,.0f}")  # fmt: skip
+                lines.append(
+                    f"{label:<11} {bandwidth:>6.0f} {world_size:>3} {1e3 * step_seconds:>8.1f} {1e3 * communication:>8.2f} "
+                    f"{texts:>9.0f} {texts / one_gpu_texts:>8.2f}x {peak / MIB:>23,.0f}"
+                )
     return "\n".join(lines)
 
 
@@ -299,8 +353,8 @@ def real(args) -> str | None:
     from transformers import MPNetConfig
 
     from haste_hf import HasteConfig, HasteForExtremeClassification
-    from haste_hf.sharded_output_layer import ignore_shards_in_ddp, shard_output_layer_
     from haste_hf.optimization import HasteOptimizer, StochasticRoundingSGD
+    from haste_hf.sharded_output_layer import ignore_shards_in_ddp, shard_output_layer_
     from haste_hf.trainer import split_parameters
 
     device = torch.device(args.device)
@@ -312,9 +366,12 @@ def real(args) -> str | None:
     torch.manual_seed(0)
     shape = layout(args, 1)
     config = HasteConfig(
-        encoder=encoder_config(args, MPNetConfig), label_count=args.labels, head_label_count=shape["head_total"],
-        group_size=args.group_size, fan_in=args.fan_in,
-    )  # fmt: skip
+        encoder=encoder_config(args, MPNetConfig),
+        label_count=args.labels,
+        head_label_count=shape["head_total"],
+        group_size=args.group_size,
+        fan_in=args.fan_in,
+    )
     model = HasteForExtremeClassification(config)
     if not args.replicated:
         shard_output_layer_(model)
@@ -326,7 +383,9 @@ def real(args) -> str | None:
     encoder_side, output_layer = split_parameters(model)
     optimizer = HasteOptimizer(
         torch.optim.AdamW([p for _, p in encoder_side], lr=5e-5),
-        StochasticRoundingSGD(output_layer, lr=0.05, momentum=0.9, weight_decay=1e-4, seed=rank if not args.replicated else 0),
+        StochasticRoundingSGD(
+            output_layer, lr=0.05, momentum=0.9, weight_decay=1e-4, seed=rank if not args.replicated else 0
+        ),
     )
     generator = torch.Generator().manual_seed(rank)
     input_ids = torch.randint(5, args.vocab, (args.batch, args.seq_len), generator=generator).to(device)
@@ -347,14 +406,16 @@ def real(args) -> str | None:
     if rank != 0:
         return None
     slowest = max(result[0] for result in results)
-    return "\n".join([
-        f"# {device_name(device)} x {world_size}, torch {torch.__version__}, commit {commit()}, "
-        f"{'replicated' if args.replicated else 'sharded'} output layer",
-        f"# L = {args.labels:,}, G = {args.group_size}, F = {args.fan_in}, d = {args.hidden}, {args.layers} layers, "
-        f"{args.batch} texts x {args.seq_len} tokens per GPU",
-        f"step {1e3 * slowest:.1f} ms (slowest rank), {world_size * args.batch / slowest:,.0f} texts/s, "
-        f"peak memory per rank (MiB): {', '.join(f'{result[1] / MIB:,.0f}' for result in results)}",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"# {device_name(device)} x {world_size}, torch {torch.__version__}, commit {commit()}, "
+            f"{'replicated' if args.replicated else 'sharded'} output layer",
+            f"# L = {args.labels:,}, G = {args.group_size}, F = {args.fan_in}, d = {args.hidden}, {args.layers} layers, "
+            f"{args.batch} texts x {args.seq_len} tokens per GPU",
+            f"step {1e3 * slowest:.1f} ms (slowest rank), {world_size * args.batch / slowest:,.0f} texts/s, "
+            f"peak memory per rank (MiB): {', '.join(f'{result[1] / MIB:,.0f}' for result in results)}",
+        ]
+    )
 
 
 def main(argv=None):

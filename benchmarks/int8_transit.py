@@ -13,6 +13,7 @@ import shutil
 import sys
 from pathlib import Path
 
+
 PACKED_FILE = "model_int8.safetensors"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
@@ -41,7 +42,6 @@ def pack(source: Path, target: Path) -> None:
 
 def unpack(source: Path, target: Path) -> Path:
     """`source` unpacked into `target` (a float32 `model.safetensors`); returns `target`."""
-    import torch
     from safetensors.torch import load_file, save_file
 
     packed = load_file(source / PACKED_FILE)

@@ -20,6 +20,7 @@ import argparse
 import re
 import sys
 
+
 ROW = re.compile(r"^\s*(\d+)\s+([\d.]+)M\s+(\d+)\s+(\d+)\s+(fwd|bwd_w|bwd_x)\s+([\d.]+)\s+(\S+)\s+([\d.]+)")
 
 
@@ -43,8 +44,11 @@ def floor_ms(batch, labels, fan_in, group, name, features, dram_bytes_per_s, sha
     supports = groups * fan_in * 4
     x = batch * features * 2
     partials = batch * groups * fan_in
-    dram = {"fwd": weights + supports + x + logits, "bwd_w": logits + supports + x + weights,
-            "bwd_x": logits + weights + supports + x}[name]
+    dram = {
+        "fwd": weights + supports + x + logits,
+        "bwd_w": logits + supports + x + weights,
+        "bwd_x": logits + weights + supports + x,
+    }[name]
     on_chip = partials * (8 if name == "bwd_x" else 2)
     return 1e3 * max(dram / dram_bytes_per_s, on_chip / shared_bytes_per_s)
 
@@ -64,14 +68,20 @@ def main(argv=None):
         sys.exit(f"no benchmark rows in {args.table}")
     dram = args.dram_tb_per_s * 1e12
     shared = args.sms * args.shared_bytes_per_clock * args.clock_ghz * 1e9
-    print(f"# floors at DRAM {args.dram_tb_per_s} TB/s, shared memory {shared / 1e12:.1f} TB/s; ratios to FLOPs-matched")
-    print(f"{'B':>4} {'L':>8} {'F':>4} {'G':>3} {'pass':<6} {'floor':>8} {'flops':>8} {'ours':>8} "
-          f"{'floor/fl':>8} {'ours/fl':>8}")
+    print(
+        f"# floors at DRAM {args.dram_tb_per_s} TB/s, shared memory {shared / 1e12:.1f} TB/s; ratios to FLOPs-matched"
+    )
+    print(
+        f"{'B':>4} {'L':>8} {'F':>4} {'G':>3} {'pass':<6} {'floor':>8} {'flops':>8} {'ours':>8} "
+        f"{'floor/fl':>8} {'ours/fl':>8}"
+    )
     unreachable = {}
     for (batch, labels, fan_in, group, name), (ours, flops) in sorted(rows.items(), key=lambda item: item[0]):
         floor = floor_ms(batch, labels, fan_in, group, name, args.features, dram, shared)
-        print(f"{batch:>4} {labels / 1e6:7.2f}M {fan_in:>4} {group:>3} {name:<6} {floor:8.3f} {flops:8.3f} "
-              f"{ours:8.3f} {floor / flops:8.2f} {ours / flops:8.2f}")
+        print(
+            f"{batch:>4} {labels / 1e6:7.2f}M {fan_in:>4} {group:>3} {name:<6} {floor:8.3f} {flops:8.3f} "
+            f"{ours:8.3f} {floor / flops:8.2f} {ours / flops:8.2f}"
+        )
         if floor / flops > args.target:
             unreachable.setdefault(name, []).append((batch, labels, fan_in, group, floor / flops))
     for name in ("fwd", "bwd_w", "bwd_x"):

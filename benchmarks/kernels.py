@@ -24,6 +24,7 @@ import torch
 
 from haste_hf import kernels, sparse_ops
 
+
 PASSES = ("fwd", "bwd_w", "bwd_x")
 
 
@@ -145,8 +146,17 @@ def main(argv=None):
     dense_cache = {}
     for batch, millions in itertools.product(args.batch, args.labels):
         for fan_in, group_size in itertools.product(args.fan_in, args.group):
-            labels, row = bench_shape(batch, int(millions * 1e6), fan_in, group_size, args.features, dtype,
-                                      args.torch_path, dense_cache, args.passes)
+            labels, row = bench_shape(
+                batch,
+                int(millions * 1e6),
+                fan_in,
+                group_size,
+                args.features,
+                dtype,
+                args.torch_path,
+                dense_cache,
+                args.passes,
+            )
             for p in args.passes:
                 ratio = row[p, "ours"] / row[p, "flops"]
                 ratios[batch, labels, fan_in, group_size, p] = ratio

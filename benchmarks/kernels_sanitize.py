@@ -29,8 +29,12 @@ def main():
             dense_weight = torch.randn(groups * group_size, features, device="cuda", dtype=dtype)
             for loss in ("bce", "squared_hinge"):
                 for store in (False, True):
-                    ops.linear_loss(x, weight, bias, supports, positions, groups * group_size - 1, 0.5, loss, store, False)
-                    ops.linear_loss(x, dense_weight, bias, None, positions, groups * group_size - 2, 0.5, loss, store, False)
+                    ops.linear_loss(
+                        x, weight, bias, supports, positions, groups * group_size - 1, 0.5, loss, store, False
+                    )
+                    ops.linear_loss(
+                        x, dense_weight, bias, None, positions, groups * group_size - 2, 0.5, loss, store, False
+                    )
             if kernels.has_fast_path(x, weight):
                 ops.group_sparse_topk(x, weight, supports, bias, 7, groups * group_size - 1)
     torch.cuda.synchronize()

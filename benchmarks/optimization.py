@@ -53,11 +53,23 @@ def sgd_case(labels, group_size, fan_in, device, repeats):
     shape = (groups, group_size, fan_in)
     rows = []
     for name, make in (
-        ("torch.optim.SGD (bf16 momentum, nearest)", lambda p: torch.optim.SGD([p], lr=0.05, momentum=0.9, foreach=True)),
+        (
+            "torch.optim.SGD (bf16 momentum, nearest)",
+            lambda p: torch.optim.SGD([p], lr=0.05, momentum=0.9, foreach=True),
+        ),
         ("StochasticRoundingSGD (fp32 momentum, SR)", lambda p: StochasticRoundingSGD([p], lr=0.05, momentum=0.9)),
-        ("StochasticRoundingSGD (bf16 momentum, SR)", lambda p: StochasticRoundingSGD([p], lr=0.05, momentum=0.9, momentum_dtype=None)),
-        ("StochasticRoundingSGD (fp32 momentum, SR, PyTorch path)", lambda p: StochasticRoundingSGD([p], lr=0.05, momentum=0.9, fused=False)),
-        ("StochasticRoundingSGD (fp32 momentum, nearest)", lambda p: StochasticRoundingSGD([p], lr=0.05, momentum=0.9, stochastic_rounding=False)),
+        (
+            "StochasticRoundingSGD (bf16 momentum, SR)",
+            lambda p: StochasticRoundingSGD([p], lr=0.05, momentum=0.9, momentum_dtype=None),
+        ),
+        (
+            "StochasticRoundingSGD (fp32 momentum, SR, PyTorch path)",
+            lambda p: StochasticRoundingSGD([p], lr=0.05, momentum=0.9, fused=False),
+        ),
+        (
+            "StochasticRoundingSGD (fp32 momentum, nearest)",
+            lambda p: StochasticRoundingSGD([p], lr=0.05, momentum=0.9, stochastic_rounding=False),
+        ),
     ):
         param = torch.nn.Parameter(torch.randn(shape, device=device, dtype=torch.bfloat16))
         param.grad = torch.randn_like(param)
@@ -76,7 +88,9 @@ def rewiring_case(labels, group_size, fan_in, features, device, repeats):
     weight = torch.randn(groups, group_size, fan_in, generator=generator).to(torch.bfloat16)
     weight_device, supports_device = weight.to(device), supports.to(device)
     step = iter(range(10**6))
-    milliseconds = timed(lambda: rewire_(weight_device, supports_device, features, 0.2, step=next(step)), device, repeats)
+    milliseconds = timed(
+        lambda: rewire_(weight_device, supports_device, features, 0.2, step=next(step)), device, repeats
+    )
     agrees = None
     if device.type == "cuda":
         cpu_weight, cpu_supports = weight.clone(), supports.clone()
@@ -109,7 +123,9 @@ def main():
     print("\n| L | groups | rewire_ ms (fraction 0.2, global, zero init) | CUDA == CPU (random init) |")
     print("|---|---|---|---|")
     for count in labels:
-        milliseconds, agrees = rewiring_case(count, args.group_size, args.fan_in, args.features, device, min(args.repeats, 3))
+        milliseconds, agrees = rewiring_case(
+            count, args.group_size, args.fan_in, args.features, device, min(args.repeats, 3)
+        )
         print(f"| {count / 1e6:.2f}M | {-(-count // args.group_size)} | {milliseconds:.1f} | {agrees} |")
 
 

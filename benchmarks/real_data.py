@@ -39,6 +39,7 @@ import numpy as np
 
 from haste_hf.configuration_haste import DEFAULT_HEAD_LABEL_FRACTION
 
+
 KS = (1, 3, 5)
 # fixed_fan_in last: its G = 1 tail runs on the slower PyTorch path, so a time budget cuts it first.
 VARIANTS = ("haste", "no_head", "random_grouping", "dense_bottleneck", "dense", "fixed_fan_in")
@@ -47,16 +48,27 @@ VARIANTS = ("haste", "no_head", "random_grouping", "dense_bottleneck", "dense", 
 def variant_structure(name: str, args) -> dict:
     """Head size (fraction or count), group size, grouping strategy, projection and rewiring of a variant."""
     sparse = {"group_size": args.group_size, "fan_in": args.fan_in, "rewiring": True, "head_projection_dim": None}
-    dense = {"grouping": None, "group_size": args.group_size, "fan_in": args.fan_in, "rewiring": False, "head_label_fraction": 1.0}
+    dense = {
+        "grouping": None,
+        "group_size": args.group_size,
+        "fan_in": args.fan_in,
+        "rewiring": False,
+        "head_label_fraction": 1.0,
+    }
     return {
         "haste": {**sparse, "head_label_fraction": args.head_label_fraction, "grouping": "semantic"},
         "no_head": {**sparse, "head_label_fraction": 0.0, "grouping": "semantic"},
         "random_grouping": {**sparse, "head_label_fraction": args.head_label_fraction, "grouping": "random"},
         # G = 1: no label shares a support, so the order of the tail is irrelevant.
-        "fixed_fan_in": {**sparse, "head_label_fraction": args.head_label_fraction, "grouping": "frequency", "group_size": 1},
+        "fixed_fan_in": {
+            **sparse,
+            "head_label_fraction": args.head_label_fraction,
+            "grouping": "frequency",
+            "group_size": 1,
+        },
         "dense_bottleneck": {**dense, "head_projection_dim": args.bottleneck_dim},
         "dense": {**dense, "head_projection_dim": None},
-    }[name]  # fmt: skip
+    }[name]
 
 
 # ------------------------------------------------------------------------------------------------ tree peers
@@ -82,14 +94,18 @@ def fit_omikuji(x_train, train_labels, x_test, threads: int, k: int) -> list[lis
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "train.txt")
         with open(path, "w") as f:
-            f.write(f"{x_train.shape[0]} {x_train.shape[1]} {1 + max(max(labels, default=0) for labels in train_labels)}\n")
+            f.write(
+                f"{x_train.shape[0]} {x_train.shape[1]} {1 + max(max(labels, default=0) for labels in train_labels)}\n"
+            )
             for row, labels in enumerate(train_labels):
                 features = x_train[row]
                 pairs = " ".join(f"{i}:{v:.6g}" for i, v in zip(features.indices, features.data))
                 f.write(f"{','.join(map(str, labels))} {pairs}\n")
         model = omikuji.Model.train_on_data(path, omikuji.Model.default_hyper_param(), n_threads=threads)
-    return [[label for label, _ in model.predict(list(zip(x_test[row].indices, x_test[row].data)), top_k=k)]
-            for row in range(x_test.shape[0])]  # fmt: skip
+    return [
+        [label for label, _ in model.predict(list(zip(x_test[row].indices, x_test[row].data)), top_k=k)]
+        for row in range(x_test.shape[0])
+    ]
 
 
 def run_tree_peers(train_texts, train_labels, test_texts, test_labels, frequencies, num_train, a, b, threads):
@@ -99,7 +115,9 @@ def run_tree_peers(train_texts, train_labels, test_texts, test_labels, frequenci
     from haste_hf.metrics import Propensity, compute_xmc_metrics
 
     started = time.time()
-    vectorizer = TfidfVectorizer(sublinear_tf=True, ngram_range=(1, 2), min_df=2, max_features=200_000, dtype=np.float32)
+    vectorizer = TfidfVectorizer(
+        sublinear_tf=True, ngram_range=(1, 2), min_df=2, max_features=200_000, dtype=np.float32
+    )
     x_train = vectorizer.fit_transform(train_texts)
     x_test = vectorizer.transform(test_texts)
     featurize_seconds = time.time() - started
@@ -116,11 +134,18 @@ def run_tree_peers(train_texts, train_labels, test_texts, test_labels, frequenci
         top_ids = np.full((len(predictions), max(KS)), -1, dtype=np.int64)
         for row, labels in enumerate(predictions):
             top_ids[row, : len(labels)] = labels
-        results.append({
-            "name": name, "status": "ok", "metrics": compute_xmc_metrics(top_ids, test_labels, ks=KS, propensity=propensity),
-            "peak_gpu_memory_gib": None, "train_seconds": train_seconds, "featurize_seconds": featurize_seconds,
-            "tfidf_features": x_train.shape[1], "kernels": "-",
-        })  # fmt: skip
+        results.append(
+            {
+                "name": name,
+                "status": "ok",
+                "metrics": compute_xmc_metrics(top_ids, test_labels, ks=KS, propensity=propensity),
+                "peak_gpu_memory_gib": None,
+                "train_seconds": train_seconds,
+                "featurize_seconds": featurize_seconds,
+                "tfidf_features": x_train.shape[1],
+                "kernels": "-",
+            }
+        )
     return results
 
 
@@ -188,58 +213,104 @@ def train_variant(name, args, data, frequencies, embeddings, device, counter, st
 
     structure = variant_structure(name, args)
     layout = LabelLayout.from_frequencies(
-        frequencies, structure["group_size"], head_label_fraction=structure["head_label_fraction"],
-        strategy=structure["grouping"] or "frequency", label_embeddings=embeddings, seed=args.seed,
-        split_fingerprint=args.split_fingerprint, train_points=len(data.splits["train"]),
-    )  # fmt: skip
+        frequencies,
+        structure["group_size"],
+        head_label_fraction=structure["head_label_fraction"],
+        strategy=structure["grouping"] or "frequency",
+        label_embeddings=embeddings,
+        seed=args.seed,
+        split_fingerprint=args.split_fingerprint,
+        train_points=len(data.splits["train"]),
+    )
     total_steps = steps_per_epoch * args.epochs
     # A few rewirings inside the default window (the first two thirds of training).
     rewiring_interval = max(1, math.floor(total_steps * (2 / 3) / (args.rewirings + 1))) if structure["rewiring"] else 0
     bf16 = device.type == "cuda"
     training_args = dict(
-        output_dir=os.path.join(args.work_dir, name), num_train_epochs=args.epochs,
-        per_device_train_batch_size=args.batch_size, per_device_eval_batch_size=args.eval_batch_size,
-        learning_rate=args.lr, warmup_steps=args.warmup,
-        weight_decay=0.01, output_learning_rate=args.output_lr, output_momentum=0.9,
-        output_layer_dtype="bfloat16" if bf16 else None, bf16=bf16, rewiring_interval=rewiring_interval,
-        logging_steps=max(1, steps_per_epoch // 4), seed=args.seed, dataloader_num_workers=args.num_workers,
-        use_cpu=device.type != "cuda", disable_tqdm=True, eval_strategy="no", save_strategy="no",
-    )  # fmt: skip
+        output_dir=os.path.join(args.work_dir, name),
+        num_train_epochs=args.epochs,
+        per_device_train_batch_size=args.batch_size,
+        per_device_eval_batch_size=args.eval_batch_size,
+        learning_rate=args.lr,
+        warmup_steps=args.warmup,
+        weight_decay=0.01,
+        output_learning_rate=args.output_lr,
+        output_momentum=0.9,
+        output_layer_dtype="bfloat16" if bf16 else None,
+        bf16=bf16,
+        rewiring_interval=rewiring_interval,
+        logging_steps=max(1, steps_per_epoch // 4),
+        seed=args.seed,
+        dataloader_num_workers=args.num_workers,
+        use_cpu=device.type != "cuda",
+        disable_tqdm=True,
+        eval_strategy="no",
+        save_strategy="no",
+    )
     timer = make_epoch_timer(device)
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     calls_before = counter.calls
     run = train(
-        data, args.encoder, training_args=training_args, layout=layout, callbacks=[timer], save=False,
-        evaluate_test=False, validation_fraction=0, fan_in=structure["fan_in"],
-        head_projection_dim=structure["head_projection_dim"], max_length=args.max_length,
-        propensity_a=args.propensity_a, propensity_b=args.propensity_b,
-    )  # fmt: skip
+        data,
+        args.encoder,
+        training_args=training_args,
+        layout=layout,
+        callbacks=[timer],
+        save=False,
+        evaluate_test=False,
+        validation_fraction=0,
+        fan_in=structure["fan_in"],
+        head_projection_dim=structure["head_projection_dim"],
+        max_length=args.max_length,
+        propensity_a=args.propensity_a,
+        propensity_b=args.propensity_b,
+    )
     kernel_calls = counter.calls - calls_before
     peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None
     model, trainer = run.model, run.trainer
     started = time.time()
-    metrics = evaluate_split(model, run.tokenizer, data, "test", run.propensity, batch_size=args.eval_batch_size,
-                             max_length=args.max_length, ks=KS)  # fmt: skip
+    metrics = evaluate_split(
+        model,
+        run.tokenizer,
+        data,
+        "test",
+        run.propensity,
+        batch_size=args.eval_batch_size,
+        max_length=args.max_length,
+        ks=KS,
+    )
     predict_seconds = time.time() - started
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     rewirings = [entry["rewired_pairs"] for entry in trainer.state.log_history if "rewired_pairs" in entry]
     result = {
-        "name": name, "status": "ok", "metrics": metrics, "peak_gpu_memory_gib": peak,
-        "epoch_seconds": timer.seconds, "mean_epoch_seconds": float(np.mean(timer.seconds)) if timer.seconds else None,
+        "name": name,
+        "status": "ok",
+        "metrics": metrics,
+        "peak_gpu_memory_gib": peak,
+        "epoch_seconds": timer.seconds,
+        "mean_epoch_seconds": float(np.mean(timer.seconds)) if timer.seconds else None,
         # The first epoch also pays one-off costs (CUDA context warm-up, first kernel launches).
         "mean_epoch_seconds_after_first": float(np.mean(timer.seconds[1:])) if len(timer.seconds) > 1 else None,
-        "train_seconds": run.training_seconds, "predict_seconds": predict_seconds, "steps": trainer.state.global_step,
-        "head_labels": layout.head_label_count, "tail_labels": layout.tail_label_count,
+        "train_seconds": run.training_seconds,
+        "predict_seconds": predict_seconds,
+        "steps": trainer.state.global_step,
+        "head_labels": layout.head_label_count,
+        "tail_labels": layout.tail_label_count,
         "group_size": layout.group_size if layout.tail_label_count else None,
-        "fan_in": structure["fan_in"] if layout.tail_label_count else None, "grouping": structure["grouping"],
-        "head_projection_dim": structure["head_projection_dim"], "rewiring_interval": rewiring_interval,
-        "rewirings": len(rewirings), "rewired_pairs": rewirings,
-        "kernel_calls": kernel_calls, "kernels": "yes" if kernel_calls else ("no" if layout.tail_label_count else "-"),
+        "fan_in": structure["fan_in"] if layout.tail_label_count else None,
+        "grouping": structure["grouping"],
+        "head_projection_dim": structure["head_projection_dim"],
+        "rewiring_interval": rewiring_interval,
+        "rewirings": len(rewirings),
+        "rewired_pairs": rewirings,
+        "kernel_calls": kernel_calls,
+        "kernels": "yes" if kernel_calls else ("no" if layout.tail_label_count else "-"),
         "parameters_output_layer": sum(p.numel() for n, p in model.named_parameters() if not n.startswith("encoder.")),
-        "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
-    }  # fmt: skip
+        "first_loss": losses[0] if losses else None,
+        "last_loss": losses[-1] if losses else None,
+    }
     del run, trainer, model
     return result
 
@@ -248,7 +319,15 @@ def train_variant(name, args, data, frequencies, embeddings, device, counter, st
 
 
 def format_table(results) -> str:
-    header = ["variant", *(f"P@{k}" for k in KS), *(f"PSP@{k}" for k in KS), "peak GPU mem (GiB)", "epoch (s): mean / after the first", "CUDA kernels", "rewirings"]
+    header = [
+        "variant",
+        *(f"P@{k}" for k in KS),
+        *(f"PSP@{k}" for k in KS),
+        "peak GPU mem (GiB)",
+        "epoch (s): mean / after the first",
+        "CUDA kernels",
+        "rewirings",
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for result in results:
         if result["status"] != "ok":
@@ -273,7 +352,9 @@ def format_table(results) -> str:
 
 
 def report(results, settings, output_dir: Path) -> None:
-    (output_dir / "results.json").write_text(json.dumps({"settings": settings, "results": results}, indent=1, default=float))
+    (output_dir / "results.json").write_text(
+        json.dumps({"settings": settings, "results": results}, indent=1, default=float)
+    )
     (output_dir / "table.md").write_text(format_table(results) + "\n")
 
 
@@ -303,8 +384,12 @@ def main(argv=None) -> int:
     parser.add_argument("--num-workers", type=int, default=4, help="Data loader workers (tokenization).")
     parser.add_argument("--tree-threads", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--time-budget", type=float, default=None,
-                        help="Seconds after which the variants not yet started are skipped (recorded as such).")  # fmt: skip
+    parser.add_argument(
+        "--time-budget",
+        type=float,
+        default=None,
+        help="Seconds after which the variants not yet started are skipped (recorded as such).",
+    )
     args = parser.parse_args(argv)
 
     import torch
@@ -329,36 +414,62 @@ def main(argv=None) -> int:
     frequencies, args.split_fingerprint, _ = count_labels(train_split, data.label_count)
     # Propensities from the training points used (the recipe reads them from here).
     data.train_label_frequencies, data.num_train_points = frequencies, len(train_split)
-    print(f"{args.data}: {len(train_split):,} train, {len(test_split):,} test, {data.label_count:,} labels "
-          f"({int((frequencies > 0).sum()):,} seen in the training points used)", flush=True)  # fmt: skip
+    print(
+        f"{args.data}: {len(train_split):,} train, {len(test_split):,} test, {data.label_count:,} labels "
+        f"({int((frequencies > 0).sum()):,} seen in the training points used)",
+        flush=True,
+    )
 
     # The tree peer forks before CUDA starts and trains on the CPU while the GPU variants run.
     tree_future = None
     if not args.no_tree:
         pool = concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork"))
         tree_future = pool.submit(
-            run_tree_peers, list(train_split["text"]), list(train_split["labels"]), list(test_split["text"]),
-            list(test_split["labels"]), frequencies, len(train_split), args.propensity_a, args.propensity_b,
+            run_tree_peers,
+            list(train_split["text"]),
+            list(train_split["labels"]),
+            list(test_split["text"]),
+            list(test_split["labels"]),
+            frequencies,
+            len(train_split),
+            args.propensity_a,
+            args.propensity_b,
             args.tree_threads,
-        )  # fmt: skip
+        )
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device_name = torch.cuda.get_device_name() if device.type == "cuda" else platform.processor() or "CPU"
     kernel_build = build_kernels(device)
-    print(f"device: {device_name}; CUDA kernels available: {kernel_build['available']} "
-          f"(build/load {kernel_build['build_seconds']:.1f} s)", flush=True)  # fmt: skip
+    print(
+        f"device: {device_name}; CUDA kernels available: {kernel_build['available']} "
+        f"(build/load {kernel_build['build_seconds']:.1f} s)",
+        flush=True,
+    )
     counter = KernelCallCounter()
 
     def settings():
         return {
-            "device": device_name, "torch": torch.__version__, "transformers": transformers.__version__,
-            "python": platform.python_version(), "data": args.data, "encoder": args.encoder,
-            "train_points": len(train_split), "test_points": len(test_split), "labels": data.label_count,
-            "epochs": args.epochs, "batch_size": args.batch_size, "max_length": args.max_length, "lr": args.lr,
-            "output_lr": args.output_lr, "warmup": args.warmup, "bf16": device.type == "cuda",
-            "propensity": {"A": args.propensity_a, "B": args.propensity_b}, "kernel_build": kernel_build,
-            "label_embedding_seconds": embedding_seconds, "total_seconds": time.time() - started_all,
-        }  # fmt: skip
+            "device": device_name,
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "python": platform.python_version(),
+            "data": args.data,
+            "encoder": args.encoder,
+            "train_points": len(train_split),
+            "test_points": len(test_split),
+            "labels": data.label_count,
+            "epochs": args.epochs,
+            "batch_size": args.batch_size,
+            "max_length": args.max_length,
+            "lr": args.lr,
+            "output_lr": args.output_lr,
+            "warmup": args.warmup,
+            "bf16": device.type == "cuda",
+            "propensity": {"A": args.propensity_a, "B": args.propensity_b},
+            "kernel_build": kernel_build,
+            "label_embedding_seconds": embedding_seconds,
+            "total_seconds": time.time() - started_all,
+        }
 
     needs_embeddings = any(variant_structure(name, args)["grouping"] == "semantic" for name in args.variants)
     embeddings, embedding_seconds = None, 0.0
@@ -368,10 +479,14 @@ def main(argv=None) -> int:
         started = time.time()
         encoder = AutoModel.from_pretrained(args.encoder, dtype=torch.float32).to(device)
         embeddings = compute_label_embeddings(
-            encoder, train_split["text"], train_split["labels"], data.label_count,
-            tokenizer=AutoTokenizer.from_pretrained(args.encoder), batch_size=args.eval_batch_size,
+            encoder,
+            train_split["text"],
+            train_split["labels"],
+            data.label_count,
+            tokenizer=AutoTokenizer.from_pretrained(args.encoder),
+            batch_size=args.eval_batch_size,
             max_length=args.max_length,
-        )  # fmt: skip
+        )
         embedding_seconds = time.time() - started
         del encoder
         print(f"label embeddings for semantic grouping: {embedding_seconds:.1f} s", flush=True)
@@ -401,7 +516,9 @@ def main(argv=None) -> int:
             peers = tree_future.result()
         except Exception as error:  # noqa: BLE001  recorded in the table
             traceback.print_exc()
-            peers = [{"name": name, "status": f"failed ({type(error).__name__}: {str(error)[:120]})"} for name in TREE_PEERS]
+            peers = [
+                {"name": name, "status": f"failed ({type(error).__name__}: {str(error)[:120]})"} for name in TREE_PEERS
+            ]
         results.extend(peers)
         print(json.dumps(peers, indent=1, default=float), flush=True)
 

@@ -29,36 +29,70 @@ import tempfile
 import time
 from pathlib import Path
 
+
 HERE = Path(__file__).resolve().parent
 KS = (1, 3, 5)
 METRICS = [f"{family}@{k}" for family in ("P", "PSP") for k in KS]
 # The flags every run shares: how the data is read and scored (and the evaluation batch, which changes no result).
-DATA_FLAGS = ["--text-fields", "title_content", "--eval-batch-size", "256", "--propensity-a", "0.55",
-              "--propensity-b", "1.5", "--report-to", "none"]  # fmt: skip
+DATA_FLAGS = [
+    "--text-fields",
+    "title_content",
+    "--eval-batch-size",
+    "256",
+    "--propensity-a",
+    "0.55",
+    "--propensity-b",
+    "1.5",
+    "--report-to",
+    "none",
+]
 # Every variant but `defaults` trains in bf16 at batch 128 (the defaults of 3049036 were fp32 at batch 32).
 RECIPE_FLAGS = ["--bf16", "--batch-size", "128"]
 # `benchmarks/real_data.py`'s settings: the anchor the levers move from. "rewirings" n is turned into the rewiring
 # interval floor(2/3 of the run's steps / (n + 1)), as real_data.py computes it (so n + 1 rewirings happen, the last
 # at the end of the window), and it depends on the run's length.
-BENCH = {"--epochs": "5", "--lr": "1e-4", "--output-lr": "0.1", "--warmup": "0.1", "--max-length": "64",
-         "--validation-fraction": "0", "rewirings": "5"}  # fmt: skip
+BENCH = {
+    "--epochs": "5",
+    "--lr": "1e-4",
+    "--output-lr": "0.1",
+    "--warmup": "0.1",
+    "--max-length": "64",
+    "--validation-fraction": "0",
+    "rewirings": "5",
+}
 BEFORE = {"--epochs": "5"}  # the defaults of commit 3049036 (the issue's first row)
 # name: the flags changed from the anchor (`bench+...` from BENCH; others stand alone).
 LEVERS = {
-    "epochs10": {"--epochs": "10"}, "epochs15": {"--epochs": "15"}, "epochs20": {"--epochs": "20"},
-    "len128": {"--max-length": "128"}, "len256": {"--max-length": "256"},
-    "lr5e-5": {"--lr": "5e-5"}, "lr2e-4": {"--lr": "2e-4"},
-    "outlr0.05": {"--output-lr": "0.05"}, "outlr0.2": {"--output-lr": "0.2"}, "outlr0.4": {"--output-lr": "0.4"},
-    "warmup0": {"--warmup": "0"}, "wd0": {"--weight-decay": "0", "--output-weight-decay": "0"},
-    "outwarmup0.1": {"--output-warmup": "0.1"}, "linear": {"--lr-scheduler-type": "linear", "--output-lr-scheduler-type": "linear"},
-    "val0.1": {"--validation-fraction": "0.1"}, "labeltexts": {"--label-texts": None},
-    "F128": {"--fan-in": "128"}, "F192": {"--fan-in": "192"}, "G8": {"--group-size": "8"}, "G32": {"--group-size": "32"},
-    "head1": {"--head-fraction": "0.01"}, "head5": {"--head-fraction": "0.05"}, "head10": {"--head-fraction": "0.1"},
+    "epochs10": {"--epochs": "10"},
+    "epochs15": {"--epochs": "15"},
+    "epochs20": {"--epochs": "20"},
+    "len128": {"--max-length": "128"},
+    "len256": {"--max-length": "256"},
+    "lr5e-5": {"--lr": "5e-5"},
+    "lr2e-4": {"--lr": "2e-4"},
+    "outlr0.05": {"--output-lr": "0.05"},
+    "outlr0.2": {"--output-lr": "0.2"},
+    "outlr0.4": {"--output-lr": "0.4"},
+    "warmup0": {"--warmup": "0"},
+    "wd0": {"--weight-decay": "0", "--output-weight-decay": "0"},
+    "outwarmup0.1": {"--output-warmup": "0.1"},
+    "linear": {"--lr-scheduler-type": "linear", "--output-lr-scheduler-type": "linear"},
+    "val0.1": {"--validation-fraction": "0.1"},
+    "labeltexts": {"--label-texts": None},
+    "F128": {"--fan-in": "128"},
+    "F192": {"--fan-in": "192"},
+    "G8": {"--group-size": "8"},
+    "G32": {"--group-size": "32"},
+    "head1": {"--head-fraction": "0.01"},
+    "head5": {"--head-fraction": "0.05"},
+    "head10": {"--head-fraction": "0.1"},
     "proj": {"--head-projection-dim": "384", "--tail-projection-dim": "384"},
-    "rewire0": {"rewirings": "0"}, "rewire10": {"rewirings": "10"}, "rewirefrac0.1": {"--rewiring-fraction": "0.1"},
+    "rewire0": {"rewirings": "0"},
+    "rewire10": {"rewirings": "10"},
+    "rewirefrac0.1": {"--rewiring-fraction": "0.1"},
     "rewirefrac0.4": {"--rewiring-fraction": "0.4"},
     "dense": {"--head-fraction": "1.0", "rewirings": "0"},
-}  # fmt: skip
+}
 
 
 def variant_flags(name: str) -> dict:
@@ -87,7 +121,9 @@ def training_points(data: Path, label_texts: bool, validation_fraction: float) -
     return points
 
 
-def command_line(flags: dict, data: Path, encoder: str, output_dir: Path, seed: int, workers: int, extra=()) -> list[str]:
+def command_line(
+    flags: dict, data: Path, encoder: str, output_dir: Path, seed: int, workers: int, extra=()
+) -> list[str]:
     """The `haste-hf train` arguments of one run; the `rewirings` pseudo-flag becomes `--rewiring-interval`."""
     flags = dict(flags)
     rewirings = flags.pop("rewirings", None)
@@ -96,8 +132,23 @@ def command_line(flags: dict, data: Path, encoder: str, output_dir: Path, seed: 
         points = training_points(data, "--label-texts" in flags, float(flags.get("--validation-fraction", 0.1)))
         steps = math.ceil(points / 128) * epochs
         flags["--rewiring-interval"] = str(math.floor(steps * (2 / 3) / (int(rewirings) + 1)) if int(rewirings) else 0)
-    argv = ["train", "--data", str(data), "--encoder", encoder, "--output-dir", str(output_dir), "--overwrite-output-dir",
-            "--seed", str(seed), "--dataset-name", data.name, "--dataloader-num-workers", str(workers), *DATA_FLAGS]  # fmt: skip
+    argv = [
+        "train",
+        "--data",
+        str(data),
+        "--encoder",
+        encoder,
+        "--output-dir",
+        str(output_dir),
+        "--overwrite-output-dir",
+        "--seed",
+        str(seed),
+        "--dataset-name",
+        data.name,
+        "--dataloader-num-workers",
+        str(workers),
+        *DATA_FLAGS,
+    ]
     if flags or rewirings is not None:  # `defaults`: nothing but the data
         argv += RECIPE_FLAGS
     for flag, value in flags.items():
@@ -120,7 +171,9 @@ def run_worker(argv: list[str], result_file: Path) -> int:
     output_dir = Path(argv[argv.index("--output-dir") + 1])
     metrics = json.loads((output_dir / "test_metrics.json").read_text()) if status == 0 else {}
     peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
-    result_file.write_text(json.dumps({"status": status, "seconds": seconds, "peak_gib": peak, "metrics": metrics, "argv": argv}))
+    result_file.write_text(
+        json.dumps({"status": status, "seconds": seconds, "peak_gib": peak, "metrics": metrics, "argv": argv})
+    )
     return status
 
 
@@ -136,8 +189,17 @@ def run_trees(data: Path, result_file: Path, threads: int) -> None:
 
     dataset = load_xmc_dataset(data, text_fields="title_content")
     train, test = dataset.splits["train"], dataset.splits["test"]
-    results = run_tree_peers(train["text"], train["labels"], test["text"], test["labels"], dataset.train_label_frequencies,
-                             len(train), 0.55, 1.5, threads)  # fmt: skip
+    results = run_tree_peers(
+        train["text"],
+        train["labels"],
+        test["text"],
+        test["labels"],
+        dataset.train_label_frequencies,
+        len(train),
+        0.55,
+        1.5,
+        threads,
+    )
     result_file.write_text(json.dumps(results))
 
 
@@ -169,8 +231,20 @@ def run_study(args) -> None:
         for dataset in args.datasets:
             tree_file = runs_dir / f"{dataset}__trees.json"
             if not tree_file.exists():
-                trees.append(subprocess.Popen([sys.executable, __file__, "--tree-worker", str(args.data_root / dataset),
-                                               "--result", str(tree_file), "--tree-threads", str(args.tree_threads)]))  # fmt: skip
+                trees.append(
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            __file__,
+                            "--tree-worker",
+                            str(args.data_root / dataset),
+                            "--result",
+                            str(tree_file),
+                            "--tree-threads",
+                            str(args.tree_threads),
+                        ]
+                    )
+                )
     running = []
     started = time.time()
     while jobs or running:
@@ -183,10 +257,15 @@ def run_study(args) -> None:
         while jobs and len(running) < args.parallel and budget_left > args.min_start_s:
             variant, dataset, seed = job = jobs.pop(0)
             output_dir = scratch / f"{dataset}-{variant}-s{seed}"
-            argv = command_line(variant_flags(variant), args.data_root / dataset, encoder, output_dir, seed, workers, args.extra)
-            log = open(runs_dir / f"{dataset}__{variant}__s{seed}.log", "w")
-            process = subprocess.Popen([sys.executable, __file__, "--worker", "--result", str(result_path(runs_dir, *job)),
-                                        "--", *argv], stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+            argv = command_line(
+                variant_flags(variant), args.data_root / dataset, encoder, output_dir, seed, workers, args.extra
+            )
+            log = open(runs_dir / f"{dataset}__{variant}__s{seed}.log", "w")  # noqa: SIM115  (closed when its run ends)
+            process = subprocess.Popen(
+                [sys.executable, __file__, "--worker", "--result", str(result_path(runs_dir, *job)), "--", *argv],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
             running.append((process, job, log))
             print(f"[{time.time() - started:6.0f} s] started {job}", flush=True)
         if not running or budget_left <= args.min_start_s and not running:
@@ -226,10 +305,15 @@ def report(out: Path) -> str:
             table.setdefault(dataset, {}).setdefault(variant, []).append(result)
     lines = []
     for dataset in sorted(table):
-        lines += [f"### {dataset}", "",
-                  "| variant | seeds | " + " | ".join(METRICS) + " | minutes | peak GiB |",
-                  "|---|---|" + "---|" * (len(METRICS) + 2)]  # fmt: skip
-        for variant, results in sorted(table[dataset].items(), key=lambda item: -statistics.mean(r["metrics"]["P@1"] for r in item[1])):
+        lines += [
+            f"### {dataset}",
+            "",
+            "| variant | seeds | " + " | ".join(METRICS) + " | minutes | peak GiB |",
+            "|---|---|" + "---|" * (len(METRICS) + 2),
+        ]
+        for variant, results in sorted(
+            table[dataset].items(), key=lambda item: -statistics.mean(r["metrics"]["P@1"] for r in item[1])
+        ):
             cells = [_cell([r["metrics"][metric] for r in results]) for metric in METRICS]
             minutes = statistics.mean(r["seconds"] for r in results) / 60
             peak = max((r["peak_gib"] or 0) for r in results)
@@ -238,7 +322,9 @@ def report(out: Path) -> str:
         for tree in json.loads(tree_file.read_text()) if tree_file.exists() else []:
             if tree["status"] == "ok":
                 cells = [_cell([tree["metrics"][metric]]) for metric in METRICS]
-                lines.append(f"| {tree['name']} | 1 | " + " | ".join(cells) + f" | {tree['train_seconds'] / 60:.1f} (CPU) | - |")
+                lines.append(
+                    f"| {tree['name']} | 1 | " + " | ".join(cells) + f" | {tree['train_seconds'] / 60:.1f} (CPU) | - |"
+                )
         lines.append("")
     return "\n".join(lines)
 
@@ -247,16 +333,22 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-root", type=Path, help="Folder holding the datasets (XMC raw-text format).")
     parser.add_argument("--datasets", nargs="+", default=["deps", "tags"])
-    parser.add_argument("--encoder", default="minilm", help="Encoder id or folder; an int8_transit.py folder is unpacked.")
+    parser.add_argument(
+        "--encoder", default="minilm", help="Encoder id or folder; an int8_transit.py folder is unpacked."
+    )
     parser.add_argument("--variants", nargs="+", default=["before", "bench"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--parallel", type=int, default=4, help="Trainings side by side on the GPU.")
     parser.add_argument("--trees", action="store_true", help="Also train the tree peers (CPU, one process).")
     parser.add_argument("--tree-threads", type=int, default=4)
-    parser.add_argument("--tree-grace-s", type=float, default=60, help="How long past the budget to wait for the trees.")
+    parser.add_argument(
+        "--tree-grace-s", type=float, default=60, help="How long past the budget to wait for the trees."
+    )
     parser.add_argument("--budget-s", type=float, default=540, help="Start no run after this many seconds.")
     parser.add_argument("--min-start-s", type=float, default=120, help="Start no run with less budget left than this.")
-    parser.add_argument("--extra", type=shlex.split, default=[], help="Flags added to every run (e.g. '--max-steps 2' for a dry run).")
+    parser.add_argument(
+        "--extra", type=shlex.split, default=[], help="Flags added to every run (e.g. '--max-steps 2' for a dry run)."
+    )
     parser.add_argument("--rerun", action="store_true", help="Run variants that already have a result again.")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "recipe_study")
     parser.add_argument("--report", action="store_true", help="Print the tables of the results in --out, run nothing.")
@@ -274,8 +366,10 @@ def main(argv=None) -> int:
             variant_flags(variant)  # a misspelt lever fails before anything runs
         import torch
 
-        print(f"device: {torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu'}, {platform.node()}, "
-              f"{os.cpu_count()} cores, torch {torch.__version__}")  # fmt: skip
+        print(
+            f"device: {torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu'}, {platform.node()}, "
+            f"{os.cpu_count()} cores, torch {torch.__version__}"
+        )
         run_study(args)
     print(report(args.out))
     return 0

@@ -32,12 +32,24 @@ BATCH_SIZES = (1, 32)
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default=None, help="A trained model folder (default: train the demo model into --work-dir).")
-    parser.add_argument("--data", default=None, help="Dataset folder (default: the model's training data settings on the demo set).")
-    parser.add_argument("--work-dir", default=None, help="Where the demo model and the exports go (default: a temporary folder).")
+    parser.add_argument(
+        "--model", default=None, help="A trained model folder (default: train the demo model into --work-dir)."
+    )
+    parser.add_argument(
+        "--data", default=None, help="Dataset folder (default: the model's training data settings on the demo set)."
+    )
+    parser.add_argument(
+        "--work-dir", default=None, help="Where the demo model and the exports go (default: a temporary folder)."
+    )
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="Threads of torch and onnxruntime.")
-    parser.add_argument("--calls", type=int, nargs=2, default=(200, 30), metavar=("B1", "B32"),
-                        help="Timed calls per variant at batch 1 and at batch 32 (after 5 warm-up calls).")  # fmt: skip
+    parser.add_argument(
+        "--calls",
+        type=int,
+        nargs=2,
+        default=(200, 30),
+        metavar=("B1", "B32"),
+        help="Timed calls per variant at batch 1 and at batch 32 (after 5 warm-up calls).",
+    )
     parser.add_argument("--out", default=None, help="Also write the table (markdown) to this file.")
     return parser.parse_args(argv)
 
@@ -73,7 +85,9 @@ def variants(model_dir: Path, work_dir: Path, threads: int) -> dict:
 
     def eager(input_ids, attention_mask):
         with torch.inference_mode():
-            return model.predict_topk(torch.from_numpy(input_ids), torch.from_numpy(attention_mask), k=max(KS)).label_ids.numpy()
+            return model.predict_topk(
+                torch.from_numpy(input_ids), torch.from_numpy(attention_mask), k=max(KS)
+            ).label_ids.numpy()
 
     calls = {"pytorch": eager}
     sizes = {"pytorch": (model_dir / "model.safetensors").stat().st_size}
@@ -85,7 +99,9 @@ def variants(model_dir: Path, work_dir: Path, threads: int) -> dict:
         export_onnx(str(model_dir), folder, top_k=max(KS), quantize=quantize, overwrite=True)
         print(f"exported {name} in {time.perf_counter() - started:.0f} s")
         classifier = OnnxClassifier(folder, session_options=options)
-        calls[name] = lambda input_ids, attention_mask, classifier=classifier: classifier.top_k(input_ids, attention_mask)[0]
+        calls[name] = lambda input_ids, attention_mask, classifier=classifier: classifier.top_k(
+            input_ids, attention_mask
+        )[0]
         sizes[name] = (folder / "model.onnx").stat().st_size
     return calls, sizes
 
@@ -120,13 +136,21 @@ def latency(calls, batches, call_count: int, warmup: int = 5) -> dict:
             if index >= warmup:
                 seconds[name].append(elapsed)
                 texts[name] += len(input_ids)
-    return {name: (texts[name] / sum(times), 1e3 * np.percentile(times, 50), 1e3 * np.percentile(times, 95)) for name, times in seconds.items()}
+    return {
+        name: (texts[name] / sum(times), 1e3 * np.percentile(times, 50), 1e3 * np.percentile(times, 95))
+        for name, times in seconds.items()
+    }
 
 
 def table(precisions, timings, sizes) -> str:
     header = ["variant", "P@1", "P@3", "P@5", "size MB"]
     for batch_size in BATCH_SIZES:
-        header += [f"b{batch_size} texts/s", f"b{batch_size} p50 ms", f"b{batch_size} p95 ms", f"b{batch_size} speed-up"]
+        header += [
+            f"b{batch_size} texts/s",
+            f"b{batch_size} p50 ms",
+            f"b{batch_size} p95 ms",
+            f"b{batch_size} speed-up",
+        ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name in precisions:
         row = [name, *(f"{100 * p:.2f}" for p in precisions[name]), f"{sizes[name] / 1e6:.1f}"]
@@ -155,7 +179,9 @@ def main(argv=None):
         settings = saved_evaluation_settings(model_dir)
         data = load_dataset(args.data, settings.get("format", "auto"), settings.get("text_fields"))
         if data.label_count != HasteForExtremeClassification.config_class.from_pretrained(model_dir).label_count:
-            raise SystemExit(f"{model_dir} was not trained on {args.data or 'the demo set'} (another label count): pass --data")
+            raise SystemExit(
+                f"{model_dir} was not trained on {args.data or 'the demo set'} (another label count): pass --data"
+            )
         test = data.splits["test"]
         texts, labels = list(test["text"]), list(test["labels"])
         tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -78,9 +78,12 @@ def build(variant: str, label_count: int, args) -> HasteForExtremeClassification
     )
     head = label_count if variant == "Dense" else round(args.head_fraction * label_count)
     config = HasteConfig(
-        encoder=encoder, label_count=label_count, head_label_count=head, group_size=args.group_size,
+        encoder=encoder,
+        label_count=label_count,
+        head_label_count=head,
+        group_size=args.group_size,
         fan_in=args.fan_in,
-    )  # fmt: skip
+    )
     with torch.device("cuda"):
         model = HasteForExtremeClassification(config)
     for module in (output_layer_of(model).head, output_layer_of(model).tail):
@@ -124,7 +127,9 @@ def bench(variant: str, label_count: int, args) -> dict:
     output_optimizer = StochasticRoundingSGD(
         output_layer, lr=0.1, momentum=0.9, weight_decay=1e-4, momentum_dtype=getattr(torch, args.momentum_dtype)
     )
-    optimizer = HasteOptimizer(torch.optim.AdamW([p for _, p in encoder_side], lr=1e-4, weight_decay=0.01), output_optimizer)
+    optimizer = HasteOptimizer(
+        torch.optim.AdamW([p for _, p in encoder_side], lr=1e-4, weight_decay=0.01), output_optimizer
+    )
     lean = args.chunked_backward or args.fused_update
     if lean:  # as `HasteTrainer` sets them
         from haste_hf.losses import chunk_loss_backward_
@@ -215,10 +220,12 @@ def bench(variant: str, label_count: int, args) -> dict:
 def options(args) -> str:
     chosen = [
         ("gradient checkpointing" + (f", every {args.checkpoint_every}-th block" if args.checkpoint_every > 1 else ""))
-        if args.gradient_checkpointing else None,
+        if args.gradient_checkpointing
+        else None,
         f"{args.momentum_dtype} momentum",
         f"chunked loss backward ({f'{args.chunk_labels:,} labels' if args.chunk_labels else '2^27 elements'} a chunk)"
-        if args.chunked_backward or args.fused_update else None,
+        if args.chunked_backward or args.fused_update
+        else None,
         "fused update" if args.fused_update else None,
     ]
     return ", ".join(option for option in chosen if option)
@@ -239,10 +246,18 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--gradient-checkpointing", action="store_true", help="the encoder recomputes its activations")
     parser.add_argument("--checkpoint-every", type=int, default=1, help="checkpoint every N-th encoder block only")
-    parser.add_argument("--momentum-dtype", default="float32", choices=["float32", "bfloat16"], help="output layer's SGD momentum")
-    parser.add_argument("--chunked-backward", action="store_true", help="loss backward in label chunks (no [B, L] gradient)")
-    parser.add_argument("--chunk-labels", type=int, default=0, help="labels per chunk (0: 2^27 logit-gradient elements)")
-    parser.add_argument("--fused-update", action="store_true", help="output layer's SGD step fused into the loss backward")
+    parser.add_argument(
+        "--momentum-dtype", default="float32", choices=["float32", "bfloat16"], help="output layer's SGD momentum"
+    )
+    parser.add_argument(
+        "--chunked-backward", action="store_true", help="loss backward in label chunks (no [B, L] gradient)"
+    )
+    parser.add_argument(
+        "--chunk-labels", type=int, default=0, help="labels per chunk (0: 2^27 logit-gradient elements)"
+    )
+    parser.add_argument(
+        "--fused-update", action="store_true", help="output layer's SGD step fused into the loss backward"
+    )
     parser.add_argument("--no-flops-matched", action="store_true", help="skip the FLOPs-matched GEMMs ([B, L] buffers)")
     parser.add_argument("--title", default="", help="first line of the table (e.g. the code's commit)")
     parser.add_argument("--out", default=None, help="also write the table to this file")
@@ -262,7 +277,9 @@ def main(argv=None):
     print("\n".join(lines), flush=True)
     for millions in args.labels:
         label_count = int(millions * 1e6)
-        matched = float("nan") if args.no_flops_matched else flops_matched_ms(args.batch, label_count, args.fan_in, args)
+        matched = (
+            float("nan") if args.no_flops_matched else flops_matched_ms(args.batch, label_count, args.fan_in, args)
+        )
         for variant in args.variants:
             row = bench(variant, label_count, args)
             line = (

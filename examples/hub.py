@@ -29,8 +29,9 @@ parser.add_argument("--branch", default=None, help="Push to this branch (created
 args = parser.parse_args()
 
 # 1. Publish the folder as it was saved (checkpoint-* folders and logs are left out).
-commit = push_to_hub(args.model, args.repo_id, private=args.private, revision=args.branch,
-                     commit_message="Upload HASTE model")  # fmt: skip
+commit = push_to_hub(
+    args.model, args.repo_id, private=args.private, revision=args.branch, commit_message="Upload HASTE model"
+)
 print(f"Pushed: {commit.commit_url}")
 
 # 2. Load it back with haste_hf imported: the installed classes serve it.

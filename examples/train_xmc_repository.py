@@ -38,22 +38,45 @@ layout_file = Path(args.output_dir) / "label_layout.safetensors"
 if not layout_file.exists():
     train_split, _ = split_validation(data.splits["train"], VALIDATION_FRACTION, SEED)
     encoder, tokenizer = load_encoder(args.encoder)
-    layout = build_layout(train_split, data.label_count, encoder, tokenizer, group_size=args.group_size, seed=SEED,
-                          max_length=MAX_LENGTH, batch_size=256)  # fmt: skip
+    layout = build_layout(
+        train_split,
+        data.label_count,
+        encoder,
+        tokenizer,
+        group_size=args.group_size,
+        seed=SEED,
+        max_length=MAX_LENGTH,
+        batch_size=256,
+    )
     layout.save(layout_file)
 print(LabelLayout.load(layout_file).describe())
 
 bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 run = train(
-    data, args.encoder, args.output_dir, layout_file=str(layout_file), fan_in=args.fan_in,
-    validation_fraction=VALIDATION_FRACTION, max_length=MAX_LENGTH,
+    data,
+    args.encoder,
+    args.output_dir,
+    layout_file=str(layout_file),
+    fan_in=args.fan_in,
+    validation_fraction=VALIDATION_FRACTION,
+    max_length=MAX_LENGTH,
     dataset_name=Path(args.data).name,
     training_args={
-        "num_train_epochs": args.epochs, "per_device_train_batch_size": 128, "per_device_eval_batch_size": 256,
-        "learning_rate": 5e-5, "warmup_steps": 0.05, "output_learning_rate": 0.05, "output_momentum": 0.9,
-        "bf16": bf16, "output_layer_dtype": "bfloat16" if bf16 else None, "rewiring_interval": 2000,
-        "rewiring_fraction": 0.2, "save_total_limit": 2, "logging_steps": 100, "seed": SEED,
+        "num_train_epochs": args.epochs,
+        "per_device_train_batch_size": 128,
+        "per_device_eval_batch_size": 256,
+        "learning_rate": 5e-5,
+        "warmup_steps": 0.05,
+        "output_learning_rate": 0.05,
+        "output_momentum": 0.9,
+        "bf16": bf16,
+        "output_layer_dtype": "bfloat16" if bf16 else None,
+        "rewiring_interval": 2000,
+        "rewiring_fraction": 0.2,
+        "save_total_limit": 2,
+        "logging_steps": 100,
+        "seed": SEED,
     },
-)  # fmt: skip
+)
 print(f"PSP with A={run.propensity.a}, B={run.propensity.b}")
 print(run.test_metrics)

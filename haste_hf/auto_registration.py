@@ -34,7 +34,11 @@ def _is_loading(name: str, just_loaded: str | None) -> bool:
 def register_available(just_loaded: str | None = None) -> None:
     """Registers what transformers has loaded so far. A HASTE module still loading (it imports transformers, which
     runs this hook) is left to the hook that runs when it has loaded."""
-    if "config" not in _registered and _is_loaded(CONFIGURATION_AUTO, just_loaded) and not _is_loading(HASTE_CONFIGURATION, just_loaded):
+    if (
+        "config" not in _registered
+        and _is_loaded(CONFIGURATION_AUTO, just_loaded)
+        and not _is_loading(HASTE_CONFIGURATION, just_loaded)
+    ):
         from transformers import AutoConfig
 
         HasteConfig = importlib.import_module(HASTE_CONFIGURATION).HasteConfig
@@ -43,7 +47,11 @@ def register_available(just_loaded: str | None = None) -> None:
         # The installed package serves `pipeline()` without remote code (see `HasteConfig.custom_pipelines`).
         HasteConfig.pipeline_is_installed = True
         _registered.add("config")
-    if "model" not in _registered and _is_loaded(MODELING_AUTO, just_loaded) and not _is_loading(HASTE_MODELING, just_loaded):
+    if (
+        "model" not in _registered
+        and _is_loaded(MODELING_AUTO, just_loaded)
+        and not _is_loading(HASTE_MODELING, just_loaded)
+    ):
         from transformers import AutoModel, AutoModelForSequenceClassification
 
         modeling = importlib.import_module(HASTE_MODELING)

@@ -92,15 +92,20 @@ class RewiringCallback(TrainerCallback):
         return self.interval or default_rewiring_interval(max_steps, self.end_fraction)
 
     def should_rewire(self, global_step: int, max_steps: int) -> bool:
-        return (global_step > 0 and global_step % self.interval_of(max_steps) == 0
-                and global_step <= self.end_fraction * max_steps)  # fmt: skip
+        return (
+            global_step > 0
+            and global_step % self.interval_of(max_steps) == 0
+            and global_step <= self.end_fraction * max_steps
+        )
 
     def on_step_end(self, args, state, control, model=None, optimizer=None, **kwargs):
         if not self.should_rewire(state.global_step, state.max_steps):
             return
         self.check_model(model)
         layer = unwrap_model(model).output_layer
-        result, count = layer.rewire_(self.fraction, self.scope, self.init, args.seed if self.seed is None else self.seed, state.global_step)
+        result, count = layer.rewire_(
+            self.fraction, self.scope, self.init, args.seed if self.seed is None else self.seed, state.global_step
+        )
         if optimizer is not None:
             reset_optimizer_state_(optimizer, layer.tail.weight, result)
         state.log_history.append({"rewired_pairs": count, "step": state.global_step})
@@ -141,7 +146,9 @@ class NonFiniteGradientCallback(TrainerCallback):
         self.steps = state.global_step - self._first_step
         if self.skipped_steps:
             logger.warning(
-                "%d of %d optimizer steps were skipped: their gradients were NaN or infinite.", self.skipped_steps, self.steps
+                "%d of %d optimizer steps were skipped: their gradients were NaN or infinite.",
+                self.skipped_steps,
+                self.steps,
             )
 
     @property
@@ -166,14 +173,19 @@ class NonFiniteGradientCallback(TrainerCallback):
                 "steps cannot recover. Lower the learning rates."
             )
         self.skipped_steps += 1
-        logger.warning("Step %d skipped: its gradients are NaN or infinite (%d skipped so far).", step, self.skipped_steps)
+        logger.warning(
+            "Step %d skipped: its gradients are NaN or infinite (%d skipped so far).", step, self.skipped_steps
+        )
         for param in parameters:
             param.grad = None
 
 
 def _on_every_rank(holds: bool, device) -> bool:
     """Whether `holds` is true on every process of the default group (on this one alone without one)."""
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()) or torch.distributed.get_world_size() == 1:
+    if (
+        not (torch.distributed.is_available() and torch.distributed.is_initialized())
+        or torch.distributed.get_world_size() == 1
+    ):
         return holds
     flag = torch.tensor(int(holds), device=device)
     torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)

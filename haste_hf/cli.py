@@ -42,7 +42,9 @@ def is_model_file_error(error: BaseException) -> bool:
 
     if isinstance(error, (SafetensorError, pickle.UnpicklingError)):
         return True
-    return type(error) is RuntimeError and any(sign in str(error) for sign in ("state_dict", "ignore_mismatched_sizes", "size mismatch"))
+    return type(error) is RuntimeError and any(
+        sign in str(error) for sign in ("state_dict", "ignore_mismatched_sizes", "size mismatch")
+    )
 
 
 # ------------------------------------------------------------------------------------------------ argument types
@@ -55,7 +57,9 @@ def _positive(kind):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"expected {'an integer' if kind is int else 'a number'}, got {text!r}"
+            ) from None
         if not value > 0:  # NaN too
             raise argparse.ArgumentTypeError(f"must be {'>= 1' if kind is int else '> 0'}, got {text}")
         return value
@@ -163,7 +167,9 @@ def format_summary(title: str, metrics: dict, extra: dict | None = None) -> str:
 def evaluate_split(model, tokenizer, data, split, args, propensity):
     from .recipe import evaluate_split
 
-    return evaluate_split(model, tokenizer, data, split, propensity, batch_size=args.eval_batch_size, max_length=args.max_length)
+    return evaluate_split(
+        model, tokenizer, data, split, propensity, batch_size=args.eval_batch_size, max_length=args.max_length
+    )
 
 
 # ------------------------------------------------------------------------------------------------ commands
@@ -175,7 +181,11 @@ def command_train(args) -> int:
     training = args.training
     check_report_to(training.report_to)
     try:
-        check_output_dir(training.output_dir, overwrite=args.recipe.overwrite_output_dir, resume=bool(training.resume_from_checkpoint))
+        check_output_dir(
+            training.output_dir,
+            overwrite=args.recipe.overwrite_output_dir,
+            resume=bool(training.resume_from_checkpoint),
+        )
     except ValueError as error:
         raise UsageError(f"argument --output-dir: {error}") from None
     run = train(args.recipe.data, args.recipe.encoder, training_args=training, recipe_args=args.recipe)
@@ -187,7 +197,8 @@ def command_train(args) -> int:
             "labels": f"{layout.label_count:,} (head {layout.head_label_count:,}, tail {layout.tail_label_count:,} in groups of {layout.group_size}, fan-in {args.recipe.fan_in})",
             "grouping": layout.strategy,
             "propensity": f"A={run.propensity.a}, B={run.propensity.b}",
-            "steps": f"{run.trainer.state.global_step}" + (f" ({skipped} skipped: NaN or infinite gradients)" if skipped else ""),
+            "steps": f"{run.trainer.state.global_step}"
+            + (f" ({skipped} skipped: NaN or infinite gradients)" if skipped else ""),
             "time": f"{run.training_seconds / 60:.1f} min",
             "saved to": run.output_dir,
         },
@@ -214,7 +225,9 @@ def load_trained(args):
     except Exception as error:
         if not is_model_file_error(error):
             raise
-        raise ValueError(f"{args.model}: its weights do not load ({one_line(error)}); save or download the model again") from error
+        raise ValueError(
+            f"{args.model}: its weights do not load ({one_line(error)}); save or download the model again"
+        ) from error
     if args.max_length is None:  # a folder `train` did not write: the encoder's limit, at most the default
         args.max_length = min(DEFAULT_MAX_LENGTH, encoder_token_limit(model.encoder) or DEFAULT_MAX_LENGTH)
     try:
@@ -226,7 +239,9 @@ def load_trained(args):
 
 def check_split(args, data):
     if args.split not in data.splits:
-        raise UsageError(f"argument --split: {args.split!r} is not a split of the dataset (splits: {', '.join(sorted(data.splits))})")
+        raise UsageError(
+            f"argument --split: {args.split!r} is not a split of the dataset (splits: {', '.join(sorted(data.splits))})"
+        )
 
 
 def check_label_names(args, model, data) -> None:
@@ -314,8 +329,15 @@ def command_predict(args) -> int:
 
 
 # `RecipeArguments` that shape the model or its evaluation, not the label layout `haste-hf group` computes.
-_NOT_GROUP_OPTIONS = ("fan_in", "head_projection_dim", "tail_projection_dim", "layout_file", "dataset_name",
-                      "propensity_a", "propensity_b")  # fmt: skip
+_NOT_GROUP_OPTIONS = (
+    "fan_in",
+    "head_projection_dim",
+    "tail_projection_dim",
+    "layout_file",
+    "dataset_name",
+    "propensity_a",
+    "propensity_b",
+)
 
 
 def command_group(args) -> int:
@@ -325,7 +347,11 @@ def command_group(args) -> int:
 
     logger = logging.get_logger(f"transformers.{__name__}")
     recipe = args.recipe
-    ignored = [name for name in _NOT_GROUP_OPTIONS if getattr(recipe, name) != RecipeArguments.__dataclass_fields__[name].default]
+    ignored = [
+        name
+        for name in _NOT_GROUP_OPTIONS
+        if getattr(recipe, name) != RecipeArguments.__dataclass_fields__[name].default
+    ]
     if ignored:
         logger.warning(
             f"Ignored by `haste-hf group` (they are `train` options): {', '.join('--' + n.replace('_', '-') for n in ignored)}."
@@ -335,10 +361,19 @@ def command_group(args) -> int:
     encoder, tokenizer = load_encoder(recipe.encoder)
     check_max_length(encoder, recipe.max_length, recipe.encoder)
     layout = build_layout(
-        train_split, data.label_count, encoder, tokenizer, group_size=recipe.group_size,
-        head_label_fraction=recipe.head_label_fraction, grouping=recipe.grouping, pooling=recipe.pooling,
-        beta=recipe.beta, seed=args.seed, max_length=recipe.max_length, batch_size=args.per_device_eval_batch_size,
-    )  # fmt: skip
+        train_split,
+        data.label_count,
+        encoder,
+        tokenizer,
+        group_size=recipe.group_size,
+        head_label_fraction=recipe.head_label_fraction,
+        grouping=recipe.grouping,
+        pooling=recipe.pooling,
+        beta=recipe.beta,
+        seed=args.seed,
+        max_length=recipe.max_length,
+        batch_size=args.per_device_eval_batch_size,
+    )
     layout.save(args.output)
     print(f"{layout.describe()} -> {args.output}")
     return 0
@@ -351,7 +386,9 @@ def command_push(args) -> int:
     from .hub import push_to_hub
 
     try:
-        url = push_to_hub(args.model, args.repo_id, private=args.private, revision=args.revision, commit_message=args.commit_message)
+        url = push_to_hub(
+            args.model, args.repo_id, private=args.private, revision=args.revision, commit_message=args.commit_message
+        )
     except HfHubHTTPError as error:
         if getattr(error.response, "status_code", None) != 401:
             raise
@@ -379,23 +416,44 @@ def command_export(args) -> int:
         check_export_dir(output, args.overwrite)
     except ValueError as error:
         raise UsageError(f"argument --output: {error}") from None
-    layout = export_onnx(args.model, output, args.k, layout="split" if args.split_output_layer else "auto",
-                         quantize=args.quantize, overwrite=args.overwrite)  # fmt: skip
+    layout = export_onnx(
+        args.model,
+        output,
+        args.k,
+        layout="split" if args.split_output_layer else "auto",
+        quantize=args.quantize,
+        overwrite=args.overwrite,
+    )
     print(f"Exported {args.model} to {output} ({layout} layout; see {Path(output) / 'README.md'})")
     return 0
 
 
 def _add_export_parser(commands):
-    export_help = "Export a trained model for serving with onnxruntime (ONNX: encoder, pooling, output layer and top-k)."
-    export = commands.add_parser("export", help=export_help, description=export_help + " An output layer too large for "
-                                 "one ONNX file (2 GB) is written beside the encoder graph in safetensors.")  # fmt: skip
-    export.add_argument("--model", required=True, type=trained_model_reference, help="Folder (or Hub id) of a trained model.")
+    export_help = (
+        "Export a trained model for serving with onnxruntime (ONNX: encoder, pooling, output layer and top-k)."
+    )
+    export = commands.add_parser(
+        "export",
+        help=export_help,
+        description=export_help + " An output layer too large for "
+        "one ONNX file (2 GB) is written beside the encoder graph in safetensors.",
+    )
+    export.add_argument(
+        "--model", required=True, type=trained_model_reference, help="Folder (or Hub id) of a trained model."
+    )
     export.add_argument("--format", default="onnx", choices=("onnx",), help="Export format (default: onnx).")
-    export.add_argument("--output", default=None, help="Export folder, new or empty (default: the model's name + '-onnx').")
+    export.add_argument(
+        "--output", default=None, help="Export folder, new or empty (default: the model's name + '-onnx')."
+    )
     export.add_argument("-k", type=positive_int, default=5, help="Labels per text the graph returns (default: 5).")
-    export.add_argument("--quantize", action="store_true", help="Quantize the encoder's matmuls to int8 (dynamic quantization).")
-    export.add_argument("--split-output-layer", action="store_true",
-                        help="Write the output layer in safetensors beside an encoder-only graph, whatever its size.")  # fmt: skip
+    export.add_argument(
+        "--quantize", action="store_true", help="Quantize the encoder's matmuls to int8 (dynamic quantization)."
+    )
+    export.add_argument(
+        "--split-output-layer",
+        action="store_true",
+        help="Write the output layer in safetensors beside an encoder-only graph, whatever its size.",
+    )
     export.add_argument("--overwrite", action="store_true", help="Replace a previous export in --output.")
     export.set_defaults(handler=command_export)
 
@@ -423,19 +481,54 @@ def _add_data_arguments(parser, required=False, of_trained_model=False):
     """`of_trained_model`: the flags of `evaluate` and `predict`, which default to the model's training settings."""
     group = parser.add_argument_group("data")
     saved = " (default: as in training)" if of_trained_model else ""
-    group.add_argument("--data", required=required, type=existing_folder,
-                       help="Dataset folder in an Extreme Classification Repository raw-text format (JSON lines, or "
-                       "raw text + sparse labels; bag-of-words data has no texts to encode). Default: the embedded demo set.")  # fmt: skip
-    group.add_argument("--format", default="auto", choices=("auto", "json", "text_sparse"), help="Dataset format; 'auto' detects it from the file names.")
-    group.add_argument("--text-fields", choices=("title", "title_content"), default=None,
-                       help="Text of a JSON-lines instance: its title, or title + content. Default: title (title_content for the demo set).")  # fmt: skip
-    group.add_argument("--dataset-name", default=None, help="Name for the model card and propensity presets (default: the folder name).")
-    group.add_argument("--propensity-a", type=positive_float, default=None, help="Propensity A for PSP (default: preset by dataset name).")
-    group.add_argument("--propensity-b", type=positive_float, default=None, help="Propensity B for PSP (default: preset by dataset name).")
-    group.add_argument("--max-length", type=positive_int, default=None if of_trained_model else 128,
-                       help=f"Tokens per text; longer texts are truncated{saved}.")  # fmt: skip
-    group.add_argument("--eval-batch-size", type=positive_int, default=None if of_trained_model else 64,
-                       help=f"Batch size of embedding, evaluation and prediction{saved}.")  # fmt: skip
+    group.add_argument(
+        "--data",
+        required=required,
+        type=existing_folder,
+        help="Dataset folder in an Extreme Classification Repository raw-text format (JSON lines, or "
+        "raw text + sparse labels; bag-of-words data has no texts to encode). Default: the embedded demo set.",
+    )
+    group.add_argument(
+        "--format",
+        default="auto",
+        choices=("auto", "json", "text_sparse"),
+        help="Dataset format; 'auto' detects it from the file names.",
+    )
+    group.add_argument(
+        "--text-fields",
+        choices=("title", "title_content"),
+        default=None,
+        help="Text of a JSON-lines instance: its title, or title + content. Default: title (title_content for the demo set).",
+    )
+    group.add_argument(
+        "--dataset-name",
+        default=None,
+        help="Name for the model card and propensity presets (default: the folder name).",
+    )
+    group.add_argument(
+        "--propensity-a",
+        type=positive_float,
+        default=None,
+        help="Propensity A for PSP (default: preset by dataset name).",
+    )
+    group.add_argument(
+        "--propensity-b",
+        type=positive_float,
+        default=None,
+        help="Propensity B for PSP (default: preset by dataset name).",
+    )
+    group.add_argument(
+        "--max-length",
+        type=positive_int,
+        default=None if of_trained_model else 128,
+        help=f"Tokens per text; longer texts are truncated{saved}.",
+    )
+    group.add_argument(
+        "--eval-batch-size",
+        type=positive_int,
+        default=None if of_trained_model else 64,
+        help=f"Batch size of embedding, evaluation and prediction{saved}.",
+    )
 
 
 # The `train` flags are every `RecipeArguments` and `HasteTrainingArguments` field (`--learning-rate`, ...);
@@ -444,25 +537,47 @@ def _add_data_arguments(parser, required=False, of_trained_model=False):
 # imports transformers.
 def train_defaults() -> dict:
     return dict(
-        output_dir="haste-model", logging_steps=20, seed=0, eval_strategy="epoch", save_strategy="epoch",
-        load_best_model_at_end=True, metric_for_best_model="P@1", greater_is_better=True, save_total_limit=1,
+        output_dir="haste-model",
+        logging_steps=20,
+        seed=0,
+        eval_strategy="epoch",
+        save_strategy="epoch",
+        load_best_model_at_end=True,
+        metric_for_best_model="P@1",
+        greater_is_better=True,
+        save_total_limit=1,
         report_to="none",
-    )  # fmt: skip
+    )
 
 
 # The demo's folder is its own: running it again replaces it.
 # Its recipe is its own too (3,000 texts on 2 CPU cores in minutes), so the README's table stays what it prints.
-DEMO_DEFAULTS = dict(encoder="minilm", num_train_epochs=3, per_device_train_batch_size=32, max_length=32,
-                     learning_rate=1e-4, output_learning_rate=0.05, fan_in=64, validation_fraction=0.1,
-                     rewiring_interval=50, output_dir="haste-demo", overwrite_output_dir=True)  # fmt: skip
+DEMO_DEFAULTS = dict(
+    encoder="minilm",
+    num_train_epochs=3,
+    per_device_train_batch_size=32,
+    max_length=32,
+    learning_rate=1e-4,
+    output_learning_rate=0.05,
+    fan_in=64,
+    validation_fraction=0.1,
+    rewiring_interval=50,
+    output_dir="haste-demo",
+    overwrite_output_dir=True,
+)
 # Short forms of `train` flags (those of earlier versions), read as the long ones.
 SHORT_FLAGS = {
-    "--lr": "--learning-rate", "--epochs": "--num-train-epochs", "--batch-size": "--per-device-train-batch-size",
-    "--eval-batch-size": "--per-device-eval-batch-size", "--warmup": "--warmup-steps",
-    "--output-lr": "--output-learning-rate", "--output-warmup": "--output-warmup-steps",
-    "--num-workers": "--dataloader-num-workers", "--private": "--hub-private-repo",
+    "--lr": "--learning-rate",
+    "--epochs": "--num-train-epochs",
+    "--batch-size": "--per-device-train-batch-size",
+    "--eval-batch-size": "--per-device-eval-batch-size",
+    "--warmup": "--warmup-steps",
+    "--output-lr": "--output-learning-rate",
+    "--output-warmup": "--output-warmup-steps",
+    "--num-workers": "--dataloader-num-workers",
+    "--private": "--hub-private-repo",
     "--rewiring-end": "--rewiring-end-fraction",
-}  # fmt: skip
+}
 TRAIN_EPILOG = (
     " Every flag may also come from a JSON or YAML file (--config FILE; its keys are the flag names with"
     " underscores, e.g. learning_rate: 1.0e-4), flags on the command line win. Short forms: "
@@ -485,7 +600,9 @@ def _recipe_parser(live=False):
 
 def _train_parser_kwargs(live=False) -> dict:
     config = argparse.ArgumentParser(add_help=False)
-    config.add_argument("--config", default=None, help="A JSON or YAML file of flag values (keys: flag names with underscores).")
+    config.add_argument(
+        "--config", default=None, help="A JSON or YAML file of flag values (keys: flag names with underscores)."
+    )
     if live:
         from transformers import HfArgumentParser
 
@@ -508,7 +625,9 @@ def _yaml_without_duplicate_keys(text: str, path: str):
             for key_node, _ in node.value:
                 key = self.construct_object(key_node, deep=deep)
                 if isinstance(key, (str, int, float, bool)) and key in seen:
-                    raise UsageError(f"argument --config: {path}: key {key!r} is given twice (line {key_node.start_mark.line + 1}); keep one.")
+                    raise UsageError(
+                        f"argument --config: {path}: key {key!r} is given twice (line {key_node.start_mark.line + 1}); keep one."
+                    )
                 seen.add(key)
             return super().construct_mapping(node, deep=deep)
 
@@ -536,7 +655,9 @@ def read_config_file(path: str, known: set[str]) -> dict:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
-        raise UsageError(f"argument --config: {path} is not UTF-8 text ({error.reason} at byte {error.start})") from None
+        raise UsageError(
+            f"argument --config: {path} is not UTF-8 text ({error.reason} at byte {error.start})"
+        ) from None
     if path.endswith((".yaml", ".yml")):
         import yaml
 
@@ -550,7 +671,9 @@ def read_config_file(path: str, known: set[str]) -> dict:
         except ValueError as error:
             raise UsageError(f"argument --config: {path} is not valid JSON: {error}") from None
     if not isinstance(values, dict):
-        raise UsageError(f"argument --config: {path}: expected a mapping of flag names to values, got {type(values).__name__}.")
+        raise UsageError(
+            f"argument --config: {path}: expected a mapping of flag names to values, got {type(values).__name__}."
+        )
     normalized = {}
     for key, value in values.items():
         if not isinstance(key, str):
@@ -560,7 +683,11 @@ def read_config_file(path: str, known: set[str]) -> dict:
             raise UsageError(f"argument --config: {path}: {name!r} is given twice (as {key!r} too); keep one.")
         if name not in known:
             near = difflib.get_close_matches(name, known, n=1)
-            raise UsageError(f"argument --config: {path}: unknown key {name!r}" + (f" (did you mean {near[0]!r}?)" if near else "") + ".")
+            raise UsageError(
+                f"argument --config: {path}: unknown key {name!r}"
+                + (f" (did you mean {near[0]!r}?)" if near else "")
+                + "."
+            )
         normalized[name] = value
     return normalized
 
@@ -629,10 +756,16 @@ def build_parser(config: dict | None = None, command: str | None = None, live: b
     The flags of `train`, `demo` and `group` are added only where `command` is that one; `live` reads them from the
     dataclasses (importing transformers) rather than from their snapshot."""
     parser = ArgumentParser(
-        prog="haste-hf", description="HASTE extreme multi-label classifiers for Hugging Face Transformers.",
+        prog="haste-hf",
+        description="HASTE extreme multi-label classifiers for Hugging Face Transformers.",
         epilog=f"Errors are reported in one line; set {DEBUG_VARIABLE}=1 for the traceback.",
-    )  # fmt: skip
-    parser.add_argument("--version", action="version", version=version_text(), help="Print the versions of haste-hf, transformers and torch.")
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=version_text(),
+        help="Print the versions of haste-hf, transformers and torch.",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     for name, help, demo_defaults in (("train", TRAIN_HELP, {}), ("demo", DEMO_HELP, DEMO_DEFAULTS)):
@@ -642,21 +775,38 @@ def build_parser(config: dict | None = None, command: str | None = None, live: b
         train = commands.add_parser(name, help=help, description=help + TRAIN_EPILOG, **_train_parser_kwargs(live))
         train.set_defaults(handler=command_train, **{**train_defaults(), **demo_defaults, **(config or {})})
 
-    evaluate = commands.add_parser("evaluate", help="Evaluate a trained model on a dataset split.", formatter_class=HelpFormatter)
-    evaluate.add_argument("--model", required=True, type=trained_model_reference, help="Folder (or Hub id) of a trained model.")
+    evaluate = commands.add_parser(
+        "evaluate", help="Evaluate a trained model on a dataset split.", formatter_class=HelpFormatter
+    )
+    evaluate.add_argument(
+        "--model", required=True, type=trained_model_reference, help="Folder (or Hub id) of a trained model."
+    )
     evaluate.add_argument("--split", default="test", help="Split to evaluate.")
     evaluate.add_argument("--output", type=output_file, default=None, help="Also write the metrics to this JSON file.")
-    evaluate.add_argument("--ignore-label-names", action="store_true",
-                          help="Evaluate even when the dataset's label names differ from the model's (labels are matched by id).")  # fmt: skip
+    evaluate.add_argument(
+        "--ignore-label-names",
+        action="store_true",
+        help="Evaluate even when the dataset's label names differ from the model's (labels are matched by id).",
+    )
     _add_data_arguments(evaluate, of_trained_model=True)
     evaluate.set_defaults(handler=command_evaluate)
 
-    predict = commands.add_parser("predict", help="Write the top-k labels of texts to a JSON-lines file.", formatter_class=HelpFormatter)
-    predict.add_argument("--model", required=True, type=trained_model_reference, help="Folder (or Hub id) of a trained model.")
-    predict.add_argument("--input", type=existing_file, default=None, help="Text file, one text per line (default: --data's --split).")
+    predict = commands.add_parser(
+        "predict", help="Write the top-k labels of texts to a JSON-lines file.", formatter_class=HelpFormatter
+    )
+    predict.add_argument(
+        "--model", required=True, type=trained_model_reference, help="Folder (or Hub id) of a trained model."
+    )
+    predict.add_argument(
+        "--input", type=existing_file, default=None, help="Text file, one text per line (default: --data's --split)."
+    )
     predict.add_argument("--split", default="test", help="Dataset split to predict when no --input is given.")
-    predict.add_argument("--output", required=True, type=output_file,
-                         help="JSON-lines file: label ids, scores (sigmoid probabilities) and names per text.")  # fmt: skip
+    predict.add_argument(
+        "--output",
+        required=True,
+        type=output_file,
+        help="JSON-lines file: label ids, scores (sigmoid probabilities) and names per text.",
+    )
     predict.add_argument("-k", type=positive_int, default=5, help="Labels per text.")
     predict.add_argument("--logits", action="store_true", help="Also write the raw logits (under `logits`).")
     _add_data_arguments(predict, of_trained_model=True)
@@ -679,15 +829,35 @@ def build_parser(config: dict | None = None, command: str | None = None, live: b
 
 
 def _add_group_parser(commands, live):
-    group = commands.add_parser("group", help=GROUP_HELP, description=GROUP_HELP, parents=[_recipe_parser(live)],
-                                formatter_class=HelpFormatter)  # fmt: skip
-    group.add_argument("--output", required=True, type=output_file, help="Where to save the label layout (safetensors), for `train --layout-file`.")
+    group = commands.add_parser(
+        "group", help=GROUP_HELP, description=GROUP_HELP, parents=[_recipe_parser(live)], formatter_class=HelpFormatter
+    )
+    group.add_argument(
+        "--output",
+        required=True,
+        type=output_file,
+        help="Where to save the label layout (safetensors), for `train --layout-file`.",
+    )
     defaults = train_defaults()
-    group.add_argument("--seed", type=int, default=defaults["seed"], help="Seed of the validation hold-out and the grouping (as `train --seed`).")
-    eval_batch_size = next(record["default"] for record in flag_description()["HasteTrainingArguments"]
-                           if record["dest"] == "per_device_eval_batch_size")  # fmt: skip
-    group.add_argument("--per-device-eval-batch-size", "--eval-batch-size", dest="per_device_eval_batch_size", type=positive_int,
-                       default=eval_batch_size, help="Batch size of the label embeddings.")  # fmt: skip
+    group.add_argument(
+        "--seed",
+        type=int,
+        default=defaults["seed"],
+        help="Seed of the validation hold-out and the grouping (as `train --seed`).",
+    )
+    eval_batch_size = next(
+        record["default"]
+        for record in flag_description()["HasteTrainingArguments"]
+        if record["dest"] == "per_device_eval_batch_size"
+    )
+    group.add_argument(
+        "--per-device-eval-batch-size",
+        "--eval-batch-size",
+        dest="per_device_eval_batch_size",
+        type=positive_int,
+        default=eval_batch_size,
+        help="Batch size of the label embeddings.",
+    )
     group.set_defaults(handler=command_group)
 
 
@@ -711,9 +881,11 @@ def _resume_flag(argv: list[str]) -> list[str]:
     last complete checkpoint), `--bf16` as `--bf16 true` (its default, None, picks by the hardware)."""
     alone = {"--resume-from-checkpoint": LAST_CHECKPOINT, "--bf16": "true"}
     return [
-        f"{token}={alone[token]}" if token in alone and (position + 1 == len(argv) or argv[position + 1].startswith("-")) else token
+        f"{token}={alone[token]}"
+        if token in alone and (position + 1 == len(argv) or argv[position + 1].startswith("-"))
+        else token
         for position, token in enumerate(argv)
-    ]  # fmt: skip
+    ]
 
 
 def _apply_train_flag_rules(values: dict) -> None:
@@ -754,12 +926,21 @@ def parse_args(argv=None) -> argparse.Namespace:
         from .recipe import RecipeArguments
         from .training_args import HasteTrainingArguments
 
-        fields = {f.name: dataclass for dataclass in (RecipeArguments, HasteTrainingArguments) for f in dataclasses.fields(dataclass) if f.init}
-        may_be_null = {name for name in config if type(None) in typing.get_args(typing.get_type_hints(fields[name])[name])}
+        fields = {
+            f.name: dataclass
+            for dataclass in (RecipeArguments, HasteTrainingArguments)
+            for f in dataclasses.fields(dataclass)
+            if f.init
+        }
+        may_be_null = {
+            name for name in config if type(None) in typing.get_args(typing.get_type_hints(fields[name])[name])
+        }
     command = argv[0] if argv and argv[0] in DATACLASS_COMMANDS else None
     parser = build_parser(config, command=command)
     if config:
-        check_config_values(_config_path(argv), config, parser._subparsers._group_actions[0].choices[argv[0]], may_be_null)
+        check_config_values(
+            _config_path(argv), config, parser._subparsers._group_actions[0].choices[argv[0]], may_be_null
+        )
     args, unknown = parser.parse_known_args(argv)
     subparser = parser._subparsers._group_actions[0].choices[args.command]
     if unknown:
@@ -780,8 +961,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         if args.command != "group":
             _apply_train_flag_rules(values)
         try:
-            parsed = [dataclass(**{f.name: values[f.name] for f in dataclasses.fields(dataclass) if f.init and f.name in values})
-                      for dataclass in dataclass_types]  # fmt: skip
+            parsed = [
+                dataclass(
+                    **{f.name: values[f.name] for f in dataclasses.fields(dataclass) if f.init and f.name in values}
+                )
+                for dataclass in dataclass_types
+            ]
         except ValueError as error:
             raise UsageError(error) from None
         args.recipe = parsed[0]
@@ -802,7 +987,9 @@ def check_report_to(names: list[str]) -> None:
     known = integration_utils.INTEGRATION_TO_CALLBACK
     for name in names:
         if name not in known:
-            raise UsageError(f"argument --report-to: unknown integration {name!r} (known: {', '.join(sorted(known))}, or none)")
+            raise UsageError(
+                f"argument --report-to: unknown integration {name!r} (known: {', '.join(sorted(known))}, or none)"
+            )
         if not getattr(integration_utils, f"is_{_INTEGRATION_CHECK_NAMES.get(name, name)}_available")():
             raise UsageError(f"argument --report-to: {name} is not installed; install it, or report to none")
 
@@ -846,7 +1033,10 @@ def main(argv=None) -> int:
     except Exception as error:  # a damaged file that no caller named: the traceback shows which
         if not is_model_file_error(error):
             raise
-        _report(args.prog, f"error: {one_line(error)} (a damaged or mismatched weights file; {DEBUG_VARIABLE}=1 shows which)")
+        _report(
+            args.prog,
+            f"error: {one_line(error)} (a damaged or mismatched weights file; {DEBUG_VARIABLE}=1 shows which)",
+        )
         return 1
     except KeyboardInterrupt:
         _report(args.prog, "interrupted")

@@ -66,9 +66,28 @@ MODEL_AUTO_CLASSES = ("AutoModel", "AutoModelForSequenceClassification")
 # Decoder-only families score a text from its last token; everything else averages its tokens, which
 # is also how sentence-transformers checkpoints (the usual starting point for XMC encoders) were trained.
 _DECODER_MODEL_TYPES = {
-    "gpt2", "gpt_neox", "gptj", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-    "gemma", "gemma2", "gemma3_text", "phi", "phi3", "olmo", "olmo2", "falcon", "opt", "bloom", "smollm3",
-}  # fmt: skip
+    "gpt2",
+    "gpt_neox",
+    "gptj",
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+    "phi",
+    "phi3",
+    "olmo",
+    "olmo2",
+    "falcon",
+    "opt",
+    "bloom",
+    "smollm3",
+}
 
 
 def default_pooling(encoder_config: PretrainedConfig) -> str:
@@ -210,7 +229,9 @@ class HasteConfig(PretrainedConfig):
             )
         problem_type = kwargs.pop("problem_type", None)
         if problem_type not in (None, PROBLEM_TYPE):
-            raise ValueError(f"`problem_type` of a HASTE model is {PROBLEM_TYPE!r} (labels scored independently), got {problem_type!r}.")
+            raise ValueError(
+                f"`problem_type` of a HASTE model is {PROBLEM_TYPE!r} (labels scored independently), got {problem_type!r}."
+            )
         kwargs["problem_type"] = PROBLEM_TYPE
         given = kwargs.pop("id2label", None) or {}
         kwargs.pop("label2id", None)
@@ -230,7 +251,9 @@ class HasteConfig(PretrainedConfig):
     @num_labels.setter
     def num_labels(self, num_labels: int):
         if num_labels != self.label_count:
-            raise ValueError(f"`num_labels` of a HASTE model is its `label_count` ({self.label_count}); set `label_count`.")
+            raise ValueError(
+                f"`num_labels` of a HASTE model is its `label_count` ({self.label_count}); set `label_count`."
+            )
 
     @property
     def label_names(self) -> list[str] | None:
@@ -245,7 +268,9 @@ class HasteConfig(PretrainedConfig):
         `label_count` is at most `MAX_CONFIG_LABEL_NAMES`."""
         if self.label_count > MAX_CONFIG_LABEL_NAMES:
             return
-        names = label_names if label_names is not None else [f"LABEL_{label_id}" for label_id in range(self.label_count)]
+        names = (
+            label_names if label_names is not None else [f"LABEL_{label_id}" for label_id in range(self.label_count)]
+        )
         self.id2label = dict(enumerate(names))
         self.label2id = {name: label_id for label_id, name in self.id2label.items()}
 
@@ -283,7 +308,9 @@ class HasteConfig(PretrainedConfig):
             if value is None and allow_none:
                 return
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be a positive integer{' or None' if allow_none else ''}, got {value!r}.")
+                raise ValueError(
+                    f"`{name}` must be a positive integer{' or None' if allow_none else ''}, got {value!r}."
+                )
 
         if self.format_version > HASTE_FORMAT_VERSION:
             raise ValueError(
@@ -353,8 +380,17 @@ class HasteConfig(PretrainedConfig):
 
 
 __all__ = [
-    "DEFAULT_EVAL_BATCH_SIZE", "DEFAULT_FAN_IN", "DEFAULT_GROUP_SIZE", "DEFAULT_HEAD_LABEL_FRACTION", "DEFAULT_MAX_LENGTH",
-    "HASTE_FORMAT_VERSION", "LABEL_PADDING_ID", "MAX_CONFIG_LABEL_NAMES", "MODEL_AUTO_CLASSES", "TEXT_CLASSIFICATION_PIPELINE",
+    "DEFAULT_EVAL_BATCH_SIZE",
+    "DEFAULT_FAN_IN",
+    "DEFAULT_GROUP_SIZE",
+    "DEFAULT_HEAD_LABEL_FRACTION",
+    "DEFAULT_MAX_LENGTH",
+    "HASTE_FORMAT_VERSION",
+    "LABEL_PADDING_ID",
+    "MAX_CONFIG_LABEL_NAMES",
+    "MODEL_AUTO_CLASSES",
+    "TEXT_CLASSIFICATION_PIPELINE",
     "HasteConfig",
-    "default_pooling", "head_label_count_for",
+    "default_pooling",
+    "head_label_count_for",
 ]

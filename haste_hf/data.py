@@ -207,9 +207,7 @@ def _json_rows(path: str, label_count: int, text_fields: TextFields) -> Iterator
         if text_fields == "title_content":
             content = record.get("content")
             if not isinstance(content, str):
-                raise XMCFormatError(
-                    path, line_number, "missing or non-string `content` (text_fields='title_content')"
-                )
+                raise XMCFormatError(path, line_number, "missing or non-string `content` (text_fields='title_content')")
             text = f"{title} {content}" if content else title
         labels = record.get("target_ind")
         if not isinstance(labels, list) or not all(
@@ -458,7 +456,9 @@ def label_frequencies(dataset: Dataset, label_count: int, label_column: str = "l
     for batch in dataset.with_format("arrow").iter(batch_size=65536):
         flat = pc.list_flatten(batch.column(label_column)).to_numpy()
         if flat.size and (flat.min() < 0 or flat.max() >= label_count):
-            raise ValueError(f"label ids must lie in [0, label_count={label_count}), found [{flat.min()}, {flat.max()}]")
+            raise ValueError(
+                f"label ids must lie in [0, label_count={label_count}), found [{flat.min()}, {flat.max()}]"
+            )
         counts += np.bincount(flat, minlength=label_count)
     return counts
 
@@ -542,9 +542,7 @@ def load_xmc_dataset(
         for split, prefix in _SPLIT_PREFIXES.items():
             labels_file = path / f"{prefix}_X_Y.txt"
             if format == "text_sparse" and labels_file.is_file():
-                splits[split] = read_text_split(
-                    path / f"{prefix}_X.txt", labels_file, split=split, cache_dir=cache_dir
-                )
+                splits[split] = read_text_split(path / f"{prefix}_X.txt", labels_file, split=split, cache_dir=cache_dir)
             elif format == "bow_split" and labels_file.is_file():
                 splits[split] = read_sparse_label_split(labels_file, split=split, cache_dir=cache_dir)
                 if return_features:
@@ -611,7 +609,9 @@ def demo_dataset_path() -> Path:
 # Collation
 
 
-def pad_label_ids(label_lists: list[list[int]], pad_id: int = LABEL_PADDING_ID, label_count: int | None = None) -> torch.Tensor:
+def pad_label_ids(
+    label_lists: list[list[int]], pad_id: int = LABEL_PADDING_ID, label_count: int | None = None
+) -> torch.Tensor:
     """Packs per-example positive label ids into an int64 `[B, P]` tensor, padded with `pad_id`.
 
     P is the largest number of positives in the batch, at least 1 (a batch of label-free points is `[B, 1]`
@@ -682,7 +682,9 @@ class XMCDataCollator:
                 "with Trainer, set remove_unused_columns=False so the text reaches the collator"
             )
         if self.label_column in features[0]:
-            batch["labels"] = pad_label_ids([feature[self.label_column] for feature in features], label_count=self.label_count)
+            batch["labels"] = pad_label_ids(
+                [feature[self.label_column] for feature in features], label_count=self.label_count
+            )
         return dict(batch)
 
     def _pad_tokenized(self, features: list[dict[str, Any]]):

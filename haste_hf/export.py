@@ -81,7 +81,9 @@ def check_export_dir(output_dir, overwrite: bool = False) -> None:
             "export into a new or empty folder."
         )
     if not overwrite:
-        raise ValueError(f"`output_dir` ({folder}) holds an export already: pass --overwrite (`overwrite=True`) to replace it.")
+        raise ValueError(
+            f"`output_dir` ({folder}) holds an export already: pass --overwrite (`overwrite=True`) to replace it."
+        )
 
 
 class EncoderGraph(nn.Module):
@@ -148,7 +150,9 @@ def _load(model, tokenizer):
         tokenizer = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(source)
         return HasteForExtremeClassification.from_pretrained(source, dtype=torch.float32), tokenizer, source
     if not isinstance(model, HasteForExtremeClassification):
-        raise ValueError(f"`model` must be a HasteForExtremeClassification or the folder / Hub id of one, got {type(model).__name__}.")
+        raise ValueError(
+            f"`model` must be a HasteForExtremeClassification or the folder / Hub id of one, got {type(model).__name__}."
+        )
     if tokenizer is None:
         raise ValueError("Give the `tokenizer` of the model: it is exported beside the graph, which takes token ids.")
     if isinstance(model.output_layer, ShardedOutputLayer):
@@ -165,7 +169,9 @@ def _example_inputs(tokenizer):
     shortcut for an all-ones mask is traced into the graph)."""
     batch = tokenizer(["short text", "a somewhat longer text to pad the other one"], padding=True, return_tensors="pt")
     if bool(batch["attention_mask"].all()):
-        raise ValueError("The tokenizer does not pad a batch (no pad token?): set `tokenizer.pad_token` before exporting.")
+        raise ValueError(
+            "The tokenizer does not pad a batch (no pad token?): set `tokenizer.pad_token` before exporting."
+        )
     return batch["input_ids"], batch["attention_mask"]
 
 
@@ -173,7 +179,9 @@ def _example_inputs(tokenizer):
 def _quiet_exporter():
     """Hides the exporter's progress lines and its warnings about its own internals (not about the model)."""
     # The root logger too: onnxruntime's quantization logs through it.
-    loggers = [std_logging.getLogger(name) for name in ("torch.onnx", "torch.export", "onnxscript")] + [std_logging.getLogger()]
+    loggers = [std_logging.getLogger(name) for name in ("torch.onnx", "torch.export", "onnxscript")] + [
+        std_logging.getLogger()
+    ]
     levels = [item.level for item in loggers]
     for item in loggers:
         item.setLevel(std_logging.ERROR)
@@ -189,9 +197,14 @@ def _quiet_exporter():
 def _export_graph(module, args, input_names, output_names, dynamic_shapes):
     with torch.no_grad(), _quiet_exporter():
         program = torch.onnx.export(
-            module.eval(), args, dynamo=True, input_names=list(input_names), output_names=list(output_names),
-            dynamic_shapes=dynamic_shapes, verbose=False,
-        )  # fmt: skip
+            module.eval(),
+            args,
+            dynamo=True,
+            input_names=list(input_names),
+            output_names=list(output_names),
+            dynamic_shapes=dynamic_shapes,
+            verbose=False,
+        )
     return program
 
 
@@ -200,7 +213,9 @@ def _encoder_graph(model, example):
     axes = {0: batch, 1: sequence}
     layer = model.output_layer
     features = [name for name, branch in zip(FEATURE_NAMES, (layer.head, layer.tail)) if branch is not None]
-    program = _export_graph(EncoderGraph(model), example, INPUT_NAMES, features, {"input_ids": axes, "attention_mask": axes})
+    program = _export_graph(
+        EncoderGraph(model), example, INPUT_NAMES, features, {"input_ids": axes, "attention_mask": axes}
+    )
     return program, features
 
 
@@ -212,7 +227,11 @@ def _single_graph(model, encoder_proto, features, example, k: int):
         branch_inputs = EncoderGraph(model)(*example)
     batch = torch.export.Dim("batch")
     head = _export_graph(
-        OutputLayerGraph(model, k), branch_inputs, features, OUTPUT_NAMES, {"features": tuple({0: batch} for _ in features)}
+        OutputLayerGraph(model, k),
+        branch_inputs,
+        features,
+        OUTPUT_NAMES,
+        {"features": tuple({0: batch} for _ in features)},
     ).model_proto
     # Internal names of the two exports may collide; the features keep theirs, which connect the graphs.
     head = onnx.compose.add_prefix(head, "output_layer/", rename_inputs=False, rename_outputs=False)
@@ -294,7 +313,10 @@ def export_onnx(
         if graph is not None:
             onnx.save(graph, os.path.join(staging, SINGLE_GRAPH_FILE if layout == "single" else ENCODER_GRAPH_FILE))
         else:  # an encoder of more than 2 GB keeps its weights in a file beside the graph
-            encoder.save(os.path.join(staging, ENCODER_GRAPH_FILE), external_data=_graph_bytes(model.encoder) > ONNX_FILE_LIMIT_BYTES)
+            encoder.save(
+                os.path.join(staging, ENCODER_GRAPH_FILE),
+                external_data=_graph_bytes(model.encoder) > ONNX_FILE_LIMIT_BYTES,
+            )
         if layout == "split":
             _save_output_layer(model, os.path.join(staging, OUTPUT_LAYER_FILE))
         tokenizer.save_pretrained(staging)
@@ -383,7 +405,11 @@ def _metadata(model, tokenizer, layout, top_k, quantize, features, source) -> di
 def _readme(metadata: dict) -> str:
     """The export folder's README: what the files are and how to score texts with them."""
     k, label_count = metadata["top_k"], metadata["label_count"]
-    quantized = f"\nThe encoder's matmuls are quantized to int8 ({metadata['quantization']}).\n" if metadata["quantization"] else ""
+    quantized = (
+        f"\nThe encoder's matmuls are quantized to int8 ({metadata['quantization']}).\n"
+        if metadata["quantization"]
+        else ""
+    )
     if metadata["layout"] == "single":
         files = (
             f"- `{SINGLE_GRAPH_FILE}`: encoder, pooling, output layer and top-k in one graph. Inputs `input_ids`, "
@@ -425,14 +451,14 @@ features = dict(zip([output.name for output in session.get_outputs()], outputs))
 logits, label_ids = output_layer_topk(output_layer, features.get("head_features"), features.get("tail_features"), k={k})
 scores = sigmoid(logits)
 ```"""
-    return f"""# HASTE model exported to ONNX ({metadata['layout']} layout)
+    return f"""# HASTE model exported to ONNX ({metadata["layout"]} layout)
 
-Extreme multi-label classifier of {label_count:,} labels exported by haste_hf {metadata['haste_hf']} from
-`{metadata['source']}`. Serve it with onnxruntime; torch is not needed.
+Extreme multi-label classifier of {label_count:,} labels exported by haste_hf {metadata["haste_hf"]} from
+`{metadata["source"]}`. Serve it with onnxruntime; torch is not needed.
 {quantized}
 {files}
 - `label_names.json`: the name of each label id (when the model has names).
-- the tokenizer files: texts are truncated at its `model_max_length` ({metadata['max_length']}), the length the model was trained on.
+- the tokenizer files: texts are truncated at its `model_max_length` ({metadata["max_length"]}), the length the model was trained on.
 - `{onnx_serving.METADATA_FILE}`: this description, read by `{SERVING_CODE_FILE}`.
 - `{SERVING_CODE_FILE}`: `OnnxClassifier`, the top-k labels and names of texts for this folder (numpy, onnxruntime).
 

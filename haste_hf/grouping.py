@@ -36,6 +36,7 @@ from .configuration_haste import (
 )
 from .modeling_haste import pool_hidden_states
 
+
 GROUPING_STRATEGIES = ("semantic", "frequency", "random")
 
 logger = logging.get_logger(f"transformers.{__name__}")  # see haste_hf/__init__.py: Logging
@@ -87,7 +88,11 @@ def split_head_tail(
         `(head_ids, tail_ids)`: int64 arrays, each sorted by descending count; equal counts are ordered by
         ascending label id, so the split is deterministic.
     """
-    counts = label_frequencies.detach().cpu().numpy() if isinstance(label_frequencies, torch.Tensor) else np.asarray(label_frequencies)
+    counts = (
+        label_frequencies.detach().cpu().numpy()
+        if isinstance(label_frequencies, torch.Tensor)
+        else np.asarray(label_frequencies)
+    )
     if counts.ndim != 1:
         raise ValueError(f"`label_frequencies` must be one-dimensional, got shape {counts.shape}.")
     if counts.size and not np.issubdtype(counts.dtype, np.number):
@@ -109,7 +114,9 @@ def split_head_tail(
     elif isinstance(head_label_count, bool) or not isinstance(head_label_count, (int, np.integer)):
         raise ValueError(f"`head_label_count` must be an integer, got {head_label_count!r}.")
     elif not 0 <= head_label_count <= label_count:
-        raise ValueError(f"`head_label_count` must be in [0, {label_count}] (the number of labels), got {head_label_count}.")
+        raise ValueError(
+            f"`head_label_count` must be in [0, {label_count}] (the number of labels), got {head_label_count}."
+        )
 
     by_frequency = np.argsort(-counts, kind="stable").astype(np.int64)
     return by_frequency[:head_label_count], by_frequency[head_label_count:]
@@ -147,7 +154,9 @@ def _text_embedder(encoder, tokenizer, pooling: str | None, max_length: int | No
         return embed, lambda: encoder.train(was_training)
 
     if pooling is not None:
-        logger.warning(f"`pooling={pooling!r}` is ignored: it applies to a transformers encoder, this one embeds texts itself.")
+        logger.warning(
+            f"`pooling={pooling!r}` is ignored: it applies to a transformers encoder, this one embeds texts itself."
+        )
     if callable(getattr(encoder, "encode", None)):  # a sentence-transformers model (duck-typed)
 
         def embed(texts: list[str]) -> torch.Tensor:
@@ -582,7 +591,9 @@ def group_labels(
         if label_frequencies is None:
             raise ValueError('`label_frequencies` is required with strategy="frequency".')
         counts = torch.as_tensor(
-            label_frequencies.detach().cpu().numpy() if isinstance(label_frequencies, torch.Tensor) else np.asarray(label_frequencies)
+            label_frequencies.detach().cpu().numpy()
+            if isinstance(label_frequencies, torch.Tensor)
+            else np.asarray(label_frequencies)
         ).to(torch.float64)
         if counts.ndim != 1 or counts.numel() <= max_id:
             raise ValueError(

@@ -167,7 +167,9 @@ def _stage_folder(folder: Path, staging: Path) -> HasteConfig:
 
 def _write_label_names(staging: Path, label_names: list[str], label_count: int):
     if len(label_names) != label_count:
-        raise ValueError(f"`label_names` has {len(label_names)} entries for {label_count} labels: give one name per label.")
+        raise ValueError(
+            f"`label_names` has {len(label_names)} entries for {label_count} labels: give one name per label."
+        )
     target = staging / LABEL_NAMES_FILE
     _replace(target)
     with open(target, "w", encoding="utf-8") as f:
@@ -187,10 +189,14 @@ def _stage_model_card(staging: Path, model_card, config: HasteConfig, repo_id: s
     elif isinstance(model_card, str):
         path.write_text(model_card, encoding="utf-8")
     elif model_card is not None:
-        raise TypeError(f"`model_card` must be a ModelCard, a str or a HasteModelCardData, got {type(model_card).__name__}.")
+        raise TypeError(
+            f"`model_card` must be a ModelCard, a str or a HasteModelCardData, got {type(model_card).__name__}."
+        )
     elif not path.exists():
         # The card only reads the configuration.
-        render_model_card(HasteModelCardData.from_model(types.SimpleNamespace(config=config), model_id=repo_id)).save(path)
+        render_model_card(HasteModelCardData.from_model(types.SimpleNamespace(config=config), model_id=repo_id)).save(
+            path
+        )
     if tags:
         card = ModelCard.load(path)
         card.data.tags = list(dict.fromkeys([*(card.data.tags or []), *tags]))

@@ -27,7 +27,6 @@ import importlib.util
 import os
 import warnings
 from pathlib import Path
-from typing import Optional
 
 import torch
 
@@ -142,7 +141,7 @@ def validate_inputs(
     x: torch.Tensor,
     weight: torch.Tensor,
     supports: torch.Tensor,
-    bias: Optional[torch.Tensor] = None,
+    bias: torch.Tensor | None = None,
     check_indices: bool = False,
 ) -> None:
     """Raises a ValueError naming the argument and the fix when the kernels cannot take these operands.
@@ -174,7 +173,9 @@ def validate_inputs(
             raise ValueError(f"`{name}` must be contiguous; call `.contiguous()` on it (once, not per step).")
     devices = {x.device, weight.device, supports.device} | ({bias.device} if bias is not None else set())
     if len(devices) != 1:
-        raise ValueError(f"`x`, `weight`, `supports` and `bias` must be on one device, got {sorted(map(str, devices))}.")
+        raise ValueError(
+            f"`x`, `weight`, `supports` and `bias` must be on one device, got {sorted(map(str, devices))}."
+        )
     if check_indices and supports.numel() > 0:
         low, high = int(supports.min()), int(supports.max())
         if low < 0 or high >= x.shape[1]:
@@ -195,7 +196,7 @@ def validate_inputs(
 # ------------------------------------------------------------------------------------------------
 @torch.library.custom_op("haste::group_sparse_forward", mutates_args=(), device_types="cuda")
 def _forward_op(
-    x: torch.Tensor, weight: torch.Tensor, supports: torch.Tensor, bias: Optional[torch.Tensor], deterministic: bool
+    x: torch.Tensor, weight: torch.Tensor, supports: torch.Tensor, bias: torch.Tensor | None, deterministic: bool
 ) -> torch.Tensor:
     # `deterministic` only travels to the backward, which reads it from the saved context.
     return _load_extension().forward(x, weight, supports, bias)
@@ -260,8 +261,8 @@ _LOSS_KINDS = {"bce": 0, "squared_hinge": 1}
 def _linear_loss_op(
     x: torch.Tensor,
     weight: torch.Tensor,
-    bias: Optional[torch.Tensor],
-    supports: Optional[torch.Tensor],
+    bias: torch.Tensor | None,
+    supports: torch.Tensor | None,
     positions: torch.Tensor,
     valid_count: int,
     scale: float,
@@ -315,7 +316,7 @@ def _linear_loss_backward(ctx, grad_loss, _grad_of_gradient):
 _linear_loss_op.register_autograd(_linear_loss_backward, setup_context=_linear_loss_setup_context)
 
 
-def fuses_loss(x: torch.Tensor, weight: torch.Tensor, supports: Optional[torch.Tensor]) -> bool:
+def fuses_loss(x: torch.Tensor, weight: torch.Tensor, supports: torch.Tensor | None) -> bool:
     """True when `linear_loss` serves this layer: a dense one (cuBLAS + one fused kernel, bf16 / fp16 / fp32)
     or a group-sparse one on the tensor-core path (`has_fast_path`). Call `is_available()` first."""
     if x.dtype not in _SUPPORTED_DTYPES or weight.dtype != x.dtype:
@@ -326,13 +327,13 @@ def fuses_loss(x: torch.Tensor, weight: torch.Tensor, supports: Optional[torch.T
 def linear_loss(
     x: torch.Tensor,
     weight: torch.Tensor,
-    bias: Optional[torch.Tensor],
-    supports: Optional[torch.Tensor],
+    bias: torch.Tensor | None,
+    supports: torch.Tensor | None,
     positions: torch.Tensor,
     valid_count: int,
     scale: float,
     loss: str = "bce",
-    deterministic: Optional[bool] = None,
+    deterministic: bool | None = None,
 ) -> torch.Tensor:
     """`scale` times the loss of a dense (`[n, d]`) or group-sparse (`[K, G, F]` + int32 `supports`) layer
     over its outputs `[0, valid_count)`, differentiable in `x`, `weight` and `bias` (see
@@ -354,17 +355,25 @@ def linear_loss(
     store_gradient = torch.is_grad_enabled() and any(tensor.requires_grad for tensor in tracked)
     with torch.autocast("cuda", enabled=False):  # the logits and their gradient in the layer's dtype
         loss_value, _ = _linear_loss_op(
-            x.contiguous(), weight.contiguous(), bias, supports, positions, valid_count, float(scale), loss,
-            store_gradient, deterministic,
-        )  # fmt: skip
+            x.contiguous(),
+            weight.contiguous(),
+            bias,
+            supports,
+            positions,
+            valid_count,
+            float(scale),
+            loss,
+            store_gradient,
+            deterministic,
+        )
     return loss_value
 
 
 def linear_loss_gradient(
     x: torch.Tensor,
     weight: torch.Tensor,
-    bias: Optional[torch.Tensor],
-    supports: Optional[torch.Tensor],
+    bias: torch.Tensor | None,
+    supports: torch.Tensor | None,
     positions: torch.Tensor,
     valid_count: int,
     scale: float,
@@ -381,18 +390,24 @@ def linear_loss_gradient(
     with torch.no_grad(), torch.autocast("cuda", enabled=False):
         _, grad_logits = _linear_loss_op(
             x.contiguous(), weight.contiguous(), bias, supports, positions, valid_count, float(scale), loss, True, False
-        )  # fmt: skip
+        )
     return grad_logits
 
 
-def group_sparse_grad_weight(grad_out: torch.Tensor, x: torch.Tensor, supports: torch.Tensor, group_size: int) -> torch.Tensor:
+def group_sparse_grad_weight(
+    grad_out: torch.Tensor, x: torch.Tensor, supports: torch.Tensor, group_size: int
+) -> torch.Tensor:
     """The weight gradient `[K, G, F]` of `group_sparse_linear` from its output gradient `[B, K * G]`; not
     differentiable."""
     return _grad_weight_op(grad_out.contiguous(), x.contiguous(), supports, group_size)
 
 
 def group_sparse_grad_input(
-    grad_out: torch.Tensor, weight: torch.Tensor, supports: torch.Tensor, num_features: int, deterministic: Optional[bool] = None
+    grad_out: torch.Tensor,
+    weight: torch.Tensor,
+    supports: torch.Tensor,
+    num_features: int,
+    deterministic: bool | None = None,
 ) -> torch.Tensor:
     """The feature gradient `[B, num_features]` of `group_sparse_linear` from its output gradient `[B, K * G]`;
     not differentiable. `deterministic` defaults to `torch.are_deterministic_algorithms_enabled()`."""
@@ -403,7 +418,7 @@ def group_sparse_grad_input(
 
 @torch.library.custom_op("haste::group_sparse_topk", mutates_args=(), device_types="cuda")
 def _topk_op(
-    x: torch.Tensor, weight: torch.Tensor, supports: torch.Tensor, bias: Optional[torch.Tensor], k: int, valid_count: int
+    x: torch.Tensor, weight: torch.Tensor, supports: torch.Tensor, bias: torch.Tensor | None, k: int, valid_count: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     scores, columns = _load_extension().group_sparse_topk(x, weight, supports, bias, k, valid_count)
     scores, best = scores.topk(min(k, scores.shape[1]), dim=1)
@@ -419,7 +434,7 @@ def group_sparse_topk(
     x: torch.Tensor,
     weight: torch.Tensor,
     supports: torch.Tensor,
-    bias: Optional[torch.Tensor],
+    bias: torch.Tensor | None,
     k: int,
     valid_count: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -439,8 +454,8 @@ def group_sparse_linear(
     x: torch.Tensor,
     weight: torch.Tensor,
     supports: torch.Tensor,
-    bias: Optional[torch.Tensor] = None,
-    deterministic: Optional[bool] = None,
+    bias: torch.Tensor | None = None,
+    deterministic: bool | None = None,
 ) -> torch.Tensor:
     """`[B, d] -> [B, K * G]` on the CUDA kernels, differentiable in `x`, `weight` and `bias`.
 

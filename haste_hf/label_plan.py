@@ -126,7 +126,9 @@ class LabelLayout:
         self.head_ids = _int64_vector(self.head_ids, "head_ids")
         self.tail_order = _int64_vector(self.tail_order, "tail_order")
         every_label = torch.cat([self.head_ids, self.tail_order])
-        if every_label.numel() != self.label_count or not torch.equal(every_label.sort().values, torch.arange(self.label_count)):
+        if every_label.numel() != self.label_count or not torch.equal(
+            every_label.sort().values, torch.arange(self.label_count)
+        ):
             raise ValueError(
                 f"`head_ids` ({self.head_ids.numel()}) and `tail_order` ({self.tail_order.numel()}) must together hold "
                 f"every label id in [0, {self.label_count}) exactly once."
@@ -166,21 +168,36 @@ class LabelLayout:
         frequencies = _int64_vector(label_frequencies, "label_frequencies")
         if head_label_count is None and head_label_fraction is None:
             head_label_fraction = DEFAULT_HEAD_LABEL_FRACTION
-        head_ids, tail_ids = split_head_tail(frequencies, head_label_fraction=head_label_fraction, head_label_count=head_label_count)
+        head_ids, tail_ids = split_head_tail(
+            frequencies, head_label_fraction=head_label_fraction, head_label_count=head_label_count
+        )
         if strategy == "semantic" and label_embeddings is None and len(tail_ids):
             raise ValueError(
                 'strategy="semantic" needs `label_embeddings` (see `compute_label_embeddings`), or use '
-                '`LabelLayout.from_training_split` with an encoder.'
+                "`LabelLayout.from_training_split` with an encoder."
             )
         grouping = group_labels(
-            label_embeddings, tail_ids, group_size, strategy, label_frequencies=frequencies, beta=beta, seed=seed,
-            device=device, show_progress=show_progress,
-        )  # fmt: skip
+            label_embeddings,
+            tail_ids,
+            group_size,
+            strategy,
+            label_frequencies=frequencies,
+            beta=beta,
+            seed=seed,
+            device=device,
+            show_progress=show_progress,
+        )
         return cls(
-            label_count=frequencies.numel(), head_ids=head_ids, tail_order=grouping.order, group_size=group_size,
-            strategy=strategy, seed=seed, label_frequencies=frequencies, split_fingerprint=split_fingerprint,
+            label_count=frequencies.numel(),
+            head_ids=head_ids,
+            tail_order=grouping.order,
+            group_size=group_size,
+            strategy=strategy,
+            seed=seed,
+            label_frequencies=frequencies,
+            split_fingerprint=split_fingerprint,
             train_points=train_points,
-        )  # fmt: skip
+        )
 
     @classmethod
     def from_training_split(
@@ -214,14 +231,31 @@ class LabelLayout:
             if encoder is None:
                 raise ValueError('strategy="semantic" needs an `encoder` (or precomputed `label_embeddings`).')
             label_embeddings = compute_label_embeddings(
-                encoder, split["text"], split["labels"], label_count, tokenizer=tokenizer, batch_size=batch_size,
-                max_length=max_length, pooling=pooling, device=device, show_progress=show_progress,
-            )  # fmt: skip
+                encoder,
+                split["text"],
+                split["labels"],
+                label_count,
+                tokenizer=tokenizer,
+                batch_size=batch_size,
+                max_length=max_length,
+                pooling=pooling,
+                device=device,
+                show_progress=show_progress,
+            )
         return cls.from_frequencies(
-            frequencies, group_size, head_label_fraction=head_label_fraction, head_label_count=head_label_count,
-            strategy=strategy, label_embeddings=label_embeddings, beta=beta, seed=seed, split_fingerprint=fingerprint,
-            train_points=points, device=device, show_progress=show_progress,
-        )  # fmt: skip
+            frequencies,
+            group_size,
+            head_label_fraction=head_label_fraction,
+            head_label_count=head_label_count,
+            strategy=strategy,
+            label_embeddings=label_embeddings,
+            beta=beta,
+            seed=seed,
+            split_fingerprint=fingerprint,
+            train_points=points,
+            device=device,
+            show_progress=show_progress,
+        )
 
     @classmethod
     def from_model(cls, model) -> "LabelLayout":
@@ -230,9 +264,11 @@ class LabelLayout:
         output_labels = model.output_layer.output_labels.detach().cpu()
         tail = output_labels[config.head_label_count :]
         return cls(
-            label_count=config.label_count, head_ids=output_labels[: config.head_label_count],
-            tail_order=tail[tail >= 0], group_size=config.group_size,
-        )  # fmt: skip
+            label_count=config.label_count,
+            head_ids=output_labels[: config.head_label_count],
+            tail_order=tail[tail >= 0],
+            group_size=config.group_size,
+        )
 
     # ------------------------------------------------------------------------------------------------ views
 
@@ -278,9 +314,10 @@ class LabelLayout:
         _, fingerprint, points = count_labels(split, self.label_count)
         if fingerprint != self.split_fingerprint:
             sizes = (
-                f"({self.train_points:,} points) than {what} ({points:,} points)" if points != self.train_points
+                f"({self.train_points:,} points) than {what} ({points:,} points)"
+                if points != self.train_points
                 else f"than {what}, of as many points ({points:,}) but other label lists or another order"
-            )  # fmt: skip
+            )
             raise ValueError(
                 f"This label layout was computed from another training split {sizes}: the head/tail split and the "
                 "groups would not match the training data. Compute the layout with the same data and the same validation hold-out "
@@ -319,10 +356,14 @@ class LabelLayout:
         if self.label_frequencies is not None:
             tensors["label_frequencies"] = self.label_frequencies
         metadata = {
-            "format": "haste_label_layout", "format_version": str(LAYOUT_FORMAT_VERSION),
-            "label_count": str(self.label_count), "group_size": str(self.group_size), "strategy": self.strategy,
-            "seed": str(self.seed), "train_points": str(self.train_points),
-        }  # fmt: skip
+            "format": "haste_label_layout",
+            "format_version": str(LAYOUT_FORMAT_VERSION),
+            "label_count": str(self.label_count),
+            "group_size": str(self.group_size),
+            "strategy": self.strategy,
+            "seed": str(self.seed),
+            "train_points": str(self.train_points),
+        }
         if self.split_fingerprint is not None:
             metadata["split_fingerprint"] = self.split_fingerprint
         path = os.fspath(path)
@@ -344,11 +385,15 @@ class LabelLayout:
         try:
             handle = safe_open(os.fspath(path), framework="pt")
         except SafetensorError as error:
-            raise ValueError(f"{path} is not a label layout file, or a damaged one ({error}): write it again with `haste-hf group`.") from error
+            raise ValueError(
+                f"{path} is not a label layout file, or a damaged one ({error}): write it again with `haste-hf group`."
+            ) from error
         with handle as f:
             metadata = f.metadata() or {}
             if metadata.get("format") != "haste_label_layout":
-                raise ValueError(f"{path} is not a label layout file (write one with `LabelLayout.save` or `haste-hf group`).")
+                raise ValueError(
+                    f"{path} is not a label layout file (write one with `LabelLayout.save` or `haste-hf group`)."
+                )
             if int(metadata["format_version"]) > LAYOUT_FORMAT_VERSION:
                 raise ValueError(
                     f"{path} has layout format {metadata['format_version']}; this haste_hf reads up to "
@@ -356,12 +401,16 @@ class LabelLayout:
                 )
             names = set(f.keys())
             return cls(
-                label_count=int(metadata["label_count"]), head_ids=f.get_tensor("head_ids"),
-                tail_order=f.get_tensor("tail_order"), group_size=int(metadata["group_size"]),
-                strategy=metadata["strategy"], seed=int(metadata["seed"]),
+                label_count=int(metadata["label_count"]),
+                head_ids=f.get_tensor("head_ids"),
+                tail_order=f.get_tensor("tail_order"),
+                group_size=int(metadata["group_size"]),
+                strategy=metadata["strategy"],
+                seed=int(metadata["seed"]),
                 label_frequencies=f.get_tensor("label_frequencies") if "label_frequencies" in names else None,
-                split_fingerprint=metadata.get("split_fingerprint"), train_points=int(metadata.get("train_points", 0)),
-            )  # fmt: skip
+                split_fingerprint=metadata.get("split_fingerprint"),
+                train_points=int(metadata.get("train_points", 0)),
+            )
 
 
 __all__ = ["LAYOUT_FORMAT_VERSION", "LabelLayout", "count_labels"]

@@ -88,10 +88,15 @@ def _chunk_logit_gradient(x, weight, bias, supports, positions, valid_count, sca
     layer's dtype, 0 at padding slots: recomputed from the layer's input and weights."""
     if kernels:
         return _KERNELS.linear_loss_gradient(
-            x, weight[chunk], None if bias is None else bias[columns], None if supports is None else supports[chunk],
-            positions - columns.start, min(max(0, valid_count - columns.start), columns.stop - columns.start), scale,
+            x,
+            weight[chunk],
+            None if bias is None else bias[columns],
+            None if supports is None else supports[chunk],
+            positions - columns.start,
+            min(max(0, valid_count - columns.start), columns.stop - columns.start),
+            scale,
             loss_name,
-        )  # fmt: skip
+        )
     accumulate = torch.promote_types(x.dtype, torch.float32)
     logits = _chunk_logits(x, weight, supports, bias, chunk, columns).to(accumulate)
     targets = targets_of_chunk(positions, columns.start, columns.stop, valid_count, accumulate)
@@ -109,7 +114,9 @@ class _ChunkedLinearLoss(torch.autograd.Function):
     weight-sized gradient (see `chunk_loss_backward_`)."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, supports, positions, valid_count, scale, loss_name, chunk_labels, update, kernels):
+    def forward(
+        ctx, x, weight, bias, supports, positions, valid_count, scale, loss_name, chunk_labels, update, kernels
+    ):
         ctx.save_for_backward(x, weight, bias, supports, positions)
         ctx.valid_count, ctx.scale, ctx.loss_name = valid_count, scale, loss_name
         ctx.chunk_labels, ctx.update, ctx.kernels = chunk_labels, update, kernels
@@ -136,8 +143,18 @@ class _ChunkedLinearLoss(torch.autograd.Function):
         for chunk, columns in _chunks(x, weight, supports, ctx.chunk_labels):
             with torch.no_grad():
                 grad_logits = _chunk_logit_gradient(
-                    x, weight, bias, supports, positions, ctx.valid_count, ctx.scale, ctx.loss_name, chunk, columns, kernels
-                )  # fmt: skip
+                    x,
+                    weight,
+                    bias,
+                    supports,
+                    positions,
+                    ctx.valid_count,
+                    ctx.scale,
+                    ctx.loss_name,
+                    chunk,
+                    columns,
+                    kernels,
+                )
             if grad_bias is not None:
                 grad_bias[columns] = (grad_logits.sum(0, dtype=accumulate) * grad_loss).to(bias.dtype)
             # The feature gradient first: it reads the weights of this chunk that `update` is about to change.
@@ -148,8 +165,12 @@ class _ChunkedLinearLoss(torch.autograd.Function):
                     grad_x += _KERNELS.group_sparse_grad_input(grad_logits, weight[chunk], supports[chunk], x.shape[1])
                 else:
                     batch_size, groups = x.shape[0], chunk.stop - chunk.start
-                    grad_gathered = torch.einsum("bkg,kgf->bkf", grad_logits.view(batch_size, groups, -1), weight[chunk])
-                    grad_x.index_add_(1, supports[chunk].reshape(-1).long(), grad_gathered.reshape(batch_size, -1).to(accumulate))
+                    grad_gathered = torch.einsum(
+                        "bkg,kgf->bkf", grad_logits.view(batch_size, groups, -1), weight[chunk]
+                    )
+                    grad_x.index_add_(
+                        1, supports[chunk].reshape(-1).long(), grad_gathered.reshape(batch_size, -1).to(accumulate)
+                    )
             if not ctx.needs_input_grad[1]:
                 continue
             if not sparse:
@@ -199,7 +220,9 @@ def chunk_loss_backward_(weight: torch.Tensor, chunk_labels: int | None = 0, upd
         weight.__dict__.pop("_haste_chunked_backward", None)
         return
     if not isinstance(chunk_labels, int) or chunk_labels < 0:
-        raise ValueError(f"`chunk_labels` must be a number of outputs (0: chosen by the batch size), got {chunk_labels!r}.")
+        raise ValueError(
+            f"`chunk_labels` must be a number of outputs (0: chosen by the batch size), got {chunk_labels!r}."
+        )
     weight._haste_chunked_backward = _ChunkedBackward(chunk_labels, update)
 
 
@@ -230,18 +253,42 @@ def output_layer_loss(
     if loss not in LOSSES:
         raise ValueError(f"`loss` must be one of {sorted(LOSSES)}, got {loss!r}.")
     if positions.dim() != 2 or positions.shape[0] != x.shape[0]:
-        raise ValueError(f"`positions` must be [batch, positives] with {x.shape[0]} rows, got {tuple(positions.shape)}.")
+        raise ValueError(
+            f"`positions` must be [batch, positives] with {x.shape[0]} rows, got {tuple(positions.shape)}."
+        )
     # The layer computes in its own dtype, also under autocast (as `HasteTrainer` trains a bf16 output layer).
     with torch.autocast(x.device.type, enabled=False):
-        kernels = x.is_cuda and _KERNELS is not None and _KERNELS.is_available() and _KERNELS.fuses_loss(x, weight, supports)
+        kernels = (
+            x.is_cuda and _KERNELS is not None and _KERNELS.is_available() and _KERNELS.fuses_loss(x, weight, supports)
+        )
         chunked = getattr(weight, "_haste_chunked_backward", None)
         if chunked is not None and torch.is_grad_enabled():
             return _ChunkedLinearLoss.apply(
-                x, weight, bias, supports, positions, valid_count, scale, loss, chunked.chunk_labels, chunked.update, kernels
-            )  # fmt: skip
+                x,
+                weight,
+                bias,
+                supports,
+                positions,
+                valid_count,
+                scale,
+                loss,
+                chunked.chunk_labels,
+                chunked.update,
+                kernels,
+            )
         if kernels:
             return _KERNELS.linear_loss(x, weight, bias, supports, positions, valid_count, scale, loss)
-        return _ChunkedLinearLoss.apply(x, weight, bias, supports, positions, valid_count, scale, loss, None, None, False)
+        return _ChunkedLinearLoss.apply(
+            x, weight, bias, supports, positions, valid_count, scale, loss, None, None, False
+        )
 
 
-__all__ = ["DEFAULT_LOSS_CHUNK_ELEMENTS", "LOSSES", "bce", "chunk_loss_backward_", "output_layer_loss", "squared_hinge", "targets_of_chunk"]
+__all__ = [
+    "DEFAULT_LOSS_CHUNK_ELEMENTS",
+    "LOSSES",
+    "bce",
+    "chunk_loss_backward_",
+    "output_layer_loss",
+    "squared_hinge",
+    "targets_of_chunk",
+]

@@ -87,19 +87,36 @@ class HasteModelCardData:
         trainer's `model_card_data` dict, if set) override or add to them."""
         args = trainer.args
         optimizers = [
-            dict(part="Encoder + projections", name="AdamW", lr=args.learning_rate,
-                 schedule=getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type),
-                 warmup=args.warmup_steps, other=f"weight decay {args.weight_decay}"),
-            dict(part="Head + tail", name="SGD" + (" (stochastic rounding)" if args.output_stochastic_rounding else ""),
-                 lr=args.output_learning_rate, schedule=args.output_lr_scheduler_type, warmup=args.output_warmup_steps,
-                 other=f"momentum {args.output_momentum} ({args.output_momentum_dtype}), "
-                       f"decoupled weight decay {args.output_weight_decay}"),
-        ]  # fmt: skip
+            dict(
+                part="Encoder + projections",
+                name="AdamW",
+                lr=args.learning_rate,
+                schedule=getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type),
+                warmup=args.warmup_steps,
+                other=f"weight decay {args.weight_decay}",
+            ),
+            dict(
+                part="Head + tail",
+                name="SGD" + (" (stochastic rounding)" if args.output_stochastic_rounding else ""),
+                lr=args.output_learning_rate,
+                schedule=args.output_lr_scheduler_type,
+                warmup=args.output_warmup_steps,
+                other=f"momentum {args.output_momentum} ({args.output_momentum_dtype}), "
+                f"decoupled weight decay {args.output_weight_decay}",
+            ),
+        ]
         rewiring = None
-        rewirings = [callback for callback in trainer.callback_handler.callbacks if isinstance(callback, RewiringCallback)]
+        rewirings = [
+            callback for callback in trainer.callback_handler.callbacks if isinstance(callback, RewiringCallback)
+        ]
         if rewirings:
-            rewiring = dict(interval=rewirings[0].interval_of(trainer.state.max_steps), fraction=args.rewiring_fraction, end=args.rewiring_end_fraction,
-                            init=args.rewiring_init, scope=args.rewiring_scope)  # fmt: skip
+            rewiring = dict(
+                interval=rewirings[0].interval_of(trainer.state.max_steps),
+                fraction=args.rewiring_fraction,
+                end=args.rewiring_end_fraction,
+                init=args.rewiring_init,
+                scope=args.rewiring_scope,
+            )
         evaluations = [entry for entry in trainer.state.log_history if any(_METRIC_KEY.match(k) for k in entry)]
         training = {
             "steps": trainer.state.global_step,
@@ -213,7 +230,12 @@ def plot_card(data: HasteModelCardData, path: str | os.PathLike) -> bool:
         seen = counts[counts > 0]
         frequency_axis.loglog(np.arange(1, len(seen) + 1), seen, color="tab:blue")
         if data.head_label_count:
-            frequency_axis.axvline(data.head_label_count, color="tab:red", linestyle="--", label=f"head/tail cut ({data.head_label_count:,})")
+            frequency_axis.axvline(
+                data.head_label_count,
+                color="tab:red",
+                linestyle="--",
+                label=f"head/tail cut ({data.head_label_count:,})",
+            )
             frequency_axis.legend()
         unseen = len(counts) - len(seen)
         title = "Label frequencies" + (f" ({unseen:,} labels without examples not shown)" if unseen else "")

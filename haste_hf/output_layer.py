@@ -166,7 +166,9 @@ def check_layout(layout, label_count: int | None = None, group_size: int | None 
     """`(label_count, head_label_count)` of a `LabelLayout` (head ids, tail order, G), after checking that it
     agrees with `label_count` and `group_size` where those are given and holds every label once."""
     if label_count is not None and label_count != layout.label_count:
-        raise ValueError(f"`label_count` ({label_count}) differs from the layout's ({layout.label_count}): the layout was made for other data.")
+        raise ValueError(
+            f"`label_count` ({label_count}) differs from the layout's ({layout.label_count}): the layout was made for other data."
+        )
     if group_size is not None and group_size != layout.group_size:
         raise ValueError(
             f"`group_size` ({group_size}) differs from the layout's G ({layout.group_size}): its tail order groups "
@@ -175,7 +177,9 @@ def check_layout(layout, label_count: int | None = None, group_size: int | None 
     head_ids = torch.as_tensor(layout.head_ids)
     every_label = torch.cat([head_ids, torch.as_tensor(layout.tail_order)])
     if not torch.equal(every_label.sort().values, torch.arange(layout.label_count, device=every_label.device)):
-        raise ValueError(f"The layout's head and tail must hold every label id in [0, {layout.label_count}) exactly once.")
+        raise ValueError(
+            f"The layout's head and tail must hold every label id in [0, {layout.label_count}) exactly once."
+        )
     return layout.label_count, head_ids.numel()
 
 
@@ -280,12 +284,19 @@ class HasteOutputLayer(nn.Module):
             head_label_count = head_ids.numel()
             output_labels = torch.cat([head_ids, torch.nonzero(~in_head).squeeze(1)])
         group_size = DEFAULT_GROUP_SIZE if group_size is None else group_size
-        for name, value in (("in_features", in_features), ("label_count", label_count), ("group_size", group_size), ("fan_in", fan_in)):
+        for name, value in (
+            ("in_features", in_features),
+            ("label_count", label_count),
+            ("group_size", group_size),
+            ("fan_in", fan_in),
+        ):
             _positive_int(name, value)
         _positive_int("head_projection_dim", head_projection_dim, allow_none=True)
         _positive_int("tail_projection_dim", tail_projection_dim, allow_none=True)
         if isinstance(head_label_count, bool) or not 0 <= head_label_count <= label_count:
-            raise ValueError(f"The head must hold between 0 and label_count={label_count} labels, got {head_label_count!r}.")
+            raise ValueError(
+                f"The head must hold between 0 and label_count={label_count} labels, got {head_label_count!r}."
+            )
         if head_label_count < label_count and fan_in > (tail_projection_dim or in_features):
             raise ValueError(
                 f"`fan_in` ({fan_in}) exceeds the tail's input size ({tail_projection_dim or in_features}): a group cannot "
@@ -310,8 +321,12 @@ class HasteOutputLayer(nn.Module):
         if head_label_count < label_count:
             if tail_projection_dim:
                 self.tail_projection = nn.Linear(in_features, tail_projection_dim)
-            self.tail = GroupSparseLinear(tail_projection_dim or in_features, self.tail_group_count, group_size, fan_in, tail_bias)
-        self.register_buffer("output_labels", torch.empty(head_label_count + self.tail_group_count * group_size, dtype=torch.int64))
+            self.tail = GroupSparseLinear(
+                tail_projection_dim or in_features, self.tail_group_count, group_size, fan_in, tail_bias
+            )
+        self.register_buffer(
+            "output_labels", torch.empty(head_label_count + self.tail_group_count * group_size, dtype=torch.int64)
+        )
         self._label_positions_cache = None
         if initialize:  # a `HasteForExtremeClassification` initialises its layer itself, the transformers way
             self.reset_parameters()
@@ -324,11 +339,19 @@ class HasteOutputLayer(nn.Module):
     def from_config(cls, config, **kwargs) -> "HasteOutputLayer":
         """The output layer a `HasteConfig` describes, on its encoder's pooled output."""
         return cls(
-            config.encoder.hidden_size, config.label_count, config.head_label_count, config.group_size, config.fan_in,
-            head_projection_dim=config.head_projection_dim, tail_projection_dim=config.tail_projection_dim,
-            tail_bias=config.tail_bias, loss=config.loss, loss_reduction=config.loss_reduction,
-            supports_seed=config.supports_seed, **kwargs,
-        )  # fmt: skip
+            config.encoder.hidden_size,
+            config.label_count,
+            config.head_label_count,
+            config.group_size,
+            config.fan_in,
+            head_projection_dim=config.head_projection_dim,
+            tail_projection_dim=config.tail_projection_dim,
+            tail_bias=config.tail_bias,
+            loss=config.loss,
+            loss_reduction=config.loss_reduction,
+            supports_seed=config.supports_seed,
+            **kwargs,
+        )
 
     @property
     def tail_label_count(self) -> int:
@@ -394,7 +417,9 @@ class HasteOutputLayer(nn.Module):
                 f"pass one column per label, or padded positive ids (int64, {LABEL_PADDING_ID} padding)."
             )
         if labels.dtype != torch.bool:
-            _check_labels(~((labels >= 0) & (labels <= 1)), "A dense float `labels` must hold targets in [0, 1] (NaN is not one).")
+            _check_labels(
+                ~((labels >= 0) & (labels <= 1)), "A dense float `labels` must hold targets in [0, 1] (NaN is not one)."
+            )
         return labels
 
     def check_k(self, k: int) -> None:
@@ -438,7 +463,11 @@ class HasteOutputLayer(nn.Module):
     @property
     def tail_valid_count(self) -> int:
         """This layer's tail columns that are labels: all but the padding slots, which trail the last group."""
-        return max(0, min(self.head_label_count + self.tail_groups[1] * self.group_size, self.label_count) - self.tail_first_position)
+        return max(
+            0,
+            min(self.head_label_count + self.tail_groups[1] * self.group_size, self.label_count)
+            - self.tail_first_position,
+        )
 
     def scored_loss(self, head_x, tail_x, positions: torch.Tensor, scale: float) -> torch.Tensor:
         """`scale` times the loss of this layer's labels from the branch inputs and the positive positions
@@ -448,14 +477,30 @@ class HasteOutputLayer(nn.Module):
         losses = []
         if self.head is not None:
             head_width = self.head_rows[1] - self.head_rows[0]
-            losses.append(output_layer_loss(
-                head_x, self.head.weight, self.head.bias, positions - self.head_rows[0], head_width, scale, self.loss_name
-            ))  # fmt: skip
+            losses.append(
+                output_layer_loss(
+                    head_x,
+                    self.head.weight,
+                    self.head.bias,
+                    positions - self.head_rows[0],
+                    head_width,
+                    scale,
+                    self.loss_name,
+                )
+            )
         if self.tail is not None:
-            losses.append(output_layer_loss(
-                tail_x, self.tail.weight, self.tail.bias, positions - self.tail_first_position, self.tail_valid_count,
-                scale, self.loss_name, supports=self.tail.supports,
-            ))  # fmt: skip
+            losses.append(
+                output_layer_loss(
+                    tail_x,
+                    self.tail.weight,
+                    self.tail.bias,
+                    positions - self.tail_first_position,
+                    self.tail_valid_count,
+                    scale,
+                    self.loss_name,
+                    supports=self.tail.supports,
+                )
+            )
         return losses[0] if len(losses) == 1 else losses[0] + losses[1]
 
     def reference_loss(self, position_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -466,7 +511,9 @@ class HasteOutputLayer(nn.Module):
         if dense is not None:
             targets = dense[:, self.output_labels[: self.label_count]].to(valid_logits.dtype)
         else:
-            targets = targets_of_chunk(self.positive_positions(labels), 0, self.label_count, self.label_count, valid_logits.dtype)
+            targets = targets_of_chunk(
+                self.positive_positions(labels), 0, self.label_count, self.label_count, valid_logits.dtype
+            )
         terms, _ = LOSSES[self.loss_name](valid_logits, targets)
         return terms.sum() * self._loss_scale(position_logits.shape[0])
 
@@ -476,17 +523,29 @@ class HasteOutputLayer(nn.Module):
         (`sparse_ops.group_sparse_topk`); padding slots never win."""
         reference = head_x if head_x is not None else tail_x
         batch_size = reference.shape[0]
-        best = (reference.new_empty(batch_size, 0, dtype=torch.float32), reference.new_empty(batch_size, 0, dtype=torch.int64))
+        best = (
+            reference.new_empty(batch_size, 0, dtype=torch.float32),
+            reference.new_empty(batch_size, 0, dtype=torch.int64),
+        )
         if self.head is not None:
             for chunk in chunks(self.head.weight.shape[0], batch_size, TOPK_CHUNK_ELEMENTS):
                 bias = None if self.head.bias is None else self.head.bias[chunk]
-                scores, top = F.linear(head_x, self.head.weight[chunk], bias).float().topk(min(k, chunk.stop - chunk.start), dim=1)
+                scores, top = (
+                    F.linear(head_x, self.head.weight[chunk], bias)
+                    .float()
+                    .topk(min(k, chunk.stop - chunk.start), dim=1)
+                )
                 best = merge_topk(best, (scores, top + self.head_rows[0] + chunk.start), k)
         if self.tail is not None:
             scores, columns = group_sparse_topk(
-                tail_x, self.tail.weight, self.tail.supports, self.tail.bias, k, self.tail_valid_count,
+                tail_x,
+                self.tail.weight,
+                self.tail.supports,
+                self.tail.bias,
+                k,
+                self.tail_valid_count,
                 chunk_elements=TOPK_CHUNK_ELEMENTS,
-            )  # fmt: skip
+            )
             best = merge_topk(best, (scores, columns.clamp(min=0) + self.tail_first_position), k)
         return best
 
@@ -497,8 +556,13 @@ class HasteOutputLayer(nn.Module):
 
     # ------------------------------------------------------------------------------------- the face
 
-    def forward(self, features: torch.Tensor, labels: torch.Tensor | None = None, top_k: int | None = None,
-                return_logits: bool | None = None) -> OutputLayerOutput:  # fmt: skip
+    def forward(
+        self,
+        features: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        top_k: int | None = None,
+        return_logits: bool | None = None,
+    ) -> OutputLayerOutput:
         """The loss (when `labels` are given: ids `[B, P]` padded with -100, or a dense multi-hot
         `[B, label_count]`), the `top_k` best labels, and the `[B, label_count]` logits (by default only
         when no labels are given)."""
@@ -515,7 +579,9 @@ class HasteOutputLayer(nn.Module):
             if dense:
                 loss = self.reference_loss(position_logits, labels)
             else:
-                loss = self.scored_loss(head_x, tail_x, self.positive_positions(labels), self._loss_scale(features.shape[0]))
+                loss = self.scored_loss(
+                    head_x, tail_x, self.positive_positions(labels), self._loss_scale(features.shape[0])
+                )
         top_scores = top_label_ids = None
         if top_k is not None:
             with torch.no_grad():
@@ -543,11 +609,19 @@ class HasteOutputLayer(nn.Module):
     def output_parameters(self) -> list[nn.Parameter]:
         """The trainable parameters of the head and the tail (what the output layer's SGD trains); the
         projections train with the encoder."""
-        return [param for module in (self.head, self.tail) if module is not None for param in module.parameters() if param.requires_grad]
+        return [
+            param
+            for module in (self.head, self.tail)
+            if module is not None
+            for param in module.parameters()
+            if param.requires_grad
+        ]
 
     def trained_modules(self) -> list[str]:
         """Names of this layer's modules that a new model must train in full (LoRA's `modules_to_save`)."""
-        return [name for name in ("head", "tail", "head_projection", "tail_projection") if getattr(self, name) is not None]
+        return [
+            name for name in ("head", "tail", "head_projection", "tail_projection") if getattr(self, name) is not None
+        ]
 
     @torch.no_grad()
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
@@ -561,7 +635,9 @@ class HasteOutputLayer(nn.Module):
         check_rewiring_options(fraction, scope, init, zero_fraction_ok=True)
         groups, group_size = self.tail.weight.shape[:2]
         label_mask = (self.output_labels[self.tail_first_position :] >= 0).view(groups, group_size)
-        result = rewire_(self.tail.weight, self.tail.supports, self.tail.in_features, fraction, scope, init, seed, step, label_mask)
+        result = rewire_(
+            self.tail.weight, self.tail.supports, self.tail.in_features, fraction, scope, init, seed, step, label_mask
+        )
         return result, result.count
 
     # ------------------------------------------------------------------------------------- invariants
@@ -587,9 +663,11 @@ class HasteOutputLayer(nn.Module):
                 )
         placed = self.output_labels[: self.label_count]
         if (
-            bool((placed < 0).any()) or bool((self.output_labels[self.label_count :] != -1).any())
-            or int(placed.max()) >= self.label_count or placed.unique().numel() != self.label_count
-        ):  # fmt: skip
+            bool((placed < 0).any())
+            or bool((self.output_labels[self.label_count :] != -1).any())
+            or int(placed.max()) >= self.label_count
+            or placed.unique().numel() != self.label_count
+        ):
             raise ValueError(
                 f"{source}: `output_labels` must place each of the {self.label_count} labels exactly once (padding -1): "
                 "the weights file is corrupt or belongs to another model."

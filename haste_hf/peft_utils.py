@@ -43,9 +43,10 @@ def check_peft_model(peft_model: nn.Module, haste_model: nn.Module) -> None:
     frozen (it would stay random), or a base model saved nowhere (the adapter could not name it)."""
     # A module in `modules_to_save` keeps a frozen original beside its trained copy.
     frozen = [
-        name for name in output_layer_modules(haste_model)
+        name
+        for name in output_layer_modules(haste_model)
         if not any(param.requires_grad for param in haste_model.get_submodule(name).parameters())
-    ]  # fmt: skip
+    ]
     if frozen:
         raise ValueError(
             f"The PEFT model leaves {frozen} frozen: they are new, randomly initialised layers of the HASTE model and "

@@ -67,51 +67,109 @@ class RecipeArguments:
     or, for the structure fields, the label layout's value when a layout is given.
     """
 
-    data: str | None = field(default=None, metadata={"help": "Dataset folder in an Extreme Classification Repository "
-        "format (raw-text JSON lines, raw text + sparse labels). Default: the embedded demo set."})  # fmt: skip
-    encoder: str = field(default=DEMO_ENCODER, metadata={"help": "Encoder model id or path ('minilm': the offline MiniLM package)."})
+    data: str | None = field(
+        default=None,
+        metadata={
+            "help": "Dataset folder in an Extreme Classification Repository "
+            "format (raw-text JSON lines, raw text + sparse labels). Default: the embedded demo set."
+        },
+    )
+    encoder: str = field(
+        default=DEMO_ENCODER, metadata={"help": "Encoder model id or path ('minilm': the offline MiniLM package)."}
+    )
     format: str = field(default="auto", metadata={"help": "Dataset format; 'auto' detects it from the file names."})
-    text_fields: Literal["title", "title_content"] | None = field(default=None, metadata={"help": "Text of a JSON-lines "
-        "instance: its title, or title + content. Default: title (title_content for the demo set)."})  # fmt: skip
+    text_fields: Literal["title", "title_content"] | None = field(
+        default=None,
+        metadata={
+            "help": "Text of a JSON-lines "
+            "instance: its title, or title + content. Default: title (title_content for the demo set)."
+        },
+    )
     label_texts: bool = field(default=False, metadata={"help": "Add the labels' own texts as training points."})
-    validation_fraction: float = field(default=0.0, metadata={"help": "Share of training points held out for model "
-        "selection (never the test set); 0: none, all points train (a long tail would lose rare labels to it)."})  # fmt: skip
-    dataset_name: str | None = field(default=None, metadata={"help": "Name for the model card and propensity presets (default: the folder name)."})
-    propensity_a: float | None = field(default=None, metadata={"help": "Propensity A for PSP (default: preset by dataset name)."})
-    propensity_b: float | None = field(default=None, metadata={"help": "Propensity B for PSP (default: preset by dataset name)."})
-    max_length: int = field(default=DEFAULT_MAX_LENGTH, metadata={"help": "Tokens per text; longer texts are truncated."})
-    head_label_fraction: float | None = field(default=None, metadata={"aliases": ["--head-fraction"], "help":
-        f"Share of labels (the most frequent) in the dense head (default {DEFAULT_HEAD_LABEL_FRACTION}: the paper "
-        "models the top 2-5%% densely)."})  # fmt: skip
-    group_size: int | None = field(default=None, metadata={"help": f"Labels per tail group G (default {DEFAULT_GROUP_SIZE}; "
-        "1: per-label fan-in)."})  # fmt: skip
+    validation_fraction: float = field(
+        default=0.0,
+        metadata={
+            "help": "Share of training points held out for model "
+            "selection (never the test set); 0: none, all points train (a long tail would lose rare labels to it)."
+        },
+    )
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "Name for the model card and propensity presets (default: the folder name)."}
+    )
+    propensity_a: float | None = field(
+        default=None, metadata={"help": "Propensity A for PSP (default: preset by dataset name)."}
+    )
+    propensity_b: float | None = field(
+        default=None, metadata={"help": "Propensity B for PSP (default: preset by dataset name)."}
+    )
+    max_length: int = field(
+        default=DEFAULT_MAX_LENGTH, metadata={"help": "Tokens per text; longer texts are truncated."}
+    )
+    head_label_fraction: float | None = field(
+        default=None,
+        metadata={
+            "aliases": ["--head-fraction"],
+            "help": f"Share of labels (the most frequent) in the dense head (default {DEFAULT_HEAD_LABEL_FRACTION}: the paper "
+            "models the top 2-5%% densely).",
+        },
+    )
+    group_size: int | None = field(
+        default=None, metadata={"help": f"Labels per tail group G (default {DEFAULT_GROUP_SIZE}; 1: per-label fan-in)."}
+    )
     fan_in: int = field(default=DEFAULT_FAN_IN, metadata={"help": "Features F each tail label connects to."})
-    head_projection_dim: int | None = field(default=None, metadata={"help": "Width of the head's projection (default: none)."})
-    tail_projection_dim: int | None = field(default=None, metadata={"help": "Width of the tail's projection (default: none)."})
-    pooling: Literal["cls", "mean", "last_token"] | None = field(default=None, metadata={"help": "Pooling of the "
-        "encoder's token states (default: by encoder family)."})  # fmt: skip
-    grouping: Literal["semantic", "frequency", "random"] | None = field(default=None, metadata={"help": "How tail labels "
-        "are grouped: by label embeddings (semantic, the paper; the default), by frequency, or at random."})  # fmt: skip
-    beta: float | None = field(default=None, metadata={"help": f"Semantic grouping: k-means buckets hold about beta "
-        f"groups (default {DEFAULT_BETA})."})  # fmt: skip
-    layout_file: str | None = field(default=None, metadata={"aliases": ["--grouping-file"], "help": "A label layout saved "
-        "by `haste-hf group` with the same data, --validation-fraction and --seed (skips the head/tail split and the "
-        "grouping)."})  # fmt: skip
-    overwrite_output_dir: bool = field(default=False, metadata={"help": "Replace the model and checkpoints already in "
-        "the output folder; without it (or --resume-from-checkpoint) such a folder is refused."})  # fmt: skip
+    head_projection_dim: int | None = field(
+        default=None, metadata={"help": "Width of the head's projection (default: none)."}
+    )
+    tail_projection_dim: int | None = field(
+        default=None, metadata={"help": "Width of the tail's projection (default: none)."}
+    )
+    pooling: Literal["cls", "mean", "last_token"] | None = field(
+        default=None, metadata={"help": "Pooling of the encoder's token states (default: by encoder family)."}
+    )
+    grouping: Literal["semantic", "frequency", "random"] | None = field(
+        default=None,
+        metadata={
+            "help": "How tail labels "
+            "are grouped: by label embeddings (semantic, the paper; the default), by frequency, or at random."
+        },
+    )
+    beta: float | None = field(
+        default=None,
+        metadata={"help": f"Semantic grouping: k-means buckets hold about beta groups (default {DEFAULT_BETA})."},
+    )
+    layout_file: str | None = field(
+        default=None,
+        metadata={
+            "aliases": ["--grouping-file"],
+            "help": "A label layout saved "
+            "by `haste-hf group` with the same data, --validation-fraction and --seed (skips the head/tail split and the "
+            "grouping).",
+        },
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Replace the model and checkpoints already in "
+            "the output folder; without it (or --resume-from-checkpoint) such a folder is refused."
+        },
+    )
 
     def __post_init__(self):
         """Refuses values that would fail deep in the run (or after it), naming the field: checked before
         anything loads."""
         if self.data is not None and not os.path.isdir(self.data):
-            raise ValueError(f"`data`: no folder {self.data!r}" + (" (it is a file)" if os.path.isfile(self.data) else "") + ".")
+            raise ValueError(
+                f"`data`: no folder {self.data!r}" + (" (it is a file)" if os.path.isfile(self.data) else "") + "."
+            )
         check_model_source(self.encoder, "encoder")
         if self.layout_file is not None and not os.path.isfile(self.layout_file):
             raise ValueError(f"`layout_file`: no file {self.layout_file!r}.")
         if self.format not in DATA_FORMATS:
             raise ValueError(f"`format` must be one of {DATA_FORMATS}, got {self.format!r}.")
         if not 0 <= self.validation_fraction < 1:
-            raise ValueError(f"`validation_fraction` must lie in [0, 1) (0: no validation split), got {self.validation_fraction}.")
+            raise ValueError(
+                f"`validation_fraction` must lie in [0, 1) (0: no validation split), got {self.validation_fraction}."
+            )
         if self.head_label_fraction is not None and not 0 <= self.head_label_fraction <= 1:
             raise ValueError(f"`head_label_fraction` must lie in [0, 1], got {self.head_label_fraction}.")
         for name in ("max_length", "group_size", "fan_in", "head_projection_dim", "tail_projection_dim"):
@@ -176,7 +234,9 @@ def check_max_length(encoder, max_length: int, name: str) -> None:
         )
 
 
-def load_dataset(data: str | os.PathLike | None, format: str = "auto", text_fields: str | None = None, label_texts: bool = False):
+def load_dataset(
+    data: str | os.PathLike | None, format: str = "auto", text_fields: str | None = None, label_texts: bool = False
+):
     """An `XMCDataset` from a folder, or the embedded demo set when `data` is None."""
     from .data import demo_dataset_path, detect_format, load_xmc_dataset
 
@@ -212,14 +272,27 @@ def propensity_of(data, dataset_name: str, a: float | None = None, b: float | No
     """Propensities from the whole training file (as `haste-hf evaluate` computes them, so both agree)."""
     from .metrics import Propensity
 
-    return Propensity.from_frequencies(data.train_label_frequencies, data.num_train_points, dataset_name=dataset_name, a=a, b=b)
+    return Propensity.from_frequencies(
+        data.train_label_frequencies, data.num_train_points, dataset_name=dataset_name, a=a, b=b
+    )
 
 
 def build_layout(
-    train_split, label_count: int, encoder=None, tokenizer=None, *, layout: "LabelLayout | str | os.PathLike | None" = None,
-    group_size: int | None = None, head_label_fraction: float | None = None, grouping: str | None = None,
-    beta: float | None = None, pooling: str | None = None, seed: int = 0, max_length: int = DEFAULT_MAX_LENGTH, batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
-) -> LabelLayout:  # fmt: skip
+    train_split,
+    label_count: int,
+    encoder=None,
+    tokenizer=None,
+    *,
+    layout: "LabelLayout | str | os.PathLike | None" = None,
+    group_size: int | None = None,
+    head_label_fraction: float | None = None,
+    grouping: str | None = None,
+    beta: float | None = None,
+    pooling: str | None = None,
+    seed: int = 0,
+    max_length: int = DEFAULT_MAX_LENGTH,
+    batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
+) -> LabelLayout:
     """The label layout of `train_split`.
 
     A given `layout` (object or file) is checked against the split and against the structure options given
@@ -239,21 +312,45 @@ def build_layout(
             logger.warning("`beta` is ignored: the label layout's groups are already formed.")
         return layout
     return LabelLayout.from_training_split(
-        train_split, label_count, group_size or DEFAULT_GROUP_SIZE, head_label_fraction=head_label_fraction,
-        strategy=grouping or DEFAULT_GROUPING, encoder=encoder, tokenizer=tokenizer, pooling=pooling,
-        max_length=max_length, batch_size=batch_size, beta=DEFAULT_BETA if beta is None else beta, seed=seed,
-    )  # fmt: skip
+        train_split,
+        label_count,
+        group_size or DEFAULT_GROUP_SIZE,
+        head_label_fraction=head_label_fraction,
+        strategy=grouping or DEFAULT_GROUPING,
+        encoder=encoder,
+        tokenizer=tokenizer,
+        pooling=pooling,
+        max_length=max_length,
+        batch_size=batch_size,
+        beta=DEFAULT_BETA if beta is None else beta,
+        seed=seed,
+    )
 
 
-def build_model(encoder, layout: LabelLayout, *, label_count: int | None = None, label_names=None, fan_in: int = DEFAULT_FAN_IN,
-                pooling: str | None = None, head_projection_dim: int | None = None, tail_projection_dim: int | None = None):  # fmt: skip
+def build_model(
+    encoder,
+    layout: LabelLayout,
+    *,
+    label_count: int | None = None,
+    label_names=None,
+    fan_in: int = DEFAULT_FAN_IN,
+    pooling: str | None = None,
+    head_projection_dim: int | None = None,
+    tail_projection_dim: int | None = None,
+):
     """A new model around `encoder` with `layout`'s head and tail (checked against `label_count`, the data's)."""
     from .modeling_haste import HasteForExtremeClassification
 
     return HasteForExtremeClassification.from_encoder_pretrained(
-        encoder, label_count, layout=layout, label_names=label_names, fan_in=fan_in, pooling=pooling,
-        head_projection_dim=head_projection_dim, tail_projection_dim=tail_projection_dim,
-    )  # fmt: skip
+        encoder,
+        label_count,
+        layout=layout,
+        label_names=label_names,
+        fan_in=fan_in,
+        pooling=pooling,
+        head_projection_dim=head_projection_dim,
+        tail_projection_dim=tail_projection_dim,
+    )
 
 
 def model_selection_arguments(has_validation: bool, eval_steps: int | None = None) -> dict:
@@ -261,10 +358,15 @@ def model_selection_arguments(has_validation: bool, eval_steps: int | None = Non
     evaluate on it at the same times and keep the best P@1."""
     strategy = "steps" if eval_steps else "epoch"
     return dict(
-        eval_strategy=strategy if has_validation else "no", save_strategy=strategy, eval_steps=eval_steps,
-        save_steps=eval_steps, load_best_model_at_end=has_validation, metric_for_best_model="P@1" if has_validation else None,
-        greater_is_better=True if has_validation else None, save_total_limit=1,
-    )  # fmt: skip
+        eval_strategy=strategy if has_validation else "no",
+        save_strategy=strategy,
+        eval_steps=eval_steps,
+        save_steps=eval_steps,
+        load_best_model_at_end=has_validation,
+        metric_for_best_model="P@1" if has_validation else None,
+        greater_is_better=True if has_validation else None,
+        save_total_limit=1,
+    )
 
 
 def check_output_dir(output_dir, *, overwrite: bool = False, resume: bool = False) -> None:
@@ -275,7 +377,11 @@ def check_output_dir(output_dir, *, overwrite: bool = False, resume: bool = Fals
         raise ValueError("Give --overwrite-output-dir (start afresh) or --resume-from-checkpoint (continue), not both.")
     folder = Path(output_dir)
     check_writable_folder(folder)
-    held = [name for name in ("config.json", "model.safetensors", "model.safetensors.index.json") if (folder / name).is_file()]
+    held = [
+        name
+        for name in ("config.json", "model.safetensors", "model.safetensors.index.json")
+        if (folder / name).is_file()
+    ]
     held += [path.name for path in checkpoint_folders(folder)]
     if held and not (overwrite or resume):
         shown = ", ".join(held[:4]) + (", ..." if len(held) > 4 else "")
@@ -304,17 +410,24 @@ def check_writable_folder(folder: Path) -> None:
     os.remove(probe)
 
 
-def build_trainer(model, tokenizer, training_args, train_split, validation_split, propensity, max_length: int, callbacks=None):
+def build_trainer(
+    model, tokenizer, training_args, train_split, validation_split, propensity, max_length: int, callbacks=None
+):
     from .data import XMCDataCollator
     from .metrics import make_compute_metrics
     from .trainer import HasteTrainer
 
     return HasteTrainer(
-        model=model, args=training_args, train_dataset=train_split, eval_dataset=validation_split,
+        model=model,
+        args=training_args,
+        train_dataset=train_split,
+        eval_dataset=validation_split,
         data_collator=XMCDataCollator(tokenizer, max_length=max_length, label_count=model.config.label_count),
-        compute_metrics=make_compute_metrics(ks=[k for k in DEFAULT_KS if k <= model.config.label_count], propensity=propensity),
+        compute_metrics=make_compute_metrics(
+            ks=[k for k in DEFAULT_KS if k <= model.config.label_count], propensity=propensity
+        ),
         callbacks=callbacks,
-    )  # fmt: skip
+    )
 
 
 def process_rank_and_count() -> tuple[int, int]:
@@ -324,7 +437,15 @@ def process_rank_and_count() -> tuple[int, int]:
     return (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
 
 
-def predict_top_k(model, tokenizer, texts, k: int, batch_size: int = DEFAULT_EVAL_BATCH_SIZE, max_length: int = DEFAULT_MAX_LENGTH, desc: str = "Predicting"):
+def predict_top_k(
+    model,
+    tokenizer,
+    texts,
+    k: int,
+    batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
+    max_length: int = DEFAULT_MAX_LENGTH,
+    desc: str = "Predicting",
+):
     """Top-k label ids and scores `[N, k]` for `texts`, in batches, with a progress bar.
 
     Under several processes each rank predicts a contiguous share of the texts in the same number of batches
@@ -345,10 +466,16 @@ def predict_top_k(model, tokenizer, texts, k: int, batch_size: int = DEFAULT_EVA
     batch_count = max(1, math.ceil(max(stop - start for start, stop in shares) / batch_size))
     start, stop = shares[rank]
     ids, scores = [], []
-    for batch_texts in tqdm(np.array_split(np.asarray(texts[start:stop], dtype=object), batch_count), desc=desc,
-                            unit="batch", disable=rank != 0):  # fmt: skip
+    for batch_texts in tqdm(
+        np.array_split(np.asarray(texts[start:stop], dtype=object), batch_count),
+        desc=desc,
+        unit="batch",
+        disable=rank != 0,
+    ):
         # A rank out of texts still joins the collective, with an empty batch.
-        batch = tokenizer(list(batch_texts) or [""], truncation=True, max_length=max_length, padding=True, return_tensors="pt")
+        batch = tokenizer(
+            list(batch_texts) or [""], truncation=True, max_length=max_length, padding=True, return_tensors="pt"
+        )
         batch = {name: tensor[: len(batch_texts)].to(device) for name, tensor in batch.items()}
         with torch.no_grad():
             top = model.predict_topk(**batch, k=k)
@@ -370,8 +497,17 @@ def predict_top_k(model, tokenizer, texts, k: int, batch_size: int = DEFAULT_EVA
     return ids, scores
 
 
-def evaluate_split(model, tokenizer, data, split: str, propensity, *, batch_size: int = DEFAULT_EVAL_BATCH_SIZE, max_length: int = DEFAULT_MAX_LENGTH,
-                   ks=DEFAULT_KS) -> dict[str, float]:  # fmt: skip
+def evaluate_split(
+    model,
+    tokenizer,
+    data,
+    split: str,
+    propensity,
+    *,
+    batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
+    max_length: int = DEFAULT_MAX_LENGTH,
+    ks=DEFAULT_KS,
+) -> dict[str, float]:
     """Metrics of `model` on `data.splits[split]`, filtered by the split's filter file if there is one; metrics
     at k beyond the model's label count are left out (a 3-label model has no P@5)."""
     from .metrics import compute_xmc_metrics, filter_top_k, max_filtered_per_point
@@ -397,12 +533,16 @@ def _is_number(value) -> bool:
 _EVALUATION_SETTING_CHECKS = {
     "format": (lambda value: value in DATA_FORMATS, f"one of {DATA_FORMATS}"),
     "text_fields": (lambda value: value in ("title", "title_content"), "'title' or 'title_content'"),
-    "dataset_name": (lambda value: isinstance(value, str) and HUB_ID_PATTERN.match(value) is not None and
-                     ".." not in value, "a dataset name such as 'LF-AmazonTitles-131K'"),  # fmt: skip
+    "dataset_name": (
+        lambda value: isinstance(value, str) and HUB_ID_PATTERN.match(value) is not None and ".." not in value,
+        "a dataset name such as 'LF-AmazonTitles-131K'",
+    ),
     "propensity_a": (_is_number, "a number"),
     "propensity_b": (_is_number, "a number"),
-    "eval_batch_size": (lambda value: isinstance(value, int) and not isinstance(value, bool) and value > 0,
-                        "a positive integer"),  # fmt: skip
+    "eval_batch_size": (
+        lambda value: isinstance(value, int) and not isinstance(value, bool) and value > 0,
+        "a positive integer",
+    ),
 }
 
 
@@ -420,7 +560,9 @@ def saved_evaluation_settings(model_dir) -> dict:
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{path} is not a JSON file ({error}); delete it to evaluate without it") from None
     if not isinstance(saved, dict):
-        raise ValueError(f"{path} holds {type(saved).__name__}, not an object of settings; delete it to evaluate without it")
+        raise ValueError(
+            f"{path} holds {type(saved).__name__}, not an object of settings; delete it to evaluate without it"
+        )
     ignored = sorted(set(saved) - set(SAVED_EVALUATION_SETTINGS))
     if ignored:
         logger.warning(f"{path}: ignoring {ignored}; a model folder may only set {list(SAVED_EVALUATION_SETTINGS)}")
@@ -436,9 +578,20 @@ def saved_evaluation_settings(model_dir) -> dict:
     return settings
 
 
-def save_trained(trainer, tokenizer, layout: LabelLayout, output_dir: str, *, encoder_name: str, dataset_name: str,
-                 test_metrics: dict | None, propensity, hub_model_id: str | None = None, dataset_id: str | None = None,
-                 evaluation_settings: dict | None = None) -> None:  # fmt: skip
+def save_trained(
+    trainer,
+    tokenizer,
+    layout: LabelLayout,
+    output_dir: str,
+    *,
+    encoder_name: str,
+    dataset_name: str,
+    test_metrics: dict | None,
+    propensity,
+    hub_model_id: str | None = None,
+    dataset_id: str | None = None,
+    evaluation_settings: dict | None = None,
+) -> None:
     """The model, its tokenizer (whose `model_max_length` is the training length), its training arguments, its
     model card and the settings its test metrics are computed with, switched into `output_dir` at once
     (`saving.save_trained_folder`); `test_metrics.json` too unless `test_metrics` is None (not computed yet).
@@ -460,24 +613,52 @@ def save_trained(trainer, tokenizer, layout: LabelLayout, output_dir: str, *, en
         torch.save(trainer.args, folder / TRAINING_ARGS_NAME)
         if evaluation_settings is not None:
             (folder / EVALUATION_SETTINGS_FILE).write_text(json.dumps(evaluation_settings, indent=2))
-        write_results(folder, trainer, layout, output_dir, encoder_name=encoder_name, dataset_name=dataset_name,
-                      test_metrics=test_metrics, propensity=propensity, hub_model_id=hub_model_id, dataset_id=dataset_id)  # fmt: skip
+        write_results(
+            folder,
+            trainer,
+            layout,
+            output_dir,
+            encoder_name=encoder_name,
+            dataset_name=dataset_name,
+            test_metrics=test_metrics,
+            propensity=propensity,
+            hub_model_id=hub_model_id,
+            dataset_id=dataset_id,
+        )
 
     save_trained_folder(output_dir, model, tokenizer, write_extra, state_dict=state_dict)
 
 
-def write_results(folder: Path, trainer, layout: LabelLayout, output_dir: str, *, encoder_name: str, dataset_name: str,
-                  test_metrics: dict | None, propensity, hub_model_id: str | None = None, dataset_id: str | None = None) -> None:  # fmt: skip
+def write_results(
+    folder: Path,
+    trainer,
+    layout: LabelLayout,
+    output_dir: str,
+    *,
+    encoder_name: str,
+    dataset_name: str,
+    test_metrics: dict | None,
+    propensity,
+    hub_model_id: str | None = None,
+    dataset_id: str | None = None,
+) -> None:
     """The model card (with the test metrics, when computed) and `test_metrics.json`, written into `folder`.
     `dataset_id`: the Hub dataset the card's `datasets:` names (the user's `dataset_name`; a local folder's name
     names no Hub dataset)."""
     from .model_card import HasteModelCardData, write_model_card
 
     card = HasteModelCardData.from_trainer(
-        trainer, model_id=hub_model_id or Path(output_dir).name, encoder=encoder_name, dataset_name=dataset_name,
-        dataset_id=dataset_id, grouping=layout.strategy, metrics=test_metrics or {}, split="test", propensity={"A": propensity.a, "B": propensity.b},
+        trainer,
+        model_id=hub_model_id or Path(output_dir).name,
+        encoder=encoder_name,
+        dataset_name=dataset_name,
+        dataset_id=dataset_id,
+        grouping=layout.strategy,
+        metrics=test_metrics or {},
+        split="test",
+        propensity={"A": propensity.a, "B": propensity.b},
         label_frequencies=layout.label_frequencies.numpy() if layout.label_frequencies is not None else None,
-    )  # fmt: skip
+    )
     write_model_card(card, folder / "README.md")
     if test_metrics is not None:
         (folder / "test_metrics.json").write_text(json.dumps(test_metrics, indent=2))
@@ -493,14 +674,19 @@ def _training_arguments(training_args, output_dir: str | None, has_validation: b
 
     if not isinstance(training_args, HasteTrainingArguments):
         overrides = dict(training_args or {})
-        defaults = dict(output_dir=output_dir or "haste-model", **model_selection_arguments(has_validation, overrides.get("eval_steps")))
+        defaults = dict(
+            output_dir=output_dir or "haste-model",
+            **model_selection_arguments(has_validation, overrides.get("eval_steps")),
+        )
         training_args = HasteTrainingArguments(**{**defaults, **overrides})
     else:
         training_args = copy.deepcopy(training_args)
     if output_dir is not None:
         training_args.output_dir = output_dir
     if not has_validation and training_args.eval_strategy != "no":
-        logger.info("No validation split (validation_fraction=0): evaluation during training and best-model selection are off.")
+        logger.info(
+            "No validation split (validation_fraction=0): evaluation during training and best-model selection are off."
+        )
         training_args.eval_strategy = IntervalStrategy.NO
         training_args.load_best_model_at_end = False
     push = training_args.push_to_hub
@@ -562,7 +748,9 @@ def train(
         path = os.fspath(data) if isinstance(data, (str, os.PathLike)) else None
         recipe_args = RecipeArguments(data=path, encoder=encoder, **options)
     elif options:
-        raise ValueError(f"Give the recipe's options in `recipe_args` or as keywords, not both (got {sorted(options)}).")
+        raise ValueError(
+            f"Give the recipe's options in `recipe_args` or as keywords, not both (got {sorted(options)})."
+        )
     recipe = recipe_args
     started = time.time()
     training_args, push = _training_arguments(training_args, output_dir, recipe.validation_fraction > 0)
@@ -578,9 +766,11 @@ def train(
     check_output_dir(output_dir, overwrite=recipe.overwrite_output_dir, resume=bool(resume_from_checkpoint))
     # Held from here to the end: a second run into this folder is refused now, not after its training.
     with output_dir_lock(output_dir) if is_main else nullcontext():
-        dataset = data if data is not None and not isinstance(data, (str, os.PathLike)) else load_dataset(
-            recipe.data, recipe.format, recipe.text_fields, recipe.label_texts
-        )  # fmt: skip
+        dataset = (
+            data
+            if data is not None and not isinstance(data, (str, os.PathLike))
+            else load_dataset(recipe.data, recipe.format, recipe.text_fields, recipe.label_texts)
+        )
         if dataset.train_label_frequencies is not None and not np.asarray(dataset.train_label_frequencies).any():
             raise ValueError(
                 f"The training split of {recipe.data or DEMO_DATASET_NAME} has no positive label (every point's label list "
@@ -594,22 +784,39 @@ def train(
         pooling = recipe.pooling or default_pooling(encoder_model.config)
         if is_main:  # once: the other ranks take rank 0's layout (CUDA reductions need not agree between runs)
             layout = build_layout(
-                train_split, dataset.label_count, encoder_model, tokenizer, layout=layout if layout is not None else recipe.layout_file,
-                group_size=recipe.group_size, head_label_fraction=recipe.head_label_fraction, grouping=recipe.grouping,
-                beta=recipe.beta, pooling=pooling, seed=seed, max_length=recipe.max_length,
+                train_split,
+                dataset.label_count,
+                encoder_model,
+                tokenizer,
+                layout=layout if layout is not None else recipe.layout_file,
+                group_size=recipe.group_size,
+                head_label_fraction=recipe.head_label_fraction,
+                grouping=recipe.grouping,
+                beta=recipe.beta,
+                pooling=pooling,
+                seed=seed,
+                max_length=recipe.max_length,
                 batch_size=training_args.per_device_eval_batch_size,
-            )  # fmt: skip
+            )
         layout = broadcast_object(layout)
         set_seed(seed)  # the new head and tail weights: a function of the seed, the same on every rank
         model = build_model(
-            encoder_model, layout, label_count=dataset.label_count, label_names=dataset.label_texts, fan_in=recipe.fan_in, pooling=pooling,
-            head_projection_dim=recipe.head_projection_dim, tail_projection_dim=recipe.tail_projection_dim,
-        )  # fmt: skip
+            encoder_model,
+            layout,
+            label_count=dataset.label_count,
+            label_names=dataset.label_texts,
+            fan_in=recipe.fan_in,
+            pooling=pooling,
+            head_projection_dim=recipe.head_projection_dim,
+            tail_projection_dim=recipe.tail_projection_dim,
+        )
         dataset_name = dataset_name_of(recipe.data, recipe.dataset_name)
         propensity = propensity_of(dataset, dataset_name, recipe.propensity_a, recipe.propensity_b)
         if layout.split_fingerprint is not None:  # kept in each checkpoint: resuming on other data is refused
             callbacks = [*(callbacks or []), TrainingSplitFingerprint(layout.split_fingerprint)]
-        trainer = build_trainer(model, tokenizer, training_args, train_split, validation_split, propensity, recipe.max_length, callbacks)
+        trainer = build_trainer(
+            model, tokenizer, training_args, train_split, validation_split, propensity, recipe.max_length, callbacks
+        )
         if recipe.overwrite_output_dir and not resume_from_checkpoint and trainer.is_world_process_zero():
             for checkpoint in checkpoint_folders(output_dir):  # another run's: resuming or rotation would pick them
                 shutil.rmtree(checkpoint)
@@ -617,32 +824,84 @@ def train(
         training_seconds = time.time() - started
 
         model = trainer.model
-        card_fields = dict(encoder_name=encoder_model_id(recipe.encoder), dataset_name=dataset_name, propensity=propensity,
-                           hub_model_id=training_args.hub_model_id, dataset_id=recipe.dataset_name)  # fmt: skip
+        card_fields = dict(
+            encoder_name=encoder_model_id(recipe.encoder),
+            dataset_name=dataset_name,
+            propensity=propensity,
+            hub_model_id=training_args.hub_model_id,
+            dataset_id=recipe.dataset_name,
+        )
         if save:  # before the test evaluation: whatever happens there, the trained model is kept
-            save_trained(trainer, tokenizer, layout, output_dir, test_metrics=None, **card_fields,
-                         evaluation_settings={name: getattr(recipe, name) for name in EVALUATION_SETTINGS}
-                         | {"eval_batch_size": training_args.per_device_eval_batch_size})  # fmt: skip
+            save_trained(
+                trainer,
+                tokenizer,
+                layout,
+                output_dir,
+                test_metrics=None,
+                **card_fields,
+                evaluation_settings={name: getattr(recipe, name) for name in EVALUATION_SETTINGS}
+                | {"eval_batch_size": training_args.per_device_eval_batch_size},
+            )
         test_metrics = {}
         if evaluate_test and "test" in dataset.splits:
-            test_metrics = evaluate_split(model, tokenizer, dataset, "test", propensity, max_length=recipe.max_length,
-                                          batch_size=training_args.per_device_eval_batch_size)  # fmt: skip
+            test_metrics = evaluate_split(
+                model,
+                tokenizer,
+                dataset,
+                "test",
+                propensity,
+                max_length=recipe.max_length,
+                batch_size=training_args.per_device_eval_batch_size,
+            )
         if save and is_main:
-            save_folder_atomically(output_dir, lambda folder: write_results(
-                Path(folder), trainer, layout, output_dir, test_metrics=test_metrics, **card_fields))  # fmt: skip
+            save_folder_atomically(
+                output_dir,
+                lambda folder: write_results(
+                    Path(folder), trainer, layout, output_dir, test_metrics=test_metrics, **card_fields
+                ),
+            )
         if push and is_main:
             from .hub import push_to_hub
 
-            push_to_hub(output_dir, training_args.hub_model_id or Path(output_dir).name, private=training_args.hub_private_repo,
-                        revision=training_args.hub_revision, token=training_args.hub_token)  # fmt: skip
+            push_to_hub(
+                output_dir,
+                training_args.hub_model_id or Path(output_dir).name,
+                private=training_args.hub_private_repo,
+                revision=training_args.hub_revision,
+                token=training_args.hub_token,
+            )
         return TrainingRun(
-            model=model, tokenizer=tokenizer, layout=layout, trainer=trainer, test_metrics=test_metrics,
-            propensity=propensity, training_seconds=training_seconds, output_dir=output_dir if save else None,
-        )  # fmt: skip
+            model=model,
+            tokenizer=tokenizer,
+            layout=layout,
+            trainer=trainer,
+            test_metrics=test_metrics,
+            propensity=propensity,
+            training_seconds=training_seconds,
+            output_dir=output_dir if save else None,
+        )
 
 
 __all__ = [
-    "DEMO_ENCODER", "EVALUATION_SETTINGS_FILE", "RecipeArguments", "TrainingRun", "build_layout", "build_model", "build_trainer",
-    "check_max_length", "check_output_dir", "encoder_model_id", "evaluate_split", "load_dataset", "load_encoder", "model_selection_arguments", "predict_top_k", "propensity_of",
-    "resolve_encoder", "save_trained", "saved_evaluation_settings", "split_validation", "train",
-]  # fmt: skip
+    "DEMO_ENCODER",
+    "EVALUATION_SETTINGS_FILE",
+    "RecipeArguments",
+    "TrainingRun",
+    "build_layout",
+    "build_model",
+    "build_trainer",
+    "check_max_length",
+    "check_output_dir",
+    "encoder_model_id",
+    "evaluate_split",
+    "load_dataset",
+    "load_encoder",
+    "model_selection_arguments",
+    "predict_top_k",
+    "propensity_of",
+    "resolve_encoder",
+    "save_trained",
+    "saved_evaluation_settings",
+    "split_validation",
+    "train",
+]

@@ -229,7 +229,9 @@ def check_supports(supports: torch.Tensor, num_groups: int, fan_in: int, num_fea
             f"got {supports.dtype} of shape {tuple(supports.shape)}."
         )
     if supports.numel() > 0 and (int(supports.min()) < 0 or int(supports.max()) >= num_features):
-        raise ValueError(f"`supports` holds indices outside [0, num_features={num_features}); pass the tail's input width.")
+        raise ValueError(
+            f"`supports` holds indices outside [0, num_features={num_features}); pass the tail's input width."
+        )
 
 
 def regrow_weakest_(
@@ -300,7 +302,9 @@ def _param_state(optimizer, param: torch.Tensor) -> dict | None:
     """The optimizer state of ``param``, looking through wrappers (accelerate, `HasteOptimizer`) that
     expose the state of the optimizer they hold; None while the param has no state yet."""
     if not any(p is param for group in optimizer.param_groups for p in group["params"]):
-        raise ValueError("`weight` is not among the parameters of `optimizer`; pass the optimizer that updates the tail.")
+        raise ValueError(
+            "`weight` is not among the parameters of `optimizer`; pass the optimizer that updates the tail."
+        )
     return optimizer.state.get(param)  # `get`: reading the defaultdict must not add an entry
 
 

@@ -54,7 +54,12 @@ def _describe(owner: dict | None) -> str:
 
 def _is_live_other(owner: dict | None) -> bool:
     """Whether `owner` is another process of this host that still runs."""
-    return owner is not None and owner.get("host") == socket.gethostname() and owner["pid"] != os.getpid() and process_is_running(owner["pid"])
+    return (
+        owner is not None
+        and owner.get("host") == socket.gethostname()
+        and owner["pid"] != os.getpid()
+        and process_is_running(owner["pid"])
+    )
 
 
 def _acquire(path: Path) -> int:
@@ -83,7 +88,9 @@ def _acquire(path: Path) -> int:
                 continue
             if os.fstat(fd).st_size:
                 logger.warning(f"{path}: taking over the lock of {_describe(owner)}, which ended without releasing it.")
-            record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")})
+            record = json.dumps(
+                {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+            )
             os.ftruncate(fd, 0)
             os.pwrite(fd, record.encode("utf-8"), 0)
             return fd

@@ -147,7 +147,9 @@ def save_trained_folder(folder: str | os.PathLike, model, tokenizer=None, write_
     weights to write instead of the model's own (a sharded output layer's gathered shares)."""
 
     def write(staging):
-        model.save_pretrained(staging, state_dict=state_dict)  # the exportable code goes along (see haste_hf/__init__.py)
+        model.save_pretrained(
+            staging, state_dict=state_dict
+        )  # the exportable code goes along (see haste_hf/__init__.py)
         if tokenizer is not None:
             tokenizer.save_pretrained(staging)
         if write_extra is not None:
@@ -206,7 +208,11 @@ def checkpoint_folders(output_dir: str | os.PathLike) -> list[Path]:
     if not os.path.isdir(output_dir):
         return []
     pattern = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
-    found = [(int(match.group(1)), path) for path in Path(output_dir).iterdir() if (match := pattern.match(path.name)) and path.is_dir()]
+    found = [
+        (int(match.group(1)), path)
+        for path in Path(output_dir).iterdir()
+        if (match := pattern.match(path.name)) and path.is_dir()
+    ]
     return [path for _, path in sorted(found)]
 
 

@@ -21,14 +21,20 @@ MODULES_FILE = "modules.json"
 # `pooling_mode` values and the boolean keys of configs written before sentence-transformers 6.
 _POOLING = {"cls": "cls", "mean": "mean", "lasttoken": "last_token"}
 _LEGACY_POOLING_KEYS = {
-    "pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean", "pooling_mode_max_tokens": "max",
-    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
     "pooling_mode_lasttoken": "lasttoken",
-}  # fmt: skip
+}
 
 
 def is_sentence_transformer(encoder) -> bool:
-    return any(cls.__name__ == "SentenceTransformer" and cls.__module__.startswith("sentence_transformers") for cls in type(encoder).__mro__)
+    return any(
+        cls.__name__ == "SentenceTransformer" and cls.__module__.startswith("sentence_transformers")
+        for cls in type(encoder).__mro__
+    )
 
 
 def from_sentence_transformer(model, pooling: str | None = None) -> tuple:
@@ -59,7 +65,9 @@ def sentence_transformer_folder(name_or_path, pooling: str | None = None, **hub_
         pooling_path = modules[1][1]
         pooling_file = _file(name_or_path, f"{pooling_path}/config.json", hub_kwargs)
         if pooling_file is None:
-            raise ValueError(f"The SentenceTransformer in {name_or_path} has no {pooling_path}/config.json: its pooling is unknown.")
+            raise ValueError(
+                f"The SentenceTransformer in {name_or_path} has no {pooling_path}/config.json: its pooling is unknown."
+            )
         with open(pooling_file, encoding="utf-8") as f:
             pooling = pooling_of(json.load(f))
     return modules[0][1], pooling, modules[-1][0] == "Normalize"
@@ -89,9 +97,12 @@ def _check_chain(names: list[str], what: str):
 
 def _file(name_or_path, filename: str, hub_kwargs: dict):
     return cached_file(
-        name_or_path, filename, _raise_exceptions_for_missing_entries=False,
-        _raise_exceptions_for_connection_errors=False, **hub_kwargs,
-    )  # fmt: skip
+        name_or_path,
+        filename,
+        _raise_exceptions_for_missing_entries=False,
+        _raise_exceptions_for_connection_errors=False,
+        **hub_kwargs,
+    )
 
 
 __all__ = ["from_sentence_transformer", "is_sentence_transformer", "pooling_of", "sentence_transformer_folder"]

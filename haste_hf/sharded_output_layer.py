@@ -39,7 +39,14 @@ from .distributed import (
     gather_rows_with_gradient,
 )
 from .output_layer import HasteOutputLayer, OutputLayerOutput, TopKOutput
-from .rewiring import RewiringResult, check_rewiring_options, check_supports, group_slot_scores, regrow_weakest_, reset_pruned_weights_
+from .rewiring import (
+    RewiringResult,
+    check_rewiring_options,
+    check_supports,
+    group_slot_scores,
+    regrow_weakest_,
+    reset_pruned_weights_,
+)
 
 
 @dataclass(frozen=True)
@@ -103,7 +110,9 @@ class ShardedOutputLayer(HasteOutputLayer):
         """Collective: every rank passes the same layer (same weights and label order, checked) and gets its
         share. The layer's modules are taken over, then cut to the share's rows."""
         if not (dist.is_available() and dist.is_initialized()):
-            raise RuntimeError("Sharding the output layer needs an initialised torch.distributed process group (torchrun, accelerate launch).")
+            raise RuntimeError(
+                "Sharding the output layer needs an initialised torch.distributed process group (torchrun, accelerate launch)."
+            )
         fingerprint = _fingerprint(layer).to(communication_device(group))
         low, high = fingerprint.clone(), fingerprint.clone()
         dist.all_reduce(low, op=dist.ReduceOp.MIN, group=group)
@@ -173,14 +182,21 @@ class ShardedOutputLayer(HasteOutputLayer):
         dense = self.dense_labels(labels, sizes[self.rank])
         if dense is not None:
             if bool(((dense != 0) & (dense != 1)).any()):
-                raise ValueError("A sharded output layer takes 0/1 multi-hot `labels` or padded positive ids, not soft targets.")
+                raise ValueError(
+                    "A sharded output layer takes 0/1 multi-hot `labels` or padded positive ids, not soft targets."
+                )
             labels = _multi_hot_to_ids(dense.bool())
         width = int(all_gather_sizes([labels.shape[1]], self.group)[:, 0].max())
         labels = F.pad(labels.to(torch.int64), (0, width - labels.shape[1]), value=LABEL_PADDING_ID)
         return all_gather_rows(labels, sizes, self.group, pad_value=LABEL_PADDING_ID)
 
-    def forward(self, features: torch.Tensor, labels: torch.Tensor | None = None, top_k: int | None = None,
-                return_logits: bool | None = None) -> OutputLayerOutput:  # fmt: skip
+    def forward(
+        self,
+        features: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        top_k: int | None = None,
+        return_logits: bool | None = None,
+    ) -> OutputLayerOutput:
         """The loss and top-k of this rank's examples, computed with the other ranks (no `[B, L]` logits).
 
         The loss's value is the global batch's loss, on every rank; its gradient is this rank's part (its
@@ -188,7 +204,9 @@ class ShardedOutputLayer(HasteOutputLayer):
         global loss.
         """
         if return_logits:
-            raise ValueError("A sharded output layer gives no [batch, label_count] logits: pass `top_k` for the best labels.")
+            raise ValueError(
+                "A sharded output layer gives no [batch, label_count] logits: pass `top_k` for the best labels."
+            )
         if top_k is not None:
             self.check_k(top_k)
         head_x, tail_x, sizes = self._gather_inputs(features, grad_scale=self.world_size)
@@ -202,7 +220,9 @@ class ShardedOutputLayer(HasteOutputLayer):
         top_scores = top_label_ids = None
         if top_k is not None:
             with torch.no_grad():
-                top_scores, top_label_ids = self._merge_across_ranks(self.scored_topk(head_x, tail_x, top_k), top_k, sizes)
+                top_scores, top_label_ids = self._merge_across_ranks(
+                    self.scored_topk(head_x, tail_x, top_k), top_k, sizes
+                )
         return OutputLayerOutput(loss=loss, top_label_ids=top_label_ids, top_scores=top_scores)
 
     @torch.no_grad()
@@ -249,7 +269,9 @@ class ShardedOutputLayer(HasteOutputLayer):
         all_scores = all_gather_rows(scores.to(device), counts, self.group)
         all_supports = all_gather_rows(tail.supports.to(device), counts, self.group)
         check_supports(all_supports, sum(counts), fan_in, tail.in_features)
-        groups, slots, old, new, generator = regrow_weakest_(all_scores, all_supports, tail.in_features, fraction, scope, seed, step)
+        groups, slots, old, new, generator = regrow_weakest_(
+            all_scores, all_supports, tail.in_features, fraction, scope, seed, step
+        )
         first = self.tail_groups[0]
         tail.supports.copy_(all_supports[first : first + local_groups])
         groups, slots, old, new = (t.to(tail.weight.device) for t in (groups, slots, old, new))
@@ -307,7 +329,9 @@ class ShardedOutputLayer(HasteOutputLayer):
         elif os.path.isfile(os.path.join(folder, SAFE_WEIGHTS_NAME)):
             files = None
         else:
-            raise FileNotFoundError(f"No {SAFE_WEIGHTS_NAME} (or its index) in {folder}: not a HASTE checkpoint folder.")
+            raise FileNotFoundError(
+                f"No {SAFE_WEIGHTS_NAME} (or its index) in {folder}: not a HASTE checkpoint folder."
+            )
         prefix = self._prefix(model)
         local, handles = {}, {}
         for name, target in model.state_dict().items():
@@ -315,7 +339,7 @@ class ShardedOutputLayer(HasteOutputLayer):
             if path not in handles:
                 handles[path] = safe_open(path, framework="pt")
             handle = handles[path]
-            if name not in handle.keys():
+            if name not in handle.keys():  # noqa: SIM118  (a safetensors handle has no `in`)
                 raise KeyError(f"{folder} holds no tensor {name!r}: it is not a checkpoint of this model.")
             if name.removeprefix(prefix) in self.SHARDED_TENSORS and name.startswith(prefix):
                 rows = self.local_rows(name.removeprefix(prefix))
@@ -323,7 +347,9 @@ class ShardedOutputLayer(HasteOutputLayer):
             else:
                 value = handle.get_tensor(name)
             if value.shape != target.shape:
-                raise ValueError(f"{folder}: {name} has shape {tuple(value.shape)} where this rank needs {tuple(target.shape)}.")
+                raise ValueError(
+                    f"{folder}: {name} has shape {tuple(value.shape)} where this rank needs {tuple(target.shape)}."
+                )
             local[name] = value
         model.load_state_dict(local, strict=False)
 
@@ -361,7 +387,11 @@ class ShardedOutputLayer(HasteOutputLayer):
         for index, entry in full_state["state"].items():
             name = names[index]
             state[index] = {
-                key: (value[self.local_rows(name)] if isinstance(value, torch.Tensor) and value.dim() > 0 and name in self.SHARDED_TENSORS else value)
+                key: (
+                    value[self.local_rows(name)]
+                    if isinstance(value, torch.Tensor) and value.dim() > 0 and name in self.SHARDED_TENSORS
+                    else value
+                )
                 for key, value in entry.items()
             }
         return {"state": state, "param_groups": full_state["param_groups"]}

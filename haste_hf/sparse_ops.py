@@ -174,4 +174,3 @@ def group_sparse_topk(
         scores, top = logits.topk(min(k, logits.shape[1]), dim=1)
         best = merge_topk(best, (scores, columns[top]), k)
     return best
-

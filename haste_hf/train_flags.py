@@ -80,13 +80,24 @@ def describe_live_flags() -> dict:
         records = []
         for action in HfArgumentParser(dataclass, add_help=False)._actions:
             if type(action).__name__ not in _ACTION_KINDS:
-                raise TypeError(f"{dataclass.__name__}.{action.dest}: the snapshot has no form for a {type(action).__name__}; add one to {__name__}.")  # fmt: skip
-            records.append(dict(
-                option_strings=action.option_strings, dest=action.dest, action=_ACTION_KINDS[type(action).__name__],
-                type=_type_name(action), nargs=action.nargs, const=action.const,
-                choices=None if action.choices is None else list(action.choices), default=action.default,
-                help=action.help, required=action.required, metavar=action.metavar,
-            ))  # fmt: skip
+                raise TypeError(
+                    f"{dataclass.__name__}.{action.dest}: the snapshot has no form for a {type(action).__name__}; add one to {__name__}."
+                )
+            records.append(
+                dict(
+                    option_strings=action.option_strings,
+                    dest=action.dest,
+                    action=_ACTION_KINDS[type(action).__name__],
+                    type=_type_name(action),
+                    nargs=action.nargs,
+                    const=action.const,
+                    choices=None if action.choices is None else list(action.choices),
+                    default=action.default,
+                    help=action.help,
+                    required=action.required,
+                    metavar=action.metavar,
+                )
+            )
         description[dataclass.__name__] = records
     return json.loads(json.dumps(description))
 
@@ -119,14 +130,19 @@ def flags_parser(*dataclass_names: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(add_help=False)
     for name in dataclass_names:
         for record in description[name]:
-            options = dict(dest=record["dest"], default=record["default"], help=record["help"], required=record["required"])
+            options = dict(
+                dest=record["dest"], default=record["default"], help=record["help"], required=record["required"]
+            )
             if record["action"] == "store":
                 kind = record["type"]
                 types = {"int": int, "float": float, "str": str, "bool": string_to_bool}
                 options.update(
-                    nargs=record["nargs"], const=record["const"], choices=record["choices"], metavar=record["metavar"],
+                    nargs=record["nargs"],
+                    const=record["const"],
+                    choices=record["choices"],
+                    metavar=record["metavar"],
                     type=_choice_type(record["choices"]) if kind == "choice" else types.get(kind),
-                )  # fmt: skip
+                )
             parser.add_argument(*record["option_strings"], action=record["action"], **options)
     return parser
 

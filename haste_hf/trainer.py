@@ -29,7 +29,12 @@ from .modeling_haste import HasteForExtremeClassification
 from .optimization import HasteOptimizer, StochasticRoundingSGD, get_haste_scheduler, unwrap_haste_optimizer
 from .peft_utils import check_no_peft_encoder, check_peft_model, is_peft_model
 from .saving import checkpoint_problem, last_complete_checkpoint
-from .sharded_output_layer import ignore_shards_in_ddp, resolve_shard_output_layer, shard_output_layer_, sharded_output_layer
+from .sharded_output_layer import (
+    ignore_shards_in_ddp,
+    resolve_shard_output_layer,
+    shard_output_layer_,
+    sharded_output_layer,
+)
 from .training_args import HasteTrainingArguments
 
 
@@ -42,11 +47,20 @@ def _reading(checkpoint: str | None, files: str):
         if checkpoint is None:
             raise
         message = " ".join(str(error).split()) or type(error).__name__
-        raise ValueError(f"{checkpoint}: its {files} does not load ({message}); resume from an earlier checkpoint, or start afresh.") from error
+        raise ValueError(
+            f"{checkpoint}: its {files} does not load ({message}); resume from an earlier checkpoint, or start afresh."
+        ) from error
 
 
 # What a checkpoint's config.json must share with the model that resumes it, in the words of the message.
-_STRUCTURE_FIELDS = ("label_count", "head_label_count", "group_size", "fan_in", "head_projection_dim", "tail_projection_dim")
+_STRUCTURE_FIELDS = (
+    "label_count",
+    "head_label_count",
+    "group_size",
+    "fan_in",
+    "head_projection_dim",
+    "tail_projection_dim",
+)
 _ENCODER_FIELDS = ("model_type", "hidden_size", "num_hidden_layers", "vocab_size")
 
 
@@ -73,7 +87,11 @@ def split_parameters(model: HasteForExtremeClassification) -> tuple[list[tuple[s
     the projections included, with the encoder."""
     output_layer = model.output_layer.output_parameters()
     in_output_layer = {id(param) for param in output_layer}
-    encoder_side = [(name, param) for name, param in model.named_parameters() if param.requires_grad and id(param) not in in_output_layer]
+    encoder_side = [
+        (name, param)
+        for name, param in model.named_parameters()
+        if param.requires_grad and id(param) not in in_output_layer
+    ]
     return encoder_side, output_layer
 
 
@@ -86,7 +104,9 @@ def _as_haste_arguments(args) -> HasteTrainingArguments:
     if not isinstance(args, TrainingArguments):
         raise ValueError(f"`args` must be TrainingArguments or HasteTrainingArguments, got {type(args).__name__}.")
     values = {field.name: getattr(args, field.name) for field in dataclasses.fields(TrainingArguments) if field.init}
-    haste_fields = [field.name for field in dataclasses.fields(HasteTrainingArguments) if field.init and field.name not in values]
+    haste_fields = [
+        field.name for field in dataclasses.fields(HasteTrainingArguments) if field.init and field.name not in values
+    ]
     logger.warning(
         f"`args` is a {type(args).__name__}: HasteTrainer takes its fields and HASTE's defaults for the output layer's "
         f"own ({', '.join(haste_fields)}); pass HasteTrainingArguments to set them."
@@ -164,7 +184,9 @@ class HasteTrainer(Trainer):
         self.add_callback(self.non_finite_guard)
         tail = haste_model.output_layer.tail
         # Left to its default (None), rewiring passes over a tail that reads every feature: nothing to regrow.
-        rewirable = tail is not None and (args.rewiring_interval is not None or tail.weight.shape[-1] < tail.in_features)
+        rewirable = tail is not None and (
+            args.rewiring_interval is not None or tail.weight.shape[-1] < tail.in_features
+        )
         if args.rewiring_interval != 0 and rewirable:
             rewiring = RewiringCallback(
                 interval=args.rewiring_interval,
@@ -190,7 +212,8 @@ class HasteTrainer(Trainer):
         elif resume_from_checkpoint and (problem := checkpoint_problem(resume_from_checkpoint)) is not None:
             earlier = last_complete_checkpoint(os.path.dirname(os.path.abspath(resume_from_checkpoint)))
             raise ValueError(
-                f"{resume_from_checkpoint} is not a complete checkpoint ({problem})" + (f": resume from {earlier}." if earlier else ".")
+                f"{resume_from_checkpoint} is not a complete checkpoint ({problem})"
+                + (f": resume from {earlier}." if earlier else ".")
             )
         if resume_from_checkpoint:
             self._check_resumable(resume_from_checkpoint)
@@ -222,12 +245,18 @@ class HasteTrainer(Trainer):
         saved = TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME)).stateful_callbacks or {}
         saved = saved.get(TrainingSplitFingerprint.__name__)
         ours = next((cb for cb in self.callback_handler.callbacks if isinstance(cb, TrainingSplitFingerprint)), None)
-        if isinstance(saved, dict) and ours is not None and saved.get("args", {}).get("fingerprint") != ours.fingerprint:
+        if (
+            isinstance(saved, dict)
+            and ours is not None
+            and saved.get("args", {}).get("fingerprint") != ours.fingerprint
+        ):
             raise ValueError(
                 f"{checkpoint} was trained on another training split (the fingerprint of its label plan differs): resume "
                 "it with the data, --validation-fraction and --seed it was trained with, or start afresh (--overwrite-output-dir)."
             )
-        missing = [name for name in (OPTIMIZER_NAME, SCHEDULER_NAME) if not os.path.isfile(os.path.join(checkpoint, name))]
+        missing = [
+            name for name in (OPTIMIZER_NAME, SCHEDULER_NAME) if not os.path.isfile(os.path.join(checkpoint, name))
+        ]
         if missing:
             logger.warning(
                 f"{checkpoint} holds no {' and no '.join(missing)}: the run resumes its weights with FRESH optimizer "
@@ -347,7 +376,9 @@ class HasteTrainer(Trainer):
 
     def _save(self, output_dir: str | None = None, state_dict=None):
         if self.sharded_output_layer is not None and state_dict is None:
-            state_dict = self.sharded_output_layer.full_state_dict(unwrap_model(self.model))  # collective: every rank is here
+            state_dict = self.sharded_output_layer.full_state_dict(
+                unwrap_model(self.model)
+            )  # collective: every rank is here
         return super()._save(output_dir, state_dict)
 
     # A sharded run saves and resumes through one ordinary checkpoint: the shares of the output layer and
@@ -359,7 +390,10 @@ class HasteTrainer(Trainer):
         optimizer = unwrap_haste_optimizer(self.optimizer)
         output_state = self.sharded_output_layer.full_optimizer_state(optimizer.output_optimizer.state_dict())
         if self.args.should_save:
-            torch.save({"encoder": optimizer.encoder_optimizer.state_dict(), "output": output_state}, os.path.join(output_dir, OPTIMIZER_NAME))
+            torch.save(
+                {"encoder": optimizer.encoder_optimizer.state_dict(), "output": output_state},
+                os.path.join(output_dir, OPTIMIZER_NAME),
+            )
             torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, SCHEDULER_NAME))
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
@@ -369,7 +403,10 @@ class HasteTrainer(Trainer):
     def _load_optimizer_and_scheduler_files(self, checkpoint: str | None) -> None:
         if self.sharded_output_layer is None or checkpoint is None:
             return super()._load_optimizer_and_scheduler(checkpoint)
-        optimizer_file, scheduler_file = os.path.join(checkpoint, OPTIMIZER_NAME), os.path.join(checkpoint, SCHEDULER_NAME)
+        optimizer_file, scheduler_file = (
+            os.path.join(checkpoint, OPTIMIZER_NAME),
+            os.path.join(checkpoint, SCHEDULER_NAME),
+        )
         if not (os.path.isfile(optimizer_file) and os.path.isfile(scheduler_file)):
             return
         # Memory-mapped: each rank reads its own rows of the output layer's momentum, not all of it.
@@ -382,7 +419,9 @@ class HasteTrainer(Trainer):
         with _reading(resume_from_checkpoint, "weights"):
             if self.sharded_output_layer is None:
                 return super()._load_from_checkpoint(resume_from_checkpoint, model)
-            self.sharded_output_layer.load_checkpoint_(unwrap_model(self.model if model is None else model), resume_from_checkpoint)
+            self.sharded_output_layer.load_checkpoint_(
+                unwrap_model(self.model if model is None else model), resume_from_checkpoint
+            )
 
     def _load_best_model(self) -> None:
         if self.sharded_output_layer is None:

@@ -43,16 +43,31 @@ class HasteTrainingArguments(TrainingArguments):
     """
 
     learning_rate: float = field(default=DEFAULT_LEARNING_RATE, metadata={"help": "Encoder (AdamW) learning rate."})
-    num_train_epochs: float = field(default=DEFAULT_EPOCHS, metadata={"help": "Epochs of training (unless `max_steps`)."})
-    per_device_train_batch_size: int = field(default=DEFAULT_BATCH_SIZE, metadata={"help": "Training batch size per device."})
-    per_device_eval_batch_size: int = field(default=DEFAULT_EVAL_BATCH_SIZE, metadata={"help": "Batch size of "
-        "evaluation, prediction and the label embeddings, per device."})  # fmt: skip
-    warmup_steps: float = field(default=0.1, metadata={"help": "Encoder warm-up: steps if >= 1, else a fraction of training."})
+    num_train_epochs: float = field(
+        default=DEFAULT_EPOCHS, metadata={"help": "Epochs of training (unless `max_steps`)."}
+    )
+    per_device_train_batch_size: int = field(
+        default=DEFAULT_BATCH_SIZE, metadata={"help": "Training batch size per device."}
+    )
+    per_device_eval_batch_size: int = field(
+        default=DEFAULT_EVAL_BATCH_SIZE,
+        metadata={"help": "Batch size of evaluation, prediction and the label embeddings, per device."},
+    )
+    warmup_steps: float = field(
+        default=0.1, metadata={"help": "Encoder warm-up: steps if >= 1, else a fraction of training."}
+    )
     weight_decay: float = field(default=0.01, metadata={"help": "Encoder AdamW weight decay."})
-    bf16: bool | None = field(default=None, metadata={"help": "bf16 autocast and a bf16 head and tail (the paper); "
-        "default: on where the GPU supports bf16, off on CPUs."})  # fmt: skip
+    bf16: bool | None = field(
+        default=None,
+        metadata={
+            "help": "bf16 autocast and a bf16 head and tail (the paper); "
+            "default: on where the GPU supports bf16, off on CPUs."
+        },
+    )
     lr_scheduler_type: str = field(default="cosine", metadata={"help": "Encoder learning-rate schedule."})
-    output_learning_rate: float = field(default=DEFAULT_OUTPUT_LEARNING_RATE, metadata={"help": "Output layer (SGD) learning rate."})
+    output_learning_rate: float = field(
+        default=DEFAULT_OUTPUT_LEARNING_RATE, metadata={"help": "Output layer (SGD) learning rate."}
+    )
     output_momentum: float = field(default=0.9, metadata={"help": "Output layer SGD momentum (0: no buffer)."})
     output_weight_decay: float = field(default=1e-4, metadata={"help": "Output layer decoupled weight decay."})
     output_lr_scheduler_type: str = field(default="cosine", metadata={"help": "Output layer learning-rate schedule."})
@@ -70,34 +85,53 @@ class HasteTrainingArguments(TrainingArguments):
     )
     output_momentum_dtype: str = field(
         default="float32",
-        metadata={"help": "Dtype of the output layer's SGD momentum: 'float32', or 'bfloat16' (stochastically rounded "
-                  "with `output_stochastic_rounding`) to halve its memory."},
-    )  # fmt: skip
+        metadata={
+            "help": "Dtype of the output layer's SGD momentum: 'float32', or 'bfloat16' (stochastically rounded "
+            "with `output_stochastic_rounding`) to halve its memory."
+        },
+    )
     output_chunked_backward: bool = field(
         default=False,
-        metadata={"help": "Run the output layer's loss backward in label chunks, recomputing their logits (one more "
-                  "forward pass of the output layer), so no [batch, labels] logit gradient is stored."},
-    )  # fmt: skip
+        metadata={
+            "help": "Run the output layer's loss backward in label chunks, recomputing their logits (one more "
+            "forward pass of the output layer), so no [batch, labels] logit gradient is stored."
+        },
+    )
     output_loss_chunk_labels: int = field(
         default=0,
-        metadata={"help": "Labels per chunk of the chunked backward; 0: as many as make 2^27 logit-gradient elements "
-                  "(2^20 labels at batch 128)."},
-    )  # fmt: skip
+        metadata={
+            "help": "Labels per chunk of the chunked backward; 0: as many as make 2^27 logit-gradient elements "
+            "(2^20 labels at batch 128)."
+        },
+    )
     output_fused_update: bool = field(
         default=False,
-        metadata={"help": "Apply the head's and tail's SGD step to each chunk of their weights in the (chunked) loss "
-                  "backward, where its gradient is computed, so no weight gradient is stored. Excludes gradient "
-                  "accumulation, `output_max_grad_norm`, `on_non_finite='skip'` and fp16."},
-    )  # fmt: skip
+        metadata={
+            "help": "Apply the head's and tail's SGD step to each chunk of their weights in the (chunked) loss "
+            "backward, where its gradient is computed, so no weight gradient is stored. Excludes gradient "
+            "accumulation, `output_max_grad_norm`, `on_non_finite='skip'` and fp16."
+        },
+    )
     output_layer_dtype: str | None = field(
         default=None,
-        metadata={"help": "Cast head and tail to this dtype before training; default: bfloat16 with `bf16` (the paper), "
-                  "else kept."},
+        metadata={
+            "help": "Cast head and tail to this dtype before training; default: bfloat16 with `bf16` (the paper), "
+            "else kept."
+        },
     )
-    rewiring_interval: int | None = field(default=None, metadata={"help": "Steps between rewirings; 0 turns rewiring "
-        f"off. Default: {DEFAULT_REWIRINGS} rewirings spread over the first `rewiring_end_fraction` of training."})  # fmt: skip
-    rewiring_fraction: float = field(default=0.2, metadata={"help": "Share of (group, slot) pairs regrown per rewiring."})
-    rewiring_end_fraction: float = field(default=2 / 3, metadata={"help": "No rewiring after this fraction of training."})
+    rewiring_interval: int | None = field(
+        default=None,
+        metadata={
+            "help": "Steps between rewirings; 0 turns rewiring "
+            f"off. Default: {DEFAULT_REWIRINGS} rewirings spread over the first `rewiring_end_fraction` of training."
+        },
+    )
+    rewiring_fraction: float = field(
+        default=0.2, metadata={"help": "Share of (group, slot) pairs regrown per rewiring."}
+    )
+    rewiring_end_fraction: float = field(
+        default=2 / 3, metadata={"help": "No rewiring after this fraction of training."}
+    )
     rewiring_init: str = field(default="zero", metadata={"help": "Weights of regrown slots: 'zero' or 'random'."})
     rewiring_scope: str = field(
         default="global", metadata={"help": "Prune the weakest pairs over all groups ('global') or in each ('group')."}
@@ -105,16 +139,22 @@ class HasteTrainingArguments(TrainingArguments):
     rewiring_seed: int | None = field(default=None, metadata={"help": "Seed of rewiring; defaults to `seed`."})
     on_non_finite: str = field(
         default="stop",
-        metadata={"help": "A step with NaN or infinite gradients: 'stop' training with an error, or 'skip' its update."},
+        metadata={
+            "help": "A step with NaN or infinite gradients: 'stop' training with an error, or 'skip' its update."
+        },
     )
     resume_from_checkpoint: str | None = field(
         default=None,
-        metadata={"help": "Continue the run in `output_dir` from this checkpoint folder, or from its last complete "
-                  "checkpoint with 'last' (`haste-hf train`: the flag alone); `haste_hf.train` reads it."},
-    )  # fmt: skip
+        metadata={
+            "help": "Continue the run in `output_dir` from this checkpoint folder, or from its last complete "
+            "checkpoint with 'last' (`haste-hf train`: the flag alone); `haste_hf.train` reads it."
+        },
+    )
     shard_output_layer: bool | None = field(
         default=None,
-        metadata={"help": "Split head and tail by labels over the processes (true) or replicate them (false); default: split when there is more than one."},
+        metadata={
+            "help": "Split head and tail by labels over the processes (true) or replicate them (false); default: split when there is more than one."
+        },
     )
     eval_top_k: int = field(default=5, metadata={"help": "Labels predicted per example during evaluation."})
     # The collator tokenizes the `text` column itself, so the Trainer must keep it.
@@ -131,12 +171,16 @@ class HasteTrainingArguments(TrainingArguments):
             if getattr(self, name) < 0:
                 raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}.")
         if self.max_steps == 0 or self.max_steps < -1:
-            raise ValueError(f"`max_steps` must be >= 1, or -1 to train `num_train_epochs` epochs; got {self.max_steps}.")
+            raise ValueError(
+                f"`max_steps` must be >= 1, or -1 to train `num_train_epochs` epochs; got {self.max_steps}."
+            )
         if self.max_steps == -1 and not self.num_train_epochs > 0:
             raise ValueError(f"`num_train_epochs` must be > 0 (or give `max_steps`), got {self.num_train_epochs}.")
         for name in ("eval_steps", "save_steps"):
             if getattr(self, name) is not None and not getattr(self, name) > 0:
-                raise ValueError(f"`{name}` must be > 0 (steps, or a fraction of training if < 1), got {getattr(self, name)}.")
+                raise ValueError(
+                    f"`{name}` must be > 0 (steps, or a fraction of training if < 1), got {getattr(self, name)}."
+                )
         if self.bf16 is None:
             self.bf16 = bf16_is_supported(self.use_cpu)
         if self.bf16 and self.output_layer_dtype is None:
@@ -157,7 +201,9 @@ class HasteTrainingArguments(TrainingArguments):
                 f"`max_grad_norm` > 0 (got {self.max_grad_norm}); set both, or `output_max_grad_norm=0`."
             )
         if self.output_momentum_dtype not in OUTPUT_LAYER_DTYPES:
-            raise ValueError(f"`output_momentum_dtype` must be one of {OUTPUT_LAYER_DTYPES}, got {self.output_momentum_dtype!r}.")
+            raise ValueError(
+                f"`output_momentum_dtype` must be one of {OUTPUT_LAYER_DTYPES}, got {self.output_momentum_dtype!r}."
+            )
         if self.output_loss_chunk_labels < 0:
             raise ValueError(
                 f"`output_loss_chunk_labels` must be >= 0 (0: chosen by the batch size), got {self.output_loss_chunk_labels}."
@@ -178,14 +224,23 @@ class HasteTrainingArguments(TrainingArguments):
                         "`output_fused_update=False`."
                     )
         if self.output_layer_dtype not in (None, *OUTPUT_LAYER_DTYPES):
-            raise ValueError(f"`output_layer_dtype` must be one of {OUTPUT_LAYER_DTYPES} or None, got {self.output_layer_dtype!r}.")
+            raise ValueError(
+                f"`output_layer_dtype` must be one of {OUTPUT_LAYER_DTYPES} or None, got {self.output_layer_dtype!r}."
+            )
         if self.rewiring_interval is not None and self.rewiring_interval < 0:
             raise ValueError(f"`rewiring_interval` must be >= 0 (0 turns rewiring off), got {self.rewiring_interval}.")
         check_rewiring_options(
-            self.rewiring_fraction, self.rewiring_scope, self.rewiring_init, self.rewiring_end_fraction,
-            names={"fraction": "rewiring_fraction", "scope": "rewiring_scope", "init": "rewiring_init",
-                   "end_fraction": "rewiring_end_fraction"},
-        )  # fmt: skip
+            self.rewiring_fraction,
+            self.rewiring_scope,
+            self.rewiring_init,
+            self.rewiring_end_fraction,
+            names={
+                "fraction": "rewiring_fraction",
+                "scope": "rewiring_scope",
+                "init": "rewiring_init",
+                "end_fraction": "rewiring_end_fraction",
+            },
+        )
         if self.on_non_finite not in NON_FINITE_ACTIONS:
             raise ValueError(f"`on_non_finite` must be one of {NON_FINITE_ACTIONS}, got {self.on_non_finite!r}.")
         if self.eval_top_k < 1:

@@ -46,14 +46,26 @@ if triton is not None:
 
     @triton.jit
     def _bfloat16_sgd_kernel(
-        param_ptr, grad_ptr, buffer_ptr, numel, lr, momentum, decay, seed,
-        HAS_MOMENTUM: tl.constexpr, FIRST_STEP: tl.constexpr, NESTEROV: tl.constexpr, BUFFER_BF16: tl.constexpr,
+        param_ptr,
+        grad_ptr,
+        buffer_ptr,
+        numel,
+        lr,
+        momentum,
+        decay,
+        seed,
+        HAS_MOMENTUM: tl.constexpr,
+        FIRST_STEP: tl.constexpr,
+        NESTEROV: tl.constexpr,
+        BUFFER_BF16: tl.constexpr,
         BLOCK: tl.constexpr,
-    ):  # fmt: skip
+    ):
         offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         in_range = offsets < numel
         grad = tl.load(grad_ptr + offsets, mask=in_range, other=0.0).to(tl.float32)
-        random = tl.randint(seed, offsets).to(tl.uint32, bitcast=True)  # 32 bits: the low half rounds the weight, the high half the buffer
+        random = tl.randint(seed, offsets).to(
+            tl.uint32, bitcast=True
+        )  # 32 bits: the low half rounds the weight, the high half the buffer
         direction = grad
         if HAS_MOMENTUM:
             if FIRST_STEP:
@@ -88,11 +100,20 @@ def fused_bfloat16_sgd_(param, grad, buffer, group, first_momentum_step: bool, s
             stop = min(start + _SLICE_ELEMENTS, flat_param.numel())
             grid = (triton.cdiv(stop - start, _BLOCK),)
             _bfloat16_sgd_kernel[grid](
-                flat_param[start:stop], flat_grad[start:stop], flat_buffer[start:stop], stop - start,
-                group["lr"], group["momentum"], 1.0 - group["lr"] * group["weight_decay"], _slice_seed(seed, index),
-                HAS_MOMENTUM=buffer is not None, FIRST_STEP=first_momentum_step, NESTEROV=group["nesterov"],
-                BUFFER_BF16=buffer is not None and buffer.dtype == torch.bfloat16, BLOCK=_BLOCK,
-            )  # fmt: skip
+                flat_param[start:stop],
+                flat_grad[start:stop],
+                flat_buffer[start:stop],
+                stop - start,
+                group["lr"],
+                group["momentum"],
+                1.0 - group["lr"] * group["weight_decay"],
+                _slice_seed(seed, index),
+                HAS_MOMENTUM=buffer is not None,
+                FIRST_STEP=first_momentum_step,
+                NESTEROV=group["nesterov"],
+                BUFFER_BF16=buffer is not None and buffer.dtype == torch.bfloat16,
+                BLOCK=_BLOCK,
+            )
 
 
 __all__ = ["fused_bfloat16_sgd_", "is_available"]

@@ -35,16 +35,31 @@ def make_model():
 def make_trainer(output: Path, **overrides) -> HasteTrainer:
     world_size = world()[1]
     training = dict(
-        per_device_train_batch_size=GLOBAL_BATCH // world_size, per_device_eval_batch_size=2, max_steps=6,
-        learning_rate=3e-3, output_learning_rate=0.1, output_momentum=0.9, rewiring_interval=2, rewiring_fraction=0.25,
-        rewiring_end_fraction=1.0, output_max_grad_norm=2.0, logging_steps=1, save_strategy="steps", save_steps=3,
+        per_device_train_batch_size=GLOBAL_BATCH // world_size,
+        per_device_eval_batch_size=2,
+        max_steps=6,
+        learning_rate=3e-3,
+        output_learning_rate=0.1,
+        output_momentum=0.9,
+        rewiring_interval=2,
+        rewiring_fraction=0.25,
+        rewiring_end_fraction=1.0,
+        output_max_grad_norm=2.0,
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=3,
         ddp_backend="gloo" if world_size > 1 else None,
-    )  # fmt: skip
+    )
     return make_tiny_trainer(
-        output, None, Dataset.from_list(planted_texts(LABELS, 96)), make_model(),
-        eval_dataset=Dataset.from_list(planted_texts(LABELS, TEXTS, seed=1)), data_collator=collator(output),
-        compute_metrics=make_compute_metrics(ks=(1, 3)), **{**training, **overrides},
-    )  # fmt: skip
+        output,
+        None,
+        Dataset.from_list(planted_texts(LABELS, 96)),
+        make_model(),
+        eval_dataset=Dataset.from_list(planted_texts(LABELS, TEXTS, seed=1)),
+        data_collator=collator(output),
+        compute_metrics=make_compute_metrics(ks=(1, 3)),
+        **{**training, **overrides},
+    )
 
 
 def predict(trainer, count: int) -> dict:

@@ -35,7 +35,11 @@ def main(output: Path):
         x = rows(rank, counts).requires_grad_()
         gathered = gather_rows_with_gradient(x, counts, grad_scale=GRAD_SCALE)
         (gathered * weights(rank, counts)).sum().backward()
-        results[tuple(counts)] = {"gathered": gathered.detach(), "grad": x.grad, "to_cpu": gather_rows_to_cpu(x.detach(), counts)}
+        results[tuple(counts)] = {
+            "gathered": gathered.detach(),
+            "grad": x.grad,
+            "to_cpu": gather_rows_to_cpu(x.detach(), counts),
+        }
     torch.save(results, output / f"rank-{rank}.pt")
     dist.barrier()
     dist.destroy_process_group()

@@ -18,8 +18,8 @@ from tiny_haste import make_tiny_model, make_tiny_trainer
 
 from haste_hf.callbacks import unwrap_model
 from haste_hf.data import XMCDataCollator
-from haste_hf.sharded_output_layer import ignore_shards_in_ddp, shard_output_layer_, sharded_output_layer
 from haste_hf.metrics import make_compute_metrics
+from haste_hf.sharded_output_layer import ignore_shards_in_ddp, shard_output_layer_, sharded_output_layer
 from haste_hf.trainer import HasteTrainer, split_parameters
 
 
@@ -118,7 +118,11 @@ def one_step_gradients(output: Path, tail_projection_dim, dense_labels=False) ->
         loss /= world_size
     encoder_side, _ = split_parameters(model)
     gradients = {name: param.grad.clone() for name, param in encoder_side}
-    output_layer = {name: param.grad for name, param in model.output_layer.named_parameters() if name.split(".")[0] in ("head", "tail")}
+    output_layer = {
+        name: param.grad
+        for name, param in model.output_layer.named_parameters()
+        if name.split(".")[0] in ("head", "tail")
+    }
     if sharded_output_layer(model) is not None:
         output_layer = model.output_layer.gather_full(output_layer)
     return {"loss": loss.item(), "encoder": gradients, "output_layer": output_layer}
@@ -159,8 +163,9 @@ def main(output: Path, repo_id: str):
     results["dropout_streams"] = streams
     replicated.train()
     results["replicated"] = run_summary(replicated)
-    sharded = make_trainer(output / "sharded", shard=True, save_strategy="steps", save_steps=4, save_total_limit=2,
-                           hub_model_id=repo_id)  # fmt: skip
+    sharded = make_trainer(
+        output / "sharded", shard=True, save_strategy="steps", save_steps=4, save_total_limit=2, hub_model_id=repo_id
+    )
     sharded.train()
     results["sharded"] = run_summary(sharded)
     results["sharded_checkpoints"] = sorted(path.name for path in (output / "sharded").glob("checkpoint-*"))

@@ -69,7 +69,9 @@ NULL_SHA = "0" * 40
 _COMMIT_SHA = re.compile(r"[0-9a-f]{40}")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 _CHUNK = 1 << 20
-_INITIAL_GITATTRIBUTES = b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n*.bin filter=lfs diff=lfs merge=lfs -text\n"
+_INITIAL_GITATTRIBUTES = (
+    b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n*.bin filter=lfs diff=lfs merge=lfs -text\n"
+)
 
 
 class HubError(Exception):
@@ -99,7 +101,10 @@ class GitRepo:
 
     def git(self, *args: str, input: bytes | None = None, env: dict | None = None, check: bool = True) -> bytes:
         result = subprocess.run(
-            ["git", "-C", self.path, *args], input=input, capture_output=True, env={**_GIT_ENV, **(env or {})},
+            ["git", "-C", self.path, *args],
+            input=input,
+            capture_output=True,
+            env={**_GIT_ENV, **(env or {})},
             check=False,
         )
         if check and result.returncode != 0:
@@ -173,8 +178,9 @@ class GitRepo:
     def write_blob(self, content: bytes) -> str:
         return self.git("hash-object", "-w", "--stdin", input=content).decode().strip()
 
-    def commit(self, branch: str, parent: str, message: str, additions: dict, deleted_files: list,
-               deleted_folders: list) -> str:
+    def commit(
+        self, branch: str, parent: str, message: str, additions: dict, deleted_files: list, deleted_folders: list
+    ) -> str:
         """New commit on `branch` from `parent`: `additions` maps paths to blob shas. Caller holds the lock."""
         with tempfile.TemporaryDirectory() as tmp:
             env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
@@ -207,8 +213,9 @@ class GitRepo:
             if not record:
                 continue
             sha, author, date, title, body = record.split("\0")
-            items.append({"id": sha, "title": title, "message": body.strip(), "authors": [{"user": author}],
-                          "date": date})
+            items.append(
+                {"id": sha, "title": title, "message": body.strip(), "authors": [{"user": author}], "date": date}
+            )
         return items
 
     def commit_date(self, commit: str) -> str:
@@ -445,8 +452,15 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         if not self._authorized():
             raise HubError(401, "Invalid credentials in Authorization header")
         user = self.server.user
-        self._send_json({"type": "user", "name": user, "fullname": user, "orgs": [],
-                         "auth": {"type": "access_token", "accessToken": {"displayName": "test", "role": "write"}}})
+        self._send_json(
+            {
+                "type": "user",
+                "name": user,
+                "fullname": user,
+                "orgs": [],
+                "auth": {"type": "access_token", "accessToken": {"displayName": "test", "role": "write"}},
+            }
+        )
 
     def _create_repo(self):
         self._require_write()
@@ -491,11 +505,24 @@ class HubRequestHandler(BaseHTTPRequestHandler):
             if entry["type"] == "file"
         ]
         date = repo.commit_date(commit)
-        self._send_json({
-            "_id": repo_id, "id": repo_id, "modelId": repo_id, "author": repo_id.split("/")[0], "sha": commit,
-            "private": repo.private, "gated": False, "disabled": False, "lastModified": date, "createdAt": date,
-            "downloads": 0, "likes": 0, "tags": [], "siblings": siblings,
-        })
+        self._send_json(
+            {
+                "_id": repo_id,
+                "id": repo_id,
+                "modelId": repo_id,
+                "author": repo_id.split("/")[0],
+                "sha": commit,
+                "private": repo.private,
+                "gated": False,
+                "disabled": False,
+                "lastModified": date,
+                "createdAt": date,
+                "downloads": 0,
+                "likes": 0,
+                "tags": [],
+                "siblings": siblings,
+            }
+        )
 
     def _tree(self, repo_type, repo_id, rest):
         repo = self._repo(repo_type, repo_id)
@@ -508,7 +535,7 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         if path and not entries:
             found = repo.entry(commit, path)
             if found is None or found["type"] != "directory":
-                raise HubError(404, f"{path} does not exist on \"{rest[0]}\"", "EntryNotFound")
+                raise HubError(404, f'{path} does not exist on "{rest[0]}"', "EntryNotFound")
         self._send_json(entries)
 
     def _paths_info(self, repo_type, repo_id, rest):
@@ -533,7 +560,7 @@ class HubRequestHandler(BaseHTTPRequestHandler):
             ref, peeled, target = line.split("\0")
             for prefix, group in groups.items():
                 if ref.startswith(prefix):
-                    refs[group].append({"name": ref[len(prefix):], "ref": ref, "targetCommit": peeled or target})
+                    refs[group].append({"name": ref[len(prefix) :], "ref": ref, "targetCommit": peeled or target})
         self._send_json(refs)
 
     def _commits(self, repo_type, repo_id, rest):
@@ -570,8 +597,9 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         if self.command == "HEAD" or size == 0:
             return
         # Streamed from git: a 100 MB file never sits in memory.
-        process = subprocess.Popen(["git", "-C", repo.path, "cat-file", "blob", entry["oid"]],
-                                   stdout=subprocess.PIPE, env=_GIT_ENV)
+        process = subprocess.Popen(
+            ["git", "-C", repo.path, "cat-file", "blob", entry["oid"]], stdout=subprocess.PIPE, env=_GIT_ENV
+        )
         try:
             to_skip, to_send = start, end - start + 1
             while to_skip:
@@ -597,8 +625,14 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         for item in self._json_body().get("files", []):
             path = _check_path(item["path"])
             entry = repo.entry(commit, path)
-            files.append({"path": path, "uploadMode": "regular", "shouldIgnore": False,
-                          "oid": entry["oid"] if entry and entry["type"] == "file" else None})
+            files.append(
+                {
+                    "path": path,
+                    "uploadMode": "regular",
+                    "shouldIgnore": False,
+                    "oid": entry["oid"] if entry and entry["type"] == "file" else None,
+                }
+            )
         self._send_json({"files": files, "commitOid": commit})
 
     def _commit(self, repo_type, repo_id, rest):
@@ -648,8 +682,14 @@ class HubRequestHandler(BaseHTTPRequestHandler):
             if parent is not None and parent != head:
                 raise HubError(412, f"A commit has happened since {parent}: the head of {branch} is {head}.")
             commit = repo.commit(branch, head, message, additions, deleted_files, deleted_folders)
-        self._send_json({"success": True, "commitOid": commit,
-                         "commitUrl": f"{self._url(repo_type, repo_id)}/commit/{commit}", "hookOutput": ""})
+        self._send_json(
+            {
+                "success": True,
+                "commitOid": commit,
+                "commitUrl": f"{self._url(repo_type, repo_id)}/commit/{commit}",
+                "hookOutput": "",
+            }
+        )
 
     def _create_branch(self, repo_type, repo_id, rest):
         self._require_write()
@@ -716,7 +756,9 @@ def start_subprocess(root: str, token: str, user: str = "haste-tester") -> tuple
     """Run the server in a child process (its memory and GIL stay apart from the tests); returns (process, url)."""
     process = subprocess.Popen(
         [sys.executable, os.path.abspath(__file__), "--root", root, "--token", token, "--user", user],
-        stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stdin=subprocess.PIPE,
+        text=True,
     )
     line = process.stdout.readline()
     if not line:

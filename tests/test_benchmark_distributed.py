@@ -9,10 +9,33 @@ from pathlib import Path
 
 import pytest
 
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "distributed.py"
-TINY = ["--labels", "3000", "--hidden", "32", "--layers", "1", "--heads", "2", "--batch", "4", "--seq-len", "8",
-        "--group-size", "16", "--fan-in", "16", "--steps", "1", "--vocab", "101", "--device", "cpu"]  # fmt: skip
+TINY = [
+    "--labels",
+    "3000",
+    "--hidden",
+    "32",
+    "--layers",
+    "1",
+    "--heads",
+    "2",
+    "--batch",
+    "4",
+    "--seq-len",
+    "8",
+    "--group-size",
+    "16",
+    "--fan-in",
+    "16",
+    "--steps",
+    "1",
+    "--vocab",
+    "101",
+    "--device",
+    "cpu",
+]
 
 
 @pytest.fixture(scope="module")
@@ -24,9 +47,27 @@ def benchmark():
 
 
 def test_collective_bytes_and_ring_times_by_hand(benchmark):
-    args = benchmark.parse_args(["--labels", "1000", "--head-fraction", "0.1", "--group-size", "32", "--fan-in", "64",
-                                 "--hidden", "768", "--batch", "128", "--positives", "5"])  # fmt: skip
-    steps = {name: (operation, size, layouts) for name, operation, size, layouts in benchmark.collectives(args, 2, 10**6)}
+    args = benchmark.parse_args(
+        [
+            "--labels",
+            "1000",
+            "--head-fraction",
+            "0.1",
+            "--group-size",
+            "32",
+            "--fan-in",
+            "64",
+            "--hidden",
+            "768",
+            "--batch",
+            "128",
+            "--positives",
+            "5",
+        ]
+    )
+    steps = {
+        name: (operation, size, layouts) for name, operation, size, layouts in benchmark.collectives(args, 2, 10**6)
+    }
     assert steps["branch inputs (bf16)"] == ("all_gather", 256 * 768 * 2, ("sharded",))
     assert steps["feature gradient (bf16)"][1] == 256 * 768 * 2
     assert steps["positive label ids (int64)"][1] == 256 * 5 * 8
@@ -50,8 +91,18 @@ def test_emulation_runs_on_the_cpu(benchmark, tmp_path):
 @pytest.mark.slow
 def test_real_mode_runs_under_torchrun(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(SCRIPT),
-               "--mode", "real", *TINY]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(SCRIPT),
+        "--mode",
+        "real",
+        *TINY,
+    ]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
     assert "sharded output layer" in result.stdout and "texts/s" in result.stdout
@@ -59,8 +110,21 @@ def test_real_mode_runs_under_torchrun(tmp_path):
 
 @pytest.mark.slow
 def test_emulation_with_the_memory_options_on_the_cpu(benchmark, tmp_path):
-    benchmark.main([*TINY, "--world-sizes", "1", "2", "--momentum-dtype", "bfloat16", "--chunk-labels", "8", "--fused-update",
-                    "--out", str(tmp_path / "table.txt")])  # fmt: skip
+    benchmark.main(
+        [
+            *TINY,
+            "--world-sizes",
+            "1",
+            "2",
+            "--momentum-dtype",
+            "bfloat16",
+            "--chunk-labels",
+            "8",
+            "--fused-update",
+            "--out",
+            str(tmp_path / "table.txt"),
+        ]
+    )
     table = (tmp_path / "table.txt").read_text()
     assert "SGD, bf16 momentum, chunked loss backward, fused update" in table
     assert "state: bf16 weights and bfloat16 momentum, 4 bytes a parameter" in table

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_floors.py"
 
 

@@ -80,7 +80,9 @@ def train_with_trainer(output_dir, max_steps, resume_from_checkpoint=None, model
     from haste_hf.optimization import get_haste_scheduler
 
     model = tiny_haste_model(seed=model_seed)
-    model.output_layer.tail.to(torch.bfloat16)  # bf16 tail: exercises stochastic rounding and float32 momentum on resume
+    model.output_layer.tail.to(
+        torch.bfloat16
+    )  # bf16 tail: exercises stochastic rounding and float32 momentum on resume
     output_params = list(model.output_layer.head.parameters()) + list(model.output_layer.tail.parameters())
     output_ids = {id(p) for p in output_params}
     optimizer = HasteOptimizer(
@@ -90,15 +92,29 @@ def train_with_trainer(output_dir, max_steps, resume_from_checkpoint=None, model
     scheduler = get_haste_scheduler(optimizer, max_steps, encoder_warmup=2, output_warmup=0.25)
     generator = torch.Generator().manual_seed(0)
     dataset = [
-        {"input_ids": torch.randint(4, 100, (6,), generator=generator), "labels": torch.randint(0, 30, (3,), generator=generator)}
+        {
+            "input_ids": torch.randint(4, 100, (6,), generator=generator),
+            "labels": torch.randint(0, 30, (3,), generator=generator),
+        }
         for _ in range(64)
     ]
     args = TrainingArguments(
-        output_dir=str(output_dir), max_steps=max_steps, per_device_train_batch_size=4, save_steps=4, save_strategy="steps",
-        logging_steps=1, report_to="none", seed=11, use_cpu=True, dataloader_num_workers=0, save_only_model=False,
-    )  # fmt: skip
+        output_dir=str(output_dir),
+        max_steps=max_steps,
+        per_device_train_batch_size=4,
+        save_steps=4,
+        save_strategy="steps",
+        logging_steps=1,
+        report_to="none",
+        seed=11,
+        use_cpu=True,
+        dataloader_num_workers=0,
+        save_only_model=False,
+    )
     callback = RewiringCallback(interval=2, fraction=0.3, end_fraction=0.75)
-    trainer = Trainer(model=model, args=args, train_dataset=dataset, optimizers=(optimizer, scheduler), callbacks=[callback])
+    trainer = Trainer(
+        model=model, args=args, train_dataset=dataset, optimizers=(optimizer, scheduler), callbacks=[callback]
+    )
     trainer.train(resume_from_checkpoint=resume_from_checkpoint)
     return model, trainer
 
@@ -109,7 +125,9 @@ def test_trainer_resume_reproduces_rewiring_and_optimizer_state(tmp_path):
     assert rewirings == [2, 4, 6]
     # a differently initialised model: only the checkpoint can make it end where the full run ended
     checkpoint = str(tmp_path / "full" / "checkpoint-4")
-    resumed, resumed_trainer = train_with_trainer(tmp_path / "resumed", max_steps=8, resume_from_checkpoint=checkpoint, model_seed=1)
+    resumed, resumed_trainer = train_with_trainer(
+        tmp_path / "resumed", max_steps=8, resume_from_checkpoint=checkpoint, model_seed=1
+    )
     assert [e["step"] for e in resumed_trainer.state.log_history if "rewired_pairs" in e] == [2, 4, 6]
     assert not torch.equal(model.output_layer.tail.supports, tiny_haste_model().output_layer.tail.supports)
     for (name, ours), theirs in zip(model.state_dict().items(), resumed.state_dict().values()):
@@ -130,7 +148,9 @@ def test_two_rewirings_of_a_run_draw_from_different_streams():
     assert torch.equal(at_10, rewired_supports(10))
     assert not torch.equal(at_10, rewired_supports(20))  # same weights, another step: other features
     assert not torch.equal(at_10, rewired_supports(10, args_seed=6))
-    assert torch.equal(rewired_supports(10, args_seed=5, callback_seed=7), rewired_supports(10, args_seed=6, callback_seed=7))
+    assert torch.equal(
+        rewired_supports(10, args_seed=5, callback_seed=7), rewired_supports(10, args_seed=6, callback_seed=7)
+    )
 
 
 def test_callback_keeps_the_padding_slots_of_the_last_group_out_of_the_scores():
@@ -143,7 +163,9 @@ def test_callback_keeps_the_padding_slots_of_the_last_group_out_of_the_scores():
     before = model.output_layer.tail.supports.clone()
     args = TrainingArguments(output_dir="unused", seed=0, report_to="none")
     state = TrainerState(max_steps=100, global_step=10)
-    RewiringCallback(interval=10, fraction=1 / 42).on_step_end(args, state, TrainerControl(), model=model)  # 1 of 42 pairs
+    RewiringCallback(interval=10, fraction=1 / 42).on_step_end(
+        args, state, TrainerControl(), model=model
+    )  # 1 of 42 pairs
     changed = (model.output_layer.tail.supports != before).nonzero().tolist()
     assert changed == [[6, 0]]
 

@@ -21,17 +21,47 @@ def common(dataset_dir, encoder_dir=None):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, dataset_dir, encoder_dir):
     output = tmp_path_factory.mktemp("model")
-    arguments = ["train", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output-dir", str(output),
-                 "--epochs", "2", "--batch-size", "16", "--group-size", "4", "--fan-in", "8", "--head-fraction", "0.1",
-                 "--rewiring-interval", "5", "--lr", "1e-3", "--propensity-a", "0.5", "--propensity-b", "0.4"]  # fmt: skip
+    arguments = [
+        "train",
+        *common(dataset_dir, encoder_dir),
+        "--encoder",
+        str(encoder_dir),
+        "--output-dir",
+        str(output),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "16",
+        "--group-size",
+        "4",
+        "--fan-in",
+        "8",
+        "--head-fraction",
+        "0.1",
+        "--rewiring-interval",
+        "5",
+        "--lr",
+        "1e-3",
+        "--propensity-a",
+        "0.5",
+        "--propensity-b",
+        "0.4",
+    ]
     assert main(arguments) == 0
     return output
 
 
 def test_train_saves_model_tokenizer_card_and_metrics(trained, dataset_dir, capsys):
     files = {path.name for path in trained.iterdir()}
-    assert {"config.json", "model.safetensors", "label_names.json", "tokenizer_config.json", "README.md",
-            "haste_card.png", "test_metrics.json"} <= files  # fmt: skip
+    assert {
+        "config.json",
+        "model.safetensors",
+        "label_names.json",
+        "tokenizer_config.json",
+        "README.md",
+        "haste_card.png",
+        "test_metrics.json",
+    } <= files
     model = HasteForExtremeClassification.from_pretrained(trained)
     assert model.config.head_label_count == 3 and model.config.group_size == 4
     assert model.label_names[5] == "label 5"
@@ -53,7 +83,22 @@ def test_evaluate_without_repeated_flags_reproduces_training_metrics(trained, da
     assert json.loads(output.read_text()) == json.loads((trained / "test_metrics.json").read_text())
     assert AutoTokenizer.from_pretrained(trained).model_max_length == 6
     # An explicit flag still wins over the training setting.
-    assert main(["evaluate", "--model", str(trained), "--data", str(dataset_dir), "--max-length", "3", "--output", str(output)]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--model",
+                str(trained),
+                "--data",
+                str(dataset_dir),
+                "--max-length",
+                "3",
+                "--output",
+                str(output),
+            ]
+        )
+        == 0
+    )
     assert json.loads(output.read_text()) != json.loads((trained / "test_metrics.json").read_text())
 
 
@@ -74,8 +119,18 @@ def test_a_model_folder_never_chooses_a_file_written_or_the_data_read(trained, d
 
     planted_output, planted_data = tmp_path / "planted.json", tmp_path / "elsewhere"
     saved = json.loads((trained / "evaluation_settings.json").read_text())
-    folder = copy_with_settings(trained, tmp_path, {**saved, "output": str(planted_output), "data": str(planted_data),
-                                                    "split": "trn", "model": str(tmp_path), "input": str(planted_output)})  # fmt: skip
+    folder = copy_with_settings(
+        trained,
+        tmp_path,
+        {
+            **saved,
+            "output": str(planted_output),
+            "data": str(planted_data),
+            "split": "trn",
+            "model": str(tmp_path),
+            "input": str(planted_output),
+        },
+    )
     with CaptureLogger(recipe.logger) as captured:
         assert main(["evaluate", "--model", str(folder), "--data", str(dataset_dir)]) == 0
     assert not planted_output.exists()
@@ -84,12 +139,35 @@ def test_a_model_folder_never_chooses_a_file_written_or_the_data_read(trained, d
     # Without --data the folder's "data" is not read either: the embedded demo set is, whose labels differ.
     assert main(["evaluate", "--model", str(folder)]) == 2
     assert "30 labels and the dataset 452" in capsys.readouterr().err and not planted_output.exists()
-    assert main(["predict", "--model", str(folder), "--data", str(dataset_dir), "-k", "2", "--output", str(tmp_path / "top.jsonl")]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                "--model",
+                str(folder),
+                "--data",
+                str(dataset_dir),
+                "-k",
+                "2",
+                "--output",
+                str(tmp_path / "top.jsonl"),
+            ]
+        )
+        == 0
+    )
     assert not planted_output.exists() and len((tmp_path / "top.jsonl").read_text().splitlines()) == 40
 
 
-@pytest.mark.parametrize("key, value", [("format", "../x"), ("text_fields", ["title"]), ("dataset_name", "../../etc"),
-                                        ("propensity_a", "0.5"), ("propensity_b", True)])  # fmt: skip
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("format", "../x"),
+        ("text_fields", ["title"]),
+        ("dataset_name", "../../etc"),
+        ("propensity_a", "0.5"),
+        ("propensity_b", True),
+    ],
+)
 def test_a_model_folders_evaluation_settings_are_type_checked(trained, dataset_dir, tmp_path, capsys, key, value):
     saved = json.loads((trained / "evaluation_settings.json").read_text())
     folder = copy_with_settings(trained, tmp_path, {**saved, key: value})
@@ -116,7 +194,12 @@ def test_predict_scores_are_the_pipelines_probabilities(trained, tmp_path):
     texts = tmp_path / "texts.txt"
     texts.write_text("w3 w40 w50\n")
     output = tmp_path / "top.jsonl"
-    assert main(["predict", "--model", str(trained), "--input", str(texts), "--output", str(output), "-k", "3", "--logits"]) == 0
+    assert (
+        main(
+            ["predict", "--model", str(trained), "--input", str(texts), "--output", str(output), "-k", "3", "--logits"]
+        )
+        == 0
+    )
     record = json.loads(output.read_text())
     assert all(0.0 < score < 1.0 for score in record["scores"])
     assert record["scores"] == pytest.approx([1 / (1 + math.exp(-logit)) for logit in record["logits"]], abs=2e-6)
@@ -163,8 +246,15 @@ def test_the_flag_snapshot_is_the_live_parsers():
     from haste_hf.training_args import HasteTrainingArguments
 
     snapshot = json.loads(train_flags.SNAPSHOT_PATH.read_text(encoding="utf-8"))
-    assert snapshot == train_flags.describe_live_flags(), f"train_flags.json is stale: run `{train_flags.REGENERATE_COMMAND}`"
-    fields = {f.name for dataclass in (RecipeArguments, HasteTrainingArguments) for f in dataclasses.fields(dataclass) if f.init}
+    assert snapshot == train_flags.describe_live_flags(), (
+        f"train_flags.json is stale: run `{train_flags.REGENERATE_COMMAND}`"
+    )
+    fields = {
+        f.name
+        for dataclass in (RecipeArguments, HasteTrainingArguments)
+        for f in dataclasses.fields(dataclass)
+        if f.init
+    }
     assert train_flags.field_names() == fields
 
 
@@ -172,9 +262,18 @@ def test_the_flag_snapshot_is_the_live_parsers():
 def test_flags_from_the_snapshot_answer_as_the_live_parser(command, monkeypatch, capsys):
     """The same --help, and the same message for a bad value, a bad choice, a bad truth value and an unknown flag."""
     monkeypatch.setenv("COLUMNS", "100")
-    snapshot, live = (build_parser(command=command, live=live)._subparsers._group_actions[0].choices[command] for live in (False, True))
+    snapshot, live = (
+        build_parser(command=command, live=live)._subparsers._group_actions[0].choices[command]
+        for live in (False, True)
+    )
     assert snapshot.format_help() == live.format_help()
-    for flags in (["--fan-in", "x"], ["--pooling", "max"], ["--label-texts", "maybe"], ["--fan-inn", "8"], ["--max-length"]):
+    for flags in (
+        ["--fan-in", "x"],
+        ["--pooling", "max"],
+        ["--label-texts", "maybe"],
+        ["--fan-inn", "8"],
+        ["--max-length"],
+    ):
         errors = []
         for parser in (snapshot, live):
             with pytest.raises(SystemExit):
@@ -218,11 +317,41 @@ def test_help_states_each_default_once(capsys):
 
 def test_group_then_train_from_its_file_with_the_default_validation_fraction(dataset_dir, encoder_dir, tmp_path):
     layout_file = tmp_path / "layout.safetensors"
-    assert main(["group", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output", str(layout_file),
-                 "--group-size", "4", "--head-fraction", "0.1"]) == 0  # fmt: skip
-    arguments = ["train", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output-dir",
-                 str(tmp_path / "model"), "--max-steps", "2", "--fan-in", "8", "--group-size", "4", "--head-fraction", "0.1",
-                 "--grouping-file", str(layout_file)]  # fmt: skip
+    assert (
+        main(
+            [
+                "group",
+                *common(dataset_dir, encoder_dir),
+                "--encoder",
+                str(encoder_dir),
+                "--output",
+                str(layout_file),
+                "--group-size",
+                "4",
+                "--head-fraction",
+                "0.1",
+            ]
+        )
+        == 0
+    )
+    arguments = [
+        "train",
+        *common(dataset_dir, encoder_dir),
+        "--encoder",
+        str(encoder_dir),
+        "--output-dir",
+        str(tmp_path / "model"),
+        "--max-steps",
+        "2",
+        "--fan-in",
+        "8",
+        "--group-size",
+        "4",
+        "--head-fraction",
+        "0.1",
+        "--grouping-file",
+        str(layout_file),
+    ]
     assert main(arguments) == 0  # the structure flags agree with the file's (they may also be left out)
     from haste_hf.label_plan import LabelLayout
 
@@ -234,13 +363,44 @@ def test_group_then_train_from_its_file_with_the_default_validation_fraction(dat
 
 def test_train_refuses_a_layout_of_another_split(dataset_dir, encoder_dir, tmp_path, capsys):
     layout_file = tmp_path / "layout.safetensors"
-    assert main(["group", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output", str(layout_file),
-                 "--group-size", "4", "--grouping", "frequency", "--validation-fraction", "0.2"]) == 0  # fmt: skip
-    arguments = ["train", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output-dir",
-                 str(tmp_path / "model"), "--max-steps", "2", "--fan-in", "8", "--layout-file", str(layout_file)]  # fmt: skip
+    assert (
+        main(
+            [
+                "group",
+                *common(dataset_dir, encoder_dir),
+                "--encoder",
+                str(encoder_dir),
+                "--output",
+                str(layout_file),
+                "--group-size",
+                "4",
+                "--grouping",
+                "frequency",
+                "--validation-fraction",
+                "0.2",
+            ]
+        )
+        == 0
+    )
+    arguments = [
+        "train",
+        *common(dataset_dir, encoder_dir),
+        "--encoder",
+        str(encoder_dir),
+        "--output-dir",
+        str(tmp_path / "model"),
+        "--max-steps",
+        "2",
+        "--fan-in",
+        "8",
+        "--layout-file",
+        str(layout_file),
+    ]
     capsys.readouterr()
     assert main(arguments) == 1
-    assert re.search("^haste-hf train: error: .*another training split.*--validation-fraction", capsys.readouterr().err, re.M)
+    assert re.search(
+        "^haste-hf train: error: .*another training split.*--validation-fraction", capsys.readouterr().err, re.M
+    )
     assert not (tmp_path / "model").exists()
 
 
@@ -274,8 +434,26 @@ def test_every_training_argument_is_a_train_flag():
 def test_train_flags_short_forms_and_report_to():
     from haste_hf.cli import parse_args
 
-    args = parse_args(["train", "--lr", "1e-3", "--epochs=2", "--batch-size", "8", "--report-to", "tensorboard",
-                       "--head-fraction", "0.1", "--group-size", "4", "--optim", "sgd", "--output-dir", "out"])  # fmt: skip
+    args = parse_args(
+        [
+            "train",
+            "--lr",
+            "1e-3",
+            "--epochs=2",
+            "--batch-size",
+            "8",
+            "--report-to",
+            "tensorboard",
+            "--head-fraction",
+            "0.1",
+            "--group-size",
+            "4",
+            "--optim",
+            "sgd",
+            "--output-dir",
+            "out",
+        ]
+    )
     training, recipe = args.training, args.recipe
     assert (training.learning_rate, training.num_train_epochs, training.per_device_train_batch_size) == (1e-3, 2, 8)
     assert training.report_to == ["tensorboard"] and training.output_dir == "out" and training.seed == 0
@@ -286,7 +464,10 @@ def test_train_flags_short_forms_and_report_to():
     rules = parse_args(["train", "--bf16", "--eval-steps", "50", "--use-cpu", "--validation-fraction", "0.1"]).training
     assert (rules.bf16, rules.output_layer_dtype) == (True, "bfloat16")
     assert (rules.eval_strategy, rules.save_strategy, rules.eval_steps, rules.save_steps) == ("steps", "steps", 50, 50)
-    assert parse_args(["train", "--bf16", "--output-layer-dtype", "float32", "--use-cpu"]).training.output_layer_dtype == "float32"
+    assert (
+        parse_args(["train", "--bf16", "--output-layer-dtype", "float32", "--use-cpu"]).training.output_layer_dtype
+        == "float32"
+    )
     demo = parse_args(["demo"])
     assert (demo.recipe.encoder, demo.recipe.max_length, demo.training.output_dir) == ("minilm", 32, "haste-demo")
 
@@ -295,8 +476,14 @@ def test_train_flags_short_forms_and_report_to():
 def test_train_reads_its_flags_from_a_config_file_and_the_command_line_wins(tmp_path, suffix):
     from haste_hf.cli import parse_args
 
-    values = {"learning_rate": 3e-4, "num_train_epochs": 5, "group_size": 8, "report_to": ["tensorboard"],
-              "grouping": "random", "output-dir": str(tmp_path / "from-config")}  # fmt: skip
+    values = {
+        "learning_rate": 3e-4,
+        "num_train_epochs": 5,
+        "group_size": 8,
+        "report_to": ["tensorboard"],
+        "grouping": "random",
+        "output-dir": str(tmp_path / "from-config"),
+    }
     config = tmp_path / f"config{suffix}"
     if suffix == ".json":
         config.write_text(json.dumps(values))
@@ -317,8 +504,21 @@ def test_group_defaults_to_the_papers_head_share(dataset_dir, encoder_dir, tmp_p
     from haste_hf.label_plan import LabelLayout
 
     layout_file = tmp_path / "layout.safetensors"
-    assert main(["group", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output", str(layout_file),
-                 "--grouping", "random"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "group",
+                *common(dataset_dir, encoder_dir),
+                "--encoder",
+                str(encoder_dir),
+                "--output",
+                str(layout_file),
+                "--grouping",
+                "random",
+            ]
+        )
+        == 0
+    )
     layout = LabelLayout.load(layout_file)
     assert (layout.head_label_count, layout.group_size, layout.strategy) == (1, 16, "random")  # round(3% of 30) = 1
 
@@ -328,20 +528,64 @@ def test_group_names_the_train_options_it_ignores(dataset_dir, encoder_dir, tmp_
     from transformers.utils import logging
 
     with CaptureLogger(logging.get_logger("transformers.haste_hf.cli")) as captured:
-        assert main(["group", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output",
-                     str(tmp_path / "layout.safetensors"), "--grouping", "random", "--fan-in", "8"]) == 0  # fmt: skip
+        assert (
+            main(
+                [
+                    "group",
+                    *common(dataset_dir, encoder_dir),
+                    "--encoder",
+                    str(encoder_dir),
+                    "--output",
+                    str(tmp_path / "layout.safetensors"),
+                    "--grouping",
+                    "random",
+                    "--fan-in",
+                    "8",
+                ]
+            )
+            == 0
+        )
     assert "Ignored by `haste-hf group` (they are `train` options): --fan-in." in captured.out
 
 
 def test_train_refuses_structure_flags_that_contradict_the_layout_file(dataset_dir, encoder_dir, tmp_path, capsys):
     layout_file = tmp_path / "layout.safetensors"
-    assert main(["group", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output", str(layout_file),
-                 "--group-size", "4", "--grouping", "frequency"]) == 0  # fmt: skip
-    base = ["train", *common(dataset_dir, encoder_dir), "--encoder", str(encoder_dir), "--output-dir",
-            str(tmp_path / "model"), "--max-steps", "1", "--fan-in", "8", "--layout-file", str(layout_file)]  # fmt: skip
-    for flags, message in ((["--group-size", "8"], r"`group_size` \(8\) differs from the label layout's G \(4\)"),
-                           (["--head-fraction", "0.5"], "gives a head of 15 labels, the label layout's has 1"),
-                           (["--grouping", "semantic"], "groups are frequency, not semantic")):  # fmt: skip
+    assert (
+        main(
+            [
+                "group",
+                *common(dataset_dir, encoder_dir),
+                "--encoder",
+                str(encoder_dir),
+                "--output",
+                str(layout_file),
+                "--group-size",
+                "4",
+                "--grouping",
+                "frequency",
+            ]
+        )
+        == 0
+    )
+    base = [
+        "train",
+        *common(dataset_dir, encoder_dir),
+        "--encoder",
+        str(encoder_dir),
+        "--output-dir",
+        str(tmp_path / "model"),
+        "--max-steps",
+        "1",
+        "--fan-in",
+        "8",
+        "--layout-file",
+        str(layout_file),
+    ]
+    for flags, message in (
+        (["--group-size", "8"], r"`group_size` \(8\) differs from the label layout's G \(4\)"),
+        (["--head-fraction", "0.5"], "gives a head of 15 labels, the label layout's has 1"),
+        (["--grouping", "semantic"], "groups are frequency, not semantic"),
+    ):
         capsys.readouterr()
         assert main(base + flags) == 1
         assert re.search(f"^haste-hf train: error: .*{message}", capsys.readouterr().err, re.M)

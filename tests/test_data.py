@@ -225,14 +225,23 @@ def test_malformed_input_names_file_and_line(tmp_path, cache, name, content, rea
 
 @pytest.mark.parametrize(
     "name, content, fragment",
-    [("trn.json", "", "no JSON line"), ("trn.json", "\n\n", "no JSON line"), ("trn_X_Y.txt", "0 3\n", "its header announces 0 rows"),
-     ("train.txt", "0 5 3\n", "its header announces 0 rows")],
+    [
+        ("trn.json", "", "no JSON line"),
+        ("trn.json", "\n\n", "no JSON line"),
+        ("trn_X_Y.txt", "0 3\n", "its header announces 0 rows"),
+        ("train.txt", "0 5 3\n", "its header announces 0 rows"),
+    ],
 )
 def test_a_file_of_no_points_is_refused_naming_it(tmp_path, cache, name, content, fragment):
     path = write(tmp_path / name, content)
-    read = {"trn.json": lambda: read_json_split(path, 2, cache_dir=cache), "trn_X_Y.txt": lambda: read_sparse_label_split(path, cache_dir=cache),
-            "train.txt": lambda: read_bow_file(path, cache_dir=cache)}[name]  # fmt: skip
-    with pytest.raises(XMCFormatError, match=re.escape(f"{path}: the file holds no points ({fragment}); a split needs at least one")):
+    read = {
+        "trn.json": lambda: read_json_split(path, 2, cache_dir=cache),
+        "trn_X_Y.txt": lambda: read_sparse_label_split(path, cache_dir=cache),
+        "train.txt": lambda: read_bow_file(path, cache_dir=cache),
+    }[name]
+    with pytest.raises(
+        XMCFormatError, match=re.escape(f"{path}: the file holds no points ({fragment}); a split needs at least one")
+    ):
         read()
 
 

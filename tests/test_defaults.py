@@ -11,18 +11,53 @@ from haste_hf.training_args import HasteTrainingArguments
 
 # The recipe of `benchmarks/recipe_study.py`'s `defaults` rows (the device has bf16; here, without a GPU, it is off).
 RECIPE = dict(
-    learning_rate=2e-4, num_train_epochs=10.0, per_device_train_batch_size=128, per_device_eval_batch_size=64,
-    warmup_steps=0.1, weight_decay=0.01,
-    lr_scheduler_type="cosine", output_learning_rate=0.4, output_momentum=0.9, output_weight_decay=1e-4,
-    output_lr_scheduler_type="cosine", output_warmup_steps=0.0, output_max_grad_norm=0.0, output_stochastic_rounding=True,
-    rewiring_interval=None, rewiring_fraction=0.2, rewiring_end_fraction=2 / 3, rewiring_init="zero",
-    rewiring_scope="global", bf16=False, output_layer_dtype=None, max_grad_norm=1.0, seed=42, eval_top_k=5,
-)  # fmt: skip
-RECIPE_STRUCTURE = dict(fan_in=128, max_length=128, validation_fraction=0.0, group_size=None, head_label_fraction=None,
-                        grouping=None, label_texts=False, head_projection_dim=None, tail_projection_dim=None)  # fmt: skip
+    learning_rate=2e-4,
+    num_train_epochs=10.0,
+    per_device_train_batch_size=128,
+    per_device_eval_batch_size=64,
+    warmup_steps=0.1,
+    weight_decay=0.01,
+    lr_scheduler_type="cosine",
+    output_learning_rate=0.4,
+    output_momentum=0.9,
+    output_weight_decay=1e-4,
+    output_lr_scheduler_type="cosine",
+    output_warmup_steps=0.0,
+    output_max_grad_norm=0.0,
+    output_stochastic_rounding=True,
+    rewiring_interval=None,
+    rewiring_fraction=0.2,
+    rewiring_end_fraction=2 / 3,
+    rewiring_init="zero",
+    rewiring_scope="global",
+    bf16=False,
+    output_layer_dtype=None,
+    max_grad_norm=1.0,
+    seed=42,
+    eval_top_k=5,
+)
+RECIPE_STRUCTURE = dict(
+    fan_in=128,
+    max_length=128,
+    validation_fraction=0.0,
+    group_size=None,
+    head_label_fraction=None,
+    grouping=None,
+    label_texts=False,
+    head_projection_dim=None,
+    tail_projection_dim=None,
+)
 # The demo keeps its own recipe (2 CPU cores, minutes), so the README's table stays what it prints.
-DEMO = dict(learning_rate=1e-4, num_train_epochs=3, per_device_train_batch_size=32, warmup_steps=0.1, weight_decay=0.01,
-            output_learning_rate=0.05, rewiring_interval=50, bf16=False)  # fmt: skip
+DEMO = dict(
+    learning_rate=1e-4,
+    num_train_epochs=3,
+    per_device_train_batch_size=32,
+    warmup_steps=0.1,
+    weight_decay=0.01,
+    output_learning_rate=0.05,
+    rewiring_interval=50,
+    bf16=False,
+)
 DEMO_STRUCTURE = dict(fan_in=64, max_length=32, validation_fraction=0.1, encoder="minilm")
 
 
@@ -53,8 +88,14 @@ def test_demo_defaults():
     assert fields_of(args.recipe, DEMO_STRUCTURE) == DEMO_STRUCTURE
 
 
-@pytest.mark.parametrize("argv, bf16, dtype", [(["--bf16"], True, "bfloat16"), (["--bf16", "false"], False, None),
-                                                (["--bf16", "--output-layer-dtype", "float32"], True, "float32")])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv, bf16, dtype",
+    [
+        (["--bf16"], True, "bfloat16"),
+        (["--bf16", "false"], False, None),
+        (["--bf16", "--output-layer-dtype", "float32"], True, "float32"),
+    ],
+)
 def test_bf16_trains_the_output_layer_in_bf16_unless_told(argv, bf16, dtype):
     training = parse_args(["train", "--use-cpu", *argv]).training
     assert (training.bf16, training.output_layer_dtype) == (bf16, dtype)

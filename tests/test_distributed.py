@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from haste_hf.distributed import balanced_ranges
-from haste_hf.sharded_output_layer import assign_output_layer, resolve_shard_output_layer
 from haste_hf.label_plan import LabelLayout
+from haste_hf.sharded_output_layer import assign_output_layer, resolve_shard_output_layer
 
 
 TESTS = Path(__file__).parent
@@ -22,8 +22,20 @@ WEIGHT_TOLERANCE = dict(rtol=1e-5, atol=1e-6)
 
 
 def torchrun(script_arguments, tmp_path, processes=2, timeout=600):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes), *script_arguments]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        str(processes),
+        *script_arguments,
+    ]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-6000:]
     return result
@@ -49,7 +61,9 @@ def one_process(tmp_path_factory):
     return distributed_train, output, distributed_train.run_summary(trainer)
 
 
-def assert_states_close(actual: dict, expected: dict, exact_names=("output_layer.tail.supports", "output_layer.output_labels")):
+def assert_states_close(
+    actual: dict, expected: dict, exact_names=("output_layer.tail.supports", "output_layer.output_labels")
+):
     assert set(actual) == set(expected)
     for name, value in expected.items():
         if name in exact_names:
@@ -63,8 +77,15 @@ def test_assignment_is_contiguous_and_balanced():
     assert balanced_ranges(2, 4) == [(0, 1), (1, 2), (2, 2), (2, 2)]
     slices = assign_output_layer(head_label_count=5, tail_group_count=9, world_size=2)
     assert [(s.head_rows, s.tail_groups) for s in slices] == [((0, 3), (0, 5)), ((3, 5), (5, 9))]
-    shares = assign_output_layer(head_label_count=2, tail_group_count=3, world_size=4)  # the last ranks' shares are empty
-    assert [(s.head_rows, s.tail_groups) for s in shares] == [((0, 1), (0, 1)), ((1, 2), (1, 2)), ((2, 2), (2, 3)), ((2, 2), (3, 3))]
+    shares = assign_output_layer(
+        head_label_count=2, tail_group_count=3, world_size=4
+    )  # the last ranks' shares are empty
+    assert [(s.head_rows, s.tail_groups) for s in shares] == [
+        ((0, 1), (0, 1)),
+        ((1, 2), (1, 2)),
+        ((2, 2), (2, 3)),
+        ((2, 2), (3, 3)),
+    ]
     layout = LabelLayout(label_count=40, head_ids=torch.arange(5), tail_order=torch.arange(5, 40), group_size=4)
     assert layout.output_layer_slices(2) == slices
     assert resolve_shard_output_layer(None, 2) and not resolve_shard_output_layer(None, 1)
@@ -85,14 +106,23 @@ def test_row_gather_and_its_backward_with_unequal_shares(tmp_path):
         for rank in range(2):
             result = results[rank][tuple(counts)]
             assert torch.equal(result["gathered"], every_row), counts
-            expected = script.GRAD_SCALE * sum(script.weights(other, counts) for other in range(2))[starts[rank] : starts[rank + 1]]
+            expected = (
+                script.GRAD_SCALE
+                * sum(script.weights(other, counts) for other in range(2))[starts[rank] : starts[rank + 1]]
+            )
             torch.testing.assert_close(result["grad"], expected, msg=str(counts))
-        assert torch.equal(results[0][tuple(counts)]["to_cpu"], every_row) and results[1][tuple(counts)]["to_cpu"] is None
+        assert (
+            torch.equal(results[0][tuple(counts)]["to_cpu"], every_row) and results[1][tuple(counts)]["to_cpu"] is None
+        )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("key, tail_projection_dim, dense", [("gradients", None, False), ("gradients_projected", 16, True)])
-def test_sharded_step_gives_single_process_loss_and_gradients(two_processes, one_process, key, tail_projection_dim, dense):
+@pytest.mark.parametrize(
+    "key, tail_projection_dim, dense", [("gradients", None, False), ("gradients_projected", 16, True)]
+)
+def test_sharded_step_gives_single_process_loss_and_gradients(
+    two_processes, one_process, key, tail_projection_dim, dense
+):
     """Without projections the head and tail read one gathered tensor; with one, the two inputs go in one
     gather; labels as padded ids and as a dense multi-hot."""
     output, results = two_processes
@@ -217,16 +247,46 @@ def test_cli_train_on_two_processes_equals_one(tmp_path):
     for name, rows in (("trn", planted_texts(30, 160, seed=0)), ("tst", planted_texts(30, 41, seed=1))):
         with gzip.open(data / f"{name}.json.gz", "wt") as f:
             for i, row in enumerate(rows):
-                f.write(json.dumps({"uid": str(i), "title": row["text"], "content": "", "target_ind": row["labels"]}) + "\n")
+                f.write(
+                    json.dumps({"uid": str(i), "title": row["text"], "content": "", "target_ind": row["labels"]}) + "\n"
+                )
     with gzip.open(data / "lbl.json.gz", "wt") as f:
         for label in range(30):
             f.write(json.dumps({"uid": str(label), "title": f"label {label}"}) + "\n")
-    arguments = ["train", "--data", str(data), "--encoder", str(tmp_path / "encoder"), "--epochs", "6", "--group-size", "4",
-                 "--fan-in", "8", "--head-fraction", "0.5", "--rewiring-interval", "3", "--max-length", "16",
-                 "--eval-batch-size", "16", "--propensity-a", "0.5", "--propensity-b", "0.4", "--lr", "3e-3",
-                 "--output-lr", "0.5"]  # fmt: skip
+    arguments = [
+        "train",
+        "--data",
+        str(data),
+        "--encoder",
+        str(tmp_path / "encoder"),
+        "--epochs",
+        "6",
+        "--group-size",
+        "4",
+        "--fan-in",
+        "8",
+        "--head-fraction",
+        "0.5",
+        "--rewiring-interval",
+        "3",
+        "--max-length",
+        "16",
+        "--eval-batch-size",
+        "16",
+        "--propensity-a",
+        "0.5",
+        "--propensity-b",
+        "0.4",
+        "--lr",
+        "3e-3",
+        "--output-lr",
+        "0.5",
+    ]
     # On CPUs the processes join a gloo group only with --use_cpu (without it the recipe refuses to run).
-    torchrun(["-m", "haste_hf.cli", *arguments, "--use_cpu", "--output-dir", str(tmp_path / "two"), "--batch-size", "8"], tmp_path)
+    torchrun(
+        ["-m", "haste_hf.cli", *arguments, "--use_cpu", "--output-dir", str(tmp_path / "two"), "--batch-size", "8"],
+        tmp_path,
+    )
     assert main([*arguments, "--output-dir", str(tmp_path / "one"), "--batch-size", "16"]) == 0
     one, two = load_file(tmp_path / "one" / "model.safetensors"), load_file(tmp_path / "two" / "model.safetensors")
     assert set(one) == set(two) and torch.equal(one["output_layer.tail.supports"], two["output_layer.tail.supports"])

@@ -30,9 +30,16 @@ def model_dir(tmp_path_factory, encoder_dir):
     of 4, 3 padding slots), its output positions shuffled by random label frequencies."""
     torch.manual_seed(0)
     model = HasteForExtremeClassification.from_encoder_pretrained(
-        str(encoder_dir), label_count=LABELS, label_frequencies=torch.randperm(LABELS), head_label_count=5,
-        group_size=4, fan_in=8, tail_projection_dim=16, tail_bias=True, label_names=[f"tag {i}" for i in range(LABELS)],
-    )  # fmt: skip
+        str(encoder_dir),
+        label_count=LABELS,
+        label_frequencies=torch.randperm(LABELS),
+        head_label_count=5,
+        group_size=4,
+        fan_in=8,
+        tail_projection_dim=16,
+        tail_bias=True,
+        label_names=[f"tag {i}" for i in range(LABELS)],
+    )
     with torch.no_grad():
         layer = model.output_layer
         layer.tail.bias.normal_(0, 0.5)
@@ -70,16 +77,28 @@ def expected_top_k(model, input_ids, attention_mask, k):
 
 def test_single_graph_gives_predict_topk_on_onnxruntime(single_export, model_dir):
     files = {path.name for path in single_export.iterdir()}
-    assert {"model.onnx", "label_names.json", "tokenizer_config.json", "haste_onnx.json", "README.md", "haste_onnx.py"} <= files
+    assert {
+        "model.onnx",
+        "label_names.json",
+        "tokenizer_config.json",
+        "haste_onnx.json",
+        "README.md",
+        "haste_onnx.py",
+    } <= files
     assert not files & {"encoder.onnx", "output_layer.safetensors"}
     graph = onnx.load(single_export / "model.onnx")
     assert {node.domain for node in graph.graph.node} <= {"", "ai.onnx"}  # standard operators only, no custom op
     session = onnxruntime.InferenceSession(single_export / "model.onnx", providers=["CPUExecutionProvider"])
-    assert [(i.name, i.shape) for i in session.get_inputs()] == [("input_ids", ["batch", "sequence"]), ("attention_mask", ["batch", "sequence"])]
+    assert [(i.name, i.shape) for i in session.get_inputs()] == [
+        ("input_ids", ["batch", "sequence"]),
+        ("attention_mask", ["batch", "sequence"]),
+    ]
     assert [(o.name, o.shape) for o in session.get_outputs()] == [("label_ids", ["batch", K]), ("scores", ["batch", K])]
     model = HasteForExtremeClassification.from_pretrained(model_dir).eval()
     for input_ids, attention_mask in padded_batches():
-        label_ids, scores = session.run(None, {"input_ids": input_ids.numpy(), "attention_mask": attention_mask.numpy()})
+        label_ids, scores = session.run(
+            None, {"input_ids": input_ids.numpy(), "attention_mask": attention_mask.numpy()}
+        )
         expected_ids, expected_scores = expected_top_k(model, input_ids, attention_mask, K)
         np.testing.assert_array_equal(label_ids, expected_ids)
         np.testing.assert_allclose(scores, expected_scores, atol=1e-5, rtol=0)
@@ -96,7 +115,9 @@ def test_onnx_classifier_labels_texts_as_the_pipeline_does(single_export, model_
     served = pipeline("text-classification", model=str(model_dir), top_k=3)(texts)
     assert [[row["label"] for row in text] for text in exported] == [[row["label"] for row in text] for text in served]
     for exported_text, served_text in zip(exported, served):
-        np.testing.assert_allclose([row["score"] for row in exported_text], [row["score"] for row in served_text], atol=1e-5)
+        np.testing.assert_allclose(
+            [row["score"] for row in exported_text], [row["score"] for row in served_text], atol=1e-5
+        )
     with pytest.raises(ValueError, match=r"top 5 labels in its graph; `k=6` needs an export"):
         OnnxClassifier(single_export).predict(texts, k=6)
 
@@ -120,7 +141,9 @@ def test_single_graph_readme_runs_as_written(single_export, monkeypatch):
     assert variables["label_ids"].shape == variables["scores"].shape == (1, K)
 
 
-def test_an_output_layer_past_the_onnx_file_limit_goes_to_safetensors(single_export, model_dir, tmp_path, monkeypatch, caplog):
+def test_an_output_layer_past_the_onnx_file_limit_goes_to_safetensors(
+    single_export, model_dir, tmp_path, monkeypatch, caplog
+):
     # A previous single-graph export, replaced: its model.onnx must not stay beside the new layout.
     output = tmp_path / "split"
     shutil.copytree(single_export, output)
@@ -129,15 +152,28 @@ def test_an_output_layer_past_the_onnx_file_limit_goes_to_safetensors(single_exp
         assert haste_hf.export.export_onnx(str(model_dir), output, top_k=K, overwrite=True) == "split"
     assert "pass ONNX's 2 GB limit on one file: exporting the encoder alone" in caplog.text
     files = {path.name for path in output.iterdir()}
-    assert {"encoder.onnx", "output_layer.safetensors", "label_names.json", "haste_onnx.py"} <= files and "model.onnx" not in files
+    assert {
+        "encoder.onnx",
+        "output_layer.safetensors",
+        "label_names.json",
+        "haste_onnx.py",
+    } <= files and "model.onnx" not in files
     assert "encoder.onnx.data" in files  # the encoder passes the lowered limit too: its weights lie beside its graph
     model = HasteForExtremeClassification.from_pretrained(model_dir).eval()
     classifier = OnnxClassifier(output)
     for input_ids, attention_mask in padded_batches(seed=1):
         # Any k: the output layer is scored in numpy, in chunks of a few labels here, merged across chunks.
-        features = dict(zip(["head_features", "tail_features"],
-                            classifier.session.run(None, {"input_ids": input_ids.numpy(), "attention_mask": attention_mask.numpy()})))  # fmt: skip
-        logits, label_ids = output_layer_topk(classifier.output_layer, features["head_features"], features["tail_features"], 12, chunk_elements=40)
+        features = dict(
+            zip(
+                ["head_features", "tail_features"],
+                classifier.session.run(
+                    None, {"input_ids": input_ids.numpy(), "attention_mask": attention_mask.numpy()}
+                ),
+            )
+        )
+        logits, label_ids = output_layer_topk(
+            classifier.output_layer, features["head_features"], features["tail_features"], 12, chunk_elements=40
+        )
         expected_ids, expected_scores = expected_top_k(model, input_ids, attention_mask, 12)
         np.testing.assert_array_equal(label_ids, expected_ids)
         np.testing.assert_allclose(sigmoid(logits), expected_scores, atol=1e-5, rtol=0)
@@ -153,7 +189,9 @@ def test_an_output_layer_past_the_onnx_file_limit_goes_to_safetensors(single_exp
 
 def test_int8_encoder_keeps_the_output_layer_in_float(model_dir, tmp_path, capsys):
     output = tmp_path / "int8"
-    assert main(["export", "--model", str(model_dir), "--output", str(output), "--quantize", "--split-output-layer"]) == 0
+    assert (
+        main(["export", "--model", str(model_dir), "--output", str(output), "--quantize", "--split-output-layer"]) == 0
+    )
     assert "split layout" in capsys.readouterr().out
     graph = onnx.load(output / "encoder.onnx")
     assert any(node.op_type in ("MatMulInteger", "DynamicQuantizeMatMul") for node in graph.graph.node)
@@ -179,7 +217,9 @@ def test_export_refusals(model_dir, single_export, tmp_path, capsys, monkeypatch
         main(["export", "--model", str(model_dir), "--format", "tflite"])
     assert exit_info.value.code == 2 and "invalid choice: 'tflite'" in capsys.readouterr().err
     real_find_spec = haste_hf.export.importlib.util.find_spec
-    monkeypatch.setattr(haste_hf.export.importlib.util, "find_spec", lambda name: None if name == "onnxscript" else real_find_spec(name))
+    monkeypatch.setattr(
+        haste_hf.export.importlib.util, "find_spec", lambda name: None if name == "onnxscript" else real_find_spec(name)
+    )
     assert main(["export", "--model", str(model_dir), "--output", str(tmp_path / "new")]) == 1
     assert "needs onnxscript, which is not installed: pip install 'haste_hf[export]'" in capsys.readouterr().err
     with pytest.raises(ImportError, match=r"pip install 'haste_hf\[export\]'"):

@@ -20,10 +20,14 @@ from transformers import PreTrainedModel
 from transformers import TrainerCallback as TrainerCallbackBase
 
 import haste_hf.hub
-from haste_hf import HasteConfig, HasteForExtremeClassification
-from haste_hf.data import XMCDataCollator
-from haste_hf.saving import INCOMPLETE_SAVE_FILE, STAGING_PREFIX, checkpoint_is_complete, last_complete_checkpoint, save_folder_atomically
-from haste_hf.trainer import HasteTrainer
+from haste_hf import HasteForExtremeClassification
+from haste_hf.saving import (
+    INCOMPLETE_SAVE_FILE,
+    STAGING_PREFIX,
+    checkpoint_is_complete,
+    last_complete_checkpoint,
+    save_folder_atomically,
+)
 from haste_hf.training_args import HasteTrainingArguments
 
 
@@ -72,7 +76,9 @@ def test_save_into_a_writable_folder_under_a_read_only_parent(tmp_path, monkeypa
         os.chmod(tmp_path / "volume", stat.S_IRWXU)
     assert parent_listings == [["model"], ["model"]]
     assert_no_leftovers(target)
-    assert torch.equal(HasteForExtremeClassification.from_pretrained(target).output_layer.tail.weight, model.output_layer.tail.weight)
+    assert torch.equal(
+        HasteForExtremeClassification.from_pretrained(target).output_layer.tail.weight, model.output_layer.tail.weight
+    )
 
 
 def test_failed_write_leaves_the_previous_save_and_no_staging(tmp_path):
@@ -140,7 +146,9 @@ def test_save_into_a_file_path_is_refused(tmp_path):
     assert path.read_text() == "not a folder"
 
 
-@pytest.mark.parametrize("where", ["output_layer.tail.weight", "output_layer.head.bias", "encoder.embeddings.word_embeddings.weight"])
+@pytest.mark.parametrize(
+    "where", ["output_layer.tail.weight", "output_layer.head.bias", "encoder.embeddings.word_embeddings.weight"]
+)
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_non_finite_weights_are_never_saved(tmp_path, where, value):
     model = make_model()
@@ -287,9 +295,16 @@ def test_a_skipped_step_leaves_weights_and_momentum_untouched(tmp_path, tokenize
 
 def test_huge_learning_rate_stops_with_a_clear_error_and_saves_nothing(tmp_path, tokenizer, train_set):
     trainer = make_trainer(
-        tmp_path, tokenizer, train_set, learning_rate=1e6, output_learning_rate=1e6, max_steps=30, save_strategy="steps",
-        save_steps=1, max_grad_norm=0.0,
-    )  # fmt: skip
+        tmp_path,
+        tokenizer,
+        train_set,
+        learning_rate=1e6,
+        output_learning_rate=1e6,
+        max_steps=30,
+        save_strategy="steps",
+        save_steps=1,
+        max_grad_norm=0.0,
+    )
     with pytest.raises(FloatingPointError, match="diverged at step"):
         trainer.train()
     for checkpoint in tmp_path.glob("checkpoint-*"):
@@ -419,7 +434,10 @@ def cli_files(tmp_path_factory):
         for split, rows in (("trn", planted_texts(labels, 40, seed=0)), ("tst", planted_texts(labels, 12, seed=1))):
             with gzip.open(path / f"{split}.json.gz", "wt") as f:
                 for i, row in enumerate(rows):
-                    f.write(json.dumps({"uid": str(i), "title": row["text"], "content": "", "target_ind": row["labels"]}) + "\n")
+                    f.write(
+                        json.dumps({"uid": str(i), "title": row["text"], "content": "", "target_ind": row["labels"]})
+                        + "\n"
+                    )
         with gzip.open(path / "lbl.json.gz", "wt") as f:
             f.writelines(json.dumps({"uid": str(label), "title": f"label {label}"}) + "\n" for label in range(labels))
         return path
@@ -497,13 +515,24 @@ TRAIN_USAGE_ERRORS = [
     (["--grouping-file", "missing.safetensors"], ["`layout_file`: no file 'missing.safetensors'"]),
     (["--config", "missing.yaml"], ["--config", "missing.yaml"]),
     (["--no-such-flag"], ["unrecognized arguments: --no-such-flag"]),
-    (["--validation-fraction", "0.1", "--save-strategy", "steps"], ["--save-strategy steps with --eval-strategy epoch", "--eval-steps N", "--validation-fraction 0"]),
-    (["--validation-fraction", "0.1", "--save-strategy", "no"], ["--save-strategy no with --eval-strategy epoch", "--load-best-model-at-end false"]),
-    (["--validation-fraction", "0.1", "--eval-strategy", "no"], ["--save-strategy epoch with --eval-strategy no", "--load-best-model-at-end false"]),
+    (
+        ["--validation-fraction", "0.1", "--save-strategy", "steps"],
+        ["--save-strategy steps with --eval-strategy epoch", "--eval-steps N", "--validation-fraction 0"],
+    ),
+    (
+        ["--validation-fraction", "0.1", "--save-strategy", "no"],
+        ["--save-strategy no with --eval-strategy epoch", "--load-best-model-at-end false"],
+    ),
+    (
+        ["--validation-fraction", "0.1", "--eval-strategy", "no"],
+        ["--save-strategy epoch with --eval-strategy no", "--load-best-model-at-end false"],
+    ),
 ]
 
 
-@pytest.mark.parametrize("flags, fragments", TRAIN_USAGE_ERRORS, ids=[" ".join(flags) for flags, _ in TRAIN_USAGE_ERRORS])
+@pytest.mark.parametrize(
+    "flags, fragments", TRAIN_USAGE_ERRORS, ids=[" ".join(flags) for flags, _ in TRAIN_USAGE_ERRORS]
+)
 def test_train_usage_errors_are_one_line_before_anything_loads(capsys, monkeypatch, flags, fragments):
     import haste_hf.cli
 
@@ -529,8 +558,11 @@ def test_bag_of_words_data_is_refused_up_front(capsys, cli_files, monkeypatch, t
     import haste_hf.recipe
 
     monkeypatch.setattr(haste_hf.recipe, "load_encoder", lambda name: pytest.fail("the encoder was loaded"))
-    flags = {"train": ["--encoder", cli_files["model"], "--output-dir", tmp_path / "out"],
-             "group": ["--output", tmp_path / "layout.safetensors"], "evaluate": ["--model", cli_files["model"]]}[command]  # fmt: skip
+    flags = {
+        "train": ["--encoder", cli_files["model"], "--output-dir", tmp_path / "out"],
+        "group": ["--output", tmp_path / "layout.safetensors"],
+        "evaluate": ["--model", cli_files["model"]],
+    }[command]
     status, lines = run_cli(capsys, [command, "--data", cli_files["bow"], *flags])
     assert_one_line_error(status, lines, 1, command, "is a bag-of-words dataset", "raw-text release")
     assert not (tmp_path / "out").exists() and not (tmp_path / "layout.safetensors").exists()
@@ -539,7 +571,9 @@ def test_bag_of_words_data_is_refused_up_front(capsys, cli_files, monkeypatch, t
 @pytest.mark.parametrize("data, count", [("data40", "40"), ("data20", "20")])
 def test_evaluate_on_data_of_another_label_count_names_both_counts(capsys, cli_files, tmp_path, data, count):
     output = tmp_path / "metrics.json"
-    status, lines = run_cli(capsys, ["evaluate", "--model", cli_files["model"], "--data", cli_files[data], "--output", output])
+    status, lines = run_cli(
+        capsys, ["evaluate", "--model", cli_files["model"], "--data", cli_files[data], "--output", output]
+    )
     assert_one_line_error(status, lines, 2, "evaluate", "has 30 labels and the dataset " + count)
     assert not output.exists()
 
@@ -549,13 +583,24 @@ def test_evaluate_on_data_of_other_label_names_is_refused_unless_asked(capsys, c
     shutil.copytree(cli_files["data"], data)
     names = [f"label {i}" if i % 10 else f"renamed {i}" for i in range(CLI_LABELS)]  # 3 of 30 differ, the first is 0
     (data / "lbl.json.gz").unlink()
-    (data / "lbl.json").write_text("".join(json.dumps({"uid": str(i), "title": name}) + "\n" for i, name in enumerate(names)))
+    (data / "lbl.json").write_text(
+        "".join(json.dumps({"uid": str(i), "title": name}) + "\n" for i, name in enumerate(names))
+    )
     output = tmp_path / "metrics.json"
     status, lines = run_cli(capsys, ["evaluate", "--model", cli_files["model"], "--data", data, "--output", output])
-    assert_one_line_error(status, lines, 2, "evaluate", "3 of 30 names differ", "label 0 is 'label 0' in the model, 'renamed 0'",
-                          "--ignore-label-names")  # fmt: skip
+    assert_one_line_error(
+        status,
+        lines,
+        2,
+        "evaluate",
+        "3 of 30 names differ",
+        "label 0 is 'label 0' in the model, 'renamed 0'",
+        "--ignore-label-names",
+    )
     assert not output.exists()
-    status, _ = run_cli(capsys, ["evaluate", "--model", cli_files["model"], "--data", data, "--output", output, "--ignore-label-names"])
+    status, _ = run_cli(
+        capsys, ["evaluate", "--model", cli_files["model"], "--data", data, "--output", output, "--ignore-label-names"]
+    )
     assert status == 0 and "P@1" in json.loads(output.read_text())
 
 
@@ -566,7 +611,9 @@ def test_evaluate_of_a_model_with_fewer_labels_than_the_summary_k(capsys, cli_fi
     data = tmp_path / "data3"
     data.mkdir()
     for name in ("trn.json", "tst.json"):
-        (data / name).write_text("".join(json.dumps({"uid": str(i), "title": f"w{i}", "target_ind": [i % 3]}) + "\n" for i in range(6)))
+        (data / name).write_text(
+            "".join(json.dumps({"uid": str(i), "title": f"w{i}", "target_ind": [i % 3]}) + "\n" for i in range(6))
+        )
     (data / "lbl.json").write_text("".join(json.dumps({"uid": str(i), "title": f"l{i}"}) + "\n" for i in range(3)))
     output = tmp_path / "metrics.json"
     status, _ = run_cli(capsys, ["evaluate", "--model", folder, "--data", data, "--output", output])
@@ -584,7 +631,9 @@ EVALUATE_USAGE_ERRORS = [
 ]
 
 
-@pytest.mark.parametrize("flags, fragments", EVALUATE_USAGE_ERRORS, ids=[" ".join(flags) for flags, _ in EVALUATE_USAGE_ERRORS])
+@pytest.mark.parametrize(
+    "flags, fragments", EVALUATE_USAGE_ERRORS, ids=[" ".join(flags) for flags, _ in EVALUATE_USAGE_ERRORS]
+)
 def test_evaluate_usage_errors(capsys, cli_files, flags, fragments):
     flags = [flag.format(**cli_files) for flag in flags]
     status, lines = run_cli(capsys, ["evaluate", *flags])
@@ -602,7 +651,9 @@ PREDICT_USAGE_ERRORS = [
 ]
 
 
-@pytest.mark.parametrize("flags, fragments", PREDICT_USAGE_ERRORS, ids=[" ".join(flags) for flags, _ in PREDICT_USAGE_ERRORS])
+@pytest.mark.parametrize(
+    "flags, fragments", PREDICT_USAGE_ERRORS, ids=[" ".join(flags) for flags, _ in PREDICT_USAGE_ERRORS]
+)
 def test_predict_usage_errors_leave_no_output(capsys, cli_files, tmp_path, flags, fragments):
     flags = [flag.format(**cli_files) for flag in flags]
     output = tmp_path / "top.jsonl"
@@ -617,7 +668,9 @@ def test_predict_input_that_is_not_utf8_names_the_file_and_line(capsys, cli_file
     texts.write_bytes("w3 w40\nw7 caf\u00e9\n".encode("latin-1"))
     output = tmp_path / "top.jsonl"
     status, lines = run_cli(capsys, ["predict", "--model", cli_files["model"], "--input", texts, "--output", output])
-    assert_one_line_error(status, lines, 2, "predict", "--input", f"{texts} line 2 is not UTF-8", "byte 0xe9 at column 7")
+    assert_one_line_error(
+        status, lines, 2, "predict", "--input", f"{texts} line 2 is not UTF-8", "byte 0xe9 at column 7"
+    )
     assert not output.exists()
 
 
@@ -637,7 +690,9 @@ def test_predict_writes_one_record_per_line_blank_lines_included(capsys, cli_fil
     texts = tmp_path / "texts.txt"
     texts.write_text("w3 w40\n\nw7\n")
     output = tmp_path / "top.jsonl"
-    status, _ = run_cli(capsys, ["predict", "--model", cli_files["model"], "--input", texts, "--output", output, "-k", "30"])
+    status, _ = run_cli(
+        capsys, ["predict", "--model", cli_files["model"], "--input", texts, "--output", output, "-k", "30"]
+    )
     records = [json.loads(line) for line in output.read_text().splitlines()]
     assert status == 0 and len(records) == 3 and all(sorted(r["label_ids"]) == list(range(30)) for r in records)
 
@@ -647,7 +702,9 @@ def test_a_corrupt_model_is_a_one_line_library_error(capsys, cli_files, tmp_path
     make_model(label_count=CLI_LABELS, head_label_count=2).save_pretrained(folder)
     tiny_tokenizer(folder)
     corrupt(folder, "output_layer.tail.supports", lambda supports: supports.__setitem__((0, 0), 1000))
-    status, lines = run_cli(capsys, ["predict", "--model", folder, "--input", cli_files["texts"], "--output", tmp_path / "o.jsonl"])
+    status, lines = run_cli(
+        capsys, ["predict", "--model", folder, "--input", cli_files["texts"], "--output", tmp_path / "o.jsonl"]
+    )
     assert_one_line_error(status, lines, 1, "predict", "tail supports", "outside [0, 32)")
 
 
@@ -671,7 +728,9 @@ GROUP_AND_PUSH_USAGE_ERRORS = [
 ]
 
 
-@pytest.mark.parametrize("argv, fragments", GROUP_AND_PUSH_USAGE_ERRORS, ids=[" ".join(argv) for argv, _ in GROUP_AND_PUSH_USAGE_ERRORS])
+@pytest.mark.parametrize(
+    "argv, fragments", GROUP_AND_PUSH_USAGE_ERRORS, ids=[" ".join(argv) for argv, _ in GROUP_AND_PUSH_USAGE_ERRORS]
+)
 def test_group_and_push_usage_errors(capsys, cli_files, argv, fragments):
     argv = [arg.format(**cli_files) for arg in argv]
     status, lines = run_cli(capsys, argv)
@@ -692,29 +751,74 @@ def test_no_command_is_a_one_line_error(capsys):
 
 
 def train_flags(data, encoder_dir, output_dir, *extra):
-    return ["train", "--data", data, "--encoder", encoder_dir, "--output-dir", output_dir, "--max-length", "16",
-            "--eval-batch-size", "16", "--batch-size", "16", "--group-size", "4", "--fan-in", "8", "--epochs", "1",
-            "--rewiring-interval", "0", *extra]  # fmt: skip
+    return [
+        "train",
+        "--data",
+        data,
+        "--encoder",
+        encoder_dir,
+        "--output-dir",
+        output_dir,
+        "--max-length",
+        "16",
+        "--eval-batch-size",
+        "16",
+        "--batch-size",
+        "16",
+        "--group-size",
+        "4",
+        "--fan-in",
+        "8",
+        "--epochs",
+        "1",
+        "--rewiring-interval",
+        "0",
+        *extra,
+    ]
 
 
-def test_training_into_a_folder_holding_a_model_is_refused_and_leaves_it_untouched(capsys, cli_files, encoder_dir, tmp_path):
+def test_training_into_a_folder_holding_a_model_is_refused_and_leaves_it_untouched(
+    capsys, cli_files, encoder_dir, tmp_path
+):
     output = tmp_path / "out"
     assert run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output))[0] == 0
     before = folder_state(output)
     status, lines = run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output))
-    assert_one_line_error(status, lines, 2, "train", "--output-dir", "already holds a model", "--overwrite-output-dir",
-                          "--resume-from-checkpoint")  # fmt: skip
+    assert_one_line_error(
+        status,
+        lines,
+        2,
+        "train",
+        "--output-dir",
+        "already holds a model",
+        "--overwrite-output-dir",
+        "--resume-from-checkpoint",
+    )
     assert folder_state(output) == before
 
 
-def test_overwrite_output_dir_replaces_the_model_and_the_previous_runs_checkpoints(capsys, cli_files, encoder_dir, tmp_path):
+def test_overwrite_output_dir_replaces_the_model_and_the_previous_runs_checkpoints(
+    capsys, cli_files, encoder_dir, tmp_path
+):
     output = tmp_path / "out"
     flags = ("--validation-fraction", "0")
     assert run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output, *flags, "--epochs", "2"))[0] == 0
     assert [path.name for path in output.glob("checkpoint-*")] == ["checkpoint-6"]
     # A limit of 2 would keep the old run's checkpoint-6 beside the new checkpoint-3, were it not removed.
-    status, _ = run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output, *flags, "--overwrite-output-dir", "--fan-in", "4",
-                                            "--save-total-limit", "2"))  # fmt: skip
+    status, _ = run_cli(
+        capsys,
+        train_flags(
+            cli_files["data"],
+            encoder_dir,
+            output,
+            *flags,
+            "--overwrite-output-dir",
+            "--fan-in",
+            "4",
+            "--save-total-limit",
+            "2",
+        ),
+    )
     assert status == 0 and [path.name for path in output.glob("checkpoint-*")] == ["checkpoint-3"]
     assert HasteForExtremeClassification.from_pretrained(output).config.fan_in == 4
     assert_no_leftovers(output)
@@ -732,11 +836,15 @@ def test_any_save_strategy_works_without_a_validation_split(capsys, cli_files, e
     output = tmp_path / "out"
     flags = ("--validation-fraction", "0", "--save-strategy", strategy, "--save-steps", "2")
     assert run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output, *flags))[0] == 0
-    assert sorted(path.name for path in output.glob("checkpoint-*")) == (["checkpoint-3"] if strategy == "steps" else [])
+    assert sorted(path.name for path in output.glob("checkpoint-*")) == (
+        ["checkpoint-3"] if strategy == "steps" else []
+    )
     assert (output / "config.json").exists()
 
 
-def test_resume_from_checkpoint_continues_the_run_past_a_half_written_checkpoint(capsys, cli_files, encoder_dir, tmp_path):
+def test_resume_from_checkpoint_continues_the_run_past_a_half_written_checkpoint(
+    capsys, cli_files, encoder_dir, tmp_path
+):
     output = tmp_path / "out"
     flags = ("--validation-fraction", "0", "--epochs", "2", "--logging-steps", "1")
     assert run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output, *flags, "--max-steps", "4"))[0] == 0
@@ -752,12 +860,16 @@ def test_resume_from_checkpoint_continues_the_run_past_a_half_written_checkpoint
 def test_resume_from_a_named_incomplete_checkpoint_is_a_one_line_error(capsys, cli_files, encoder_dir, tmp_path):
     output = tmp_path / "out"
     (output / "checkpoint-2").mkdir(parents=True)
-    status, lines = run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output, "--resume-from-checkpoint", output / "checkpoint-2"))
+    status, lines = run_cli(
+        capsys, train_flags(cli_files["data"], encoder_dir, output, "--resume-from-checkpoint", output / "checkpoint-2")
+    )
     assert_one_line_error(status, lines, 1, "train", "checkpoint-2 is not a complete checkpoint")
 
 
 def test_resume_and_overwrite_together_are_refused(capsys, tmp_path):
-    status, lines = run_cli(capsys, ["train", "--overwrite-output-dir", "--resume-from-checkpoint", "--output-dir", tmp_path])
+    status, lines = run_cli(
+        capsys, ["train", "--overwrite-output-dir", "--resume-from-checkpoint", "--output-dir", tmp_path]
+    )
     assert_one_line_error(status, lines, 2, "train", "--overwrite-output-dir", "not both")
 
 
@@ -782,7 +894,12 @@ def test_a_dataset_of_fewer_labels_than_the_summary_k_trains_and_evaluates(capsy
     data.mkdir()
     rows = planted_texts(3, 24, seed=0, labels_per_text=1)
     for name in ("trn.json", "tst.json"):
-        (data / name).write_text("".join(json.dumps({"uid": str(i), "title": r["text"], "target_ind": r["labels"]}) + "\n" for i, r in enumerate(rows)))
+        (data / name).write_text(
+            "".join(
+                json.dumps({"uid": str(i), "title": r["text"], "target_ind": r["labels"]}) + "\n"
+                for i, r in enumerate(rows)
+            )
+        )
     (data / "lbl.json").write_text("".join(json.dumps({"uid": str(i), "title": f"l{i}"}) + "\n" for i in range(3)))
     output = tmp_path / "out"
     status, lines = run_cli(capsys, train_flags(data, encoder_dir, output, "--group-size", "2", "--fan-in", "4"))
@@ -790,13 +907,17 @@ def test_a_dataset_of_fewer_labels_than_the_summary_k_trains_and_evaluates(capsy
     assert status == 0 and {"P@1", "P@3"} <= set(metrics) and "P@5" not in metrics
 
 
-def test_data_without_any_positive_label_is_refused_before_the_encoder_loads(capsys, encoder_dir, tmp_path, monkeypatch):
+def test_data_without_any_positive_label_is_refused_before_the_encoder_loads(
+    capsys, encoder_dir, tmp_path, monkeypatch
+):
     import haste_hf.recipe
 
     monkeypatch.setattr(haste_hf.recipe, "load_encoder", lambda name: pytest.fail("the encoder was loaded"))
     data = tmp_path / "data"
     data.mkdir()
-    (data / "trn.json").write_text("".join(json.dumps({"uid": str(i), "title": f"w{i}", "target_ind": []}) + "\n" for i in range(8)))
+    (data / "trn.json").write_text(
+        "".join(json.dumps({"uid": str(i), "title": f"w{i}", "target_ind": []}) + "\n" for i in range(8))
+    )
     (data / "lbl.json").write_text("".join(json.dumps({"uid": str(i), "title": f"l{i}"}) + "\n" for i in range(5)))
     status, lines = run_cli(capsys, train_flags(data, encoder_dir, tmp_path / "out"))
     assert_one_line_error(status, lines, 1, "train", "has no positive label")
@@ -805,8 +926,22 @@ def test_data_without_any_positive_label_is_refused_before_the_encoder_loads(cap
 
 def test_a_diverging_run_is_a_one_line_error_and_saves_no_final_model(capsys, cli_files, encoder_dir, tmp_path):
     output = tmp_path / "out"
-    status, lines = run_cli(capsys, train_flags(cli_files["data"], encoder_dir, output, "--lr", "1e8", "--output-lr", "1e8",
-                                                "--validation-fraction", "0", "--epochs", "20"))  # fmt: skip
+    status, lines = run_cli(
+        capsys,
+        train_flags(
+            cli_files["data"],
+            encoder_dir,
+            output,
+            "--lr",
+            "1e8",
+            "--output-lr",
+            "1e8",
+            "--validation-fraction",
+            "0",
+            "--epochs",
+            "20",
+        ),
+    )
     # Stopped at the first non-finite gradient, or at a checkpoint of weights that already overflowed.
     assert_one_line_error(status, lines, 1, "train", "diverged", "on_non_finite")
     assert not (output / "config.json").exists()
@@ -834,7 +969,9 @@ def test_a_run_with_skipped_steps_reports_them_and_is_not_saved_when_most_were(
     flags = train_flags(cli_files["data"], encoder_dir, output, "--on-non-finite", "skip", "--validation-fraction", "0")
     if 2 * skipped > steps:
         status, lines = run_cli(capsys, flags)
-        assert_one_line_error(status, lines, 1, "train", f"{skipped} of its {steps} optimizer steps were skipped", "not saved")
+        assert_one_line_error(
+            status, lines, 1, "train", f"{skipped} of its {steps} optimizer steps were skipped", "not saved"
+        )
         assert not (output / "config.json").exists()
     else:
         assert main([str(flag) for flag in flags]) == 0
@@ -845,12 +982,32 @@ def test_a_run_with_skipped_steps_reports_them_and_is_not_saved_when_most_were(
 @pytest.mark.parametrize("data", ["data40", "data20"])
 def test_a_layout_of_another_label_count_is_refused_naming_both_counts(capsys, cli_files, encoder_dir, tmp_path, data):
     layout = tmp_path / "layout.safetensors"
-    status, _ = run_cli(capsys, ["group", "--data", cli_files["data"], "--encoder", encoder_dir, "--output", layout,
-                                 "--group-size", "4", "--grouping", "frequency", "--max-length", "16"])  # fmt: skip
+    status, _ = run_cli(
+        capsys,
+        [
+            "group",
+            "--data",
+            cli_files["data"],
+            "--encoder",
+            encoder_dir,
+            "--output",
+            layout,
+            "--group-size",
+            "4",
+            "--grouping",
+            "frequency",
+            "--max-length",
+            "16",
+        ],
+    )
     assert status == 0
-    status, lines = run_cli(capsys, train_flags(cli_files[data], encoder_dir, tmp_path / "out", "--layout-file", layout))
+    status, lines = run_cli(
+        capsys, train_flags(cli_files[data], encoder_dir, tmp_path / "out", "--layout-file", layout)
+    )
     count = data.removeprefix("data")
-    assert_one_line_error(status, lines, 1, "train", f"layout is of 30 labels and the dataset has {count}", "haste-hf group")
+    assert_one_line_error(
+        status, lines, 1, "train", f"layout is of 30 labels and the dataset has {count}", "haste-hf group"
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -869,9 +1026,17 @@ def test_a_config_file_that_does_not_parse_is_a_one_line_error(capsys, tmp_path)
 
 
 CONFIG_FILE_ERRORS = [
-    ("run.yaml", "learning_rate: 1.0e-4\nfan_in: 8\nlearning_rate: 1.0e-3\n", ["key 'learning_rate' is given twice (line 3)"]),
+    (
+        "run.yaml",
+        "learning_rate: 1.0e-4\nfan_in: 8\nlearning_rate: 1.0e-3\n",
+        ["key 'learning_rate' is given twice (line 3)"],
+    ),
     ("run.json", '{"learning_rate": 1e-4, "learning_rate": 1e-3}', ["key 'learning_rate' is given twice"]),
-    ("run.yaml", "learning-rate: 1.0e-4\nlearning_rate: 1.0e-3\n", ["'learning_rate' is given twice (as 'learning_rate' too)"]),
+    (
+        "run.yaml",
+        "learning-rate: 1.0e-4\nlearning_rate: 1.0e-3\n",
+        ["'learning_rate' is given twice (as 'learning_rate' too)"],
+    ),
     ("run.yaml", "per_device_train_batch_size: null\n", ["'per_device_train_batch_size' is null"]),
     ("run.yaml", "fan_in: 6.7\n", ["'fan_in' must be an integer, got 6.7"]),
     ("run.json", '{"max_steps": 2.5}', ["'max_steps' must be an integer, got 2.5"]),
@@ -897,8 +1062,10 @@ def test_config_file_values_are_checked_naming_the_key(capsys, monkeypatch, tmp_
 def test_config_file_values_of_the_right_type_are_taken(tmp_path):
     from haste_hf.cli import parse_args
 
-    (tmp_path / "run.yaml").write_text("group_size: null\nfan_in: 8\nlearning_rate: 1e-4\nwarmup_steps: 3\neval_steps: 0.5\n"
-                                       "bf16: false\ngrouping: random\nreport_to: [none]\n")  # fmt: skip
+    (tmp_path / "run.yaml").write_text(
+        "group_size: null\nfan_in: 8\nlearning_rate: 1e-4\nwarmup_steps: 3\neval_steps: 0.5\n"
+        "bf16: false\ngrouping: random\nreport_to: [none]\n"
+    )
     args = parse_args(["train", "--config", str(tmp_path / "run.yaml"), "--output-dir", str(tmp_path / "out")])
     assert (args.recipe.group_size, args.recipe.fan_in, args.recipe.grouping) == (None, 8, "random")
     assert (args.training.learning_rate, args.training.warmup_steps, args.training.bf16) == (1e-4, 3, False)

@@ -52,22 +52,31 @@ def lock_holder(tmp_path):
         with output_dir_lock({str(folder)!r}):
             print("held", flush=True)
             sys.stdin.read()
-    """)  # fmt: skip
-    process = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                               env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})  # fmt: skip
+    """)
+    process = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     assert process.stdout.readline().strip() == "held"
     yield folder, process.pid
     process.stdin.close()
     assert process.wait(timeout=60) == 0
 
 
-def test_a_second_train_into_a_folder_being_trained_into_is_refused_before_anything_loads(capsys, cli_files, encoder_dir, lock_holder, monkeypatch):
+def test_a_second_train_into_a_folder_being_trained_into_is_refused_before_anything_loads(
+    capsys, cli_files, encoder_dir, lock_holder, monkeypatch
+):
     import haste_hf.recipe
 
     folder, pid = lock_holder
     monkeypatch.setattr(haste_hf.recipe, "load_dataset", lambda *args: pytest.fail("the data was loaded"))
     status, lines = run_cli(capsys, train_flags(cli_files["data"], encoder_dir, folder))
-    assert_one_line_error(status, lines, 1, "train", str(folder), f"process {pid} on host {socket.gethostname()}", "--output-dir")
+    assert_one_line_error(
+        status, lines, 1, "train", str(folder), f"process {pid} on host {socket.gethostname()}", "--output-dir"
+    )
     assert os.listdir(folder) == [LOCK_FILE]  # the holder's lock, untouched
 
 
@@ -87,7 +96,9 @@ def test_a_lock_file_of_a_live_process_is_refused_and_one_of_an_ended_process_ta
 
 
 @pytest.mark.parametrize("error", [ValueError("bad data"), KeyboardInterrupt()])
-def test_the_lock_is_released_when_the_run_fails_or_is_interrupted(capsys, cli_files, encoder_dir, tmp_path, monkeypatch, error):
+def test_the_lock_is_released_when_the_run_fails_or_is_interrupted(
+    capsys, cli_files, encoder_dir, tmp_path, monkeypatch, error
+):
     import haste_hf.recipe
 
     folder = tmp_path / "out"
@@ -105,7 +116,9 @@ def test_the_lock_is_released_when_the_run_fails_or_is_interrupted(capsys, cli_f
         pass
 
 
-def test_a_run_holds_its_folder_until_its_model_is_saved_and_then_releases_it(capsys, cli_files, encoder_dir, tmp_path, monkeypatch):
+def test_a_run_holds_its_folder_until_its_model_is_saved_and_then_releases_it(
+    capsys, cli_files, encoder_dir, tmp_path, monkeypatch
+):
     import haste_hf.recipe
 
     folder = tmp_path / "out"
@@ -139,7 +152,10 @@ def unwritable_folders(tmp_path):
     """`(folder, fragment of the message)`: a file in the way of the folder or of its parent, and a folder that
     refuses new files (a read-only folder; as root, whom permissions do not stop, the read-only sysfs)."""
     (tmp_path / "file").write_text("")
-    cases = [(tmp_path / "file", "is a file"), (tmp_path / "file" / "out", f"cannot be created: {tmp_path / 'file'} is a file")]
+    cases = [
+        (tmp_path / "file", "is a file"),
+        (tmp_path / "file" / "out", f"cannot be created: {tmp_path / 'file'} is a file"),
+    ]
     if os.geteuid() == 0:
         cases.append(("/sys/haste-out", "is not writable"))
     else:
@@ -150,7 +166,9 @@ def unwritable_folders(tmp_path):
     return cases
 
 
-def test_an_unwritable_output_folder_is_refused_before_anything_loads(capsys, cli_files, encoder_dir, tmp_path, monkeypatch):
+def test_an_unwritable_output_folder_is_refused_before_anything_loads(
+    capsys, cli_files, encoder_dir, tmp_path, monkeypatch
+):
     import haste_hf.recipe
 
     monkeypatch.setattr(haste_hf.recipe, "load_dataset", lambda *args: pytest.fail("the data was loaded"))
@@ -172,24 +190,55 @@ def test_the_token_limit_of_an_encoder_counts_reserved_positions():
     from haste_hf.recipe import encoder_token_limit
 
     assert encoder_token_limit(AutoModel.from_config(tiny_encoder_config("bert"))) == 64
-    assert encoder_token_limit(AutoModel.from_config(tiny_encoder_config("roberta"))) == 70  # 72 less padding index 1 + 1
+    assert (
+        encoder_token_limit(AutoModel.from_config(tiny_encoder_config("roberta"))) == 70
+    )  # 72 less padding index 1 + 1
 
 
-def test_a_max_length_beyond_the_encoder_is_refused_before_training(capsys, cli_files, encoder_dir, tmp_path, monkeypatch):
+def test_a_max_length_beyond_the_encoder_is_refused_before_training(
+    capsys, cli_files, encoder_dir, tmp_path, monkeypatch
+):
     import haste_hf.recipe
 
     monkeypatch.setattr(haste_hf.recipe, "build_layout", lambda *args, **kwargs: pytest.fail("the layout was computed"))
     status, lines = run_cli(capsys, train_flags(cli_files["data"], encoder_dir, tmp_path / "out", "--max-length", "65"))
-    assert_one_line_error(status, lines, 1, "train", "--max-length", "is 65", "at most 64 tokens", "pass --max-length 64 or less")
+    assert_one_line_error(
+        status, lines, 1, "train", "--max-length", "is 65", "at most 64 tokens", "pass --max-length 64 or less"
+    )
     assert not (tmp_path / "out").exists()
-    status, lines = run_cli(capsys, ["group", "--data", cli_files["data"], "--encoder", encoder_dir, "--max-length", "65",
-                                     "--output", tmp_path / "layout.safetensors"])  # fmt: skip
+    status, lines = run_cli(
+        capsys,
+        [
+            "group",
+            "--data",
+            cli_files["data"],
+            "--encoder",
+            encoder_dir,
+            "--max-length",
+            "65",
+            "--output",
+            tmp_path / "layout.safetensors",
+        ],
+    )
     assert_one_line_error(status, lines, 1, "group", "--max-length", "at most 64 tokens")
 
 
 def test_evaluate_and_predict_refuse_a_max_length_beyond_the_encoder(capsys, cli_files, tmp_path):
     output = tmp_path / "top.jsonl"
-    status, lines = run_cli(capsys, ["predict", "--model", cli_files["model"], "--input", cli_files["texts"], "--output", output, "--max-length", "100"])
+    status, lines = run_cli(
+        capsys,
+        [
+            "predict",
+            "--model",
+            cli_files["model"],
+            "--input",
+            cli_files["texts"],
+            "--output",
+            output,
+            "--max-length",
+            "100",
+        ],
+    )
     assert_one_line_error(status, lines, 2, "predict", "--max-length", "is 100", "at most 64 tokens")
     assert not output.exists()
     # A folder without the settings of training reads at most the encoder's limit (not 128): long texts work.
@@ -226,9 +275,13 @@ def resume(capsys, data, encoder_dir, output, *extra):
     return run_cli(capsys, train_flags(data, encoder_dir, output, *RESUME_FLAGS, "--resume-from-checkpoint", *extra))
 
 
-@pytest.mark.parametrize("flags, difference", [(["--group-size", "2"], "group_size is 4 (this run: 2)"),
-                                               (["--fan-in", "4"], "fan_in is 8 (this run: 4)")])  # fmt: skip
-def test_resuming_a_checkpoint_of_another_model_names_the_setting(capsys, cli_files, encoder_dir, run_copy, flags, difference):
+@pytest.mark.parametrize(
+    "flags, difference",
+    [(["--group-size", "2"], "group_size is 4 (this run: 2)"), (["--fan-in", "4"], "fan_in is 8 (this run: 4)")],
+)
+def test_resuming_a_checkpoint_of_another_model_names_the_setting(
+    capsys, cli_files, encoder_dir, run_copy, flags, difference
+):
     status, lines = resume(capsys, cli_files["data"], encoder_dir, run_copy, *flags)
     assert_one_line_error(status, lines, 1, "train", "checkpoint-6 is a checkpoint of another model", difference)
 
@@ -238,7 +291,9 @@ def test_resuming_a_checkpoint_of_another_label_count_names_both_counts(capsys, 
     assert_one_line_error(status, lines, 1, "train", "of another model", "label_count is 30 (this run: 40)")
 
 
-def test_resuming_a_checkpoint_of_another_dataset_of_the_same_shape_is_refused(capsys, cli_files, encoder_dir, run_copy, tmp_path):
+def test_resuming_a_checkpoint_of_another_dataset_of_the_same_shape_is_refused(
+    capsys, cli_files, encoder_dir, run_copy, tmp_path
+):
     import gzip
     import shutil
 
@@ -247,36 +302,57 @@ def test_resuming_a_checkpoint_of_another_dataset_of_the_same_shape_is_refused(c
     other = shutil.copytree(cli_files["data"], tmp_path / "other")
     with gzip.open(other / "trn.json.gz", "wt") as f:
         for i, row in enumerate(planted_texts(CLI_LABELS, 40, seed=7)):
-            f.write(json.dumps({"uid": str(i), "title": row["text"], "content": "", "target_ind": row["labels"]}) + "\n")
+            f.write(
+                json.dumps({"uid": str(i), "title": row["text"], "content": "", "target_ind": row["labels"]}) + "\n"
+            )
     status, lines = resume(capsys, other, encoder_dir, run_copy, "--group-size", "4")
     assert_one_line_error(status, lines, 1, "train", "checkpoint-6 was trained on another training split", "--seed")
 
 
-def test_a_checkpoint_with_truncated_weights_is_passed_over_with_a_warning(capsys, caplog, cli_files, encoder_dir, run_copy):
+def test_a_checkpoint_with_truncated_weights_is_passed_over_with_a_warning(
+    capsys, caplog, cli_files, encoder_dir, run_copy
+):
     weights = run_copy / "checkpoint-6" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-100])
     status, lines = resume(capsys, cli_files["data"], encoder_dir, run_copy)
     assert status == 0, lines
-    assert re.search(r"Passing over \S+checkpoint-6: it is not a complete checkpoint \(a damaged model.safetensors", caplog.text)
+    assert re.search(
+        r"Passing over \S+checkpoint-6: it is not a complete checkpoint \(a damaged model.safetensors", caplog.text
+    )
     state = json.loads((run_copy / "checkpoint-6" / "trainer_state.json").read_text())
     assert state["global_step"] == 6  # trained again from checkpoint-3
-    torch.testing.assert_close(HasteForExtremeClassification.from_pretrained(run_copy).output_layer.tail.weight,
-                               HasteForExtremeClassification.from_pretrained(run_copy / "checkpoint-6").output_layer.tail.weight)  # fmt: skip
+    torch.testing.assert_close(
+        HasteForExtremeClassification.from_pretrained(run_copy).output_layer.tail.weight,
+        HasteForExtremeClassification.from_pretrained(run_copy / "checkpoint-6").output_layer.tail.weight,
+    )
 
 
-def test_a_named_checkpoint_with_truncated_weights_is_refused_naming_an_earlier_one(capsys, cli_files, encoder_dir, run_copy):
+def test_a_named_checkpoint_with_truncated_weights_is_refused_naming_an_earlier_one(
+    capsys, cli_files, encoder_dir, run_copy
+):
     weights = run_copy / "checkpoint-6" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-100])
     status, lines = resume(capsys, cli_files["data"], encoder_dir, run_copy, run_copy / "checkpoint-6")
-    assert_one_line_error(status, lines, 1, "train", "checkpoint-6 is not a complete checkpoint", "damaged model.safetensors",
-                          "resume from " + str(run_copy / "checkpoint-3"))  # fmt: skip
+    assert_one_line_error(
+        status,
+        lines,
+        1,
+        "train",
+        "checkpoint-6 is not a complete checkpoint",
+        "damaged model.safetensors",
+        "resume from " + str(run_copy / "checkpoint-3"),
+    )
 
 
-def test_a_checkpoint_without_optimizer_state_resumes_with_a_loud_warning(capsys, caplog, cli_files, encoder_dir, run_copy):
+def test_a_checkpoint_without_optimizer_state_resumes_with_a_loud_warning(
+    capsys, caplog, cli_files, encoder_dir, run_copy
+):
     (run_copy / "checkpoint-6" / "optimizer.pt").unlink()
     status, lines = resume(capsys, cli_files["data"], encoder_dir, run_copy)
     assert status == 0, lines
-    assert re.search(r"checkpoint-6 holds no optimizer.pt: the run resumes its weights with FRESH optimizer state", caplog.text)
+    assert re.search(
+        r"checkpoint-6 holds no optimizer.pt: the run resumes its weights with FRESH optimizer state", caplog.text
+    )
 
 
 def test_a_damaged_optimizer_file_is_a_one_line_error_naming_it(capsys, cli_files, encoder_dir, run_copy):
@@ -312,7 +388,9 @@ def test_a_model_folder_whose_weights_have_other_shapes_is_a_one_line_error(caps
     folder = shutil.copytree(cli_files["model"], tmp_path / "model")
     make_model(label_count=CLI_LABELS, head_label_count=2, fan_in=4).save_pretrained(tmp_path / "other")
     shutil.copyfile(tmp_path / "other" / "model.safetensors", folder / "model.safetensors")
-    status, lines = run_cli(capsys, ["predict", "--model", folder, "--input", cli_files["texts"], "--output", tmp_path / "top.jsonl"])
+    status, lines = run_cli(
+        capsys, ["predict", "--model", folder, "--input", cli_files["texts"], "--output", tmp_path / "top.jsonl"]
+    )
     assert_one_line_error(status, lines, 1, "predict", f"{folder}: its weights do not load")
 
 
@@ -358,7 +436,9 @@ def test_ranks_with_an_empty_share_of_the_output_layer_train_resume_and_predict_
     single = distributed_empty_shares.run(tmp_path / "single")
     for part in ("run", "resumed"):
         assert sharded[part]["rewirings"] == single[part]["rewirings"] and single[part]["rewirings"]
-        torch.testing.assert_close(torch.tensor(sharded[part]["losses"]), torch.tensor(single[part]["losses"]), **LOSS_TOLERANCE)
+        torch.testing.assert_close(
+            torch.tensor(sharded[part]["losses"]), torch.tensor(single[part]["losses"]), **LOSS_TOLERANCE
+        )
         assert_states_close(sharded[part]["state"], single[part]["state"])
     assert sharded["metrics"].keys() == single["metrics"].keys()
     torch.testing.assert_close(sharded["metrics"], single["metrics"], **LOSS_TOLERANCE)
@@ -370,13 +450,22 @@ def test_ranks_with_an_empty_share_of_the_output_layer_train_resume_and_predict_
 def test_a_damaged_layout_file_is_a_one_line_error_naming_it(capsys, cli_files, encoder_dir, tmp_path):
     layout = tmp_path / "layout.safetensors"
     layout.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{")  # cut short after its header's length
-    status, lines = run_cli(capsys, train_flags(cli_files["data"], encoder_dir, tmp_path / "out", "--layout-file", layout))
+    status, lines = run_cli(
+        capsys, train_flags(cli_files["data"], encoder_dir, tmp_path / "out", "--layout-file", layout)
+    )
     assert_one_line_error(status, lines, 1, "train", f"{layout} is not a label layout file, or a damaged one")
 
 
-@pytest.mark.parametrize("error", [pickle.UnpicklingError("Weights only load failed"),
-                                   RuntimeError("Error(s) in loading state_dict for Linear: size mismatch for weight")])  # fmt: skip
-def test_a_damaged_file_no_caller_named_is_one_line_and_other_runtime_errors_stay_tracebacks(capsys, cli_files, monkeypatch, error):
+@pytest.mark.parametrize(
+    "error",
+    [
+        pickle.UnpicklingError("Weights only load failed"),
+        RuntimeError("Error(s) in loading state_dict for Linear: size mismatch for weight"),
+    ],
+)
+def test_a_damaged_file_no_caller_named_is_one_line_and_other_runtime_errors_stay_tracebacks(
+    capsys, cli_files, monkeypatch, error
+):
     import haste_hf.cli
 
     def fail(args):

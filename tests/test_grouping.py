@@ -19,6 +19,7 @@ from haste_hf.grouping import (
 )
 from haste_hf.modeling_haste import pool_hidden_states
 
+
 WORDS = [f"w{i}" for i in range(VOCAB_SIZE - 5)]
 
 
@@ -173,9 +174,15 @@ def test_pooling_follows_the_attention_mask_on_either_padding_side():
     right = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
     left = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
     torch.testing.assert_close(pool_hidden_states(hidden, right, "cls"), hidden[:, 0])
-    torch.testing.assert_close(pool_hidden_states(hidden, right, "mean"), torch.stack([hidden[0, :2].mean(0), hidden[1].mean(0)]))
-    torch.testing.assert_close(pool_hidden_states(hidden, left, "mean"), torch.stack([hidden[0, 2:].mean(0), hidden[1].mean(0)]))
-    torch.testing.assert_close(pool_hidden_states(hidden, right, "last_token"), torch.stack([hidden[0, 1], hidden[1, 3]]))
+    torch.testing.assert_close(
+        pool_hidden_states(hidden, right, "mean"), torch.stack([hidden[0, :2].mean(0), hidden[1].mean(0)])
+    )
+    torch.testing.assert_close(
+        pool_hidden_states(hidden, left, "mean"), torch.stack([hidden[0, 2:].mean(0), hidden[1].mean(0)])
+    )
+    torch.testing.assert_close(
+        pool_hidden_states(hidden, right, "last_token"), torch.stack([hidden[0, 1], hidden[1, 3]])
+    )
     torch.testing.assert_close(pool_hidden_states(hidden, left, "last_token"), hidden[:, 3])
 
 
@@ -329,7 +336,9 @@ def test_kmeans_keeps_every_cluster_in_use(seed):
     where the rows fit their centroids worst, so that all five are in use."""
     generator = torch.Generator().manual_seed(0)
     directions = torch.eye(8)
-    rows = [directions[0].expand(60, 8)] + [directions[j] + 0.05 * torch.randn(10, 8, generator=generator) for j in range(1, 5)]
+    rows = [directions[0].expand(60, 8)] + [
+        directions[j] + 0.05 * torch.randn(10, 8, generator=generator) for j in range(1, 5)
+    ]
     x = F.normalize(torch.cat(rows), dim=1)
     cluster = _spherical_kmeans(x, 5, 10, torch.Generator().manual_seed(seed))
     assert cluster.unique().numel() == 5

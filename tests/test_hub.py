@@ -24,7 +24,6 @@ from transformers import AutoModel, BertModel
 import haste_hf  # noqa: F401  (registers the auto classes)
 from haste_hf import HASTE_FORMAT_VERSION, HasteForExtremeClassification
 from haste_hf.hub import AUTO_MAP, push_to_hub
-from haste_hf.output_layer import output_labels_from_frequencies
 from haste_hf.saving import LABEL_NAMES_FILE
 
 
@@ -54,7 +53,10 @@ def assert_same_model(loaded, model):
     assert loaded.state_dict().keys() == model.state_dict().keys()
     for name, tensor in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], tensor), name
-    assert loaded.output_layer.tail.supports.dtype == torch.int32 and loaded.output_layer.output_labels.dtype == torch.int64
+    assert (
+        loaded.output_layer.tail.supports.dtype == torch.int32
+        and loaded.output_layer.output_labels.dtype == torch.int64
+    )
     torch.testing.assert_close(outputs(loaded.eval()), outputs(model), rtol=0, atol=0)
 
 
@@ -64,9 +66,13 @@ def new_repo_id(hub, stem):
 
 def run_python(script, env=None, cwd=None):
     result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script)], env={**os.environ, **(env or {})}, capture_output=True,
-        text=True, cwd=cwd, check=False,
-    )  # fmt: skip
+        [sys.executable, "-c", textwrap.dedent(script)],
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return result.stdout
 
@@ -103,9 +109,11 @@ REMOTE_CODE_SCRIPT = """
 def load_with_remote_code(repo_id, revisions, tmp_path):
     torch.save(batch(), tmp_path / "batch.pt")
     script = REMOTE_CODE_SCRIPT.format(
-        repo_id=repo_id, revisions=revisions, batch_path=str(tmp_path / "batch.pt"),
+        repo_id=repo_id,
+        revisions=revisions,
+        batch_path=str(tmp_path / "batch.pt"),
         out_path=str(tmp_path / "remote.pt"),
-    )  # fmt: skip
+    )
     run_python(script, env={"HF_MODULES_CACHE": str(tmp_path / "modules"), "PYTHONPATH": str(tmp_path)}, cwd=tmp_path)
     return torch.load(tmp_path / "remote.pt")
 
@@ -198,14 +206,24 @@ def test_cli_push(hub, tmp_path, capsys):
     model = make_model()
     model.save_pretrained(tmp_path / "out")
     repo_id = new_repo_id(hub, "cli")
-    argv = ["push", "--model", str(tmp_path / "out"), "--repo-id", repo_id, "--private", "--revision", "release",
-            "--commit-message", "From the CLI"]  # fmt: skip
+    argv = [
+        "push",
+        "--model",
+        str(tmp_path / "out"),
+        "--repo-id",
+        repo_id,
+        "--private",
+        "--revision",
+        "release",
+        "--commit-message",
+        "From the CLI",
+    ]
     assert cli.main(argv) == 0
     assert repo_id in capsys.readouterr().out
     api = HfApi()
     assert api.model_info(repo_id).private is True
     assert api.list_repo_commits(repo_id, revision="release")[0].title == "From the CLI"
-    assert CODE_FILES <= set(api.list_repo_files(repo_id, revision="release"))
+    assert set(api.list_repo_files(repo_id, revision="release")) >= CODE_FILES
     assert "haste" in ModelCard.load(hf_hub_download(repo_id, "README.md", revision="release")).data.tags
     assert_same_model(AutoModel.from_pretrained(repo_id, revision="release"), model)
 
@@ -239,7 +257,9 @@ def test_model_over_100_mb(hub):
     assert size > 100e6
     loaded = AutoModel.from_pretrained(repo_id)
     print(f"{size / 1e6:.0f} MB: push {pushed - started:.1f} s, download + load {time.time() - pushed:.1f} s")
-    assert torch.equal(loaded.output_layer.tail.weight, model.output_layer.tail.weight) and torch.equal(loaded.output_layer.tail.supports, model.output_layer.tail.supports)
+    assert torch.equal(loaded.output_layer.tail.weight, model.output_layer.tail.weight) and torch.equal(
+        loaded.output_layer.tail.supports, model.output_layer.tail.supports
+    )
     assert torch.equal(loaded.output_layer.output_labels, model.output_layer.output_labels)
 
 
@@ -257,17 +277,32 @@ def trained(hub, tmp_path_factory):
     tokenizer = tiny_tokenizer(tmp_path / "tokenizer")
     repo_id = new_repo_id(hub, "trainer")
     args = HasteTrainingArguments(
-        output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, max_steps=4, save_strategy="steps",
-        save_steps=2, learning_rate=1e-3, output_learning_rate=0.1, rewiring_interval=0, report_to=[], seed=0,
-        use_cpu=True, disable_tqdm=True, push_to_hub=True, hub_model_id=repo_id, hub_strategy="every_save",
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=4,
+        max_steps=4,
+        save_strategy="steps",
+        save_steps=2,
+        learning_rate=1e-3,
+        output_learning_rate=0.1,
+        rewiring_interval=0,
+        report_to=[],
+        seed=0,
+        use_cpu=True,
+        disable_tqdm=True,
+        push_to_hub=True,
+        hub_model_id=repo_id,
+        hub_strategy="every_save",
         hub_private_repo=True,
         # Otherwise a save whose predecessor's (background) push is still running is not pushed at all.
         hub_always_push=True,
-    )  # fmt: skip
+    )
     trainer = HasteTrainer(
-        model=make_model(), args=args, train_dataset=Dataset.from_list(planted_texts(LABELS, 16, seed=0)),
-        data_collator=XMCDataCollator(tokenizer, max_length=16), processing_class=tokenizer,
-    )  # fmt: skip
+        model=make_model(),
+        args=args,
+        train_dataset=Dataset.from_list(planted_texts(LABELS, 16, seed=0)),
+        data_collator=XMCDataCollator(tokenizer, max_length=16),
+        processing_class=tokenizer,
+    )
     trainer.train()
     if trainer.push_in_progress is not None:
         trainer.push_in_progress.wait_until_done()
@@ -284,7 +319,9 @@ def test_trainer_pushes_every_save(trained):
     assert titles[-1] == "initial commit" and titles[0].startswith("Training in progress, step ")
     assert set(titles[:-1]) <= {"Training in progress, step 2", "Training in progress, step 4"}
     assert api.model_info(repo_id).private is True
-    assert {"config.json", "model.safetensors", "tokenizer_config.json"} | CODE_FILES <= set(api.list_repo_files(repo_id))
+    assert {"config.json", "model.safetensors", "tokenizer_config.json"} | CODE_FILES <= set(
+        api.list_repo_files(repo_id)
+    )
     assert_same_model(AutoModel.from_pretrained(repo_id), trainer.model.eval())
 
 
@@ -378,12 +415,15 @@ def test_olah_serves_the_pushed_repository(hub, tmp_path):
     (tmp_path / "olah.toml").write_text(
         f'[basic]\nhost = "127.0.0.1"\nport = {port}\nrepos-path = "{tmp_path / "olah-cache"}"\n'
         f'mirrors-path = ["{hub.root}"]\nhf-scheme = "http"\nhf-netloc = "{upstream}"\nhf-lfs-netloc = "{upstream}"\n'
-        f'[accessibility]\noffline = false\n'
+        f"[accessibility]\noffline = false\n"
     )
     olah = subprocess.Popen(
-        olah_command() + ["-c", str(tmp_path / "olah.toml")], cwd=tmp_path, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, env={key: value for key, value in os.environ.items() if not key.startswith("HF_")},
-    )  # fmt: skip
+        olah_command() + ["-c", str(tmp_path / "olah.toml")],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={key: value for key, value in os.environ.items() if not key.startswith("HF_")},
+    )
     try:
         olah_url = f"http://127.0.0.1:{port}"
         for _ in range(200):

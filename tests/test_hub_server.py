@@ -93,7 +93,10 @@ def test_writes_need_the_token(api, hub):
         api.create_repo(f"{hub.user}/denied", token=False)
     assert error.value.response.status_code == 401
     response = raw("POST", f"{hub.url}/api/repos/create", json={"name": "x"}, headers={"Authorization": "Bearer nope"})
-    assert response.status_code == 401 and response.headers["X-Error-Message"] == "Invalid credentials in Authorization header"
+    assert (
+        response.status_code == 401
+        and response.headers["X-Error-Message"] == "Invalid credentials in Authorization header"
+    )
     assert api.whoami()["name"] == hub.user
 
 
@@ -184,9 +187,19 @@ def test_branches_tags_and_revisions(api, repo_id):
     api.create_branch(repo_id, branch="from-old", revision=main_sha)
 
     refs = api.list_repo_refs(repo_id)
-    assert {ref.name: ref.target_commit for ref in refs.branches} == {"main": main_sha, "dev/next": dev_sha, "from-old": main_sha}
+    assert {ref.name: ref.target_commit for ref in refs.branches} == {
+        "main": main_sha,
+        "dev/next": dev_sha,
+        "from-old": main_sha,
+    }
     assert [(tag.name, tag.ref, tag.target_commit) for tag in refs.tags] == [("v1", "refs/tags/v1", dev_sha)]
-    for revision, content in [("main", b"alpha"), ("dev/next", b"dev"), ("v1", b"dev"), (main_sha, b"alpha"), (dev_sha, b"dev")]:
+    for revision, content in [
+        ("main", b"alpha"),
+        ("dev/next", b"dev"),
+        ("v1", b"dev"),
+        (main_sha, b"alpha"),
+        (dev_sha, b"dev"),
+    ]:
         assert Path(hf_hub_download(repo_id, "a.txt", revision=revision)).read_bytes() == content
         assert api.model_info(repo_id, revision=revision).sha in (main_sha, dev_sha)
     api.delete_branch(repo_id, branch="from-old")
@@ -241,7 +254,9 @@ def test_resolve_headers_and_ranges(api, repo_id, hub):
     response = raw("GET", hf_hub_url(repo_id, "sub/b.bin"), headers={"Range": "bytes=10-19"})
     assert response.status_code == 206 and response.content == (bytes(range(256)) * 4)[10:20]
     assert response.headers["Content-Range"] == "bytes 10-19/1024"
-    assert raw("GET", hf_hub_url(repo_id, "sub/b.bin"), headers={"Range": "bytes=-4"}).content == bytes([252, 253, 254, 255])
+    assert raw("GET", hf_hub_url(repo_id, "sub/b.bin"), headers={"Range": "bytes=-4"}).content == bytes(
+        [252, 253, 254, 255]
+    )
     # A missing file still names the commit: transformers probes optional files this way.
     response = raw("HEAD", hf_hub_url(repo_id, "added_tokens.json"))
     assert response.status_code == 404 and response.headers["X-Error-Code"] == "EntryNotFound"

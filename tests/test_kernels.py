@@ -180,7 +180,9 @@ def test_matches_reference(shape, dtype, deterministic):
     out = kernels.group_sparse_linear(x, weight, supports, bias, deterministic=deterministic)
     out.backward(grad_out)
     expected = reference(x, weight, supports, bias, grad_out)
-    for name, actual, wanted in zip(("out", "grad_x", "grad_weight", "grad_bias"), (out, x.grad, weight.grad, bias.grad), expected):
+    for name, actual, wanted in zip(
+        ("out", "grad_x", "grad_weight", "grad_bias"), (out, x.grad, weight.grad, bias.grad), expected
+    ):
         assert torch.isfinite(actual).all(), f"{name} has unwritten (NaN) or non-finite elements"
         error = relative_error(actual, wanted)
         assert error < TOLERANCE[dtype], f"{name}: relative error {error:.2e}"
@@ -214,7 +216,11 @@ def test_fast_path_envelope():
     assert kernels.kernel_paths(x, weight[:, :24])["forward"] == "generic"
     # A feature tile too large for shared memory falls back to the generic kernels.
     wide = torch.empty(8, 200_000, dtype=torch.bfloat16, device="cuda")
-    assert kernels.kernel_paths(wide, weight) == {"forward": "generic", "grad_weight": "tensor_core", "grad_input": "generic"}
+    assert kernels.kernel_paths(wide, weight) == {
+        "forward": "generic",
+        "grad_weight": "tensor_core",
+        "grad_input": "generic",
+    }
     # The Python envelope used for dispatch agrees with the one the launcher computes.
     for features, group_size, fan_in in itertools.product((768, 1200, 1614, 1615, 4000), (16, 48), (64, 256, 512)):
         probe = torch.empty(8, features, dtype=torch.bfloat16, device="cuda")
@@ -258,7 +264,11 @@ def test_64_bit_offsets():
     grad_out = torch.randn_like(out)
     del out
     grad_weight = torch.ops.haste.group_sparse_grad_weight(grad_out, x, supports, group_size)
-    expected = torch.einsum("bkg,bkf->kgf", grad_out[:, -4 * group_size :].float().view(batch, 4, group_size), x[:, supports[tail].long()].float())
+    expected = torch.einsum(
+        "bkg,bkf->kgf",
+        grad_out[:, -4 * group_size :].float().view(batch, 4, group_size),
+        x[:, supports[tail].long()].float(),
+    )
     assert relative_error(grad_weight[tail], expected) < TOLERANCE[torch.bfloat16]
     grad_x = torch.ops.haste.group_sparse_grad_input(grad_out, weight, supports, 768, False)
     x32 = x.float().requires_grad_()

@@ -9,7 +9,7 @@ from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
 from transformers import BertModel
 
 from haste_hf import DEFAULT_HEAD_LABEL_FRACTION, HasteForExtremeClassification
-from haste_hf.grouping import LabelGrouping, split_head_tail
+from haste_hf.grouping import split_head_tail
 from haste_hf.label_plan import LAYOUT_FORMAT_VERSION, LabelLayout, count_labels
 
 
@@ -24,7 +24,9 @@ def split():
 @pytest.fixture(scope="module")
 def encoder_and_tokenizer(tmp_path_factory):
     torch.manual_seed(0)
-    return BertModel(tiny_encoder_config("bert"), add_pooling_layer=False), tiny_tokenizer(tmp_path_factory.mktemp("tok"))
+    return BertModel(tiny_encoder_config("bert"), add_pooling_layer=False), tiny_tokenizer(
+        tmp_path_factory.mktemp("tok")
+    )
 
 
 def test_counts_and_fingerprint_of_a_dataset_match_those_of_its_lists(split):
@@ -59,9 +61,16 @@ def test_fingerprint_depends_on_where_each_points_labels_start_and_end():
 def test_layout_of_a_training_split(split, encoder_and_tokenizer, strategy):
     encoder, tokenizer = encoder_and_tokenizer
     layout = LabelLayout.from_training_split(
-        split, LABELS, group_size=4, strategy=strategy, encoder=encoder, tokenizer=tokenizer, max_length=16,
-        device="cpu", show_progress=False,
-    )  # fmt: skip
+        split,
+        LABELS,
+        group_size=4,
+        strategy=strategy,
+        encoder=encoder,
+        tokenizer=tokenizer,
+        max_length=16,
+        device="cpu",
+        show_progress=False,
+    )
     counts, fingerprint, _ = count_labels(split, LABELS)
     head, tail = split_head_tail(counts, head_label_fraction=DEFAULT_HEAD_LABEL_FRACTION)
     assert layout.head_ids.tolist() == head.tolist()  # the paper's 3% of 40 labels: 1
@@ -103,11 +112,15 @@ def test_check_split_refuses_another_split(split):
     layout = LabelLayout.from_training_split(split, LABELS, 4, strategy="frequency")
     layout.check_split(split)
     held_out = split.train_test_split(test_size=0.1, seed=0)["train"]
-    with pytest.raises(ValueError, match=r"another training split \(120 points\).*\(108 points\).*--validation-fraction"):
+    with pytest.raises(
+        ValueError, match=r"another training split \(120 points\).*\(108 points\).*--validation-fraction"
+    ):
         layout.check_split(held_out)
     # Another split of the same size (another hold-out, or the same points in another order) is refused too.
     for same_size in (split.shuffle(seed=1), Dataset.from_list(planted_texts(LABELS, 120, seed=1, labels_per_text=3))):
-        with pytest.raises(ValueError, match=r"another training split than the training split, of as many points \(120\)"):
+        with pytest.raises(
+            ValueError, match=r"another training split than the training split, of as many points \(120\)"
+        ):
             layout.check_split(same_size)
 
 

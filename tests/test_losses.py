@@ -96,8 +96,12 @@ def test_losses_match_their_closed_forms():
     logits = torch.tensor([-3.0, -0.5, 0.0, 0.5, 3.0], dtype=torch.float64)
     ones, zeros = torch.ones_like(logits), torch.zeros_like(logits)
     torch.testing.assert_close(losses.bce(logits, ones)[0], torch.log1p(torch.exp(-logits)))
-    torch.testing.assert_close(losses.squared_hinge(logits, ones)[0], torch.tensor([16.0, 2.25, 1.0, 0.25, 0.0], dtype=torch.float64))
-    torch.testing.assert_close(losses.squared_hinge(logits, zeros)[0], torch.tensor([0.0, 0.25, 1.0, 2.25, 16.0], dtype=torch.float64))
+    torch.testing.assert_close(
+        losses.squared_hinge(logits, ones)[0], torch.tensor([16.0, 2.25, 1.0, 0.25, 0.0], dtype=torch.float64)
+    )
+    torch.testing.assert_close(
+        losses.squared_hinge(logits, zeros)[0], torch.tensor([0.0, 0.25, 1.0, 2.25, 16.0], dtype=torch.float64)
+    )
 
 
 @pytest.mark.parametrize("loss", sorted(losses.LOSSES))
@@ -220,7 +224,10 @@ def test_model_loss_is_the_configured_loss_of_label_order_logits(loss, reduction
         layer = model.output_layer
         value = layer.loss(pooled, labels) if use_fused else layer.reference_loss(layer.position_logits(pooled), labels)
         value.backward()
-        grads.extend(p.grad.clone() for p in (model.output_layer.head.weight, model.output_layer.tail.weight, model.output_layer.tail.bias))
+        grads.extend(
+            p.grad.clone()
+            for p in (model.output_layer.head.weight, model.output_layer.tail.weight, model.output_layer.tail.bias)
+        )
     for fused, expected in zip(fused_grads, reference_grads):
         torch.testing.assert_close(fused, expected, rtol=1e-5, atol=1e-7)
 
@@ -228,7 +235,7 @@ def test_model_loss_is_the_configured_loss_of_label_order_logits(loss, reduction
 def test_config_names_the_losses_of_the_seam():
     from haste_hf import configuration_haste
 
-    assert configuration_haste.LOSSES == tuple(losses.LOSSES)
+    assert tuple(losses.LOSSES) == configuration_haste.LOSSES
     with pytest.raises(ValueError, match="`loss`"):
         tiny_model(loss="hinge")
 
@@ -278,14 +285,16 @@ GPU_CASES = [
 
 
 @gpu
-@pytest.mark.parametrize("case", GPU_CASES, ids=lambda case: f"{case[0]}-B{case[1]}-n{case[3]}-{case[6]}".replace("torch.", ""))
+@pytest.mark.parametrize(
+    "case", GPU_CASES, ids=lambda case: f"{case[0]}-B{case[1]}-n{case[3]}-{case[6]}".replace("torch.", "")
+)
 @pytest.mark.parametrize("loss", sorted(losses.LOSSES))
 def test_fused_loss_matches_the_float64_reference(case, loss):
     assert kernels.is_available()
     kind, batch, features, outputs, group_size, fan_in, dtype = case
     x, weight, bias, supports = make_layer(
         kind, batch, features, outputs, dtype, "cuda", group_size=group_size, fan_in=fan_in, seed=batch
-    )  # fmt: skip
+    )
     positions = random_positions(batch, outputs, positives=9, seed=outputs).cuda()
     valid_count, scale = outputs - 3, 1.0 / batch
     poison_allocator((batch, outputs), (batch * outputs,), dtype=dtype)
@@ -297,7 +306,9 @@ def test_fused_loss_matches_the_float64_reference(case, loss):
         assert torch.isfinite(grad).all()
         assert relative_error(grad, expected_grad) < TOLERANCE[dtype], relative_error(grad, expected_grad)
     # Against the chunked path on the same device: logits rounded alike up to a few last-bit flips.
-    chunked = losses._ChunkedLinearLoss.apply(x, weight, bias, supports, positions, valid_count, scale, loss, None, None, False)
+    chunked = losses._ChunkedLinearLoss.apply(
+        x, weight, bias, supports, positions, valid_count, scale, loss, None, None, False
+    )
     assert relative_error(value, chunked) < 1e-3
     # Reproducible sums; without autograd nothing is stored and the loss is the same.
     assert torch.equal(kernels.linear_loss(x, weight, bias, supports, positions, valid_count, scale, loss), value)
@@ -310,7 +321,9 @@ def test_fused_tail_loss_stores_the_scaled_logit_gradient_and_no_logits():
     x, weight, bias, supports = make_layer("sparse", 65, 96, 4 * 32, torch.bfloat16, "cuda", 32, 64)
     positions = random_positions(65, 128).cuda()
     poison_allocator((65, 128), dtype=torch.bfloat16)
-    value, grad_logits = torch.ops.haste.linear_loss(x, weight, bias, supports, positions, 120, 0.25, "bce", True, False)
+    value, grad_logits = torch.ops.haste.linear_loss(
+        x, weight, bias, supports, positions, 120, 0.25, "bce", True, False
+    )
     logits = sparse_ops.group_sparse_linear(x, weight, supports, bias).float()
     targets = dense_targets(positions.cpu(), 128).cuda().float()
     expected = ((torch.sigmoid(logits) - targets) * 0.25).masked_fill(torch.arange(128, device="cuda") >= 120, 0.0)
@@ -340,7 +353,7 @@ def test_fused_topk_matches_topk_of_the_logits(shape, dtype):
     batch, features, groups, group_size, fan_in, k = shape
     x, weight, bias, supports = make_layer(
         "sparse", batch, features, groups * group_size, dtype, "cuda", group_size, fan_in, seed=k
-    )  # fmt: skip
+    )
     valid_count = groups * group_size - 2
     scores, columns = sparse_ops.group_sparse_topk(x, weight, supports, bias, k, valid_count)
     logits = sparse_ops.group_sparse_linear(x, weight, supports, bias).float()[:, :valid_count]
@@ -360,13 +373,20 @@ def test_model_on_gpu_fused_step_predict_and_cuda_build():
     from tiny_encoders import tiny_encoder_config
 
     config = HasteConfig(
-        encoder=tiny_encoder_config("bert"), label_count=1000, head_label_count=30, group_size=32, fan_in=32,
-        tail_bias=True, tail_projection_dim=64,
-    )  # fmt: skip
+        encoder=tiny_encoder_config("bert"),
+        label_count=1000,
+        head_label_count=30,
+        group_size=32,
+        fan_in=32,
+        tail_bias=True,
+        tail_projection_dim=64,
+    )
     with torch.device("cuda"):
         model = HasteForExtremeClassification(config).eval()  # no dropout: both losses see one encoding
     cpu_supports = random_supports(config.tail_group_count, config.fan_in, config.tail_input_dim, config.supports_seed)
-    assert model.output_layer.tail.supports.is_cuda and torch.equal(model.output_layer.tail.supports.cpu(), cpu_supports)
+    assert model.output_layer.tail.supports.is_cuda and torch.equal(
+        model.output_layer.tail.supports.cpu(), cpu_supports
+    )
     model.output_layer.output_labels.copy_(output_labels_from_frequencies(config, torch.randperm(1000)))
     for module in (model.output_layer.head, model.output_layer.tail):
         module.to(torch.bfloat16)
@@ -377,7 +397,9 @@ def test_model_on_gpu_fused_step_predict_and_cuda_build():
     output.loss.backward()
     fused_grad = model.output_layer.tail.weight.grad.clone()
     model.zero_grad()
-    reference_loss = model.output_layer.reference_loss(model.output_layer.position_logits(model.encode(input_ids)[0]), labels)
+    reference_loss = model.output_layer.reference_loss(
+        model.output_layer.position_logits(model.encode(input_ids)[0]), labels
+    )
     reference_loss.backward()
     assert relative_error(output.loss, reference_loss) < 1e-4
     assert relative_error(fused_grad, model.output_layer.tail.weight.grad) < 1e-2

@@ -26,6 +26,7 @@ from haste_hf.optimization import StochasticRoundingSGD
 from haste_hf.trainer import HasteTrainer
 from haste_hf.training_args import HasteTrainingArguments
 
+
 LABELS = 40
 
 
@@ -64,8 +65,13 @@ def test_gradient_checkpointing_reaches_the_encoder_of_every_family_with_the_sam
     blocks = [module for module in model.encoder.modules() if getattr(module, "gradient_checkpointing", False)]
     assert blocks, "no encoder module checkpoints its activations"
     calls = []
-    layer = next(module for module in blocks if not isinstance(module, torch.nn.ModuleList) and len(list(module.children())) > 0
-                 and type(module).__name__.endswith(("Layer", "Block")))  # fmt: skip
+    layer = next(
+        module
+        for module in blocks
+        if not isinstance(module, torch.nn.ModuleList)
+        and len(list(module.children())) > 0
+        and type(module).__name__.endswith(("Layer", "Block"))
+    )
     # On a sublayer: the block's own hooks sit outside the checkpoint, and a recompute may stop before a forward ends.
     next(layer.children()).register_forward_pre_hook(lambda *_: calls.append(True))
     checkpointed = gradients(model)
@@ -113,7 +119,9 @@ def dataset_dir(tmp_path_factory):
     for name, rows in (("trn", planted_texts(LABELS, 48, seed=0)), ("tst", planted_texts(LABELS, 16, seed=1))):
         with gzip.open(path / f"{name}.json.gz", "wt") as f:
             for i, row in enumerate(rows):
-                f.write(json.dumps({"uid": str(i), "title": row["text"], "content": "", "target_ind": row["labels"]}) + "\n")
+                f.write(
+                    json.dumps({"uid": str(i), "title": row["text"], "content": "", "target_ind": row["labels"]}) + "\n"
+                )
     with gzip.open(path / "lbl.json.gz", "wt") as f:
         for label in range(LABELS):
             f.write(json.dumps({"uid": str(label), "title": f"label {label}"}) + "\n")
@@ -138,9 +146,31 @@ def test_train_flag_checkpoints_the_encoder_during_training(dataset_dir, tmp_pat
         return original(self, model, *args, **kwargs)
 
     monkeypatch.setattr(HasteTrainer, "compute_loss", spy)
-    assert main(["train", "--data", str(dataset_dir), "--encoder", str(encoder_dir), "--output-dir", str(tmp_path / "out"),
-                 "--max-steps", "2", "--batch-size", "16", "--group-size", "4", "--fan-in", "8", "--max-length", "6",
-                 "--gradient_checkpointing"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "train",
+                "--data",
+                str(dataset_dir),
+                "--encoder",
+                str(encoder_dir),
+                "--output-dir",
+                str(tmp_path / "out"),
+                "--max-steps",
+                "2",
+                "--batch-size",
+                "16",
+                "--group-size",
+                "4",
+                "--fan-in",
+                "8",
+                "--max-length",
+                "6",
+                "--gradient_checkpointing",
+            ]
+        )
+        == 0
+    )
     assert seen and all(flags == [True] for flags in seen)
 
 
@@ -155,13 +185,22 @@ def test_peft_model_trains_with_gradient_checkpointing(tmp_path):
     model = get_peft_model(base, LoraConfig(r=4, target_modules=["q", "v"], modules_to_save=output_layer_modules(base)))
     lora = {name: param.clone() for name, param in model.named_parameters() if "lora_B" in name}
     args = HasteTrainingArguments(
-        output_dir=str(tmp_path / "run"), per_device_train_batch_size=8, max_steps=3, learning_rate=1e-2,
-        save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True, gradient_checkpointing=True,
-    )  # fmt: skip
+        output_dir=str(tmp_path / "run"),
+        per_device_train_batch_size=8,
+        max_steps=3,
+        learning_rate=1e-2,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        disable_tqdm=True,
+        gradient_checkpointing=True,
+    )
     trainer = HasteTrainer(
-        model=model, args=args, train_dataset=Dataset.from_list(planted_texts(LABELS, 24, seed=0)),
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(planted_texts(LABELS, 24, seed=0)),
         data_collator=XMCDataCollator(tiny_tokenizer(tmp_path / "tokenizer"), max_length=16),
-    )  # fmt: skip
+    )
     trainer.train()
     assert unwrap_model(model).is_gradient_checkpointing
     assert any(not torch.equal(param, lora[name]) for name, param in model.named_parameters() if name in lora)
@@ -174,7 +213,9 @@ def momentum_run(momentum_dtype, seed, steps=6, rows=64):
     """Weights and momentum of a bf16 parameter after `steps` SGD steps on a fixed sequence of gradients."""
     generator = torch.Generator().manual_seed(0)
     param = torch.nn.Parameter(torch.randn(rows, 8, generator=generator).to(torch.bfloat16))
-    optimizer = StochasticRoundingSGD([param], lr=0.05, momentum=0.9, weight_decay=1e-4, momentum_dtype=momentum_dtype, seed=seed)
+    optimizer = StochasticRoundingSGD(
+        [param], lr=0.05, momentum=0.9, weight_decay=1e-4, momentum_dtype=momentum_dtype, seed=seed
+    )
     for _ in range(steps):
         param.grad = (torch.randn(rows, 8, generator=generator) * 1e-2).to(torch.bfloat16)
         optimizer.step()
@@ -205,13 +246,22 @@ def test_bfloat16_momentum_is_unbiased_and_steps_as_float32_momentum_does():
 def test_output_momentum_dtype_reaches_the_head_and_tail_optimizer_state(tmp_path):
     model = tiny_model("bert")
     args = HasteTrainingArguments(
-        output_dir=str(tmp_path), per_device_train_batch_size=8, max_steps=2, save_strategy="no", report_to=[],
-        use_cpu=True, disable_tqdm=True, output_layer_dtype="bfloat16", output_momentum_dtype="bfloat16",
-    )  # fmt: skip
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        max_steps=2,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        disable_tqdm=True,
+        output_layer_dtype="bfloat16",
+        output_momentum_dtype="bfloat16",
+    )
     trainer = HasteTrainer(
-        model=model, args=args, train_dataset=Dataset.from_list(planted_texts(LABELS, 16, seed=0)),
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(planted_texts(LABELS, 16, seed=0)),
         data_collator=XMCDataCollator(tiny_tokenizer(tmp_path / "tokenizer"), max_length=16),
-    )  # fmt: skip
+    )
     trainer.train()
     state = trainer.optimizer.state
     for weight in (model.output_layer.head.weight, model.output_layer.tail.weight):
@@ -228,10 +278,14 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU
 LAYERS = [("sparse", 6, 20, 9 * 4, 4, 3), ("dense", 5, 12, 23, None, None)]
 
 
-def chunked_run(x, weight, bias, supports, positions, valid_count, scale, loss, chunk_labels, update=None, upstream=1.0):
+def chunked_run(
+    x, weight, bias, supports, positions, valid_count, scale, loss, chunk_labels, update=None, upstream=1.0
+):
     leaves = [t.detach().clone().requires_grad_() if t is not None else None for t in (x, weight, bias)]
     losses.chunk_loss_backward_(leaves[1], chunk_labels, None if update is None else update(leaves[1]))
-    value = losses.output_layer_loss(leaves[0], leaves[1], leaves[2], positions, valid_count, scale, loss, supports=supports)
+    value = losses.output_layer_loss(
+        leaves[0], leaves[1], leaves[2], positions, valid_count, scale, loss, supports=supports
+    )
     (value * upstream).backward()
     return value.detach(), leaves
 
@@ -241,10 +295,14 @@ def chunked_run(x, weight, bias, supports, positions, valid_count, scale, loss, 
 @pytest.mark.parametrize("loss", sorted(losses.LOSSES))
 def test_chunked_backward_matches_the_float64_reference(layer, chunk_labels, loss):
     kind, batch, features, outputs, group_size, fan_in = layer
-    x, weight, bias, supports = make_layer(kind, batch, features, outputs, torch.float64, group_size=group_size, fan_in=fan_in)
+    x, weight, bias, supports = make_layer(
+        kind, batch, features, outputs, torch.float64, group_size=group_size, fan_in=fan_in
+    )
     positions = random_positions(batch, outputs)
     valid_count, scale, upstream = outputs - 2, 0.5, 3.0
-    value, leaves = chunked_run(x, weight, bias, supports, positions, valid_count, scale, loss, chunk_labels, upstream=upstream)
+    value, leaves = chunked_run(
+        x, weight, bias, supports, positions, valid_count, scale, loss, chunk_labels, upstream=upstream
+    )
     expected, expected_grads = reference(x, weight, bias, supports, positions, valid_count, scale, loss)
     torch.testing.assert_close(value, expected)
     for leaf, expected_grad in zip(leaves, expected_grads):
@@ -270,7 +328,9 @@ def sgd_steps(kind, dtype, fused: bool, chunk_labels=8, steps=3, momentum_dtype=
     batch, features, outputs, group_size, fan_in = (6, 20, 9 * 4, 4, 3) if kind == "sparse" else (5, 12, 23, None, None)
     x, weight, bias, supports = make_layer(kind, batch, features, outputs, dtype, group_size=group_size, fan_in=fan_in)
     weight, bias = torch.nn.Parameter(weight), torch.nn.Parameter(bias)
-    optimizer = StochasticRoundingSGD([weight, bias], lr=0.5, momentum=0.9, weight_decay=0.01, momentum_dtype=momentum_dtype)
+    optimizer = StochasticRoundingSGD(
+        [weight, bias], lr=0.5, momentum=0.9, weight_decay=0.01, momentum_dtype=momentum_dtype
+    )
     logged = LoggedUpdates(optimizer)
     if fused:
         losses.chunk_loss_backward_(weight, chunk_labels, logged(weight))
@@ -337,15 +397,26 @@ def train_tiny(tmp_path, **overrides):
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
     fields = dict(
-        output_dir=str(tmp_path), per_device_train_batch_size=8, max_steps=5, learning_rate=1e-2, output_learning_rate=0.5,
-        rewiring_interval=2, rewiring_end_fraction=1.0, save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True,
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        max_steps=5,
+        learning_rate=1e-2,
+        output_learning_rate=0.5,
+        rewiring_interval=2,
+        rewiring_end_fraction=1.0,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        disable_tqdm=True,
         max_grad_norm=1.0,
-    )  # fmt: skip
+    )
     fields.update(overrides)
     trainer = HasteTrainer(
-        model=model, args=HasteTrainingArguments(**fields), train_dataset=Dataset.from_list(planted_texts(LABELS, 40, seed=0)),
+        model=model,
+        args=HasteTrainingArguments(**fields),
+        train_dataset=Dataset.from_list(planted_texts(LABELS, 40, seed=0)),
         data_collator=XMCDataCollator(tiny_tokenizer(tmp_path / "tokenizer"), max_length=16),
-    )  # fmt: skip
+    )
     trainer.train()
     return trainer
 
@@ -354,14 +425,21 @@ def test_trainer_with_chunked_backward_and_fused_update_trains_as_without(tmp_pa
     expected = train_tiny(tmp_path / "plain")
     chunked = train_tiny(tmp_path / "chunked", output_chunked_backward=True, output_loss_chunk_labels=3)
     fused = train_tiny(tmp_path / "fused", output_loss_chunk_labels=3, output_fused_update=True)
-    assert fused.state.log_history[-1]["train_loss"] == pytest.approx(expected.state.log_history[-1]["train_loss"], rel=1e-4)
+    assert fused.state.log_history[-1]["train_loss"] == pytest.approx(
+        expected.state.log_history[-1]["train_loss"], rel=1e-4
+    )
     assert any("rewired_pairs" in entry for entry in fused.state.log_history)
     for trainer in (chunked, fused):
         for name, param in expected.model.named_parameters():
-            torch.testing.assert_close(dict(trainer.model.named_parameters())[name], param, rtol=1e-4, atol=1e-5, msg=name)
+            torch.testing.assert_close(
+                dict(trainer.model.named_parameters())[name], param, rtol=1e-4, atol=1e-5, msg=name
+            )
         torch.testing.assert_close(trainer.model.output_layer.tail.supports, expected.model.output_layer.tail.supports)
     for name in ("head", "tail"):
-        weight, expected_weight = getattr(fused.model.output_layer, name).weight, getattr(expected.model.output_layer, name).weight
+        weight, expected_weight = (
+            getattr(fused.model.output_layer, name).weight,
+            getattr(expected.model.output_layer, name).weight,
+        )
         state, expected_state = fused.optimizer.state[weight], expected.optimizer.state[expected_weight]
         assert weight.grad is None and state["step"] == expected_state["step"] == 5
         torch.testing.assert_close(state["momentum_buffer"], expected_state["momentum_buffer"], rtol=1e-4, atol=1e-6)
@@ -403,15 +481,21 @@ GPU_TOLERANCE = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-5}
 @pytest.mark.parametrize("layer", GPU_LAYERS, ids=lambda layer: f"{layer[0]}-{layer[6]}".replace("torch.", ""))
 @pytest.mark.parametrize("chunk_labels", [32, 100, 1 << 20])
 @pytest.mark.parametrize("loss", sorted(losses.LOSSES))
-def test_chunked_backward_on_the_kernels_matches_the_fused_op_and_the_float64_reference(layer, chunk_labels, loss, monkeypatch):
+def test_chunked_backward_on_the_kernels_matches_the_fused_op_and_the_float64_reference(
+    layer, chunk_labels, loss, monkeypatch
+):
     kind, batch, features, outputs, group_size, fan_in, dtype = layer
-    x, weight, bias, supports = make_layer(kind, batch, features, outputs, dtype, "cuda", group_size=group_size, fan_in=fan_in, seed=batch)
+    x, weight, bias, supports = make_layer(
+        kind, batch, features, outputs, dtype, "cuda", group_size=group_size, fan_in=fan_in, seed=batch
+    )
     positions = random_positions(batch, outputs, positives=9, seed=outputs).cuda()
     valid_count, scale = outputs - 3, 1.0 / batch
     calls = []
     recompute = kernels.linear_loss_gradient
     monkeypatch.setattr(kernels, "linear_loss_gradient", lambda *args: calls.append(1) or recompute(*args))
-    value, leaves = chunked_run(x, weight, bias, supports, positions, valid_count, scale, loss, chunk_labels, upstream=2.0)
+    value, leaves = chunked_run(
+        x, weight, bias, supports, positions, valid_count, scale, loss, chunk_labels, upstream=2.0
+    )
     units = weight.shape[0]
     per_chunk = max(1, chunk_labels // (group_size or 1))
     on_kernels = kernels.fuses_loss(x, weight, supports)
@@ -420,10 +504,14 @@ def test_chunked_backward_on_the_kernels_matches_the_fused_op_and_the_float64_re
     assert relative_error(value, expected) < GPU_TOLERANCE[dtype] / 2
     for leaf, expected_grad in zip(leaves, expected_grads):
         assert torch.isfinite(leaf.grad).all()
-        assert relative_error(leaf.grad, expected_grad * 2.0) < GPU_TOLERANCE[dtype], relative_error(leaf.grad, expected_grad * 2.0)
+        assert relative_error(leaf.grad, expected_grad * 2.0) < GPU_TOLERANCE[dtype], relative_error(
+            leaf.grad, expected_grad * 2.0
+        )
     if on_kernels:  # and the unchunked fused op, in the same dtype
         fused_leaves = [t.detach().clone().requires_grad_() for t in (x, weight, bias)]
-        fused_value = kernels.linear_loss(fused_leaves[0], fused_leaves[1], fused_leaves[2], supports, positions, valid_count, scale, loss)
+        fused_value = kernels.linear_loss(
+            fused_leaves[0], fused_leaves[1], fused_leaves[2], supports, positions, valid_count, scale, loss
+        )
         (fused_value * 2.0).backward()
         assert torch.equal(value, fused_value.detach())
         for leaf, fused_leaf in zip(leaves, fused_leaves):
@@ -442,13 +530,25 @@ def test_fused_update_on_cuda_matches_the_unfused_step_to_bfloat16_rounding(kind
     results = []
     for fused in (False, True):
         w, b = torch.nn.Parameter(weight.clone()), torch.nn.Parameter(bias.clone())
-        optimizer = StochasticRoundingSGD([w, b], lr=0.5, momentum=0.9, weight_decay=0.01, momentum_dtype=momentum_dtype)
+        optimizer = StochasticRoundingSGD(
+            [w, b], lr=0.5, momentum=0.9, weight_decay=0.01, momentum_dtype=momentum_dtype
+        )
         if fused:
             losses.chunk_loss_backward_(w, 256, functools.partial(optimizer.update_rows_, w))
         for step in range(3):
-            positions = random_positions(64, weight.numel() // (weight.shape[-1] if kind == "sparse" else 96), seed=step).cuda()
-            losses.output_layer_loss(x, w, b, positions, w.shape[0] * (w.shape[1] if kind == "sparse" else 1), 1 / 64, "bce",
-                                     supports=supports).backward()  # fmt: skip
+            positions = random_positions(
+                64, weight.numel() // (weight.shape[-1] if kind == "sparse" else 96), seed=step
+            ).cuda()
+            losses.output_layer_loss(
+                x,
+                w,
+                b,
+                positions,
+                w.shape[0] * (w.shape[1] if kind == "sparse" else 1),
+                1 / 64,
+                "bce",
+                supports=supports,
+            ).backward()
             assert (w.grad is None) == fused
             optimizer.step()
             optimizer.zero_grad()
@@ -490,7 +590,20 @@ def test_chunked_backward_and_fused_update_bound_the_transient_memory():
 def test_memory_options_are_train_flags():
     from haste_hf.cli import parse_args
 
-    training = parse_args(["train", "--gradient_checkpointing", "--output-momentum-dtype", "bfloat16", "--output-chunked-backward",
-                           "--output-loss-chunk-labels", "4096", "--output-fused-update", "--use-cpu"]).training  # fmt: skip
+    training = parse_args(
+        [
+            "train",
+            "--gradient_checkpointing",
+            "--output-momentum-dtype",
+            "bfloat16",
+            "--output-chunked-backward",
+            "--output-loss-chunk-labels",
+            "4096",
+            "--output-fused-update",
+            "--use-cpu",
+        ]
+    ).training
     assert training.gradient_checkpointing and training.output_momentum_dtype == "bfloat16"
-    assert training.output_chunked_backward and training.output_loss_chunk_labels == 4096 and training.output_fused_update
+    assert (
+        training.output_chunked_backward and training.output_loss_chunk_labels == 4096 and training.output_fused_update
+    )

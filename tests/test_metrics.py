@@ -66,9 +66,7 @@ def test_padded_true_labels_and_chunks_agree():
     padded = pad_label_ids(TRUE).numpy()
     assert padded.shape == (3, 2)
     reference = compute_xmc_metrics(PREDICTIONS, TRUE, ks=(1, 2, 3), propensity=Propensity(INVERSE, 0.5, 0.4))
-    assert (
-        compute_xmc_metrics(PREDICTIONS, padded, ks=(1, 2, 3), propensity=Propensity(INVERSE, 0.5, 0.4)) == reference
-    )
+    assert compute_xmc_metrics(PREDICTIONS, padded, ks=(1, 2, 3), propensity=Propensity(INVERSE, 0.5, 0.4)) == reference
     as_tensors = compute_xmc_metrics(
         torch.from_numpy(PREDICTIONS), torch.from_numpy(padded), ks=(1, 2, 3), propensity=Propensity(INVERSE, 0.5, 0.4)
     )
@@ -205,8 +203,10 @@ def test_evaluate_metric_matches(tmp_path):
     assert XMCMetric(ks=(1,), cache_dir=str(tmp_path)).compute(predictions=[[3]], references=[[3]])["P@1"] == 1.0
 
 
-@pytest.mark.parametrize("name", ["AmazonTitles-670K", "Amazon670K", "LF-AmazonTitles-131K", "AmazonTitles-3M",
-                                  "amazon_3m", "LF-Amazon-131K"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name",
+    ["AmazonTitles-670K", "Amazon670K", "LF-AmazonTitles-131K", "AmazonTitles-3M", "amazon_3m", "LF-Amazon-131K"],
+)
 def test_propensity_presets_match_every_spelling_of_the_amazon_datasets(name):
     assert propensity_parameters(name) == (0.6, 2.6)
 

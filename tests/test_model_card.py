@@ -9,12 +9,21 @@ from haste_hf.model_card import PLOT_FILE, HasteModelCardData, hub_model_id, wri
 def card_data(**fields):
     model = make_tiny_model(label_count=300, head_label_count=9)
     defaults = dict(
-        model_id="someone/haste-demo", dataset_name="debian-tags-mini", grouping="semantic",
-        metrics={"test_P@1": 0.5, "test_P@3": 0.3, "test_PSP@1": 0.2, "test_PSP@3": 0.25, "test_nDCG@3": 0.4,
-                 "test_loss": 3.0},
-        propensity={"A": 0.55, "B": 1.5}, label_frequencies=np.random.default_rng(0).zipf(1.5, 300),
+        model_id="someone/haste-demo",
+        dataset_name="debian-tags-mini",
+        grouping="semantic",
+        metrics={
+            "test_P@1": 0.5,
+            "test_P@3": 0.3,
+            "test_PSP@1": 0.2,
+            "test_PSP@3": 0.25,
+            "test_nDCG@3": 0.4,
+            "test_loss": 3.0,
+        },
+        propensity={"A": 0.55, "B": 1.5},
+        label_frequencies=np.random.default_rng(0).zipf(1.5, 300),
         rewiring=dict(interval=100, fraction=0.2, end=2 / 3, init="zero", scope="global"),
-    )  # fmt: skip
+    )
     defaults.update(fields)
     return HasteModelCardData.from_model(model, **defaults)
 
@@ -59,8 +68,10 @@ def test_card_without_metrics_or_tail(tmp_path):
 
 
 def test_card_names_the_base_model_by_hub_id_and_lists_the_dataset(tmp_path):
-    write_model_card(card_data(encoder="sentence-transformers/all-MiniLM-L6-v2", dataset_id="someone/debian-tags"),
-                     tmp_path / "README.md")  # fmt: skip
+    write_model_card(
+        card_data(encoder="sentence-transformers/all-MiniLM-L6-v2", dataset_id="someone/debian-tags"),
+        tmp_path / "README.md",
+    )
     metadata = ModelCard.load(tmp_path / "README.md").data.to_dict()
     assert metadata["base_model"] == "sentence-transformers/all-MiniLM-L6-v2"
     assert metadata["datasets"] == ["someone/debian-tags"]
@@ -98,5 +109,7 @@ def test_hub_model_id_of_names_paths_and_cache_folders(tmp_path):
     assert hub_model_id(str(snapshot)) == "BAAI/bge-small-en-v1.5"
     assert hub_model_id(str(tmp_path / "my-encoder")) is None  # a local folder names no Hub model
     assert hub_model_id("not a repo id!") is None and hub_model_id(None) is None
-    assert encoder_model_id("minilm") == encoder_model_id("all-MiniLM-L6-v2") == "sentence-transformers/all-MiniLM-L6-v2"
+    assert (
+        encoder_model_id("minilm") == encoder_model_id("all-MiniLM-L6-v2") == "sentence-transformers/all-MiniLM-L6-v2"
+    )
     assert encoder_model_id(str(snapshot)) == str(snapshot)

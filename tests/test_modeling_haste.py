@@ -103,7 +103,9 @@ def test_labels_as_ids_or_multi_hot_give_the_same_loss_and_gradients(reduction):
 
 def test_training_maps_targets_not_logits():
     model = make_model()
-    model.output_layer.output_labels.copy_(output_labels_from_frequencies(model.config, torch.randint(0, 100, (LABELS,))))
+    model.output_layer.output_labels.copy_(
+        output_labels_from_frequencies(model.config, torch.randint(0, 100, (LABELS,)))
+    )
     input_ids, attention_mask, labels = random_batch()
     with torch.no_grad():
         logits = model(input_ids, attention_mask).logits
@@ -204,14 +206,19 @@ def test_save_load_round_trip_is_bit_identical(variant, tmp_path):
     assert loaded.label_names == model.label_names
     assert config_fields(AutoConfig.from_pretrained(tmp_path)) == config_fields(model.config)
     input_ids, attention_mask, _ = random_batch()
-    torch.testing.assert_close(loaded(input_ids, attention_mask).logits, model(input_ids, attention_mask).logits, rtol=0, atol=0)
+    torch.testing.assert_close(
+        loaded(input_ids, attention_mask).logits, model(input_ids, attention_mask).logits, rtol=0, atol=0
+    )
 
 
 def test_low_precision_load_keeps_integer_buffers(tmp_path):
     make_model().save_pretrained(tmp_path)
     loaded = HasteForExtremeClassification.from_pretrained(tmp_path, dtype=torch.bfloat16)
     assert loaded.output_layer.tail.weight.dtype == torch.bfloat16
-    assert loaded.output_layer.tail.supports.dtype == torch.int32 and loaded.output_layer.output_labels.dtype == torch.int64
+    assert (
+        loaded.output_layer.tail.supports.dtype == torch.int32
+        and loaded.output_layer.output_labels.dtype == torch.int64
+    )
     input_ids, attention_mask, labels = random_batch()
     assert torch.isfinite(loaded(input_ids, attention_mask, labels=labels).loss)
 
@@ -262,7 +269,9 @@ def test_init_weights_reproduces_init_and_fills_missing_buffers(tmp_path):
     assert torch.equal(model.output_layer.tail.supports, supports)
     assert torch.equal(model.output_layer.output_labels, identity)
     rows = model.output_layer.tail.supports.long().sort(dim=1).values
-    assert torch.all(rows[:, 1:] != rows[:, :-1]) and rows.min() >= 0 and rows.max() < model.output_layer.tail.in_features
+    assert (
+        torch.all(rows[:, 1:] != rows[:, :-1]) and rows.min() >= 0 and rows.max() < model.output_layer.tail.in_features
+    )
     # A checkpoint without the buffers loads with them filled as `__init__` would fill them.
     from safetensors.torch import load_file, save_file
 
@@ -359,11 +368,13 @@ def test_padding_is_never_attended_to_fresh_or_reloaded(family, tmp_path):
     AutoModel.from_config(config).save_pretrained(tmp_path / "encoder")
     built = {
         "config": make_model(family=family),
-        "encoder path": HasteForExtremeClassification.from_encoder_pretrained(tmp_path / "encoder", LABELS, head_label_count=4, group_size=4, fan_in=8),
+        "encoder path": HasteForExtremeClassification.from_encoder_pretrained(
+            tmp_path / "encoder", LABELS, head_label_count=4, group_size=4, fan_in=8
+        ),
         "encoder object": HasteForExtremeClassification.from_encoder_pretrained(
             AutoModel.from_pretrained(tmp_path / "encoder"), LABELS, head_label_count=4, group_size=4, fan_in=8
         ),
-    }  # fmt: skip
+    }
     for how, model in built.items():
         model.eval()
         assert model.encoder.config._attn_implementation is not None, how
@@ -373,7 +384,9 @@ def test_padding_is_never_attended_to_fresh_or_reloaded(family, tmp_path):
         assert _padding_gap(reloaded, pad_token_id) < 1e-5, f"{how}, reloaded"
         with torch.no_grad():
             input_ids, attention_mask, _ = random_batch()
-            torch.testing.assert_close(reloaded(input_ids, attention_mask).logits, model(input_ids, attention_mask).logits)
+            torch.testing.assert_close(
+                reloaded(input_ids, attention_mask).logits, model(input_ids, attention_mask).logits
+            )
 
 
 def test_wrapper_attention_implementation_reaches_the_encoder():
@@ -403,9 +416,14 @@ def test_from_encoder_pretrained(tmp_path):
     frequencies = torch.randint(0, 20, (LABELS,))
     names = [f"name {i}" for i in range(LABELS)]
     model = HasteForExtremeClassification.from_encoder_pretrained(
-        tmp_path / "encoder", label_count=LABELS, label_frequencies=frequencies, label_names=names,
-        head_label_fraction=0.1, group_size=4, fan_in=8,
-    )  # fmt: skip
+        tmp_path / "encoder",
+        label_count=LABELS,
+        label_frequencies=frequencies,
+        label_names=names,
+        head_label_fraction=0.1,
+        group_size=4,
+        fan_in=8,
+    )
     assert model.config.head_label_count == 5
     assert model.encoder.pooler is None
     for name, tensor in encoder.state_dict().items():
@@ -416,7 +434,9 @@ def test_from_encoder_pretrained(tmp_path):
     model.save_pretrained(tmp_path / "haste")
     assert HasteForExtremeClassification.from_pretrained(tmp_path / "haste").label_names == names
     with pytest.raises(ValueError, match="not both"):
-        HasteForExtremeClassification.from_encoder_pretrained(encoder, LABELS, head_label_count=1, head_label_fraction=0.1)
+        HasteForExtremeClassification.from_encoder_pretrained(
+            encoder, LABELS, head_label_count=1, head_label_fraction=0.1
+        )
     # An encoder object with a pooler loses it, so the checkpoint holds exactly a fresh model's tensors.
     with_pooler = BertModel(tiny_encoder_config("bert"))
     before = {name: tensor.clone() for name, tensor in with_pooler.state_dict().items()}
@@ -483,13 +503,20 @@ def test_a_grouping_made_for_another_group_size_is_refused():
     from haste_hf.grouping import group_labels
 
     frequencies = torch.arange(LABELS, 0, -1)
-    grouping = group_labels(None, torch.arange(4, LABELS), group_size=8, strategy="frequency", label_frequencies=frequencies)
+    grouping = group_labels(
+        None, torch.arange(4, LABELS), group_size=8, strategy="frequency", label_frequencies=frequencies
+    )
     encoder = BertModel(tiny_encoder_config("bert"), add_pooling_layer=False)
     with pytest.raises(ValueError, match=r"groups of 8 labels, but the model's `group_size` is 4"):
         HasteForExtremeClassification.from_encoder_pretrained(
-            encoder, LABELS, label_frequencies=frequencies, label_grouping=grouping, head_label_count=4,
-            group_size=4, fan_in=8,
-        )  # fmt: skip
+            encoder,
+            LABELS,
+            label_frequencies=frequencies,
+            label_grouping=grouping,
+            head_label_count=4,
+            group_size=4,
+            fan_in=8,
+        )
 
 
 def test_the_model_api_defaults_to_the_papers_head():
@@ -510,5 +537,7 @@ def test_encoder_kwargs_beside_an_encoder_model_are_named_in_a_warning():
 
     encoder = BertModel(tiny_encoder_config("bert"), add_pooling_layer=False)
     with CaptureLogger(modeling_haste.logger) as captured:
-        HasteForExtremeClassification.from_encoder_pretrained(encoder, 20, encoder_kwargs={"revision": "v2"}, group_size=4, fan_in=8)
+        HasteForExtremeClassification.from_encoder_pretrained(
+            encoder, 20, encoder_kwargs={"revision": "v2"}, group_size=4, fan_in=8
+        )
     assert "`encoder_kwargs` is ignored" in captured.out

@@ -51,7 +51,9 @@ def test_old_checkpoint_loads_scores_as_saved_and_saves_in_the_current_format(fo
 
     model.save_pretrained(tmp_path / "again")
     saved = load_file(tmp_path / "again" / "model.safetensors")
-    assert "output_layer.tail.supports" in saved and not any(name.startswith(("head.", "tail.", "output_labels")) for name in saved)
+    assert "output_layer.tail.supports" in saved and not any(
+        name.startswith(("head.", "tail.", "output_labels")) for name in saved
+    )
     assert json.loads((tmp_path / "again" / "config.json").read_text())["format_version"] == HASTE_FORMAT_VERSION
     assert_scores_as_saved(HasteForExtremeClassification.from_pretrained(tmp_path / "again").eval(), expected)
 

@@ -237,7 +237,9 @@ def test_cpu_kernels_are_the_reference_of_the_package():
     )
     positions = random_positions(9, 30, "cpu", seed=6)
     value, _ = linear_loss_reference(x, weight, bias, supports, positions, 27, 0.25, "squared_hinge", False, False)
-    chunked = losses._ChunkedLinearLoss.apply(x, weight, bias, supports, positions, 27, 0.25, "squared_hinge", 0, None, False)
+    chunked = losses._ChunkedLinearLoss.apply(
+        x, weight, bias, supports, positions, 27, 0.25, "squared_hinge", 0, None, False
+    )
     torch.testing.assert_close(value.double(), chunked)
     x, weight = requiring_grad(x, weight)
     grad_out = torch.randn(9, 30, dtype=torch.float64)

@@ -104,7 +104,9 @@ def test_float32_matches_torch_sgd_exactly(momentum, nesterov):
         torch_optimizer.step()
         assert torch.equal(ours, theirs)
     if momentum:
-        assert torch.equal(ours_optimizer.state[ours]["momentum_buffer"], torch_optimizer.state[theirs]["momentum_buffer"])
+        assert torch.equal(
+            ours_optimizer.state[ours]["momentum_buffer"], torch_optimizer.state[theirs]["momentum_buffer"]
+        )
 
 
 @pytest.mark.parametrize("nesterov", [False, True])
@@ -168,7 +170,9 @@ def test_state_dict_round_trip_continues_bit_identically(momentum_dtype):
     grads = [g.to(torch.bfloat16) for g in random_grads((64, 8), 8, seed=2)]
 
     def make(params):
-        return StochasticRoundingSGD(params, lr=0.3, momentum=0.9, weight_decay=0.01, momentum_dtype=momentum_dtype, seed=7)
+        return StochasticRoundingSGD(
+            params, lr=0.3, momentum=0.9, weight_decay=0.01, momentum_dtype=momentum_dtype, seed=7
+        )
 
     params = [torch.nn.Parameter(torch.randn(64, 8).to(torch.bfloat16)), torch.nn.Parameter(torch.randn(3))]
     optimizer = make(params)
@@ -189,7 +193,9 @@ def test_state_dict_round_trip_continues_bit_identically(momentum_dtype):
     run(resumed_params, resumed, grads[4:])
     for original, again in zip(params, resumed_params):
         assert torch.equal(original, again)
-    assert torch.equal(optimizer.state[params[0]]["momentum_buffer"], resumed.state[resumed_params[0]]["momentum_buffer"])
+    assert torch.equal(
+        optimizer.state[params[0]]["momentum_buffer"], resumed.state[resumed_params[0]]["momentum_buffer"]
+    )
 
 
 def test_bfloat16_momentum_buffer_is_rounded_stochastically():
@@ -197,7 +203,9 @@ def test_bfloat16_momentum_buffer_is_rounded_stochastically():
     shares = {}
     for stochastic in (True, False):
         param = torch.nn.Parameter(torch.zeros(100_000, dtype=torch.bfloat16))
-        optimizer = StochasticRoundingSGD([param], lr=0.0, momentum=0.5, momentum_dtype=None, stochastic_rounding=stochastic)
+        optimizer = StochasticRoundingSGD(
+            [param], lr=0.0, momentum=0.5, momentum_dtype=None, stochastic_rounding=stochastic
+        )
         for grad in (1.0, 2.0**-10):  # buffer: 1, then 0.5 + 2^-10, a quarter of the bf16 spacing above 0.5
             param.grad = torch.full_like(param, grad)
             optimizer.step()
@@ -247,14 +255,20 @@ def test_haste_optimizer_exposes_and_steps_both_children():
     model = TinyModel()
     optimizer = make_haste_optimizer(model)
     children = optimizer.encoder_optimizer, optimizer.output_optimizer
-    assert all(any(group is child_group for group in optimizer.param_groups) for child in children for child_group in child.param_groups)
+    assert all(
+        any(group is child_group for group in optimizer.param_groups)
+        for child in children
+        for child_group in child.param_groups
+    )
     assert len(optimizer.param_groups) == 2
 
     reference = TinyModel()
     reference_optimizers = make_haste_optimizer(reference).optimizers
     for x, y in batches():
-        for net, zero_grads, steps in ((model, [optimizer.zero_grad], [optimizer.step]),
-                                       (reference, [o.zero_grad for o in reference_optimizers], [o.step for o in reference_optimizers])):  # fmt: skip
+        for net, zero_grads, steps in (
+            (model, [optimizer.zero_grad], [optimizer.step]),
+            (reference, [o.zero_grad for o in reference_optimizers], [o.step for o in reference_optimizers]),
+        ):
             for zero_grad in zero_grads:
                 zero_grad()
             torch.nn.functional.mse_loss(net(x), y).backward()
@@ -320,7 +334,9 @@ def test_haste_optimizer_and_scheduler_through_accelerate():
             sched.step()
             opt.zero_grad()
         plain_norm, accelerated_norm = norms
-        assert torch.allclose(accelerated_norm, plain_norm)  # accelerate's clipping sees the parameters of both children
+        assert torch.allclose(
+            accelerated_norm, plain_norm
+        )  # accelerate's clipping sees the parameters of both children
         assert scheduler.get_last_lr() == plain_scheduler.get_last_lr()
         assert [g["lr"] for g in optimizer.param_groups] == scheduler.get_last_lr()
     for ours, theirs in zip(plain_model.parameters(), accelerated_model.parameters()):
@@ -368,7 +384,9 @@ def test_warmup_steps_follow_transformers_convention():
 def test_cuda_stochastic_rounding_sgd():
     # unbiased rounding, NaN kept (CUDA's default NaN 0x7FFFFFFF would wrap to -0 without the guard)
     value = 1.0 + 0.3 * BF16_EPS
-    rounded = stochastic_round_to_bfloat16(torch.full((400_000,), value, device="cuda"), torch.Generator("cuda").manual_seed(0))
+    rounded = stochastic_round_to_bfloat16(
+        torch.full((400_000,), value, device="cuda"), torch.Generator("cuda").manual_seed(0)
+    )
     assert abs((rounded > 1.0).double().mean().item() - 0.3) < 5 * math.sqrt(0.21 / 400_000)
     nan = torch.tensor([0x7FFFFFFF], dtype=torch.int32, device="cuda").view(torch.float32).repeat(1000)
     assert bool(torch.isnan(stochastic_round_to_bfloat16(nan, torch.Generator("cuda"))).all())
@@ -415,7 +433,12 @@ def within_one_bfloat16_step(values, reference):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize(
     "momentum,momentum_dtype,nesterov,weight_decay",
-    [(0.0, torch.float32, False, 0.0), (0.9, torch.float32, False, 0.01), (0.9, None, False, 0.0), (0.9, torch.float32, True, 0.01)],
+    [
+        (0.0, torch.float32, False, 0.0),
+        (0.9, torch.float32, False, 0.01),
+        (0.9, None, False, 0.0),
+        (0.9, torch.float32, True, 0.01),
+    ],
 )
 def test_cuda_fused_update_matches_the_pytorch_update(momentum, momentum_dtype, nesterov, weight_decay):
     pytest.importorskip("triton")
@@ -423,7 +446,9 @@ def test_cuda_fused_update_matches_the_pytorch_update(momentum, momentum_dtype, 
     shape = (301, 7, 5)  # not a multiple of the kernel's block
     start = torch.randn(shape, generator=generator).to(torch.bfloat16).cuda()
     grads = [torch.randn(shape, generator=generator).to(torch.bfloat16).cuda() for _ in range(2)]
-    hyper = dict(lr=0.05, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay, momentum_dtype=momentum_dtype)
+    hyper = dict(
+        lr=0.05, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay, momentum_dtype=momentum_dtype
+    )
     fused_param, plain_param = torch.nn.Parameter(start.clone()), torch.nn.Parameter(start.clone())
     fused = StochasticRoundingSGD([fused_param], fused=True, **hyper)
     plain = StochasticRoundingSGD([plain_param], fused=False, **hyper)

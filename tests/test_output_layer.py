@@ -46,8 +46,12 @@ def test_loss_top_k_and_logits_agree_with_the_materialised_reference(head_labels
 
 
 def test_a_label_layout_gives_head_tail_order_and_group_size():
-    layout = LabelLayout(label_count=20, head_ids=torch.tensor([4, 9]), tail_order=torch.tensor([i for i in range(20) if i not in (4, 9)]),
-                         group_size=4)  # fmt: skip
+    layout = LabelLayout(
+        label_count=20,
+        head_ids=torch.tensor([4, 9]),
+        tail_order=torch.tensor([i for i in range(20) if i not in (4, 9)]),
+        group_size=4,
+    )
     layer = HasteOutputLayer(8, head_labels=layout, fan_in=3)
     assert (layer.label_count, layer.head_label_count, layer.group_size) == (20, 2, 4)
     assert torch.equal(layer.output_labels, layout.output_labels())
@@ -76,7 +80,9 @@ def test_invariants_refuse_padding_before_the_last_labels():
     layer = HasteOutputLayer(12, 30, np.int64(2), group_size=4, fan_in=5)  # 28 tail labels in 7 full groups: no padding
     assert layer.head_label_count == 2  # a count, whatever its integer type
     layer.check_invariants()
-    padded = HasteOutputLayer(12, 31, 2, group_size=4, fan_in=5)  # the last group holds 1 label and 3 padding slots (positions 31-33)
+    padded = HasteOutputLayer(
+        12, 31, 2, group_size=4, fan_in=5
+    )  # the last group holds 1 label and 3 padding slots (positions 31-33)
     with torch.no_grad():
         padded.output_labels[[5, 31]] = padded.output_labels[[31, 5]]  # a padding slot among the labels
     with pytest.raises(ValueError, match="each of the 31 labels exactly once"):

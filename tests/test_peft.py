@@ -95,7 +95,10 @@ def test_lora_trains_the_encoder_adapters_and_the_whole_output_layer(trained):
     optimizer = unwrap_haste_optimizer(trainer.optimizer)
     haste = model.get_base_model()
     output_params = {id(p) for group in optimizer.output_optimizer.param_groups for p in group["params"]}
-    trained_copies = [haste.output_layer.head.modules_to_save["default"], haste.output_layer.tail.modules_to_save["default"]]
+    trained_copies = [
+        haste.output_layer.head.modules_to_save["default"],
+        haste.output_layer.tail.modules_to_save["default"],
+    ]
     assert output_params == {id(p) for module in trained_copies for p in module.parameters()}
     encoder_params = {id(p) for group in optimizer.encoder_optimizer.param_groups for p in group["params"]}
     assert encoder_params == {id(p) for p in model.parameters() if p.requires_grad} - output_params
@@ -110,7 +113,11 @@ def test_adapter_saves_and_reloads(trained, base_dir, tmp_path):
     trainer.save_model(tmp_path / "adapter")
     saved = load_file(tmp_path / "adapter" / "adapter_model.safetensors")
     # LoRA weights and the whole output layer (the rewired supports too), not the encoder's own weights.
-    assert {"base_model.model.output_layer.tail.weight", "base_model.model.output_layer.tail.supports", "base_model.model.output_layer.head.weight"} <= set(saved)
+    assert {
+        "base_model.model.output_layer.tail.weight",
+        "base_model.model.output_layer.tail.supports",
+        "base_model.model.output_layer.head.weight",
+    } <= set(saved)
     assert any("lora_A" in name for name in saved)
     assert not any(".base_layer." in name or name.endswith("word_embeddings.weight") for name in saved)
     expected = logits(trainer.model)
@@ -126,7 +133,9 @@ def test_merged_model_saves_and_reloads_as_a_plain_haste_model(trained, base_dir
     expected = logits(trainer.model)
     # Merged from a reloaded copy: merging in place would change the trainer's model, which other tests read.
     trainer.save_model(tmp_path / "adapter")
-    peft_model = PeftModel.from_pretrained(HasteForExtremeClassification.from_pretrained(base_dir), tmp_path / "adapter")
+    peft_model = PeftModel.from_pretrained(
+        HasteForExtremeClassification.from_pretrained(base_dir), tmp_path / "adapter"
+    )
     merged = peft_model.merge_and_unload()
     assert type(merged) is HasteForExtremeClassification
     torch.testing.assert_close(logits(merged), expected, rtol=1e-5, atol=1e-5)
@@ -173,8 +182,10 @@ def test_lora_on_the_encoder_alone_is_refused_and_its_checkpoints_do_not_load_si
     plain = HasteForExtremeClassification.from_pretrained(base_dir)
     plain.save_pretrained(tmp_path / "old")
     state = load_file(tmp_path / "old" / "model.safetensors")
-    renamed = {name.replace("encoder.", "encoder.base_model.model.", 1) if name.startswith("encoder.") else name: tensor
-               for name, tensor in state.items()}  # fmt: skip
+    renamed = {
+        name.replace("encoder.", "encoder.base_model.model.", 1) if name.startswith("encoder.") else name: tensor
+        for name, tensor in state.items()
+    }
     save_file(renamed, tmp_path / "old" / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(ValueError, match=r"lacks \d+ weights.*encoder\.embeddings.*encoder\.base_model\.model"):
         HasteForExtremeClassification.from_pretrained(tmp_path / "old")
@@ -186,12 +197,16 @@ def test_lora_on_the_encoder_alone_is_refused_and_its_checkpoints_do_not_load_si
 
 def test_peft_models_whose_adapters_would_not_reload_are_refused(base_dir, tokenizer, tmp_path):
     frozen_output = lora_model(base_dir, modules_to_save=["tail"])
-    with pytest.raises(ValueError, match=r"leaves \['output_layer.head', 'output_layer.tail_projection'\] frozen.*modules_to_save"):
+    with pytest.raises(
+        ValueError, match=r"leaves \['output_layer.head', 'output_layer.tail_projection'\] frozen.*modules_to_save"
+    ):
         make_trainer(tmp_path / "a", frozen_output, tokenizer)
     unsaved_base = HasteForExtremeClassification.from_encoder_pretrained(
         AutoModel.from_config(tiny_encoder_config("bert")), LABELS, head_label_count=4, group_size=4, fan_in=8
     )
-    unsaved = get_peft_model(unsaved_base, LoraConfig(r=4, target_modules=LORA_TARGETS, modules_to_save=["head", "tail"]))
+    unsaved = get_peft_model(
+        unsaved_base, LoraConfig(r=4, target_modules=LORA_TARGETS, modules_to_save=["head", "tail"])
+    )
     with pytest.raises(ValueError, match="base HASTE model was never saved"):
         make_trainer(tmp_path / "b", unsaved, tokenizer)
 
@@ -204,5 +219,9 @@ def test_the_lora_path_prints_no_deprecation_or_pinning_warning(base_dir, tokeni
         warnings.simplefilter("always")
         model = lora_model(base_dir)
         make_trainer(tmp_path, model, tokenizer, max_steps=1, use_cpu=False, eval_strategy="no").train()
-    noise = [str(warning.message) for warning in caught if "is_gradient_checkpointing" in str(warning.message) or "pin_memory" in str(warning.message)]
+    noise = [
+        str(warning.message)
+        for warning in caught
+        if "is_gradient_checkpointing" in str(warning.message) or "pin_memory" in str(warning.message)
+    ]
     assert not noise, noise

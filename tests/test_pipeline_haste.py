@@ -90,7 +90,9 @@ def test_pipeline_from_a_folder_gives_top_k_names_and_scores(saved):
     assert_same(classifier(TEXTS, batch_size=3), expected(model, tokenizer, TEXTS, 3))
     # Without top_k: the best label alone, in the parent pipeline's shape.
     best = haste_pipeline(model=str(folder))(TEXTS[0])
-    assert len(best) == 1 and (best[0]["label"], best[0]["score"]) == pytest.approx(expected(model, tokenizer, TEXTS[:1], 1)[0][0])
+    assert len(best) == 1 and (best[0]["label"], best[0]["score"]) == pytest.approx(
+        expected(model, tokenizer, TEXTS[:1], 1)[0][0]
+    )
     raw = classifier(TEXTS[0], top_k=3, function_to_apply="none")
     top = model.predict_topk(**tokenizer(TEXTS[0], return_tensors="pt"), k=3)
     assert [entry["score"] for entry in raw] == pytest.approx(top.scores[0].tolist(), rel=1e-5)
@@ -129,8 +131,10 @@ def test_pipeline_never_builds_label_order_logits(saved, monkeypatch):
 def test_pipeline_from_a_model_object_without_label_names(tmp_path):
     model = make_model(label_names=False)
     tokenizer = tiny_tokenizer(tmp_path)
-    for classifier in (pipeline("text-classification", model=model, tokenizer=tokenizer, top_k=4),
-                       haste_pipeline(model=model, tokenizer=tokenizer, top_k=4)):  # fmt: skip
+    for classifier in (
+        pipeline("text-classification", model=model, tokenizer=tokenizer, top_k=4),
+        haste_pipeline(model=model, tokenizer=tokenizer, top_k=4),
+    ):
         assert_same(classifier(TEXTS), expected(model, tokenizer, TEXTS, 4))
         assert classifier(TEXTS)[0][0]["label"].startswith("LABEL_")
 
@@ -160,7 +164,10 @@ def test_pipeline_refuses_what_top_k_cannot_serve(saved, call_kwargs, message):
 def test_pipeline_takes_a_numpy_integer_top_k(saved):
     folder, _ = saved
     classifier = haste_pipeline(model=str(folder))
-    assert classifier(TEXTS[0], top_k=np.int64(3)) == classifier(TEXTS[0], top_k=3) and len(classifier(TEXTS[0], top_k=3)) == 3
+    assert (
+        classifier(TEXTS[0], top_k=np.int64(3)) == classifier(TEXTS[0], top_k=3)
+        and len(classifier(TEXTS[0], top_k=3)) == 3
+    )
 
 
 def test_other_models_are_served_as_before(tmp_path):
@@ -173,13 +180,18 @@ def test_other_models_are_served_as_before(tmp_path):
     installed = haste_pipeline(model=bert, tokenizer=tokenizer, top_k=None)  # and serves other models as its parent
     stock = TextClassificationPipeline(model=bert, tokenizer=tokenizer)
     assert installed(TEXTS) == stock(TEXTS, top_k=None)
-    assert installed(TEXTS[0], top_k=1, function_to_apply="softmax") == stock(TEXTS[0], top_k=1, function_to_apply="softmax")
+    assert installed(TEXTS[0], top_k=1, function_to_apply="softmax") == stock(
+        TEXTS[0], top_k=1, function_to_apply="softmax"
+    )
 
 
 def test_config_names_the_pipeline_only_for_remote_code(saved):
     folder, _ = saved
     saved_config = json.loads((folder / "config.json").read_text())
-    assert saved_config["custom_pipelines"]["text-classification"]["impl"] == "modeling_haste.HasteTextClassificationPipeline"
+    assert (
+        saved_config["custom_pipelines"]["text-classification"]["impl"]
+        == "modeling_haste.HasteTextClassificationPipeline"
+    )
     assert saved_config["auto_map"]["AutoModelForSequenceClassification"] == saved_config["auto_map"]["AutoModel"]
     # The installed package leaves the task to transformers' pipeline: no trust_remote_code needed.
     assert HasteConfig.from_pretrained(folder).custom_pipelines == {}
@@ -196,8 +208,10 @@ def test_past_the_config_names_the_exported_pipeline_serves(tmp_path, monkeypatc
     assert "id2label" not in json.loads((tmp_path / "model" / "config.json").read_text())
     with pytest.raises(ValueError, match="trust_remote_code=True"):
         pipeline("text-classification", model=str(tmp_path / "model"), top_k=3)
-    for classifier in (pipeline("text-classification", model=str(tmp_path / "model"), top_k=3, trust_remote_code=True),
-                       haste_pipeline(model=str(tmp_path / "model"), top_k=3)):  # fmt: skip
+    for classifier in (
+        pipeline("text-classification", model=str(tmp_path / "model"), top_k=3, trust_remote_code=True),
+        haste_pipeline(model=str(tmp_path / "model"), top_k=3),
+    ):
         assert type(classifier).__name__ == "HasteTextClassificationPipeline"
         assert_same(classifier(TEXTS), expected(model, tokenizer, TEXTS, 3))
 

@@ -51,9 +51,10 @@ def test_pipeline_example(tmp_path, tiny_encoder, monkeypatch, capsys):
 def test_peft_example(tmp_path, tiny_encoder, monkeypatch):
     code = example("LoRA with PEFT")
     for original, replacement in (
-        ('"sentence-transformers/all-MiniLM-L6-v2"', repr(tiny_encoder)), ("num_train_epochs=1", "max_steps=2"),
+        ('"sentence-transformers/all-MiniLM-L6-v2"', repr(tiny_encoder)),
+        ("num_train_epochs=1", "max_steps=2"),
         ("fan_in=64", "fan_in=8"),
-    ):  # fmt: skip
+    ):
         assert original in code
         code = code.replace(original, replacement)
     names = run(code, tmp_path, monkeypatch)

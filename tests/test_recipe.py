@@ -15,8 +15,14 @@ OPTIONS = dict(group_size=4, fan_in=8, max_length=16, grouping="frequency")
 
 
 def tiny_run(dataset_dir, encoder_dir, output_dir, **training):
-    return train(dataset_dir, str(encoder_dir), str(output_dir), validation_fraction=0,
-                 training_args={"max_steps": 3, "per_device_train_batch_size": 16, "use_cpu": True, **training}, **OPTIONS)  # fmt: skip
+    return train(
+        dataset_dir,
+        str(encoder_dir),
+        str(output_dir),
+        validation_fraction=0,
+        training_args={"max_steps": 3, "per_device_train_batch_size": 16, "use_cpu": True, **training},
+        **OPTIONS,
+    )
 
 
 def test_a_run_is_a_function_of_its_seed(dataset_dir, encoder_dir, tmp_path):
@@ -37,8 +43,16 @@ def test_run_uses_the_layout_it_is_given_and_saves_what_it_trained(dataset_dir, 
     layout = LabelLayout.from_training_split(
         dataset.splits["train"], dataset.label_count, 4, head_label_count=5, strategy="random", seed=1
     )
-    run = train(dataset_dir, str(encoder_dir), str(tmp_path / "model"), layout=layout, validation_fraction=0,
-                training_args={"max_steps": 2, "use_cpu": True}, fan_in=8, max_length=16)  # fmt: skip
+    run = train(
+        dataset_dir,
+        str(encoder_dir),
+        str(tmp_path / "model"),
+        layout=layout,
+        validation_fraction=0,
+        training_args={"max_steps": 2, "use_cpu": True},
+        fan_in=8,
+        max_length=16,
+    )
     assert run.layout is layout and torch.equal(run.model.output_layer.output_labels, layout.output_labels())
     saved = json.loads((tmp_path / "model" / "test_metrics.json").read_text())
     assert saved == run.test_metrics and {"P@1", "PSP@5"} <= set(saved)
@@ -46,8 +60,16 @@ def test_run_uses_the_layout_it_is_given_and_saves_what_it_trained(dataset_dir, 
         other = Dataset.from_dict({"text": ["w1"], "labels": [[1]]})
         layout.check_split(other)
     with pytest.raises(ValueError, match="validation-fraction"):  # a held-out split is another split
-        train(dataset_dir, str(encoder_dir), str(tmp_path / "held-out"), layout=layout, validation_fraction=0.1,
-              training_args={"max_steps": 1, "use_cpu": True}, fan_in=8, max_length=16)  # fmt: skip
+        train(
+            dataset_dir,
+            str(encoder_dir),
+            str(tmp_path / "held-out"),
+            layout=layout,
+            validation_fraction=0.1,
+            training_args={"max_steps": 1, "use_cpu": True},
+            fan_in=8,
+            max_length=16,
+        )
 
 
 def test_recipe_options_go_in_one_place(dataset_dir, encoder_dir, tmp_path):
@@ -59,8 +81,15 @@ def test_recipe_options_go_in_one_place(dataset_dir, encoder_dir, tmp_path):
 
 def test_push_to_hub_pushes_the_saved_folder_once_with_its_test_metrics(hub, dataset_dir, encoder_dir, tmp_path):
     repo_id = f"{hub.user}/recipe-push"
-    run = tiny_run(dataset_dir, encoder_dir, tmp_path / "model", push_to_hub=True, hub_model_id=repo_id,
-                   save_strategy="steps", save_steps=1)  # fmt: skip
+    run = tiny_run(
+        dataset_dir,
+        encoder_dir,
+        tmp_path / "model",
+        push_to_hub=True,
+        hub_model_id=repo_id,
+        save_strategy="steps",
+        save_steps=1,
+    )
     files = set(HfApi().list_repo_files(repo_id))
     assert {"config.json", "model.safetensors", "README.md", "label_names.json", "tokenizer_config.json"} <= files
     assert not any(name.startswith("checkpoint-") for name in files)  # the Trainer pushed no checkpoint of its own
@@ -89,8 +118,12 @@ def test_evaluation_with_more_filtered_labels_than_the_model_has_to_spare(tmp_pa
     tokenizer = tiny_tokenizer(tmp_path)
     texts, labels = ["w1 w2 w3", "w4 w5", "w6"], [[0, 3], [5], [1, 2]]
     filters = np.array([[0, 1], [0, 2], [0, 4], [1, 0], [2, 3]])  # point 0: 5 + 3 candidates of 6 labels
-    data = XMCDataset(splits=DatasetDict(test=Dataset.from_dict({"text": texts, "labels": labels})), label_texts=None,
-                      label_count=6, filters={"test": filters})  # fmt: skip
+    data = XMCDataset(
+        splits=DatasetDict(test=Dataset.from_dict({"text": texts, "labels": labels})),
+        label_texts=None,
+        label_count=6,
+        filters={"test": filters},
+    )
     metrics = evaluate_split(model, tokenizer, data, "test", None, max_length=8)
 
     with torch.no_grad():

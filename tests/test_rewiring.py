@@ -47,7 +47,9 @@ def test_invariants_over_many_random_rewirings():
         scope, init = rng.choice(["global", "group"]), rng.choice(["zero", "random"])
         weight_before, supports_before = weight.clone(), supports.clone()
 
-        result = rewire_(weight, supports, features, float(fraction), scope, init, seed=case, step=7, label_mask=label_mask)
+        result = rewire_(
+            weight, supports, features, float(fraction), scope, init, seed=case, step=7, label_mask=label_mask
+        )
 
         # supports: distinct, in range, changed exactly at the rewired pairs, never back to the old index
         assert supports.dtype == torch.int32
@@ -60,7 +62,9 @@ def test_invariants_over_many_random_rewirings():
         assert bool((result.new_features != result.old_features).all())
 
         # count
-        expected = math.floor(groups * fan_in * fraction) if scope == "global" else groups * math.floor(fan_in * fraction)
+        expected = (
+            math.floor(groups * fan_in * fraction) if scope == "global" else groups * math.floor(fan_in * fraction)
+        )
         assert result.count == expected == int(mask.sum())
 
         # the weakest pairs were chosen (any order among ties)
@@ -168,7 +172,9 @@ def stepped(optimizer, weight):
         lambda w: torch.optim.SGD([w], lr=0.1, momentum=0.9),
         lambda w: torch.optim.AdamW([w], lr=0.1),
         lambda w: StochasticRoundingSGD([w], lr=0.1, momentum=0.9),
-        lambda w: HasteOptimizer(torch.optim.AdamW([torch.nn.Parameter(torch.ones(2))]), StochasticRoundingSGD([w], momentum=0.9)),
+        lambda w: HasteOptimizer(
+            torch.optim.AdamW([torch.nn.Parameter(torch.ones(2))]), StochasticRoundingSGD([w], momentum=0.9)
+        ),
     ],
     ids=["sgd", "adamw", "stochastic-rounding-sgd", "haste-optimizer"],
 )

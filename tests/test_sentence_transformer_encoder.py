@@ -42,12 +42,16 @@ def haste_embeddings(model, bert_dir):
 
 
 def build(encoder, **kwargs):
-    return HasteForExtremeClassification.from_encoder_pretrained(encoder, LABELS, head_label_count=2, group_size=4, fan_in=8, **kwargs)
+    return HasteForExtremeClassification.from_encoder_pretrained(
+        encoder, LABELS, head_label_count=2, group_size=4, fan_in=8, **kwargs
+    )
 
 
 @pytest.mark.parametrize("pooling_mode, normalize", [("cls", True), ("mean", False), ("lasttoken", True)])
 @pytest.mark.parametrize("source", ["object", "folder"])
-def test_haste_pools_and_normalises_as_the_sentence_transformer_embeds(bert_dir, tmp_path, pooling_mode, normalize, source):
+def test_haste_pools_and_normalises_as_the_sentence_transformer_embeds(
+    bert_dir, tmp_path, pooling_mode, normalize, source
+):
     st = sentence_transformer(bert_dir, pooling_mode, normalize)
     expected = st.encode(TEXTS, convert_to_tensor=True)
     if source == "folder":
@@ -60,19 +64,28 @@ def test_haste_pools_and_normalises_as_the_sentence_transformer_embeds(bert_dir,
     torch.testing.assert_close(haste_embeddings(model, bert_dir), expected, rtol=1e-5, atol=1e-5)
     # Saved and reloaded, the model keeps both.
     model.save_pretrained(tmp_path / "haste")
-    torch.testing.assert_close(haste_embeddings(AutoModel.from_pretrained(tmp_path / "haste"), bert_dir), expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        haste_embeddings(AutoModel.from_pretrained(tmp_path / "haste"), bert_dir), expected, rtol=1e-5, atol=1e-5
+    )
 
 
 def test_folder_with_a_legacy_pooling_config(bert_dir, tmp_path):
     """Folders written before sentence-transformers 6 (e.g. all-MiniLM-L6-v2) name the mode with booleans."""
     st = sentence_transformer(bert_dir, "cls")
     st.save(str(tmp_path / "st"))
-    legacy = {"word_embedding_dimension": HIDDEN, "pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False,
-              "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False}  # fmt: skip
+    legacy = {
+        "word_embedding_dimension": HIDDEN,
+        "pooling_mode_cls_token": True,
+        "pooling_mode_mean_tokens": False,
+        "pooling_mode_max_tokens": False,
+        "pooling_mode_mean_sqrt_len_tokens": False,
+    }
     (tmp_path / "st" / "1_Pooling" / "config.json").write_text(json.dumps(legacy))
     model = build(str(tmp_path / "st"))
     assert (model.config.pooling, model.config.normalize) == ("cls", True)
-    torch.testing.assert_close(haste_embeddings(model, bert_dir), st.encode(TEXTS, convert_to_tensor=True), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        haste_embeddings(model, bert_dir), st.encode(TEXTS, convert_to_tensor=True), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_explicit_pooling_and_normalize_win(bert_dir, tmp_path):

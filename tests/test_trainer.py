@@ -119,11 +119,23 @@ def test_resume_reproduces_uninterrupted_run_bit_for_bit(tmp_path, tokenizer, da
         assert torch.equal(buffer, resumed_momentum[name]), name
     assert full_lrs == resumed_lrs
     if output_layer_dtype:
-        assert resumed.model.output_layer.tail.weight.dtype == torch.bfloat16 and resumed.model.output_layer.head.weight.dtype == torch.bfloat16
+        assert (
+            resumed.model.output_layer.tail.weight.dtype == torch.bfloat16
+            and resumed.model.output_layer.head.weight.dtype == torch.bfloat16
+        )
 
 
 def test_evaluation_ranks_labels_with_top_k(tmp_path, tokenizer, datasets_):
-    trainer = make_trainer(tmp_path, tokenizer, datasets_[0], save_strategy="no", max_steps=60, gradient_accumulation_steps=1, learning_rate=3e-3, rewiring_interval=20)
+    trainer = make_trainer(
+        tmp_path,
+        tokenizer,
+        datasets_[0],
+        save_strategy="no",
+        max_steps=60,
+        gradient_accumulation_steps=1,
+        learning_rate=3e-3,
+        rewiring_interval=20,
+    )
     frequencies = np.bincount([label for row in datasets_[0]["labels"] for label in row], minlength=LABELS)
     propensity = Propensity.from_frequencies(frequencies, len(datasets_[0]))
     trainer.compute_metrics = make_compute_metrics(ks=(1, 3), propensity=propensity)
@@ -141,10 +153,20 @@ def test_gradient_accumulation_matches_one_big_batch(tmp_path, tokenizer, datase
     states = []
     for batch, accumulation in ((8, 1), (4, 2)):
         trainer = make_trainer(
-            tmp_path / str(batch), tokenizer, datasets_[0], max_steps=1, save_strategy="no", rewiring_interval=0,
-            per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation, warmup_steps=0,
-            output_learning_rate=0.5, output_momentum=0.0, output_weight_decay=0.0, max_grad_norm=0.0,
-        )  # fmt: skip
+            tmp_path / str(batch),
+            tokenizer,
+            datasets_[0],
+            max_steps=1,
+            save_strategy="no",
+            rewiring_interval=0,
+            per_device_train_batch_size=batch,
+            gradient_accumulation_steps=accumulation,
+            warmup_steps=0,
+            output_learning_rate=0.5,
+            output_momentum=0.0,
+            output_weight_decay=0.0,
+            max_grad_norm=0.0,
+        )
         for module in trainer.model.modules():
             if isinstance(module, torch.nn.Dropout):
                 module.p = 0.0
@@ -179,7 +201,9 @@ def test_model_card_names_both_optimizers(tmp_path, tokenizer, datasets_):
 
 @pytest.mark.parametrize("output_max_grad_norm", [0.0, 0.5])
 def test_encoder_and_output_layer_are_clipped_apart(tmp_path, tokenizer, datasets_, output_max_grad_norm):
-    trainer = make_trainer(tmp_path, tokenizer, datasets_[0], max_grad_norm=0.1, output_max_grad_norm=output_max_grad_norm)
+    trainer = make_trainer(
+        tmp_path, tokenizer, datasets_[0], max_grad_norm=0.1, output_max_grad_norm=output_max_grad_norm
+    )
     model = trainer.model
     input_ids = torch.randint(5, 100, (8, 6))
     model(input_ids, torch.ones_like(input_ids), labels=torch.randint(0, LABELS, (8, 2))).loss.backward()
@@ -212,17 +236,34 @@ def test_rewiring_a_tail_whose_fan_in_is_its_input_width_is_refused_at_construct
 def test_training_arguments_reach_the_rewiring_callback(tmp_path, tokenizer, datasets_):
     from haste_hf.callbacks import RewiringCallback
 
-    trainer = make_trainer(tmp_path, tokenizer, datasets_[0], rewiring_interval=7, rewiring_fraction=0.3,
-                           rewiring_end_fraction=0.5, rewiring_scope="group", rewiring_init="random", rewiring_seed=9)  # fmt: skip
+    trainer = make_trainer(
+        tmp_path,
+        tokenizer,
+        datasets_[0],
+        rewiring_interval=7,
+        rewiring_fraction=0.3,
+        rewiring_end_fraction=0.5,
+        rewiring_scope="group",
+        rewiring_init="random",
+        rewiring_seed=9,
+    )
     (callback,) = [c for c in trainer.callback_handler.callbacks if isinstance(c, RewiringCallback)]
     assert (callback.interval, callback.fraction, callback.end_fraction) == (7, 0.3, 0.5)
     assert (callback.scope, callback.init, callback.seed) == ("group", "random", 9)
 
 
 def test_output_layer_schedule_follows_its_own_type_and_kwargs(tmp_path, tokenizer, datasets_):
-    trainer = make_trainer(tmp_path, tokenizer, datasets_[0], max_steps=10, warmup_steps=0, output_warmup_steps=0,
-                           lr_scheduler_type="linear", output_lr_scheduler_type="cosine_with_min_lr",
-                           output_lr_scheduler_kwargs='{"min_lr_rate": 0.25}')  # JSON text, as from the command line  # fmt: skip
+    trainer = make_trainer(
+        tmp_path,
+        tokenizer,
+        datasets_[0],
+        max_steps=10,
+        warmup_steps=0,
+        output_warmup_steps=0,
+        lr_scheduler_type="linear",
+        output_lr_scheduler_type="cosine_with_min_lr",
+        output_lr_scheduler_kwargs='{"min_lr_rate": 0.25}',
+    )  # JSON text, as from the command line
     assert trainer.args.output_lr_scheduler_kwargs == {"min_lr_rate": 0.25}
     trainer.create_optimizer_and_scheduler(num_training_steps=10)
     encoder_schedule, output_schedule = trainer.lr_scheduler.schedulers
@@ -263,9 +304,11 @@ def test_pretokenized_dataset_trains_as_the_raw_text_does(tmp_path, tokenizer, d
     raw.train()
     # No data_collator: HasteTrainer batches the tokenizer's columns and the ragged label ids itself.
     pretokenized = HasteTrainer(
-        model=make_model(), processing_class=tokenizer, train_dataset=tokenized(datasets_[0], tokenizer, keep_text=keep_text),
+        model=make_model(),
+        processing_class=tokenizer,
+        train_dataset=tokenized(datasets_[0], tokenizer, keep_text=keep_text),
         args=HasteTrainingArguments(**{**raw.args.to_dict(), "output_dir": str(tmp_path / "tok")}),
-    )  # fmt: skip
+    )
     assert isinstance(pretokenized.data_collator, XMCDataCollator)
     pretokenized.train()
     for name, tensor in raw.model.state_dict().items():
@@ -274,13 +317,17 @@ def test_pretokenized_dataset_trains_as_the_raw_text_does(tmp_path, tokenizer, d
 
 def test_collator_refuses_pretokenized_examples_longer_than_max_length(tokenizer, datasets_):
     rows = tokenized(datasets_[0].select(range(4)), tokenizer, max_length=64)
-    with pytest.raises(ValueError, match=r"has \d+ tokens, more than the collator's max_length=4: tokenize with truncation"):
+    with pytest.raises(
+        ValueError, match=r"has \d+ tokens, more than the collator's max_length=4: tokenize with truncation"
+    ):
         XMCDataCollator(tokenizer, max_length=4)(list(rows))
     batch = XMCDataCollator(tokenizer, max_length=64)(list(rows))
     assert batch["labels"].dtype == torch.long
     # The given token ids are used, not a tokenization of the text beside them.
     for row, ids in zip(rows, batch["input_ids"].tolist()):
-        assert ids[: len(row["input_ids"])] == row["input_ids"] and set(ids[len(row["input_ids"]) :]) <= {tokenizer.pad_token_id}
+        assert ids[: len(row["input_ids"])] == row["input_ids"] and set(ids[len(row["input_ids"]) :]) <= {
+            tokenizer.pad_token_id
+        }
     cut = tokenized(datasets_[0].select(range(4)), tokenizer, max_length=3)
     assert XMCDataCollator(tokenizer, max_length=64)(list(cut))["input_ids"].shape == (4, 3)
 
@@ -297,12 +344,23 @@ def test_stock_trainer_trains_and_evaluates_from_top_k(tmp_path, tokenizer, data
 
     train, evaluation = (tokenized(split, tokenizer) for split in datasets_)
     stock = Trainer(
-        model=make_model(), train_dataset=train, eval_dataset=evaluation, data_collator=XMCDataCollator(tokenizer),
+        model=make_model(),
+        train_dataset=train,
+        eval_dataset=evaluation,
+        data_collator=XMCDataCollator(tokenizer),
         compute_metrics=make_compute_metrics(ks=(1, 3)),
-        args=TrainingArguments(output_dir=str(tmp_path / "stock"), max_steps=4, per_device_train_batch_size=8,
-                               per_device_eval_batch_size=8, learning_rate=1e-2, report_to=[], use_cpu=True,
-                               disable_tqdm=True, save_strategy="no"),
-    )  # fmt: skip
+        args=TrainingArguments(
+            output_dir=str(tmp_path / "stock"),
+            max_steps=4,
+            per_device_train_batch_size=8,
+            per_device_eval_batch_size=8,
+            learning_rate=1e-2,
+            report_to=[],
+            use_cpu=True,
+            disable_tqdm=True,
+            save_strategy="no",
+        ),
+    )
     stock.train()
     predictions = stock.predict(evaluation)
     top_ids, top_scores = predictions.predictions

@@ -18,11 +18,15 @@ HIDDEN = 32
 
 
 def tiny_encoder_config(family: str = "bert"):
-    common = dict(vocab_size=VOCAB_SIZE, hidden_size=HIDDEN, num_hidden_layers=1, num_attention_heads=2, intermediate_size=48)
+    common = dict(
+        vocab_size=VOCAB_SIZE, hidden_size=HIDDEN, num_hidden_layers=1, num_attention_heads=2, intermediate_size=48
+    )
     if family == "bert":
         return BertConfig(**common, max_position_embeddings=64)
     if family == "distilbert":
-        return DistilBertConfig(vocab_size=VOCAB_SIZE, dim=HIDDEN, n_layers=1, n_heads=2, hidden_dim=48, max_position_embeddings=64)
+        return DistilBertConfig(
+            vocab_size=VOCAB_SIZE, dim=HIDDEN, n_layers=1, n_heads=2, hidden_dim=48, max_position_embeddings=64
+        )
     if family == "roberta":
         return RobertaConfig(**common, max_position_embeddings=72, pad_token_id=1)
     if family == "xlm-roberta":
@@ -31,7 +35,14 @@ def tiny_encoder_config(family: str = "bert"):
         return ElectraConfig(**common, embedding_size=16, max_position_embeddings=64)
     if family == "modernbert":
         return ModernBertConfig(
-            **common, max_position_embeddings=64, global_attn_every_n_layers=1, pad_token_id=0, bos_token_id=2, eos_token_id=3, cls_token_id=2, sep_token_id=3
+            **common,
+            max_position_embeddings=64,
+            global_attn_every_n_layers=1,
+            pad_token_id=0,
+            bos_token_id=2,
+            eos_token_id=3,
+            cls_token_id=2,
+            sep_token_id=3,
         )
     if family == "mpnet":
         return MPNetConfig(**common, max_position_embeddings=72, pad_token_id=1)
