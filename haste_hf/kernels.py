@@ -324,6 +324,19 @@ def fuses_loss(x: torch.Tensor, weight: torch.Tensor, supports: torch.Tensor | N
     return supports is None or has_fast_path(x, weight)
 
 
+def _check_loss_inputs(x, weight, bias, supports, loss: str) -> None:
+    """Raises a `ValueError` naming what `linear_loss`'s layer gets wrong: the loss, or the shapes and dtypes."""
+    if loss not in _LOSS_KINDS:
+        raise ValueError(f"`loss` must be one of {sorted(_LOSS_KINDS)}, got {loss!r}.")
+    if supports is not None:
+        validate_inputs(x, weight, supports, bias, check_indices=VALIDATE)
+    elif x.dim() != 2 or weight.dim() != 2 or weight.shape[1] != x.shape[1] or weight.dtype != x.dtype:
+        raise ValueError(
+            f"a dense layer needs x [B, d] and weight [n, d] of one dtype; got x {tuple(x.shape)} {x.dtype}, "
+            f"weight {tuple(weight.shape)} {weight.dtype}."
+        )
+
+
 def linear_loss(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -340,15 +353,7 @@ def linear_loss(
     `haste_hf.losses.output_layer_loss`, which dispatches here). The forward stores the logit gradient
     `scale * dloss/dz` in the layer's dtype `[B, n]` for the backward, and no logits at all for a sparse
     layer on the tensor-core path; without autograd it stores nothing. Loss sums are reproducible."""
-    if loss not in _LOSS_KINDS:
-        raise ValueError(f"`loss` must be one of {sorted(_LOSS_KINDS)}, got {loss!r}.")
-    if supports is not None:
-        validate_inputs(x, weight, supports, bias, check_indices=VALIDATE)
-    elif x.dim() != 2 or weight.dim() != 2 or weight.shape[1] != x.shape[1] or weight.dtype != x.dtype:
-        raise ValueError(
-            f"a dense layer needs x [B, d] and weight [n, d] of one dtype; got x {tuple(x.shape)} {x.dtype}, "
-            f"weight {tuple(weight.shape)} {weight.dtype}."
-        )
+    _check_loss_inputs(x, weight, bias, supports, loss)
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
     tracked = [x, weight] + ([bias] if bias is not None else [])
@@ -383,10 +388,7 @@ def linear_loss_gradient(
     `>= valid_count`), as the fused op's forward writes it for its backward; not differentiable. A slice of
     a layer (contiguous rows or groups) with positions relative to its first column gives that slice's
     gradient: `haste_hf.losses` recomputes the gradient chunk by chunk this way."""
-    if loss not in _LOSS_KINDS:
-        raise ValueError(f"`loss` must be one of {sorted(_LOSS_KINDS)}, got {loss!r}.")
-    if supports is not None:
-        validate_inputs(x, weight, supports, bias, check_indices=VALIDATE)
+    _check_loss_inputs(x, weight, bias, supports, loss)
     with torch.no_grad(), torch.autocast("cuda", enabled=False):
         _, grad_logits = _linear_loss_op(
             x.contiguous(), weight.contiguous(), bias, supports, positions, valid_count, float(scale), loss, True, False
