@@ -246,8 +246,15 @@ def load_dataset(
             f"{path} is a bag-of-words dataset (feature ids, no texts), and HASTE models read texts through their "
             "encoder: use the dataset's raw-text release (e.g. LF-AmazonTitles-131K)."
         )
-    text_fields = text_fields or ("title_content" if data is None else "title")
-    return load_xmc_dataset(path, format=format, text_fields=text_fields, add_label_texts=label_texts)
+    return load_xmc_dataset(
+        path, format=format, text_fields=resolved_text_fields(data, text_fields), add_label_texts=label_texts
+    )
+
+
+def resolved_text_fields(data, text_fields: str | None) -> str:
+    """The text of a JSON-lines instance that `load_dataset` reads: `text_fields`, or by default the title (title +
+    content for the embedded demo set)."""
+    return text_fields or ("title_content" if data is None else "title")
 
 
 def dataset_name_of(data, dataset_name: str | None = None) -> str:
@@ -839,7 +846,9 @@ def train(
                 output_dir,
                 test_metrics=None,
                 **card_fields,
+                # The text read as resolved: `evaluate` without --data reads the demo set, whose default differs.
                 evaluation_settings={name: getattr(recipe, name) for name in EVALUATION_SETTINGS}
+                | {"text_fields": resolved_text_fields(recipe.data, recipe.text_fields)}
                 | {"eval_batch_size": training_args.per_device_eval_batch_size},
             )
         test_metrics = {}

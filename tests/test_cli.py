@@ -176,6 +176,21 @@ def test_a_model_folders_evaluation_settings_are_type_checked(trained, dataset_d
     assert "evaluation_settings.json" in error and repr(key) in error
 
 
+def test_evaluate_without_data_reads_the_texts_training_read(encoder_dir, tmp_path, capsys):
+    """Trained on the demo folder given by path (title by default), evaluated without --data (the embedded demo set,
+    whose own default is title + content): the saved settings name the text read, so the metrics are the same."""
+    from haste_hf.data import demo_dataset_path
+
+    output = tmp_path / "model"
+    arguments = ["train", "--data", str(demo_dataset_path()), "--encoder", str(encoder_dir), "--output-dir", str(output),
+                 "--max-steps", "2", "--max-length", "8", "--group-size", "4", "--fan-in", "8"]  # fmt: skip
+    assert main(arguments) == 0
+    assert json.loads((output / "evaluation_settings.json").read_text())["text_fields"] == "title"
+    metrics = tmp_path / "metrics.json"
+    assert main(["evaluate", "--model", str(output), "--output", str(metrics)]) == 0
+    assert json.loads(metrics.read_text()) == json.loads((output / "test_metrics.json").read_text())
+
+
 def test_predict_writes_top_k_with_names(trained, tmp_path):
     texts = tmp_path / "texts.txt"
     texts.write_text("w3 w40 w50\nw7 w60\n")
