@@ -107,3 +107,13 @@ def test_default_rewiring_spreads_six_rewirings_over_the_first_two_thirds():
     callback = RewiringCallback()
     steps = [step for step in range(1, 3401) if callback.should_rewire(step, 3400)]
     assert steps == [377, 754, 1131, 1508, 1885, 2262]  # as the study's runs of 3,400 steps rewired
+
+
+def test_model_defaults_are_the_recipes():
+    """A model built without the recipe (`HasteConfig`, `from_encoder_pretrained`) gets the recipe's G and F."""
+    import inspect
+
+    from haste_hf import HasteConfig
+
+    parameters = inspect.signature(HasteConfig.__init__).parameters
+    assert (parameters["group_size"].default, parameters["fan_in"].default) == (16, 128)
