@@ -876,7 +876,7 @@ def _config_path(argv: list[str]) -> str | None:
     return None
 
 
-def _resume_flag(argv: list[str]) -> list[str]:
+def _flags_given_alone(argv: list[str]) -> list[str]:
     """Flags given alone that take a value: `--resume-from-checkpoint` reads as `--resume-from-checkpoint last` (the
     last complete checkpoint), `--bf16` as `--bf16 true` (its default, None, picks by the hardware)."""
     alone = {"--resume-from-checkpoint": LAST_CHECKPOINT, "--bf16": "true"}
@@ -917,7 +917,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     argv = list(sys.argv[1:] if argv is None else argv)
     is_train = bool(argv) and argv[0] in ("train", "demo")
     if is_train:
-        argv = _resume_flag([argv[0], *map(_long_flag, argv[1:])])
+        argv = _flags_given_alone([argv[0], *map(_long_flag, argv[1:])])
     config = None
     if is_train and _config_path(argv):
         config = read_config_file(_config_path(argv), field_names())  # an unknown key is refused before anything loads
