@@ -92,6 +92,11 @@ LEVERS = {
     "rewirefrac0.1": {"--rewiring-fraction": "0.1"},
     "rewirefrac0.4": {"--rewiring-fraction": "0.4"},
     "dense": {"--head-fraction": "1.0", "rewirings": "0"},
+    # Labels from their texts (issue 31): the output layer starts from the label texts' embeddings; the labels seen
+    # fewer than 5 times are grouped by their texts too.
+    "labelinit": {"--init-from-label-texts": None},
+    "labelinit3": {"--init-from-label-texts": None, "--label-text-init-scale": "3"},
+    "labelgroup": {"--label-text-grouping-below": "5"},
 }
 
 
@@ -122,9 +127,10 @@ def training_points(data: Path, label_texts: bool, validation_fraction: float) -
 
 
 def command_line(
-    flags: dict, data: Path, encoder: str, output_dir: Path, seed: int, workers: int, extra=()
+    flags: dict, data: Path, encoder: str, output_dir: Path, seed: int, workers: int, extra=(), resume: bool = False
 ) -> list[str]:
-    """The `haste-hf train` arguments of one run; the `rewirings` pseudo-flag becomes `--rewiring-interval`."""
+    """The `haste-hf train` arguments of one run; the `rewirings` pseudo-flag becomes `--rewiring-interval`.
+    `resume`: continue the run in `output_dir` from its last checkpoint instead of starting afresh."""
     flags = dict(flags)
     rewirings = flags.pop("rewirings", None)
     if rewirings is not None:
@@ -140,7 +146,7 @@ def command_line(
         encoder,
         "--output-dir",
         str(output_dir),
-        "--overwrite-output-dir",
+        "--resume-from-checkpoint" if resume else "--overwrite-output-dir",
         "--seed",
         str(seed),
         "--dataset-name",
@@ -219,7 +225,7 @@ def resolve_study_encoder(encoder: str, scratch: Path) -> str:
 def run_study(args) -> None:
     runs_dir = args.out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="recipe-study-"))
+    scratch = args.scratch or Path(tempfile.mkdtemp(prefix="recipe-study-"))
     encoder = resolve_study_encoder(args.encoder, scratch)
     jobs = [(variant, dataset, seed) for seed in args.seeds for variant in args.variants for dataset in args.datasets]
     jobs = [job for job in jobs if not result_path(runs_dir, *job).exists() or args.rerun]
@@ -257,8 +263,9 @@ def run_study(args) -> None:
         while jobs and len(running) < args.parallel and budget_left > args.min_start_s:
             variant, dataset, seed = job = jobs.pop(0)
             output_dir = scratch / f"{dataset}-{variant}-s{seed}"
+            resume = args.resume and any(output_dir.glob("checkpoint-*"))
             argv = command_line(
-                variant_flags(variant), args.data_root / dataset, encoder, output_dir, seed, workers, args.extra
+                variant_flags(variant), args.data_root / dataset, encoder, output_dir, seed, workers, args.extra, resume
             )
             log = open(runs_dir / f"{dataset}__{variant}__s{seed}.log", "w")  # noqa: SIM115  (closed when its run ends)
             process = subprocess.Popen(
@@ -267,8 +274,16 @@ def run_study(args) -> None:
                 stderr=subprocess.STDOUT,
             )
             running.append((process, job, log))
-            print(f"[{time.time() - started:6.0f} s] started {job}", flush=True)
+            print(f"[{time.time() - started:6.0f} s] {'resumed' if resume else 'started'} {job}", flush=True)
         if not running or budget_left <= args.min_start_s and not running:
+            break
+        if args.stop_s is not None and time.time() - started > args.stop_s:
+            for process, job, log in running:
+                process.terminate()
+                process.wait()
+                log.close()
+                print(f"[{time.time() - started:6.0f} s] stopped {job}: its checkpoints stay in {scratch}", flush=True)
+            running = []
             break
         time.sleep(2)
     if jobs:
@@ -350,6 +365,19 @@ def main(argv=None) -> int:
         "--extra", type=shlex.split, default=[], help="Flags added to every run (e.g. '--max-steps 2' for a dry run)."
     )
     parser.add_argument("--rerun", action="store_true", help="Run variants that already have a result again.")
+    parser.add_argument(
+        "--scratch", type=Path, help="Where the runs' folders go (default: a new temporary folder); kept afterwards."
+    )
+    parser.add_argument(
+        "--stop-s",
+        type=float,
+        help="Stop the runs still going after this many seconds (their last epoch's checkpoint stays in --scratch).",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="A run whose folder in --scratch holds a checkpoint continues from it: runs longer than one device call.",
+    )
     parser.add_argument("--out", type=Path, default=HERE / "results" / "recipe_study")
     parser.add_argument("--report", action="store_true", help="Print the tables of the results in --out, run nothing.")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
