@@ -222,19 +222,37 @@ def resolve_study_encoder(encoder: str, scratch: Path) -> str:
     return encoder
 
 
+def parse_job(text: str) -> list[tuple[str, str, int]]:
+    """`DATASET:VARIANT:SEED[,SEED...]` -> its `(variant, dataset, seed)` jobs."""
+    try:
+        dataset, variant, seeds = text.split(":")
+        jobs = [(variant, dataset, int(seed)) for seed in seeds.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give DATASET:VARIANT:SEED[,SEED...]") from None
+    variant_flags(variant)  # a misspelt lever fails before anything runs
+    return jobs
+
+
+def study_jobs(args) -> list[tuple[str, str, int]]:
+    """`--jobs` as given, else every variant on every dataset with every seed."""
+    if args.jobs:
+        return [job for jobs in args.jobs for job in jobs]
+    return [(variant, dataset, seed) for seed in args.seeds for variant in args.variants for dataset in args.datasets]
+
+
 def run_study(args) -> None:
     runs_dir = args.out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     scratch = args.scratch or Path(tempfile.mkdtemp(prefix="recipe-study-"))
     encoder = resolve_study_encoder(args.encoder, scratch)
-    jobs = [(variant, dataset, seed) for seed in args.seeds for variant in args.variants for dataset in args.datasets]
+    jobs = study_jobs(args)
     jobs = [job for job in jobs if not result_path(runs_dir, *job).exists() or args.rerun]
     # The longest first, so the last wave is not one long run alone.
     jobs.sort(key=lambda job: -float(variant_flags(job[0]).get("--epochs", 10)))
     workers = max(1, (os.cpu_count() or 2) - args.tree_threads) // args.parallel
     trees = []
     if args.trees:
-        for dataset in args.datasets:
+        for dataset in sorted({dataset for _, dataset, _ in study_jobs(args)}):
             tree_file = runs_dir / f"{dataset}__trees.json"
             if not tree_file.exists():
                 trees.append(
@@ -353,6 +371,12 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--variants", nargs="+", default=["before", "bench"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument(
+        "--jobs",
+        nargs="+",
+        type=parse_job,
+        help="Runs as DATASET:VARIANT:SEED[,SEED...] (instead of --datasets x --variants x --seeds).",
+    )
     parser.add_argument("--parallel", type=int, default=4, help="Trainings side by side on the GPU.")
     parser.add_argument("--trees", action="store_true", help="Also train the tree peers (CPU, one process).")
     parser.add_argument("--tree-threads", type=int, default=4)

@@ -54,3 +54,21 @@ def test_a_run_longer_than_a_device_call_resumes_from_its_checkpoint(dataset_dir
     assert "--overwrite-output-dir" not in again
     args = parse_args([arg for arg in again if arg != "--bf16"] + ["--use-cpu"])
     assert args.training.resume_from_checkpoint and not args.recipe.overwrite_output_dir
+
+
+def test_jobs_name_their_dataset_variant_and_seeds():
+    args = STUDY.argparse.Namespace(
+        jobs=[STUDY.parse_job("deps:defaults+labelinit:0,1,2"), STUDY.parse_job("tags:defaults+F192:0")],
+        variants=["before"],
+        datasets=["deps"],
+        seeds=[5],
+    )
+    assert STUDY.study_jobs(args) == [
+        ("defaults+labelinit", "deps", 0),
+        ("defaults+labelinit", "deps", 1),
+        ("defaults+labelinit", "deps", 2),
+        ("defaults+F192", "tags", 0),
+    ]
+    for bad in ("deps:defaults", "deps:defaults:x", "deps:defaults+nolever:0"):
+        with pytest.raises((STUDY.argparse.ArgumentTypeError, ValueError)):
+            STUDY.parse_job(bad)
