@@ -345,6 +345,10 @@ def compute_label_embeddings(
     return F.normalize(sums, dim=1)
 
 
+# Label texts whose mean embedding centres the label-text initialisation: enough for the mean, a moment at any L.
+CENTER_SAMPLE = 4096
+
+
 def _with_text(texts: Sequence[str], what: str) -> torch.Tensor:
     """Indices into `texts` of the texts that are not blank, with a warning naming `what` when some are: a blank text
     embeds as the special tokens alone and says nothing of its label."""
@@ -413,6 +417,7 @@ def init_from_label_texts_(
     tokenizer,
     label_ids: ArrayLike | None = None,
     scale: float = 1.0,
+    center: torch.Tensor | bool = True,
     batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
     max_length: int | None = None,
     device: str | torch.device | None = None,
@@ -427,6 +432,9 @@ def init_from_label_texts_(
         tokenizer: the model's tokenizer.
         label_ids: the labels to initialise (default: all of them).
         scale: row norm relative to the default initialisation's (see `init_from_label_embeddings_`).
+        center: the embedding subtracted from every label's: True, the mean embedding of `CENTER_SAMPLE` of
+            `label_texts` drawn at random (seeded; all of them when fewer); an embedding `[d]` (e.g. the mean over
+            another label set's texts, for a few labels added to it); False, none.
         batch_size: label texts encoded at once.
         max_length: tokens per text (default: the tokenizer's `model_max_length`).
         device: where the encoder runs (default: where the model is); the encoder stays there afterwards.
@@ -442,10 +450,7 @@ def init_from_label_texts_(
             f"`label_texts` has {len(label_texts):,} texts for {ids.numel():,} labels: give one text per label."
         )
     kept = _with_text(label_texts, "they keep their default initial weights")
-    start = 0
-    for batch in label_text_embeddings(
-        model.encoder,
-        (label_texts[i] for i in kept.tolist()),
+    options = dict(
         tokenizer=tokenizer,
         pooling=model.config.pooling,
         normalize=model.config.normalize,
@@ -453,8 +458,22 @@ def init_from_label_texts_(
         max_length=max_length,
         device=model.device if device is None else device,
         show_progress=show_progress,
-    ):
-        layer.init_from_label_embeddings_(ids[kept[start : start + batch.shape[0]]], batch, scale=scale)
+    )
+    if center is True:
+        order = torch.randperm(kept.numel(), generator=torch.Generator().manual_seed(0))
+        sample = kept[order[:CENTER_SAMPLE].sort().values].tolist()
+        sums = sum(
+            batch.sum(0) for batch in label_text_embeddings(model.encoder, [label_texts[i] for i in sample], **options)
+        )
+        center = sums / max(1, len(sample))
+    start = 0
+    for batch in label_text_embeddings(model.encoder, (label_texts[i] for i in kept.tolist()), **options):
+        layer.init_from_label_embeddings_(
+            ids[kept[start : start + batch.shape[0]]],
+            batch,
+            scale=scale,
+            center=center if center is not False else None,
+        )
         start += batch.shape[0]
     return kept.numel()
 

@@ -377,15 +377,20 @@ class HasteOutputLayer(nn.Module):
         self.output_labels.copy_(default_output_labels(self))
 
     @torch.no_grad()
-    def init_from_label_embeddings_(self, label_ids, embeddings: torch.Tensor, scale: float = 1.0) -> None:
+    def init_from_label_embeddings_(
+        self, label_ids, embeddings: torch.Tensor, scale: float = 1.0, center: torch.Tensor | None = None
+    ) -> None:
         """Sets the weights of the labels `label_ids` `[n]` from embeddings of their texts `[n, in_features]` (the
         features the encoder gives each text, before the projections; see `grouping.label_text_embeddings`).
 
-        A head label's row is the head's input for its embedding (`P_head e`, or `e` without a projection); a tail
-        label's weights are the tail's input read on its group's support (`(P_tail e)[I_g]`): the label starts by
-        scoring a text by how close the text lies to its own text. Each row is scaled to `scale` times
-        `INITIAL_ROW_NORM`, the expected norm of a default row, so the output learning rate that suits the
-        default initialisation suits these rows too. Biases, supports and the other labels are left as they are.
+        A head label's row is the head's input for its embedding less the head's input for `center` (`P_head (e -
+        c)`, or `e - c` without a projection); a tail label's weights are the same through the tail's projection,
+        read on its group's support (`(P_tail (e - c))[I_g]`). With `center` the mean embedding of label texts, a
+        label starts by scoring a text by how much closer the text lies to its own text than to label texts in
+        general (what all texts share says nothing of a label, and would score every label high on every text).
+        Each row is scaled to `scale` times `INITIAL_ROW_NORM`, the expected norm of a default row, so the output
+        learning rate that suits the default initialisation suits these rows too. Biases, supports and the other
+        labels are left as they are.
         """
         if self.is_share:
             raise ValueError("Initialise the full output layer from label embeddings before it is sharded.")
@@ -402,9 +407,17 @@ class HasteOutputLayer(nn.Module):
             raise ValueError(f"`label_ids` holds ids outside [0, {self.label_count}): give label ids of this layer.")
         if ids.unique().numel() != ids.numel():
             raise ValueError("`label_ids` lists a label twice: give each label once.")
+        if center is not None and tuple(center.shape) != (self.in_features,):
+            raise ValueError(
+                f"`center` must be one embedding of {self.in_features} features, got {tuple(center.shape)}."
+            )
         projection = self.head_projection or self.tail_projection
-        features = embeddings.to(device, projection.weight.dtype if projection is not None else torch.float32)
-        head_x, tail_x = self.branch_inputs(features)
+        dtype = projection.weight.dtype if projection is not None else torch.float32
+        head_x, tail_x = self.branch_inputs(embeddings.to(device, dtype))
+        if center is not None:  # through the projections, so that their biases cancel
+            head_c, tail_c = self.branch_inputs(center.to(device, dtype).unsqueeze(0))
+            head_x = None if head_x is None else head_x.float() - head_c.float()
+            tail_x = None if tail_x is None else tail_x.float() - tail_c.float()
         norm = scale * INITIAL_ROW_NORM
         positions = self.label_positions[ids]
         in_head = positions < self.head_label_count

@@ -22,18 +22,22 @@ from haste_hf.recipe import build_model, load_encoder, train
 ROW_NORM = 1 / math.sqrt(3)  # of a row drawn U(-1/sqrt(n), 1/sqrt(n)), whatever n
 
 
-def expected_rows(layer: HasteOutputLayer, label_ids, embeddings, scale=1.0) -> dict:
+def expected_rows(layer: HasteOutputLayer, label_ids, embeddings, scale=1.0, center=None) -> dict:
     """By hand, label by label: `label id -> (branch, where, row)` of what the init writes."""
+
+    def branch_input(projection, embedding):
+        return embedding if projection is None else projection.weight @ embedding + projection.bias
+
     expected = {}
     for label, embedding in zip(label_ids.tolist(), embeddings):
         position = int((layer.output_labels == label).nonzero())
+        projection = layer.head_projection if position < layer.head_label_count else layer.tail_projection
+        x = branch_input(projection, embedding)
+        if center is not None:
+            x = x - branch_input(projection, center)
         if position < layer.head_label_count:
-            projection = layer.head_projection
-            x = embedding if projection is None else projection.weight @ embedding + projection.bias
             expected[label] = ("head", position, scale * ROW_NORM * x / x.norm())
         else:
-            projection = layer.tail_projection
-            x = embedding if projection is None else projection.weight @ embedding + projection.bias
             group, member = divmod(position - layer.head_label_count, layer.group_size)
             on_support = torch.stack([x[int(feature)] for feature in layer.tail.supports[group]])
             expected[label] = ("tail", (group, member), scale * ROW_NORM * on_support / on_support.norm())
@@ -53,7 +57,8 @@ def check_rows(layer: HasteOutputLayer, expected: dict, before: dict) -> None:
 
 
 @pytest.mark.parametrize("projections", [False, True])
-def test_label_embeddings_become_head_rows_and_tail_weights_on_the_group_support(projections):
+@pytest.mark.parametrize("centered", [False, True])
+def test_label_embeddings_become_head_rows_and_tail_weights_on_the_group_support(projections, centered):
     torch.manual_seed(0)
     dims = dict(head_projection_dim=12, tail_projection_dim=10) if projections else {}
     # Scattered head ids, so that positions and label ids differ; the last tail group is padded.
@@ -61,10 +66,11 @@ def test_label_embeddings_become_head_rows_and_tail_weights_on_the_group_support
     before = {"head": layer.head.weight.detach().clone(), "tail": layer.tail.weight.detach().clone()}
     label_ids = torch.tensor([17, 0, 22, 9, 3, 14])  # two head labels, four tail labels in three groups
     embeddings = torch.randn(label_ids.numel(), 16)
+    center = torch.randn(16) if centered else None
 
-    layer.init_from_label_embeddings_(label_ids, embeddings, scale=2.5)
+    layer.init_from_label_embeddings_(label_ids, embeddings, scale=2.5, center=center)
 
-    check_rows(layer, expected_rows(layer, label_ids, embeddings, scale=2.5), before)
+    check_rows(layer, expected_rows(layer, label_ids, embeddings, scale=2.5, center=center), before)
 
 
 def test_label_embeddings_refused_when_they_do_not_fit_the_layer():
@@ -78,6 +84,8 @@ def test_label_embeddings_refused_when_they_do_not_fit_the_layer():
     ):
         with pytest.raises(ValueError, match=message):
             layer.init_from_label_embeddings_(label_ids, embeddings, scale=scale)
+    with pytest.raises(ValueError, match="`center` must be one embedding of 8 features"):
+        layer.init_from_label_embeddings_([0], torch.randn(1, 8), center=torch.randn(1, 8))
 
 
 def test_label_texts_stream_through_the_model_encoder_in_batches(tmp_path, caplog):
@@ -101,8 +109,8 @@ def test_label_texts_stream_through_the_model_encoder_in_batches(tmp_path, caplo
     model.eval()
     with torch.no_grad():
         embeddings = torch.cat([model.encode(**tokenizer([text], return_tensors="pt"))[0] for text in texts])
-    kept = [0, 1, 3, 4]
-    check_rows(layer, expected_rows(layer, label_ids[kept], embeddings[kept]), before)
+    kept = [0, 1, 3, 4]  # centred on the mean of the texts embedded (fewer than CENTER_SAMPLE: all of them)
+    check_rows(layer, expected_rows(layer, label_ids[kept], embeddings[kept], center=embeddings[kept].mean(0)), before)
     assert torch.allclose(embeddings.norm(dim=1), torch.ones(5))  # embedded as the model embeds: normalised
 
 
