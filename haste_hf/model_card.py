@@ -6,7 +6,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
@@ -14,7 +14,10 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
 from .callbacks import RewiringCallback
-from .modeling_haste import HasteForExtremeClassification
+
+
+if TYPE_CHECKING:  # the card reads a model's config; importing the model class here would close a circle via hub
+    from .modeling_haste import HasteForExtremeClassification
 
 
 PLOT_FILE = "haste_card.png"
@@ -67,7 +70,7 @@ class HasteModelCardData:
         return 1.0 - self.fan_in / self.tail_input_dim
 
     @classmethod
-    def from_model(cls, model: HasteForExtremeClassification, **fields) -> "HasteModelCardData":
+    def from_model(cls, model: "HasteForExtremeClassification", **fields) -> "HasteModelCardData":
         config = model.config
         defaults = dict(
             encoder=config.encoder.name_or_path or config.encoder.model_type,
