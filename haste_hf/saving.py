@@ -30,6 +30,15 @@ INCOMPLETE_SAVE_FILE = ".haste-save-incomplete"
 logger = logging.get_logger(f"transformers.{__name__}")  # see haste_hf/__init__.py: Logging
 
 
+def exported_code_files() -> list[str]:
+    """Paths of the modules `trust_remote_code=True` loading needs: the modeling file and its relative imports
+    (the modeling file is this module's sibling, exported with it)."""
+    from transformers.dynamic_module_utils import get_relative_import_files
+
+    modeling_file = os.path.join(os.path.dirname(os.path.abspath(__file__)), "modeling_haste.py")
+    return [modeling_file, *get_relative_import_files(modeling_file)]
+
+
 def check_complete_save(folder: str):
     """Raises an `OSError` when `folder` holds the mark of an interrupted save (see `save_folder_atomically`)."""
     if os.path.isfile(os.path.join(folder, INCOMPLETE_SAVE_FILE)):
@@ -236,6 +245,7 @@ __all__ = [
     "checkpoint_folders",
     "checkpoint_is_complete",
     "checkpoint_problem",
+    "exported_code_files",
     "last_complete_checkpoint",
     "save_folder_atomically",
     "save_trained_folder",

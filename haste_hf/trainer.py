@@ -28,7 +28,7 @@ from .losses import chunk_loss_backward_
 from .modeling_haste import HasteForExtremeClassification
 from .optimization import HasteOptimizer, StochasticRoundingSGD, get_haste_scheduler, unwrap_haste_optimizer
 from .peft_utils import check_no_peft_encoder, check_peft_model, is_peft_model
-from .saving import checkpoint_problem, last_complete_checkpoint
+from .saving import checkpoint_problem, exported_code_files, last_complete_checkpoint
 from .sharded_output_layer import (
     ignore_shards_in_ddp,
     resolve_shard_output_layer,
@@ -431,8 +431,6 @@ class HasteTrainer(Trainer):
     def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
         # Trainer copies only the config and weights of the checkpoint into the folder it pushes; the config
         # names the exported code in `auto_map`, so the code goes along.
-        from .hub import exported_code_files
-
         if self.is_world_process_zero():
             for path in exported_code_files():
                 shutil.copyfile(path, os.path.join(self.args.output_dir, os.path.basename(path)))
