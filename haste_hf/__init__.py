@@ -30,7 +30,7 @@ auto_registration.install()
 
 # Public name -> submodule that defines it, imported on first access.
 _LAZY_EXPORTS = {
-    "DEFAULT_HEAD_LABEL_FRACTION": "configuration_haste",
+    "DEFAULT_HEAD_LABEL_FRACTION": "defaults",
     "HASTE_FORMAT_VERSION": "configuration_haste",
     "HasteConfig": "configuration_haste",
     "ExtremeClassifierOutput": "modeling_haste",

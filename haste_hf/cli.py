@@ -21,8 +21,9 @@ import os
 import sys
 from pathlib import Path
 
+from .defaults import DEFAULT_EVAL_BATCH_SIZE, DEFAULT_MAX_LENGTH, LAST_CHECKPOINT
 from .model_sources import HUB_ID_PATTERN, check_model_source
-from .train_flags import LAST_CHECKPOINT, field_names, flag_description, flags_parser
+from .train_flags import field_names, flag_description, flags_parser
 
 
 SUMMARY_METRICS = ("P", "PSP", "nDCG")
@@ -211,7 +212,6 @@ def load_trained(args):
     """The model and tokenizer of `args.model`; the data flags left unset take the values training used."""
     from transformers import AutoTokenizer
 
-    from .configuration_haste import DEFAULT_EVAL_BATCH_SIZE, DEFAULT_MAX_LENGTH
     from .modeling_haste import HasteForExtremeClassification
     from .recipe import check_max_length, encoder_token_limit, saved_evaluation_settings
 
@@ -520,13 +520,13 @@ def _add_data_arguments(parser, required=False, of_trained_model=False):
     group.add_argument(
         "--max-length",
         type=positive_int,
-        default=None if of_trained_model else 128,
+        default=None if of_trained_model else DEFAULT_MAX_LENGTH,
         help=f"Tokens per text; longer texts are truncated{saved}.",
     )
     group.add_argument(
         "--eval-batch-size",
         type=positive_int,
-        default=None if of_trained_model else 64,
+        default=None if of_trained_model else DEFAULT_EVAL_BATCH_SIZE,
         help=f"Batch size of embedding, evaluation and prediction{saved}.",
     )
 

@@ -6,9 +6,22 @@ into a checkpoint folder that loads with `trust_remote_code=True` where `haste_h
 """
 
 import copy
-import math
 
 from transformers import AutoConfig, PretrainedConfig
+
+from .defaults import (
+    DEFAULT_EVAL_BATCH_SIZE,
+    DEFAULT_FAN_IN,
+    DEFAULT_GROUP_SIZE,
+    DEFAULT_HEAD_LABEL_FRACTION,
+    DEFAULT_MAX_LENGTH,
+    LABEL_PADDING_ID,
+    LOSS_REDUCTIONS,
+    LOSSES,
+    POOLING_MODES,
+    check_one_of,
+    head_label_count_for,
+)
 
 
 # Bumped whenever a checkpoint written by this code could not be read correctly by older code.
@@ -18,30 +31,6 @@ HASTE_FORMAT_VERSION = 3
 #   2: `normalize` (L2-normalised pooled output, as a SentenceTransformer encoder's Normalize module)
 #   3: the output layer's weights under `output_layer.` (`output_layer.head.weight`, ...; formats 1 and 2
 #      name them `head.weight`, `tail.supports`, `output_labels`, ..., and still load)
-
-POOLING_MODES = ("cls", "mean", "last_token")
-# The paper models the top 2-5% most frequent labels densely ("Head-Tail Split"); every entry point defaults
-# to this share.
-DEFAULT_HEAD_LABEL_FRACTION = 0.03
-# Labels per tail group G and features per group F (the paper: G in {16, 32, 64}, F = 64; `benchmarks/recipe_study.py`:
-# F = 128 of MiniLM's 384 features beat 64 on both real datasets, G = 8 did not beat 16).
-DEFAULT_GROUP_SIZE = 16
-DEFAULT_FAN_IN = 128
-# Tokens per text, and texts per batch where no gradient is kept (evaluation, prediction, label embeddings).
-DEFAULT_MAX_LENGTH = 128
-DEFAULT_EVAL_BATCH_SIZE = 64
-# The padding value of positive label-id lists (`[B, P]`), as Hugging Face's `-100` ignore index.
-LABEL_PADDING_ID = -100
-LOSS_REDUCTIONS = ("sum", "mean")
-
-
-def head_label_count_for(head_label_fraction: float, label_count: int) -> int:
-    """The head size of a share of `label_count` labels, rounded half up (0.03 of 450 labels: 14)."""
-    return math.floor(float(head_label_fraction) * label_count + 0.5)
-
-
-# The names of `haste_hf.losses.LOSSES` (this file imports transformers only).
-LOSSES = ("bce", "squared_hinge")
 
 # `config.json` lists the label names (`id2label` / `label2id`, as transformers' classifiers do: the Hub widget,
 # `pipeline` and other tools read them) up to this many labels: 10,000 names of ~30 characters are ~0.6 MB of JSON
@@ -335,12 +324,9 @@ class HasteConfig(PretrainedConfig):
                 f"`fan_in` ({self.fan_in}) exceeds the tail's input size ({self.tail_input_dim}): a group cannot "
                 "connect to more distinct features than exist. Lower `fan_in` or raise `tail_projection_dim`."
             )
-        if self.pooling not in POOLING_MODES:
-            raise ValueError(f"`pooling` must be one of {POOLING_MODES}, got {self.pooling!r}.")
-        if self.loss not in LOSSES:
-            raise ValueError(f"`loss` must be one of {LOSSES}, got {self.loss!r}.")
-        if self.loss_reduction not in LOSS_REDUCTIONS:
-            raise ValueError(f"`loss_reduction` must be one of {LOSS_REDUCTIONS}, got {self.loss_reduction!r}.")
+        check_one_of("pooling", self.pooling, POOLING_MODES)
+        check_one_of("loss", self.loss, LOSSES)
+        check_one_of("loss_reduction", self.loss_reduction, LOSS_REDUCTIONS)
         if not 0.0 <= self.classifier_dropout < 1.0:
             raise ValueError(f"`classifier_dropout` must lie in [0, 1), got {self.classifier_dropout!r}.")
 

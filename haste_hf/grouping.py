@@ -26,12 +26,13 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers.utils import logging
 
-from .configuration_haste import (
+from .configuration_haste import default_pooling
+from .defaults import (
     DEFAULT_EVAL_BATCH_SIZE,
     DEFAULT_MAX_LENGTH,
     LABEL_PADDING_ID,
     POOLING_MODES,
-    default_pooling,
+    check_one_of,
     head_label_count_for,
 )
 from .modeling_haste import pool_hidden_states
@@ -224,8 +225,8 @@ def compute_label_embeddings(
         `[label_count, d]` float32 tensor on `device`, rows of unit norm. A label without any positive instance
         gets the zero vector; `group_labels` places such labels after all semantically grouped ones.
     """
-    if pooling is not None and pooling not in POOLING_MODES:
-        raise ValueError(f"`pooling` must be one of {POOLING_MODES}, got {pooling!r}.")
+    if pooling is not None:
+        check_one_of("pooling", pooling, POOLING_MODES)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
     if isinstance(label_count, bool) or not isinstance(label_count, (int, np.integer)) or label_count < 1:

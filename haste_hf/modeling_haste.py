@@ -24,7 +24,8 @@ from transformers import AutoConfig, AutoModel, PreTrainedModel
 from transformers import initialization as init
 from transformers.utils import ModelOutput, cached_file, logging
 
-from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, HasteConfig, head_label_count_for
+from .configuration_haste import HasteConfig
+from .defaults import DEFAULT_HEAD_LABEL_FRACTION, head_label_count_for
 from .model_sources import resolve_encoder
 from .output_layer import (
     GroupSparseLinear,

@@ -27,12 +27,13 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.utils import ModelOutput
 
-from .configuration_haste import (
+from .defaults import (
     DEFAULT_FAN_IN,
     DEFAULT_GROUP_SIZE,
     DEFAULT_HEAD_LABEL_FRACTION,
     LABEL_PADDING_ID,
     LOSS_REDUCTIONS,
+    check_one_of,
     head_label_count_for,
 )
 from .losses import LOSSES, output_layer_loss, targets_of_chunk
@@ -302,10 +303,8 @@ class HasteOutputLayer(nn.Module):
                 f"`fan_in` ({fan_in}) exceeds the tail's input size ({tail_projection_dim or in_features}): a group cannot "
                 "connect to more distinct features than exist. Lower `fan_in` or raise `tail_projection_dim`."
             )
-        if loss not in LOSSES:
-            raise ValueError(f"`loss` must be one of {sorted(LOSSES)}, got {loss!r}.")
-        if loss_reduction not in LOSS_REDUCTIONS:
-            raise ValueError(f"`loss_reduction` must be one of {LOSS_REDUCTIONS}, got {loss_reduction!r}.")
+        check_one_of("loss", loss, tuple(LOSSES))
+        check_one_of("loss_reduction", loss_reduction, LOSS_REDUCTIONS)
 
         self.in_features, self.label_count, self.head_label_count = in_features, label_count, head_label_count
         self.group_size, self.fan_in, self.supports_seed = group_size, fan_in, supports_seed

@@ -28,19 +28,19 @@ import numpy as np
 from transformers.trainer_utils import IntervalStrategy, set_seed
 from transformers.utils import logging
 
-from .configuration_haste import (
+from .configuration_haste import default_pooling
+from .defaults import (
     DEFAULT_EVAL_BATCH_SIZE,
     DEFAULT_FAN_IN,
     DEFAULT_GROUP_SIZE,
     DEFAULT_HEAD_LABEL_FRACTION,
     DEFAULT_MAX_LENGTH,
-    default_pooling,
+    LAST_CHECKPOINT,
 )
 from .label_plan import LabelLayout
 from .metrics import DEFAULT_KS
 from .model_sources import DEMO_ENCODER, HUB_ID_PATTERN, check_model_source, encoder_model_id, resolve_encoder
 from .saving import checkpoint_folders, save_folder_atomically
-from .train_flags import LAST_CHECKPOINT
 
 
 DEMO_DATASET_NAME = "debian_tags_mini"

@@ -29,7 +29,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from .configuration_haste import LABEL_PADDING_ID
+from .defaults import LABEL_PADDING_ID
 from .distributed import (
     all_gather_rows,
     all_gather_sizes,

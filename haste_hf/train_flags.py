@@ -23,9 +23,6 @@ from pathlib import Path
 
 SNAPSHOT_PATH = Path(__file__).with_name("train_flags.json")
 REGENERATE_COMMAND = "python -m haste_hf.train_flags"
-# `resume_from_checkpoint` value (and `haste-hf train --resume-from-checkpoint` alone): the output folder's last
-# complete checkpoint. Here, not in `recipe`, for the CLI to read it before anything heavy loads.
-LAST_CHECKPOINT = "last"
 DATACLASS_NAMES = ("RecipeArguments", "HasteTrainingArguments")
 VERSIONED_PACKAGES = ("transformers", "torch")
 _ACTION_KINDS = {"_StoreAction": "store", "_StoreTrueAction": "store_true", "_StoreFalseAction": "store_false"}

@@ -8,16 +8,17 @@ import torch
 from transformers import TrainingArguments
 
 from .callbacks import NON_FINITE_ACTIONS
-from .configuration_haste import DEFAULT_EVAL_BATCH_SIZE
+from .defaults import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_EPOCHS,
+    DEFAULT_EVAL_BATCH_SIZE,
+    DEFAULT_LEARNING_RATE,
+    DEFAULT_OUTPUT_LEARNING_RATE,
+)
 from .rewiring import DEFAULT_REWIRINGS, check_rewiring_options
 
 
 OUTPUT_LAYER_DTYPES = ("float32", "bfloat16")
-# The default recipe (`benchmarks/recipe_study.py`); `tests/test_defaults.py` pins each value.
-DEFAULT_LEARNING_RATE = 2e-4
-DEFAULT_OUTPUT_LEARNING_RATE = 0.4
-DEFAULT_EPOCHS = 10.0
-DEFAULT_BATCH_SIZE = 128
 
 
 def bf16_is_supported(use_cpu: bool = False) -> bool:
