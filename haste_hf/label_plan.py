@@ -284,13 +284,6 @@ class LabelLayout:
     def tail_group_count(self) -> int:
         return self.grouping.num_groups
 
-    def output_layer_slices(self, world_size: int):
-        """The head rows and tail groups each of `world_size` ranks holds when the output layer is sharded by
-        labels (`haste_hf.sharded_output_layer.assign_output_layer`): contiguous runs, in group order."""
-        from .sharded_output_layer import assign_output_layer
-
-        return assign_output_layer(self.head_label_count, self.tail_group_count, world_size)
-
     @property
     def grouping(self) -> LabelGrouping:
         return LabelGrouping(self.tail_order, self.group_size, self.strategy)

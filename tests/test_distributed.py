@@ -87,7 +87,7 @@ def test_assignment_is_contiguous_and_balanced():
         ((2, 2), (3, 3)),
     ]
     layout = LabelLayout(label_count=40, head_ids=torch.arange(5), tail_order=torch.arange(5, 40), group_size=4)
-    assert layout.output_layer_slices(2) == slices
+    assert assign_output_layer(layout.head_label_count, layout.tail_group_count, 2) == slices
     assert resolve_shard_output_layer(None, 2) and not resolve_shard_output_layer(None, 1)
     assert not resolve_shard_output_layer(False, 4) and not resolve_shard_output_layer(True, 1)
 
