@@ -13,10 +13,8 @@ Importing the package is light (neither torch nor transformers loads) and change
 
 Every public name is imported on first use, as transformers does.
 
-Logging: every module logs through `transformers.utils.logging.get_logger(f"transformers.{__name__}")`, so its
-loggers sit under transformers' library logger ("transformers.haste_hf.*") and follow its verbosity, as
-sentence-transformers and peft users expect: `transformers.logging.set_verbosity_error()` or
-`TRANSFORMERS_VERBOSITY=error` silence haste_hf's warnings too, and they print through transformers' handler.
+Logging: every module logs through `logging_utils.get_logger`, under transformers' library logger
+("transformers.haste_hf.*"), so `transformers.logging.set_verbosity_error()` silences haste_hf's warnings too.
 """
 
 import importlib

@@ -4,13 +4,13 @@
 import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
-from transformers.utils import logging
 
+from .logging_utils import get_logger
 from .peft_utils import is_peft_model
 from .rewiring import check_rewiring_options, default_rewiring_interval, reset_optimizer_state_
 
 
-logger = logging.get_logger(f"transformers.{__name__}")  # see haste_hf/__init__.py: Logging
+logger = get_logger(__name__)
 
 
 def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:

@@ -341,11 +341,10 @@ _NOT_GROUP_OPTIONS = (
 
 
 def command_group(args) -> int:
-    from transformers.utils import logging
-
+    from .logging_utils import get_logger
     from .recipe import RecipeArguments, build_layout, check_max_length, load_dataset, load_encoder, split_validation
 
-    logger = logging.get_logger(f"transformers.{__name__}")
+    logger = get_logger(__name__)
     recipe = args.recipe
     ignored = [
         name

@@ -28,16 +28,16 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers.utils import logging
 
 from . import onnx_serving
 from .import_utils import EXPORT_PACKAGES, missing_packages
+from .logging_utils import get_logger
 from .modeling_haste import HasteForExtremeClassification
 from .saving import save_folder_atomically
 from .sharded_output_layer import ShardedOutputLayer
 
 
-logger = logging.get_logger(__name__)
+logger = get_logger(__name__)
 
 EXPORT_FORMATS = ("onnx",)
 LAYOUTS = ("auto", "single", "split")

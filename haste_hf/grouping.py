@@ -24,7 +24,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
-from transformers.utils import logging
 
 from .configuration_haste import default_pooling
 from .defaults import (
@@ -35,12 +34,13 @@ from .defaults import (
     check_one_of,
     head_label_count_for,
 )
+from .logging_utils import get_logger
 from .modeling_haste import pool_hidden_states
 
 
 GROUPING_STRATEGIES = ("semantic", "frequency", "random")
 
-logger = logging.get_logger(f"transformers.{__name__}")  # see haste_hf/__init__.py: Logging
+logger = get_logger(__name__)
 
 # Bytes of temporary memory one chunked step may allocate (similarity blocks, gathered bucket members).
 _CPU_CHUNK_BYTES = 256 * 2**20

@@ -26,6 +26,7 @@ from transformers.utils import ModelOutput, cached_file, logging
 
 from .configuration_haste import HasteConfig
 from .defaults import DEFAULT_HEAD_LABEL_FRACTION, head_label_count_for
+from .logging_utils import get_logger
 from .model_sources import resolve_encoder
 from .output_layer import (
     GroupSparseLinear,
@@ -44,7 +45,7 @@ from .sentence_transformer_encoder import (
 )
 
 
-logger = logging.get_logger(f"transformers.{__name__}")  # see haste_hf/__init__.py: Logging
+logger = get_logger(__name__)
 
 _HUB_KWARGS = ("cache_dir", "revision", "token", "local_files_only")
 _PUSH_ARGUMENTS = ("private", "token", "revision", "commit_message", "commit_description", "create_pr", "tags")

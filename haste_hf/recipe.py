@@ -26,7 +26,6 @@ from typing import Any, Literal
 
 import numpy as np
 from transformers.trainer_utils import IntervalStrategy, set_seed
-from transformers.utils import logging
 
 from .configuration_haste import default_pooling
 from .defaults import (
@@ -38,6 +37,7 @@ from .defaults import (
     LAST_CHECKPOINT,
 )
 from .label_plan import LabelLayout
+from .logging_utils import get_logger
 from .metrics import DEFAULT_KS
 from .model_sources import DEMO_ENCODER, HUB_ID_PATTERN, check_model_source, encoder_model_id, resolve_encoder
 from .saving import checkpoint_folders, save_folder_atomically
@@ -47,7 +47,7 @@ DEMO_DATASET_NAME = "debian_tags_mini"
 DEFAULT_GROUPING = "semantic"
 DEFAULT_BETA = 16.0
 
-logger = logging.get_logger(f"transformers.{__name__}")  # see haste_hf/__init__.py: Logging
+logger = get_logger(__name__)
 # How `train` read and scored texts, kept beside the model so that `haste-hf evaluate` and `predict` reproduce
 # the test metrics that `train` printed without the flags being repeated. The token limit is not in it: it is
 # the saved tokenizer's `model_max_length`, which `pipeline` and every tokenizer call honour too.

@@ -15,8 +15,7 @@ import time
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from transformers.utils import logging
-
+from .logging_utils import get_logger
 from .saving import process_is_running
 
 
@@ -28,7 +27,7 @@ except ImportError:  # Windows: the owner's process id alone tells a live lock f
 
 LOCK_FILE = ".haste-train.lock"
 
-logger = logging.get_logger(f"transformers.{__name__}")  # see haste_hf/__init__.py: Logging
+logger = get_logger(__name__)
 
 
 class OutputDirInUseError(RuntimeError):

@@ -17,7 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, logging
+from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
+
+from .logging_utils import get_logger
 
 
 LABEL_NAMES_FILE = "label_names.json"
@@ -27,7 +29,7 @@ TRAINER_STATE_FILE = "trainer_state.json"
 STAGING_PREFIX = ".haste-staging-"
 INCOMPLETE_SAVE_FILE = ".haste-save-incomplete"
 
-logger = logging.get_logger(f"transformers.{__name__}")  # see haste_hf/__init__.py: Logging
+logger = get_logger(__name__)
 
 
 def exported_code_files() -> list[str]:

@@ -20,10 +20,11 @@ from transformers import PreTrainedTokenizerBase, Trainer
 from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME, TRAINER_STATE_NAME
 from transformers.trainer_callback import TrainerState
 from transformers.training_args import OptimizerNames
-from transformers.utils import CONFIG_NAME, logging
+from transformers.utils import CONFIG_NAME
 
 from .callbacks import NonFiniteGradientCallback, RewiringCallback, TrainingSplitFingerprint, unwrap_model
 from .data import XMCDataCollator
+from .logging_utils import get_logger
 from .losses import chunk_loss_backward_
 from .modeling_haste import HasteForExtremeClassification
 from .optimization import HasteOptimizer, StochasticRoundingSGD, get_haste_scheduler, unwrap_haste_optimizer
@@ -78,7 +79,7 @@ def checkpoint_model_differences(folder: str | os.PathLike, config) -> list[str]
     return [f"{name} is {theirs} (this run: {ours})" for name, theirs, ours in pairs if theirs != ours]
 
 
-logger = logging.get_logger(f"transformers.{__name__}")  # see haste_hf/__init__.py: Logging
+logger = get_logger(__name__)
 
 
 def split_parameters(model: HasteForExtremeClassification) -> tuple[list[tuple[str, nn.Parameter]], list[nn.Parameter]]:
