@@ -34,7 +34,7 @@ import torch
 from datasets import Dataset, DatasetDict, Features, List, NamedSplit, Value, concatenate_datasets
 from datasets.exceptions import DatasetGenerationError
 
-from .defaults import DEFAULT_MAX_LENGTH, LABEL_PADDING_ID
+from .modeling.defaults import DEFAULT_MAX_LENGTH, LABEL_PADDING_ID
 
 
 if TYPE_CHECKING:

@@ -31,10 +31,10 @@ from torch import nn
 
 from . import onnx_serving
 from .import_utils import EXPORT_PACKAGES, missing_packages
-from .logging_utils import get_logger
-from .modeling_haste import HasteForExtremeClassification
-from .saving import save_folder_atomically
-from .sharded_output_layer import ShardedOutputLayer
+from .modeling.logging_utils import get_logger
+from .modeling.modeling_haste import HasteForExtremeClassification
+from .modeling.saving import save_folder_atomically
+from .training.sharded_output_layer import ShardedOutputLayer
 
 
 logger = get_logger(__name__)

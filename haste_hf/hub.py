@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING
 from huggingface_hub import CommitInfo, HfApi, ModelCard
 from huggingface_hub.utils import filter_repo_objects
 
-from .configuration_haste import MODEL_AUTO_CLASSES, HasteConfig
-from .saving import LABEL_NAMES_FILE, check_complete_save, exported_code_files
+from .modeling.configuration_haste import MODEL_AUTO_CLASSES, HasteConfig
+from .modeling.saving import LABEL_NAMES_FILE, check_complete_save, exported_code_files
 
 
 if TYPE_CHECKING:  # the model calls this module (its `push_to_hub` door); the class is only named here
-    from .modeling_haste import HasteForExtremeClassification
+    from .modeling.modeling_haste import HasteForExtremeClassification
 
 
 CONFIG_FILE = "config.json"

@@ -13,11 +13,11 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
-from .callbacks import RewiringCallback
+from .training.callbacks import RewiringCallback
 
 
 if TYPE_CHECKING:  # the card reads a model's config; importing the model class here would close a circle via hub
-    from .modeling_haste import HasteForExtremeClassification
+    from .modeling.modeling_haste import HasteForExtremeClassification
 
 
 PLOT_FILE = "haste_card.png"

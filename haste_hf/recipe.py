@@ -27,8 +27,10 @@ from typing import Any, Literal
 import numpy as np
 from transformers.trainer_utils import IntervalStrategy, set_seed
 
-from .configuration_haste import default_pooling
-from .defaults import (
+from .labels.layout import LabelLayout
+from .metrics import DEFAULT_KS
+from .modeling.configuration_haste import default_pooling
+from .modeling.defaults import (
     DEFAULT_EVAL_BATCH_SIZE,
     DEFAULT_FAN_IN,
     DEFAULT_GROUP_SIZE,
@@ -36,11 +38,9 @@ from .defaults import (
     DEFAULT_MAX_LENGTH,
     LAST_CHECKPOINT,
 )
-from .label_plan import LabelLayout
-from .logging_utils import get_logger
-from .metrics import DEFAULT_KS
-from .model_sources import DEMO_ENCODER, HUB_ID_PATTERN, check_model_source, encoder_model_id, resolve_encoder
-from .saving import checkpoint_folders, save_folder_atomically
+from .modeling.logging_utils import get_logger
+from .modeling.model_sources import DEMO_ENCODER, HUB_ID_PATTERN, check_model_source, encoder_model_id, resolve_encoder
+from .modeling.saving import checkpoint_folders, save_folder_atomically
 
 
 DEMO_DATASET_NAME = "debian_tags_mini"
@@ -346,7 +346,7 @@ def build_model(
     tail_projection_dim: int | None = None,
 ):
     """A new model around `encoder` with `layout`'s head and tail (checked against `label_count`, the data's)."""
-    from .modeling_haste import HasteForExtremeClassification
+    from .modeling.modeling_haste import HasteForExtremeClassification
 
     return HasteForExtremeClassification.from_encoder_pretrained(
         encoder,
@@ -422,7 +422,7 @@ def build_trainer(
 ):
     from .data import XMCDataCollator
     from .metrics import make_compute_metrics
-    from .trainer import HasteTrainer
+    from .training.trainer import HasteTrainer
 
     return HasteTrainer(
         model=model,
@@ -463,7 +463,7 @@ def predict_top_k(
     import torch
     from tqdm.auto import tqdm
 
-    from .distributed import balanced_ranges
+    from .training.distributed import balanced_ranges
 
     rank, world_size = process_rank_and_count()
     device = next(model.parameters()).device
@@ -606,9 +606,9 @@ def save_trained(
     import torch
     from transformers.trainer import TRAINING_ARGS_NAME
 
-    from .callbacks import unwrap_model
-    from .saving import save_trained_folder
-    from .sharded_output_layer import sharded_output_layer
+    from .modeling.saving import save_trained_folder
+    from .training.callbacks import unwrap_model
+    from .training.sharded_output_layer import sharded_output_layer
 
     model = unwrap_model(trainer.model)
     shard = sharded_output_layer(model)
@@ -677,7 +677,7 @@ def write_results(
 def _training_arguments(training_args, output_dir: str | None, has_validation: bool):
     """`training_args` as `HasteTrainingArguments` fitted to the run: a dict is completed with the recipe's
     defaults; evaluation is turned off without a validation split; the recipe pushes the final folder itself."""
-    from .training_args import HasteTrainingArguments
+    from .training.training_args import HasteTrainingArguments
 
     if not isinstance(training_args, HasteTrainingArguments):
         overrides = dict(training_args or {})
@@ -747,9 +747,9 @@ def train(
         resume_from_checkpoint: continue the training of `output_dir` from its last complete checkpoint (True,
             or `"last"`) or from the checkpoint folder given; default: `training_args.resume_from_checkpoint`.
     """
-    from .callbacks import TrainingSplitFingerprint
-    from .distributed import broadcast_object
-    from .run_lock import output_dir_lock
+    from .training.callbacks import TrainingSplitFingerprint
+    from .training.distributed import broadcast_object
+    from .training.run_lock import output_dir_lock
 
     if recipe_args is None:
         path = os.fspath(data) if isinstance(data, (str, os.PathLike)) else None

@@ -6,8 +6,8 @@ import torch
 from tiny_haste import make_tiny_model
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
-from haste_hf.callbacks import RewiringCallback
-from haste_hf.optimization import HasteOptimizer, StochasticRoundingSGD
+from haste_hf.training.callbacks import RewiringCallback
+from haste_hf.training.optimization import HasteOptimizer, StochasticRoundingSGD
 
 
 def stepped(optimizer, weight):
@@ -77,7 +77,7 @@ def train_with_trainer(output_dir, max_steps, resume_from_checkpoint=None, model
     """Plain transformers Trainer with the HASTE optimizer, schedules and rewiring callback."""
     from transformers import Trainer
 
-    from haste_hf.optimization import get_haste_scheduler
+    from haste_hf.training.optimization import get_haste_scheduler
 
     model = tiny_haste_model(seed=model_seed)
     model.output_layer.tail.to(

@@ -10,7 +10,7 @@ from huggingface_hub import ModelCard
 from transformers import AutoTokenizer
 
 from haste_hf import HasteForExtremeClassification
-from haste_hf.cli import UsageError, build_parser, main
+from haste_hf.cli.commands import UsageError, build_parser, main
 
 
 def common(dataset_dir, encoder_dir=None):
@@ -226,10 +226,10 @@ def test_predict_scores_are_the_pipelines_probabilities(trained, tmp_path):
 
 
 def test_help_and_usage_errors_load_nothing_heavy(tmp_path):
-    """`import haste_hf.cli` and parsing `--help`, `--version`, a light command's `--help` or a usage error import
+    """`import haste_hf.cli.commands` and parsing `--help`, `--version`, a light command's `--help` or a usage error import
     neither torch, transformers nor datasets (the CLI answers in about a second)."""
     code = (
-        "import sys, haste_hf.cli as cli\n"
+        "import sys, haste_hf.cli.commands as cli\n"
         "for argv in (['--help'], ['--version'], ['predict', '--help'], ['evaluate', '--help'], ['push', '--help'],\n"
         "             ['predict', '--model', 'no/such/dir/x', '--output', 'o.jsonl'], ['train'][:0] + ['bogus'],\n"
         "             ['train', '--help'], ['demo', '--help'], ['group', '--help'], ['train', '--learning-rate', 'abc'],\n"
@@ -256,9 +256,9 @@ def test_the_flag_snapshot_is_the_live_parsers():
     help (or another transformers) fails here until the snapshot is regenerated."""
     import dataclasses
 
-    from haste_hf import train_flags
+    from haste_hf.cli import flags as train_flags
     from haste_hf.recipe import RecipeArguments
-    from haste_hf.training_args import HasteTrainingArguments
+    from haste_hf.training.training_args import HasteTrainingArguments
 
     snapshot = json.loads(train_flags.SNAPSHOT_PATH.read_text(encoding="utf-8"))
     assert snapshot == train_flags.describe_live_flags(), (
@@ -298,7 +298,7 @@ def test_flags_from_the_snapshot_answer_as_the_live_parser(command, monkeypatch,
 
 
 def test_flags_come_from_the_live_parser_under_other_versions_than_the_snapshots(monkeypatch):
-    from haste_hf import train_flags
+    from haste_hf.cli import flags as train_flags
 
     monkeypatch.setattr(train_flags, "installed_versions", lambda: {"transformers": "5.999.0", "torch": "2.13.0"})
     train_flags.flag_description.cache_clear()
@@ -368,7 +368,7 @@ def test_group_then_train_from_its_file_with_the_default_validation_fraction(dat
         str(layout_file),
     ]
     assert main(arguments) == 0  # the structure flags agree with the file's (they may also be left out)
-    from haste_hf.label_plan import LabelLayout
+    from haste_hf.labels.layout import LabelLayout
 
     layout = LabelLayout.load(layout_file)
     model = HasteForExtremeClassification.from_pretrained(tmp_path / "model")
@@ -436,7 +436,7 @@ def test_every_training_argument_is_a_train_flag():
     import dataclasses
 
     from haste_hf.recipe import RecipeArguments
-    from haste_hf.training_args import HasteTrainingArguments
+    from haste_hf.training.training_args import HasteTrainingArguments
 
     train = build_parser(command="train")._subparsers._group_actions[0].choices["train"]
     flags = {option for action in train._actions for option in action.option_strings}
@@ -447,7 +447,7 @@ def test_every_training_argument_is_a_train_flag():
 
 
 def test_train_flags_short_forms_and_report_to():
-    from haste_hf.cli import parse_args
+    from haste_hf.cli.commands import parse_args
 
     args = parse_args(
         [
@@ -489,7 +489,7 @@ def test_train_flags_short_forms_and_report_to():
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])
 def test_train_reads_its_flags_from_a_config_file_and_the_command_line_wins(tmp_path, suffix):
-    from haste_hf.cli import parse_args
+    from haste_hf.cli.commands import parse_args
 
     values = {
         "learning_rate": 3e-4,
@@ -516,7 +516,7 @@ def test_train_reads_its_flags_from_a_config_file_and_the_command_line_wins(tmp_
 
 
 def test_group_defaults_to_the_papers_head_share(dataset_dir, encoder_dir, tmp_path):
-    from haste_hf.label_plan import LabelLayout
+    from haste_hf.labels.layout import LabelLayout
 
     layout_file = tmp_path / "layout.safetensors"
     assert (
@@ -542,7 +542,7 @@ def test_group_names_the_train_options_it_ignores(dataset_dir, encoder_dir, tmp_
     from transformers.testing_utils import CaptureLogger
     from transformers.utils import logging
 
-    with CaptureLogger(logging.get_logger("transformers.haste_hf.cli")) as captured:
+    with CaptureLogger(logging.get_logger("transformers.haste_hf.cli.commands")) as captured:
         assert (
             main(
                 [

@@ -95,7 +95,7 @@ def test_saved_config_describes_the_labels(tmp_path):
     import json
 
     from haste_hf import HasteForExtremeClassification
-    from haste_hf.configuration_haste import MAX_CONFIG_LABEL_NAMES
+    from haste_hf.modeling.configuration_haste import MAX_CONFIG_LABEL_NAMES
 
     config = HasteConfig(encoder=tiny_encoder_config("bert"), label_count=6, head_label_count=2, group_size=2, fan_in=4)
     model = HasteForExtremeClassification(config)

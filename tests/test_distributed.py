@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from haste_hf.distributed import balanced_ranges
-from haste_hf.label_plan import LabelLayout
-from haste_hf.sharded_output_layer import assign_output_layer, resolve_shard_output_layer
+from haste_hf.labels.layout import LabelLayout
+from haste_hf.training.distributed import balanced_ranges
+from haste_hf.training.sharded_output_layer import assign_output_layer, resolve_shard_output_layer
 
 
 TESTS = Path(__file__).parent
@@ -235,7 +235,7 @@ def test_cli_train_on_two_processes_equals_one(tmp_path):
     from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
     from transformers import BertModel
 
-    from haste_hf.cli import main
+    from haste_hf.cli.commands import main
 
     config = tiny_encoder_config("bert")
     config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0.0

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from test_cli import common
 
-from haste_hf.cli import main
+from haste_hf.cli.commands import main
 
 
 EXAMPLES = Path(__file__).parent.parent / "examples"

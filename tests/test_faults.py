@@ -21,14 +21,14 @@ from transformers import TrainerCallback as TrainerCallbackBase
 
 import haste_hf.hub
 from haste_hf import HasteForExtremeClassification
-from haste_hf.saving import (
+from haste_hf.modeling.saving import (
     INCOMPLETE_SAVE_FILE,
     STAGING_PREFIX,
     checkpoint_is_complete,
     last_complete_checkpoint,
     save_folder_atomically,
 )
-from haste_hf.training_args import HasteTrainingArguments
+from haste_hf.training.training_args import HasteTrainingArguments
 
 
 LABELS = 40
@@ -407,7 +407,7 @@ def test_labels_as_int8_ids_bool_uint8_multi_hot_or_soft_targets_give_the_right_
 
 
 def test_semantic_grouping_of_labels_without_any_positive_keeps_them_all():
-    from haste_hf.grouping import group_labels
+    from haste_hf.labels.grouping import group_labels
 
     grouping = group_labels(torch.zeros(LABELS, 8), torch.arange(4, LABELS), 4, "semantic", device="cpu")
     assert sorted(grouping.order.tolist()) == list(range(4, LABELS))
@@ -461,7 +461,7 @@ def cli_files(tmp_path_factory):
 
 def run_cli(capsys, argv):
     """Exit status and stderr lines of `haste-hf ARGV`."""
-    from haste_hf.cli import main
+    from haste_hf.cli.commands import main
 
     capsys.readouterr()  # what the test's own setup printed
     try:
@@ -534,9 +534,9 @@ TRAIN_USAGE_ERRORS = [
     "flags, fragments", TRAIN_USAGE_ERRORS, ids=[" ".join(flags) for flags, _ in TRAIN_USAGE_ERRORS]
 )
 def test_train_usage_errors_are_one_line_before_anything_loads(capsys, monkeypatch, flags, fragments):
-    import haste_hf.cli
+    import haste_hf.cli.commands
 
-    monkeypatch.setattr(haste_hf.cli, "command_train", lambda args: pytest.fail("the command ran"))
+    monkeypatch.setattr(haste_hf.cli.commands, "command_train", lambda args: pytest.fail("the command ran"))
     status, lines = run_cli(capsys, ["train", *flags])
     assert_one_line_error(status, lines, 2, "train", *fragments)
 
@@ -963,7 +963,7 @@ def test_a_run_with_skipped_steps_reports_them_and_is_not_saved_when_most_were(
         return model
 
     monkeypatch.setattr(haste_hf.recipe, "build_model", poisoned_model)
-    from haste_hf.cli import main
+    from haste_hf.cli.commands import main
 
     output = tmp_path / "out"
     flags = train_flags(cli_files["data"], encoder_dir, output, "--on-non-finite", "skip", "--validation-fraction", "0")
@@ -1012,7 +1012,7 @@ def test_a_layout_of_another_label_count_is_refused_naming_both_counts(capsys, c
 
 
 def test_the_demo_replaces_its_own_folder_and_train_does_not():
-    from haste_hf.cli import build_parser
+    from haste_hf.cli.commands import build_parser
 
     assert build_parser(command="demo").parse_args(["demo"]).overwrite_output_dir is True
     assert build_parser(command="train").parse_args(["train"]).overwrite_output_dir is False
@@ -1051,16 +1051,16 @@ CONFIG_FILE_ERRORS = [
 
 @pytest.mark.parametrize("name, text, fragments", CONFIG_FILE_ERRORS, ids=[text for _, text, _ in CONFIG_FILE_ERRORS])
 def test_config_file_values_are_checked_naming_the_key(capsys, monkeypatch, tmp_path, name, text, fragments):
-    import haste_hf.cli
+    import haste_hf.cli.commands
 
-    monkeypatch.setattr(haste_hf.cli, "command_train", lambda args: pytest.fail("the command ran"))
+    monkeypatch.setattr(haste_hf.cli.commands, "command_train", lambda args: pytest.fail("the command ran"))
     (tmp_path / name).write_text(text)
     status, lines = run_cli(capsys, ["train", "--config", tmp_path / name])
     assert_one_line_error(status, lines, 2, "train", "--config", *fragments)
 
 
 def test_config_file_values_of_the_right_type_are_taken(tmp_path):
-    from haste_hf.cli import parse_args
+    from haste_hf.cli.commands import parse_args
 
     (tmp_path / "run.yaml").write_text(
         "group_size: null\nfan_in: 8\nlearning_rate: 1e-4\nwarmup_steps: 3\neval_steps: 0.5\n"

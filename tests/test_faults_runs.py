@@ -20,8 +20,8 @@ from test_faults import CLI_LABELS, assert_one_line_error, make_model, run_cli, 
 from transformers.testing_utils import CaptureLogger
 
 from haste_hf import HasteForExtremeClassification
-from haste_hf.run_lock import LOCK_FILE, OutputDirInUseError, output_dir_lock
-from haste_hf.saving import STAGING_PREFIX
+from haste_hf.modeling.saving import STAGING_PREFIX
+from haste_hf.training.run_lock import LOCK_FILE, OutputDirInUseError, output_dir_lock
 
 
 cli_files = test_faults.cli_files  # the fixture: datasets of 30, 40 and 20 labels, a saved model, texts
@@ -48,7 +48,7 @@ def lock_holder(tmp_path):
     folder = tmp_path / "out"
     script = textwrap.dedent(f"""
         import sys
-        from haste_hf.run_lock import output_dir_lock
+        from haste_hf.training.run_lock import output_dir_lock
         with output_dir_lock({str(folder)!r}):
             print("held", flush=True)
             sys.stdin.read()
@@ -81,7 +81,7 @@ def test_a_second_train_into_a_folder_being_trained_into_is_refused_before_anyth
 
 
 def test_a_lock_file_of_a_live_process_is_refused_and_one_of_an_ended_process_taken_over(tmp_path):
-    import haste_hf.run_lock
+    import haste_hf.training.run_lock
 
     folder = tmp_path / "out"
     plant_lock(folder, os.getppid())  # alive: the process that started the tests
@@ -89,7 +89,7 @@ def test_a_lock_file_of_a_live_process_is_refused_and_one_of_an_ended_process_ta
         pytest.fail("the lock was taken")
     pid = dead_pid()
     plant_lock(folder, pid)
-    with CaptureLogger(haste_hf.run_lock.logger) as captured, output_dir_lock(folder):
+    with CaptureLogger(haste_hf.training.run_lock.logger) as captured, output_dir_lock(folder):
         assert json.loads((folder / LOCK_FILE).read_text())["pid"] == os.getpid()
     assert f"taking over the lock of process {pid} on host" in captured.out
     assert os.listdir(folder) == []  # released
@@ -256,7 +256,7 @@ RESUME_FLAGS = ("--validation-fraction", "0", "--epochs", "2", "--save-total-lim
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory, cli_files, encoder_dir):
     """A finished two-epoch run (group size 4, fan-in 8) with its checkpoints 3 and 6."""
-    from haste_hf.cli import main
+    from haste_hf.cli.commands import main
 
     output = tmp_path_factory.mktemp("finished") / "out"
     assert main([str(arg) for arg in train_flags(cli_files["data"], encoder_dir, output, *RESUME_FLAGS)]) == 0
@@ -466,14 +466,14 @@ def test_a_damaged_layout_file_is_a_one_line_error_naming_it(capsys, cli_files, 
 def test_a_damaged_file_no_caller_named_is_one_line_and_other_runtime_errors_stay_tracebacks(
     capsys, cli_files, monkeypatch, error
 ):
-    import haste_hf.cli
+    import haste_hf.cli.commands
 
     def fail(args):
         raise error
 
-    monkeypatch.setattr(haste_hf.cli, "command_evaluate", fail)
+    monkeypatch.setattr(haste_hf.cli.commands, "command_evaluate", fail)
     status, lines = run_cli(capsys, ["evaluate", "--model", cli_files["model"]])
     assert_one_line_error(status, lines, 1, "evaluate", str(error), "HASTE_HF_DEBUG=1 shows which")
-    monkeypatch.setattr(haste_hf.cli, "command_evaluate", lambda args: torch.empty(-1))  # a bug: its traceback
+    monkeypatch.setattr(haste_hf.cli.commands, "command_evaluate", lambda args: torch.empty(-1))  # a bug: its traceback
     with pytest.raises(RuntimeError, match="negative dimension"):
         run_cli(capsys, ["evaluate", "--model", cli_files["model"]])

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from tiny_encoders import VOCAB_SIZE, tiny_encoder_config
 from transformers import BertModel, BertTokenizerFast
 
-from haste_hf.grouping import (
+from haste_hf.labels.grouping import (
     LabelGrouping,
     _greedy_groups,
     _spherical_kmeans,
@@ -17,7 +17,7 @@ from haste_hf.grouping import (
     grouping_objective,
     split_head_tail,
 )
-from haste_hf.modeling_haste import pool_hidden_states
+from haste_hf.modeling.modeling_haste import pool_hidden_states
 
 
 WORDS = [f"w{i}" for i in range(VOCAB_SIZE - 5)]
@@ -141,7 +141,7 @@ def test_label_embeddings_match_naive_loop_with_hf_encoder(tiny_bert, pooling):
 
 
 def test_label_embeddings_pool_as_the_model_does_by_default(tiny_bert):
-    from haste_hf.configuration_haste import default_pooling
+    from haste_hf.modeling.configuration_haste import default_pooling
 
     model, tokenizer = tiny_bert
     texts, labels = random_corpus(23, 9)
@@ -155,7 +155,7 @@ def test_label_embeddings_pool_as_the_model_does_by_default(tiny_bert):
 def test_pooling_beside_an_encoder_that_embeds_texts_itself_is_named_in_a_warning():
     from transformers.testing_utils import CaptureLogger
 
-    from haste_hf import grouping
+    from haste_hf.labels import grouping
 
     with CaptureLogger(grouping.logger) as captured:
         compute_label_embeddings(lambda texts: torch.ones(len(texts), 3), ["a"], [[0]], 2, pooling="cls", device="cpu")

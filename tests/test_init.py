@@ -42,7 +42,7 @@ def test_import_loads_no_pipeline_and_registers_when_transformers_loads():
         subprocess.run([sys.executable, "-c", first + code], check=True)
 
 
-@pytest.mark.parametrize("module", ["transformers.trainer_utils", "haste_hf.recipe", "haste_hf.trainer"])
+@pytest.mark.parametrize("module", ["transformers.trainer_utils", "haste_hf.recipe", "haste_hf.training.trainer"])
 def test_the_registration_imports_nothing_half_loaded(module):
     """The auto classes register while transformers loads `modeling_auto`, which can happen in the middle of another
     module's import (`transformers.trainer_utils` imports peft, which imports the auto models): the modeling file's

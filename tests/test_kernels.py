@@ -1,5 +1,5 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
-"""Tests of the CUDA kernels (haste_hf.kernels) against the PyTorch path of haste_hf.sparse_ops.
+"""Tests of the CUDA kernels (haste_hf.kernels.ops) against the PyTorch path of haste_hf.modeling.sparse_ops.
 
 The GPU tests build the extension on first use; CI has no GPU and runs only the validation, fake
 implementation and build-fallback tests.
@@ -11,7 +11,8 @@ import warnings
 import pytest
 import torch
 
-from haste_hf import kernels, sparse_ops
+from haste_hf.kernels import ops as kernels
+from haste_hf.modeling import sparse_ops
 
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

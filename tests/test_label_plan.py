@@ -9,8 +9,8 @@ from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
 from transformers import BertModel
 
 from haste_hf import DEFAULT_HEAD_LABEL_FRACTION, HasteForExtremeClassification
-from haste_hf.grouping import split_head_tail
-from haste_hf.label_plan import LAYOUT_FORMAT_VERSION, LabelLayout, count_labels
+from haste_hf.labels.grouping import split_head_tail
+from haste_hf.labels.layout import LAYOUT_FORMAT_VERSION, LabelLayout, count_labels
 
 
 LABELS = 40
@@ -42,9 +42,9 @@ def test_counts_and_fingerprint_of_a_dataset_match_those_of_its_lists(split):
 
 
 def test_a_split_of_more_points_than_a_batch_has_one_fingerprint_as_dataset_and_as_lists(monkeypatch):
-    import haste_hf.label_plan
+    import haste_hf.labels.layout
 
-    monkeypatch.setattr(haste_hf.label_plan, "_BATCH_POINTS", 7)  # 20 points: batches of 7, 7 and 6
+    monkeypatch.setattr(haste_hf.labels.layout, "_BATCH_POINTS", 7)  # 20 points: batches of 7, 7 and 6
     lists = [[i % LABELS, (3 * i) % LABELS][: 1 + i % 2] for i in range(20)]
     counts, fingerprint, points = count_labels(Dataset.from_dict({"labels": lists}), LABELS)
     assert count_labels(lists, LABELS)[1] == fingerprint and points == 20

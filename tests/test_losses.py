@@ -1,5 +1,5 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
-"""The loss seam (haste_hf.losses): the per-logit losses, the chunked output-layer loss against the unfused
+"""The loss seam (haste_hf.modeling.losses): the per-logit losses, the chunked output-layer loss against the unfused
 float64 reference, and on a GPU the fused `haste::linear_loss` op and the fused top-k."""
 
 import pytest
@@ -8,8 +8,10 @@ import torch.nn.functional as F
 from tiny_haste import make_tiny_model
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from haste_hf import HasteConfig, HasteForExtremeClassification, kernels, losses, sparse_ops
-from haste_hf.output_layer import output_labels_from_frequencies, random_supports
+from haste_hf import HasteConfig, HasteForExtremeClassification
+from haste_hf.kernels import ops as kernels
+from haste_hf.modeling import losses, sparse_ops
+from haste_hf.modeling.output_layer import output_labels_from_frequencies, random_supports
 
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -233,7 +235,7 @@ def test_model_loss_is_the_configured_loss_of_label_order_logits(loss, reduction
 
 
 def test_config_names_the_losses_of_the_seam():
-    from haste_hf import configuration_haste
+    from haste_hf.modeling import configuration_haste
 
     assert tuple(losses.LOSSES) == configuration_haste.LOSSES
     with pytest.raises(ValueError, match="`loss`"):
@@ -414,7 +416,7 @@ def test_model_on_gpu_fused_step_predict_and_cuda_build():
 
 @gpu
 def test_validation_mode_checks_label_ids_on_the_device(monkeypatch):
-    from haste_hf import output_layer
+    from haste_hf.modeling import output_layer
 
     model = tiny_model().cuda()
     monkeypatch.setattr(output_layer, "VALIDATE_LABELS", True)

@@ -19,12 +19,14 @@ from tiny_encoders import (
     tiny_tokenizer,
 )
 
-from haste_hf import HasteConfig, HasteForExtremeClassification, kernels, losses
-from haste_hf.callbacks import unwrap_model
+from haste_hf import HasteConfig, HasteForExtremeClassification
 from haste_hf.data import XMCDataCollator
-from haste_hf.optimization import StochasticRoundingSGD
-from haste_hf.trainer import HasteTrainer
-from haste_hf.training_args import HasteTrainingArguments
+from haste_hf.kernels import ops as kernels
+from haste_hf.modeling import losses
+from haste_hf.training.callbacks import unwrap_model
+from haste_hf.training.optimization import StochasticRoundingSGD
+from haste_hf.training.trainer import HasteTrainer
+from haste_hf.training.training_args import HasteTrainingArguments
 
 
 LABELS = 40
@@ -131,7 +133,7 @@ def dataset_dir(tmp_path_factory):
 def test_train_flag_checkpoints_the_encoder_during_training(dataset_dir, tmp_path, monkeypatch):
     from transformers import MPNetModel
 
-    from haste_hf.cli import main
+    from haste_hf.cli.commands import main
 
     encoder_dir = tmp_path / "mpnet"  # a family whose transformers code has no checkpointing of its own
     MPNetModel(tiny_encoder_config("mpnet")).save_pretrained(encoder_dir)
@@ -177,7 +179,7 @@ def test_train_flag_checkpoints_the_encoder_during_training(dataset_dir, tmp_pat
 def test_peft_model_trains_with_gradient_checkpointing(tmp_path):
     from peft import LoraConfig, get_peft_model
 
-    from haste_hf.peft_utils import output_layer_modules
+    from haste_hf.training.peft_utils import output_layer_modules
 
     base = tiny_model("mpnet")
     base.save_pretrained(tmp_path / "base")
@@ -588,7 +590,7 @@ def test_chunked_backward_and_fused_update_bound_the_transient_memory():
 
 
 def test_memory_options_are_train_flags():
-    from haste_hf.cli import parse_args
+    from haste_hf.cli.commands import parse_args
 
     training = parse_args(
         [

@@ -13,7 +13,7 @@ from transformers import AutoConfig, AutoModel
 import haste_hf
 from haste_hf import HasteConfig, HasteForExtremeClassification
 from haste_hf.hub import AUTO_MAP
-from haste_hf.output_layer import default_output_labels, output_labels_from_frequencies
+from haste_hf.modeling.output_layer import default_output_labels, output_labels_from_frequencies
 
 
 LABELS = 50
@@ -127,7 +127,7 @@ def test_bad_labels_are_rejected():
 
 @pytest.mark.parametrize("variant", ["haste", "dense", "haste-no-head", "fixed-fan-in"])
 def test_predict_topk_matches_full_logits_in_small_chunks(variant, monkeypatch):
-    from haste_hf import output_layer
+    from haste_hf.modeling import output_layer
 
     model = make_model(variant)
     model.output_layer.output_labels.copy_(output_labels_from_frequencies(model.config, torch.randperm(LABELS)))
@@ -500,7 +500,7 @@ def test_integer_zero_one_labels_over_two_labels_are_ambiguous():
 def test_a_grouping_made_for_another_group_size_is_refused():
     from transformers import BertModel
 
-    from haste_hf.grouping import group_labels
+    from haste_hf.labels.grouping import group_labels
 
     frequencies = torch.arange(LABELS, 0, -1)
     grouping = group_labels(
@@ -533,7 +533,7 @@ def test_encoder_kwargs_beside_an_encoder_model_are_named_in_a_warning():
     from transformers import BertModel
     from transformers.testing_utils import CaptureLogger
 
-    from haste_hf import modeling_haste
+    from haste_hf.modeling import modeling_haste
 
     encoder = BertModel(tiny_encoder_config("bert"), add_pooling_layer=False)
     with CaptureLogger(modeling_haste.logger) as captured:

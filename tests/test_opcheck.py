@@ -1,5 +1,5 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
-"""`torch.library.opcheck` on every custom op of the package (the `haste::` ops of `haste_hf.kernels`).
+"""`torch.library.opcheck` on every custom op of the package (the `haste::` ops of `haste_hf.kernels.ops`).
 
 opcheck runs each op on real inputs and checks what `torch.compile` and autograd rely on: the schema
 (no undeclared mutation or aliasing), the autograd registration, the fake implementation against the real
@@ -14,7 +14,8 @@ gradient ops) without a GPU. The GPU tests run opcheck on the compiled CUDA kern
 import pytest
 import torch
 
-from haste_hf import kernels, losses, sparse_ops
+from haste_hf.kernels import ops as kernels
+from haste_hf.modeling import losses, sparse_ops
 
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

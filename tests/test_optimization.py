@@ -7,7 +7,7 @@ import torch
 from accelerate import Accelerator
 from accelerate.optimizer import AcceleratedOptimizer
 
-from haste_hf.optimization import (
+from haste_hf.training.optimization import (
     HasteOptimizer,
     HasteScheduler,
     StochasticRoundingSGD,
@@ -141,7 +141,7 @@ def test_no_momentum_buffer_without_momentum_and_float32_buffer_by_default():
 
 
 def test_chunked_update_matches_a_single_chunk(monkeypatch):
-    import haste_hf.optimization as optimization
+    import haste_hf.training.optimization as optimization
 
     start = torch.randn(37, 3, 5).to(torch.bfloat16)
     results = []

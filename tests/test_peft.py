@@ -12,8 +12,8 @@ from transformers import AutoModel, TrainerCallback
 
 from haste_hf import HasteForExtremeClassification
 from haste_hf.metrics import make_compute_metrics
-from haste_hf.optimization import unwrap_haste_optimizer
-from haste_hf.peft_utils import output_layer_modules
+from haste_hf.training.optimization import unwrap_haste_optimizer
+from haste_hf.training.peft_utils import output_layer_modules
 
 
 LABELS = 40

@@ -17,7 +17,8 @@ from transformers import AutoTokenizer, BertForSequenceClassification, pipeline
 from transformers.pipelines.text_classification import TextClassificationPipeline
 
 import haste_hf  # noqa: F401  (registers the auto classes)
-from haste_hf import HasteConfig, HasteForExtremeClassification, HasteTextClassificationPipeline, configuration_haste
+from haste_hf import HasteConfig, HasteForExtremeClassification, HasteTextClassificationPipeline
+from haste_hf.modeling import configuration_haste
 
 
 LABELS = 30

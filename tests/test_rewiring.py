@@ -5,8 +5,14 @@ from fractions import Fraction
 import pytest
 import torch
 
-from haste_hf.optimization import HasteOptimizer, StochasticRoundingSGD
-from haste_hf.rewiring import group_slot_scores, num_pairs_to_prune, reset_optimizer_state_, rewire_, rewiring_seed
+from haste_hf.modeling.rewiring import (
+    group_slot_scores,
+    num_pairs_to_prune,
+    reset_optimizer_state_,
+    rewire_,
+    rewiring_seed,
+)
+from haste_hf.training.optimization import HasteOptimizer, StochasticRoundingSGD
 
 
 def random_supports(groups, fan_in, features, generator):

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from haste_hf import sparse_ops
-from haste_hf.sparse_ops import group_sparse_linear
+from haste_hf.modeling import sparse_ops
+from haste_hf.modeling.sparse_ops import group_sparse_linear
 
 
 def random_problem(batch=5, features=24, groups=6, group_size=4, fan_in=7, dtype=torch.float64, seed=0):

@@ -10,9 +10,9 @@ from transformers import TrainerCallback
 
 from haste_hf.data import XMCDataCollator
 from haste_hf.metrics import Propensity, make_compute_metrics
-from haste_hf.optimization import StochasticRoundingSGD, unwrap_haste_optimizer
-from haste_hf.trainer import HasteTrainer
-from haste_hf.training_args import HasteTrainingArguments
+from haste_hf.training.optimization import StochasticRoundingSGD, unwrap_haste_optimizer
+from haste_hf.training.trainer import HasteTrainer
+from haste_hf.training.training_args import HasteTrainingArguments
 
 
 LABELS = 40
@@ -234,7 +234,7 @@ def test_rewiring_a_tail_whose_fan_in_is_its_input_width_is_refused_at_construct
 
 
 def test_training_arguments_reach_the_rewiring_callback(tmp_path, tokenizer, datasets_):
-    from haste_hf.callbacks import RewiringCallback
+    from haste_hf.training.callbacks import RewiringCallback
 
     trainer = make_trainer(
         tmp_path,

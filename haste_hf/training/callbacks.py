@@ -5,9 +5,9 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from .logging_utils import get_logger
+from ..modeling.logging_utils import get_logger
+from ..modeling.rewiring import check_rewiring_options, default_rewiring_interval, reset_optimizer_state_
 from .peft_utils import is_peft_model
-from .rewiring import check_rewiring_options, default_rewiring_interval, reset_optimizer_state_
 
 
 logger = get_logger(__name__)
@@ -33,7 +33,7 @@ class RewiringCallback(TrainerCallback):
     At every optimizer step ``s`` with ``s % interval == 0`` and ``s <= end_fraction * max_steps`` (``interval=None``:
     `DEFAULT_REWIRINGS` rewirings spread evenly over that window, `default_rewiring_interval`)
     (``on_step_end``: after the optimizer step and ``zero_grad``, before a checkpoint is saved), it runs
-    the output layer's `rewire_` (`haste_hf.rewiring.rewire_` on its tail, or on every rank's share together)
+    the output layer's `rewire_` (`haste_hf.modeling.rewiring.rewire_` on its tail, or on every rank's share together)
     and zeroes the optimizer state (momentum) of the rewired slots. Padding slots of the last group are kept
     out of the scores.
 

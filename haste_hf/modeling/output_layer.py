@@ -11,7 +11,7 @@ branch's logits where they are computed (`losses.output_layer_loss`: the fused o
 elsewhere), so no `[B, L]` logits exist; top-k and logits in label order are produced for prediction only.
 
 A layer scores the head rows `head_rows` and the tail groups `tail_groups` it holds: all of them here, one
-rank's share in `haste_hf.sharded_output_layer.ShardedOutputLayer`, which reuses the loss and top-k below.
+rank's share in `haste_hf.training.sharded_output_layer.ShardedOutputLayer`, which reuses the loss and top-k below.
 
 Flat and Hub-exportable: imports only torch and its exportable siblings, so a checkpoint folder carries it
 with the modeling file (`trust_remote_code=True` loading without `haste_hf`).
@@ -629,7 +629,7 @@ class HasteOutputLayer(nn.Module):
 
     @torch.no_grad()
     def rewire_(self, fraction: float, scope: str, init: str, seed: int, step: int) -> tuple[RewiringResult, int]:
-        """`haste_hf.rewiring.rewire_` of the tail, padding slots kept out of the scores. Returns what changed
+        """`haste_hf.modeling.rewiring.rewire_` of the tail, padding slots kept out of the scores. Returns what changed
         and how many (group, slot) pairs were rewired in all."""
         check_rewiring_options(fraction, scope, init, zero_fraction_ok=True)
         groups, group_size = self.tail.weight.shape[:2]

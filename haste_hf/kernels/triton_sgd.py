@@ -3,7 +3,7 @@
 
 One pass over memory reads each weight, gradient and momentum value once, updates in float32 and stores
 the weight (and a bf16 buffer) by stochastic rounding with bits from Triton's Philox. Guarded: without
-Triton, `is_available()` is False and `haste_hf.optimization` runs its PyTorch update, which computes the
+Triton, `is_available()` is False and `haste_hf.training.optimization` runs its PyTorch update, which computes the
 same update everywhere.
 """
 
@@ -11,7 +11,7 @@ import hashlib
 
 import torch
 
-from .import_utils import is_triton_available
+from ..import_utils import is_triton_available
 
 
 if is_triton_available():

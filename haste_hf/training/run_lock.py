@@ -15,8 +15,8 @@ import time
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from .logging_utils import get_logger
-from .saving import process_is_running
+from ..modeling.logging_utils import get_logger
+from ..modeling.saving import process_is_running
 
 
 try:

@@ -23,7 +23,7 @@ DEFAULT_EVAL_BATCH_SIZE = 64
 # The padding value of positive label-id lists (`[B, P]`), as Hugging Face's `-100` ignore index.
 LABEL_PADDING_ID = -100
 LOSS_REDUCTIONS = ("sum", "mean")
-# The names of `haste_hf.losses.LOSSES` (the configuration reads them without importing torch).
+# The names of `haste_hf.modeling.losses.LOSSES` (the configuration reads them without importing torch).
 LOSSES = ("bce", "squared_hinge")
 
 # The default training recipe (`benchmarks/recipe_study.py`).

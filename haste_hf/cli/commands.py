@@ -21,9 +21,9 @@ import os
 import sys
 from pathlib import Path
 
-from .defaults import DEFAULT_EVAL_BATCH_SIZE, DEFAULT_MAX_LENGTH, LAST_CHECKPOINT
-from .model_sources import HUB_ID_PATTERN, check_model_source
-from .train_flags import field_names, flag_description, flags_parser
+from ..modeling.defaults import DEFAULT_EVAL_BATCH_SIZE, DEFAULT_MAX_LENGTH, LAST_CHECKPOINT
+from ..modeling.model_sources import HUB_ID_PATTERN, check_model_source
+from .flags import field_names, flag_description, flags_parser
 
 
 SUMMARY_METRICS = ("P", "PSP", "nDCG")
@@ -119,7 +119,7 @@ def trained_model_reference(text):
 def version_text() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
-    from . import __version__
+    from .. import __version__
 
     def installed(package):
         try:
@@ -137,20 +137,20 @@ def default_device():
 
 
 def load_data(args):
-    from .recipe import load_dataset
+    from ..recipe import load_dataset
 
     return load_dataset(args.data, args.format, args.text_fields, getattr(args, "label_texts", False))
 
 
 def propensity_for(args, data):
-    from .recipe import dataset_name_of, propensity_of
+    from ..recipe import dataset_name_of, propensity_of
 
     return propensity_of(data, dataset_name_of(args.data, args.dataset_name), args.propensity_a, args.propensity_b)
 
 
 def format_summary(title: str, metrics: dict, extra: dict | None = None) -> str:
     """A fixed-width table: one row per metric family, one column per k, then extra lines."""
-    from .metrics import DEFAULT_KS
+    from ..metrics import DEFAULT_KS
 
     width = 10
     lines = [title, "-" * (8 + width * len(DEFAULT_KS))]
@@ -166,7 +166,7 @@ def format_summary(title: str, metrics: dict, extra: dict | None = None) -> str:
 
 
 def evaluate_split(model, tokenizer, data, split, args, propensity):
-    from .recipe import evaluate_split
+    from ..recipe import evaluate_split
 
     return evaluate_split(
         model, tokenizer, data, split, propensity, batch_size=args.eval_batch_size, max_length=args.max_length
@@ -177,7 +177,7 @@ def evaluate_split(model, tokenizer, data, split, args, propensity):
 
 
 def command_train(args) -> int:
-    from .recipe import check_output_dir, train
+    from ..recipe import check_output_dir, train
 
     training = args.training
     check_report_to(training.report_to)
@@ -212,8 +212,8 @@ def load_trained(args):
     """The model and tokenizer of `args.model`; the data flags left unset take the values training used."""
     from transformers import AutoTokenizer
 
-    from .modeling_haste import HasteForExtremeClassification
-    from .recipe import check_max_length, encoder_token_limit, saved_evaluation_settings
+    from ..modeling.modeling_haste import HasteForExtremeClassification
+    from ..recipe import check_max_length, encoder_token_limit, saved_evaluation_settings
 
     from_training = saved_evaluation_settings(args.model) if Path(args.model).is_dir() else {}
     for name, value in from_training.items():
@@ -261,7 +261,7 @@ def check_label_names(args, model, data) -> None:
 
 
 def command_evaluate(args) -> int:
-    from .saving import atomic_path
+    from ..modeling.saving import atomic_path
 
     model, tokenizer = load_trained(args)
     data = load_data(args)
@@ -301,8 +301,8 @@ def read_texts(path: str) -> list[str]:
 def command_predict(args) -> int:
     import numpy as np
 
-    from .recipe import predict_top_k
-    from .saving import atomic_path
+    from ..modeling.saving import atomic_path
+    from ..recipe import predict_top_k
 
     texts = read_texts(args.input) if args.input else None
     model, tokenizer = load_trained(args)
@@ -341,8 +341,8 @@ _NOT_GROUP_OPTIONS = (
 
 
 def command_group(args) -> int:
-    from .logging_utils import get_logger
-    from .recipe import RecipeArguments, build_layout, check_max_length, load_dataset, load_encoder, split_validation
+    from ..modeling.logging_utils import get_logger
+    from ..recipe import RecipeArguments, build_layout, check_max_length, load_dataset, load_encoder, split_validation
 
     logger = get_logger(__name__)
     recipe = args.recipe
@@ -382,7 +382,7 @@ def command_push(args) -> int:
     from huggingface_hub import constants
     from huggingface_hub.errors import HfHubHTTPError
 
-    from .hub import push_to_hub
+    from ..hub import push_to_hub
 
     try:
         url = push_to_hub(
@@ -403,7 +403,7 @@ def command_push(args) -> int:
 
 
 def command_export(args) -> int:
-    from .export import check_export_dependencies, check_export_dir, export_onnx
+    from ..export import check_export_dependencies, check_export_dir, export_onnx
 
     try:
         check_export_dependencies()
@@ -592,7 +592,7 @@ def _recipe_parser(live=False):
         return flags_parser("RecipeArguments")
     from transformers import HfArgumentParser
 
-    from .recipe import RecipeArguments
+    from ..recipe import RecipeArguments
 
     return HfArgumentParser(RecipeArguments, add_help=False)
 
@@ -605,8 +605,8 @@ def _train_parser_kwargs(live=False) -> dict:
     if live:
         from transformers import HfArgumentParser
 
-        from .recipe import RecipeArguments
-        from .training_args import HasteTrainingArguments
+        from ..recipe import RecipeArguments
+        from ..training.training_args import HasteTrainingArguments
 
         fields = HfArgumentParser((RecipeArguments, HasteTrainingArguments), add_help=False)
     else:
@@ -697,7 +697,7 @@ def check_config_values(path: str, values: dict, parser: argparse.ArgumentParser
     would reach the run unchecked. `may_be_null`: the fields whose type allows None."""
     from transformers.hf_argparser import string_to_bool
 
-    from .train_flags import string_to_bool as flags_string_to_bool
+    from .flags import string_to_bool as flags_string_to_bool
 
     actions = {action.dest: action for action in parser._actions}
     for key, value in values.items():
@@ -922,8 +922,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         config = read_config_file(_config_path(argv), field_names())  # an unknown key is refused before anything loads
         import typing
 
-        from .recipe import RecipeArguments
-        from .training_args import HasteTrainingArguments
+        from ..recipe import RecipeArguments
+        from ..training.training_args import HasteTrainingArguments
 
         fields = {
             f.name: dataclass
@@ -949,11 +949,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         args, _ = build_parser(config, command=command, live=True).parse_known_args(argv)
     args.prog = subparser.prog
     if command:
-        from .recipe import RecipeArguments
+        from ..recipe import RecipeArguments
 
         dataclass_types = [RecipeArguments]
         if args.command != "group":
-            from .training_args import HasteTrainingArguments
+            from ..training.training_args import HasteTrainingArguments
 
             dataclass_types.append(HasteTrainingArguments)
         values = vars(args)
@@ -1019,7 +1019,7 @@ def main(argv=None) -> int:
         return 2
     if os.environ.get(DEBUG_VARIABLE):
         return args.handler(args)
-    from .run_lock import OutputDirInUseError
+    from ..training.run_lock import OutputDirInUseError
 
     try:
         return args.handler(args)

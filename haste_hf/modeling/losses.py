@@ -8,7 +8,7 @@ of each (example, label) pair and its derivative in the logit. `LOSSES` maps the
 `output_layer_loss` computes the loss of a dense (`[n, d]`) or group-sparse (`[K, G, F]` with
 supports) output layer from its input, its parameters and the positive positions of each example,
 never holding its `[B, n]` logits in fp32:
-- on CUDA, through the fused `haste::linear_loss` op of `haste_hf.kernels` when it is installed (the
+- on CUDA, through the fused `haste::linear_loss` op of `haste_hf.kernels.ops` when it is installed (the
   sparse tail's forward kernel computes the loss in its epilogue and writes the 16-bit logit
   gradient that the backward kernels read; the dense head runs cuBLAS then one fused kernel);
 - everywhere else (CPU, exported remote code, shapes outside the kernels' fast path), in label

@@ -1,6 +1,6 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
 """The collectives of several processes (torch.distributed: NCCL on GPUs, gloo on CPUs) that the sharded
-output layer (`haste_hf.sharded_output_layer`) and the recipe use: rows of every rank gathered, with or
+output layer (`haste_hf.training.sharded_output_layer`) and the recipe use: rows of every rank gathered, with or
 without autograd, reduce-scattered back, gathered to the CPU in bounded pieces; objects broadcast.
 """
 

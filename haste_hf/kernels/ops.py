@@ -5,7 +5,7 @@
 built by `torch.utils.cpp_extension.load` the first time a CUDA tensor reaches
 `group_sparse_linear`, into a cache folder keyed by the torch version, the CUDA version and the GPU
 architecture (`$HASTE_HF_KERNEL_CACHE`, default `~/.cache/haste_hf/kernels`). If the build fails,
-one warning is raised and `haste_hf.sparse_ops` keeps using its PyTorch path.
+one warning is raised and `haste_hf.modeling.sparse_ops` keeps using its PyTorch path.
 
 The three passes are `torch.library` custom ops (`haste::group_sparse_forward`,
 `haste::group_sparse_grad_weight`, `haste::group_sparse_grad_input`) with fake implementations and
@@ -14,11 +14,11 @@ autograd, so `torch.compile` traces through them without graph breaks.
 bf16 and fp16 run on tensor cores (fp32 accumulation) when `G % 16 == 0`, `F % 32 == 0` and the
 feature tile fits the GPU's shared memory (`has_fast_path`, `kernel_paths`); every other shape, and
 fp32 (true fp32 FFMA, no TF32), runs on generic kernels that are correct but not fast, so
-`haste_hf.sparse_ops` sends only fast-path operands here. The feature gradient sums over label groups with
+`haste_hf.modeling.sparse_ops` sends only fast-path operands here. The feature gradient sums over label groups with
 floating-point atomics unless determinism is asked for (`torch.use_deterministic_algorithms(True)`
 or `deterministic=True`): then partial sums are added in a fixed order.
 
-Set `HASTE_HF_VALIDATE=1` (or `haste_hf.kernels.VALIDATE = True`) to also check, at the cost of a
+Set `HASTE_HF_VALIDATE=1` (or `haste_hf.kernels.ops.VALIDATE = True`) to also check, at the cost of a
 device synchronization per call, that every support is in range and free of duplicates.
 """
 
@@ -188,7 +188,9 @@ def validate_inputs(
                 "groups); each group's F features must be distinct."
             )
     if x.device.type != "cuda":
-        raise ValueError(f"the CUDA kernels need CUDA tensors, got {x.device}; use `haste_hf.sparse_ops` on CPU.")
+        raise ValueError(
+            f"the CUDA kernels need CUDA tensors, got {x.device}; use `haste_hf.modeling.sparse_ops` on CPU."
+        )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -252,7 +254,7 @@ _forward_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 # ------------------------------------------------------------------------------------------------
-# The fused loss of an output layer (haste_hf.losses) and the fused top-k of the tail.
+# The fused loss of an output layer (haste_hf.modeling.losses) and the fused top-k of the tail.
 # ------------------------------------------------------------------------------------------------
 _LOSS_KINDS = {"bce": 0, "squared_hinge": 1}
 
@@ -350,7 +352,7 @@ def linear_loss(
 ) -> torch.Tensor:
     """`scale` times the loss of a dense (`[n, d]`) or group-sparse (`[K, G, F]` + int32 `supports`) layer
     over its outputs `[0, valid_count)`, differentiable in `x`, `weight` and `bias` (see
-    `haste_hf.losses.output_layer_loss`, which dispatches here). The forward stores the logit gradient
+    `haste_hf.modeling.losses.output_layer_loss`, which dispatches here). The forward stores the logit gradient
     `scale * dloss/dz` in the layer's dtype `[B, n]` for the backward, and no logits at all for a sparse
     layer on the tensor-core path; without autograd it stores nothing. Loss sums are reproducible."""
     _check_loss_inputs(x, weight, bias, supports, loss)
@@ -387,7 +389,7 @@ def linear_loss_gradient(
     """The logit gradient `scale * dloss/dz` `[B, n]` of `linear_loss`'s layer, in its dtype (0 at outputs
     `>= valid_count`), as the fused op's forward writes it for its backward; not differentiable. A slice of
     a layer (contiguous rows or groups) with positions relative to its first column gives that slice's
-    gradient: `haste_hf.losses` recomputes the gradient chunk by chunk this way."""
+    gradient: `haste_hf.modeling.losses` recomputes the gradient chunk by chunk this way."""
     _check_loss_inputs(x, weight, bias, supports, loss)
     with torch.no_grad(), torch.autocast("cuda", enabled=False):
         _, grad_logits = _linear_loss_op(

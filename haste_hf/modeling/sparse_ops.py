@@ -7,7 +7,7 @@ Output slot ``s = k * G + g`` reads the ``F`` features ``supports[k]`` of ``x`` 
     out[b, k * G + g] = sum_f weight[k, g, f] * x[b, supports[k, f]]  (+ bias[k * G + g])
 
 `group_sparse_linear` is the single entry point. On CUDA tensors it hands the work to the compiled
-kernels of `haste_hf.kernels` when they are installed and built; everywhere else (and in a checkpoint
+kernels of `haste_hf.kernels.ops` when they are installed and built; everywhere else (and in a checkpoint
 folder exported to the Hub, where `haste_hf` may be absent) the PyTorch path below computes the same
 thing.
 """
@@ -103,13 +103,13 @@ class _GroupSparseLinearFunction(torch.autograd.Function):
 
 
 def _compiled_kernels():
-    """`haste_hf.kernels` when it is installed and usable, else None.
+    """`haste_hf.kernels.ops` when it is installed and usable, else None.
 
     Imported by absolute name on purpose: a checkpoint folder exported with its modeling code carries
     this file but not the CUDA sources, and must fall back to the PyTorch path there.
     """
     try:
-        return importlib.import_module("haste_hf.kernels")
+        return importlib.import_module("haste_hf.kernels.ops")
     except ImportError:
         return None
 

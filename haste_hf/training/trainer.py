@@ -22,14 +22,14 @@ from transformers.trainer_callback import TrainerState
 from transformers.training_args import OptimizerNames
 from transformers.utils import CONFIG_NAME
 
+from ..data import XMCDataCollator
+from ..modeling.logging_utils import get_logger
+from ..modeling.losses import chunk_loss_backward_
+from ..modeling.modeling_haste import HasteForExtremeClassification
+from ..modeling.saving import checkpoint_problem, exported_code_files, last_complete_checkpoint
 from .callbacks import NonFiniteGradientCallback, RewiringCallback, TrainingSplitFingerprint, unwrap_model
-from .data import XMCDataCollator
-from .logging_utils import get_logger
-from .losses import chunk_loss_backward_
-from .modeling_haste import HasteForExtremeClassification
 from .optimization import HasteOptimizer, StochasticRoundingSGD, get_haste_scheduler, unwrap_haste_optimizer
 from .peft_utils import check_no_peft_encoder, check_peft_model, is_peft_model
-from .saving import checkpoint_problem, exported_code_files, last_complete_checkpoint
 from .sharded_output_layer import (
     ignore_shards_in_ddp,
     resolve_shard_output_layer,
@@ -136,7 +136,7 @@ class HasteTrainer(Trainer):
     Pass a `compute_metrics` such as `haste_hf.metrics.make_compute_metrics()`: it receives the
     `eval_top_k` best label ids of each example and the padded label ids. Without a `data_collator`, a
     [`XMCDataCollator`] over `processing_class` (the tokenizer) batches raw or pre-tokenized examples.
-    `model` may also be a `peft.PeftModel` of a HASTE model (see `haste_hf.peft_utils`).
+    `model` may also be a `peft.PeftModel` of a HASTE model (see `haste_hf.training.peft_utils`).
     """
 
     def __init__(self, model=None, args: HasteTrainingArguments | None = None, *trainer_args, **kwargs):
@@ -450,7 +450,7 @@ class HasteTrainer(Trainer):
         arguments of `Trainer.create_model_card`; those the HASTE card has no place for are not used."""
         if not self.is_world_process_zero():
             return
-        from .model_card import HasteModelCardData, write_model_card
+        from ..model_card import HasteModelCardData, write_model_card
 
         fields = {}
         if model_name is not None and not self.args.hub_model_id:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .defaults import (
+from ..modeling.defaults import (
     DEFAULT_EVAL_BATCH_SIZE,
     DEFAULT_HEAD_LABEL_FRACTION,
     DEFAULT_MAX_LENGTH,

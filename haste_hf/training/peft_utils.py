@@ -21,7 +21,7 @@ peft is optional: nothing here imports it unless a model holds PEFT modules.
 
 from torch import nn
 
-from .import_utils import is_peft_available
+from ..import_utils import is_peft_available
 
 
 def output_layer_modules(model: nn.Module) -> list[str]:
@@ -68,7 +68,7 @@ def check_no_peft_encoder(haste_model: nn.Module) -> None:
             "The HASTE model holds PEFT modules (e.g. `model.encoder = get_peft_model(model.encoder, ...)`): its "
             "checkpoints would save the encoder under the adapter's names and reload with a random encoder. Wrap the "
             "whole model instead: `get_peft_model(model, LoraConfig(target_modules=[...], "
-            "modules_to_save=haste_hf.peft_utils.output_layer_modules(model)))`."
+            "modules_to_save=haste_hf.training.peft_utils.output_layer_modules(model)))`."
         )
 
 

@@ -9,7 +9,7 @@ versions of transformers and torch too (their fields, defaults and choices): und
 snapshot's, the flags are read from the live parser instead (slower, as right). The snapshot is generated, never
 edited: after a field, its default or its help changes, or on upgrading transformers, rewrite it with
 
-    python -m haste_hf.train_flags
+    python -m haste_hf.cli.flags
 
 (a test compares it with the live parser).
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 
 
 SNAPSHOT_PATH = Path(__file__).with_name("train_flags.json")
-REGENERATE_COMMAND = "python -m haste_hf.train_flags"
+REGENERATE_COMMAND = "python -m haste_hf.cli.flags"
 DATACLASS_NAMES = ("RecipeArguments", "HasteTrainingArguments")
 VERSIONED_PACKAGES = ("transformers", "torch")
 _ACTION_KINDS = {"_StoreAction": "store", "_StoreTrueAction": "store_true", "_StoreFalseAction": "store_false"}
@@ -69,8 +69,8 @@ def describe_live_flags() -> dict:
     were made under (imports transformers)."""
     from transformers import HfArgumentParser
 
-    from .recipe import RecipeArguments
-    from .training_args import HasteTrainingArguments
+    from ..recipe import RecipeArguments
+    from ..training.training_args import HasteTrainingArguments
 
     description = {"versions": installed_versions()}
     for dataclass in (RecipeArguments, HasteTrainingArguments):

@@ -443,7 +443,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         if self.output_layer.is_share and kwargs.get("state_dict") is None:
             raise ValueError(
                 "This model holds one rank's share of the output layer: save it on every rank with "
-                "`haste_hf.sharded_output_layer.save_sharded_pretrained` (or `HasteTrainer.save_model`), which gathers it."
+                "`haste_hf.training.sharded_output_layer.save_sharded_pretrained` (or `HasteTrainer.save_model`), which gathers it."
             )
         peft_modules = sorted(
             {type(module).__name__ for module in self.modules() if type(module).__module__.startswith("peft.")}

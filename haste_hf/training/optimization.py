@@ -17,8 +17,8 @@ from collections.abc import Iterator, Mapping
 import torch
 from transformers import get_scheduler
 
-from . import triton_sgd
-from .sparse_ops import chunks
+from ..kernels import triton_sgd
+from ..modeling.sparse_ops import chunks
 
 
 # Bounds the float32 copies of parameter, gradient and momentum made by one update, so an output layer
@@ -74,7 +74,7 @@ class StochasticRoundingSGD(torch.optim.Optimizer):
     data-parallel rank (so replicas stay equal), and the only state they need, the per-parameter step
     count ``state[p]["step"]``, is in `state_dict`, so a resumed run continues bit for bit.
 
-    Contiguous bf16 CUDA parameters are updated by one fused Triton kernel (`haste_hf.triton_sgd`;
+    Contiguous bf16 CUDA parameters are updated by one fused Triton kernel (`haste_hf.kernels.triton_sgd`;
     ``fused=None``: when Triton is installed; ``True``: required; ``False``: never) that reads and writes
     each weight and buffer once and draws its bits from Philox; elsewhere a PyTorch update in float32 blocks
     (`stochastic_round_to_bfloat16` with a generator seeded per parameter and step). Both compute the
@@ -82,7 +82,7 @@ class StochasticRoundingSGD(torch.optim.Optimizer):
     for bit.
 
     `update_rows_` applies the update slice by slice where a caller computes the gradient (the fused update
-    of `haste_hf.losses.chunk_loss_backward_`), so that no parameter-sized gradient exists.
+    of `haste_hf.modeling.losses.chunk_loss_backward_`), so that no parameter-sized gradient exists.
 
     Momentum buffers are float32 by default (``momentum_dtype``): 4 bytes per weight on top of 2 for
     bf16 weights, but a bf16 buffer rounded to nearest would drop every gradient below 1/256 of the
@@ -191,7 +191,7 @@ class StochasticRoundingSGD(torch.optim.Optimizer):
     def update_rows_(self, param: torch.Tensor, rows: slice, grad: torch.Tensor) -> None:
         """Applies this step's update to ``param[rows]`` from its gradient ``grad`` (shape of ``param[rows]``)
         at once, so that a caller computing the gradient slice by slice
-        (`haste_hf.losses.chunk_loss_backward_`) never holds all of it; ``step()`` then only counts the step
+        (`haste_hf.modeling.losses.chunk_loss_backward_`) never holds all of it; ``step()`` then only counts the step
         for ``param``. The same update as ``step()``'s, random bits aside (drawn per slice). Rows are the
         first dimension; each row is updated once a step."""
         group, index = self._place_of(param)

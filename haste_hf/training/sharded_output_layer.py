@@ -17,7 +17,7 @@ Communication per step is O(B * d) instead of O(L * F). Rewiring gathers the tai
 supports (every `rewiring_interval` steps) and runs the same pure function of (seed, step, weights) as
 one process, so a sharded run equals the single-process run of the same global batch. Saving gathers
 one ordinary HASTE checkpoint on rank 0; loading reads each rank's rows only. The collectives are
-`haste_hf.distributed`'s (NCCL on GPUs, gloo on CPUs).
+`haste_hf.training.distributed`'s (NCCL on GPUs, gloo on CPUs).
 """
 
 import json
@@ -29,7 +29,16 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from .defaults import LABEL_PADDING_ID
+from ..modeling.defaults import LABEL_PADDING_ID
+from ..modeling.output_layer import HasteOutputLayer, OutputLayerOutput, TopKOutput
+from ..modeling.rewiring import (
+    RewiringResult,
+    check_rewiring_options,
+    check_supports,
+    group_slot_scores,
+    regrow_weakest_,
+    reset_pruned_weights_,
+)
 from .distributed import (
     all_gather_rows,
     all_gather_sizes,
@@ -37,15 +46,6 @@ from .distributed import (
     communication_device,
     gather_rows_to_cpu,
     gather_rows_with_gradient,
-)
-from .output_layer import HasteOutputLayer, OutputLayerOutput, TopKOutput
-from .rewiring import (
-    RewiringResult,
-    check_rewiring_options,
-    check_supports,
-    group_slot_scores,
-    regrow_weakest_,
-    reset_pruned_weights_,
 )
 
 
@@ -256,7 +256,7 @@ class ShardedOutputLayer(HasteOutputLayer):
 
     @torch.no_grad()
     def rewire_(self, fraction, scope, init, seed, step) -> tuple[RewiringResult, int]:
-        """`haste_hf.rewiring.rewire_` of the whole tail, applied to this rank's groups: the slot scores and
+        """`haste_hf.modeling.rewiring.rewire_` of the whole tail, applied to this rank's groups: the slot scores and
         supports of all ranks are gathered, the same pairs are pruned and regrown as by one process, and
         each rank keeps its groups. Returns this rank's changes (group indices local) and the total count."""
         tail = self.tail

@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .configuration_haste import default_pooling
-from .defaults import (
+from ..modeling.configuration_haste import default_pooling
+from ..modeling.defaults import (
     DEFAULT_EVAL_BATCH_SIZE,
     DEFAULT_MAX_LENGTH,
     LABEL_PADDING_ID,
@@ -34,8 +34,8 @@ from .defaults import (
     check_one_of,
     head_label_count_for,
 )
-from .logging_utils import get_logger
-from .modeling_haste import pool_hidden_states
+from ..modeling.logging_utils import get_logger
+from ..modeling.modeling_haste import pool_hidden_states
 
 
 GROUPING_STRATEGIES = ("semantic", "frequency", "random")
