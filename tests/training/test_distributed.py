@@ -15,7 +15,7 @@ from haste_hf.training.distributed import balanced_ranges
 from haste_hf.training.sharded_output_layer import assign_output_layer, resolve_shard_output_layer
 
 
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).parents[1]  # the launched scripts and the helpers they import
 # fp32 on the CPU: the processes add the same terms in another order, nothing else differs.
 LOSS_TOLERANCE = dict(rtol=1e-6, atol=1e-5)
 WEIGHT_TOLERANCE = dict(rtol=1e-5, atol=1e-6)

@@ -17,7 +17,7 @@ from transformers import AutoModel
 from haste_hf import HASTE_FORMAT_VERSION, HasteForExtremeClassification
 
 
-FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures")
 OLD_FORMATS = [1, 2]
 
 
