@@ -7,15 +7,11 @@ import sys
 import pytest
 import torch
 from huggingface_hub import ModelCard
+from launch import data_flags
 from transformers import AutoTokenizer
 
 from haste_hf import HasteForExtremeClassification
 from haste_hf.cli.commands import UsageError, build_parser, main
-
-
-def common(dataset_dir, encoder_dir=None):
-    # 6 tokens cut most texts (up to 8 with [CLS] and [SEP]): a wrong length at evaluation shows in the metrics.
-    return ["--data", str(dataset_dir), "--max-length", "6", "--eval-batch-size", "16"]
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +19,7 @@ def trained(tmp_path_factory, dataset_dir, encoder_dir):
     output = tmp_path_factory.mktemp("model")
     arguments = [
         "train",
-        *common(dataset_dir, encoder_dir),
+        *data_flags(dataset_dir),
         "--encoder",
         str(encoder_dir),
         "--output-dir",
@@ -336,7 +332,7 @@ def test_group_then_train_from_its_file_with_the_default_validation_fraction(dat
         main(
             [
                 "group",
-                *common(dataset_dir, encoder_dir),
+                *data_flags(dataset_dir),
                 "--encoder",
                 str(encoder_dir),
                 "--output",
@@ -351,7 +347,7 @@ def test_group_then_train_from_its_file_with_the_default_validation_fraction(dat
     )
     arguments = [
         "train",
-        *common(dataset_dir, encoder_dir),
+        *data_flags(dataset_dir),
         "--encoder",
         str(encoder_dir),
         "--output-dir",
@@ -382,7 +378,7 @@ def test_train_refuses_a_layout_of_another_split(dataset_dir, encoder_dir, tmp_p
         main(
             [
                 "group",
-                *common(dataset_dir, encoder_dir),
+                *data_flags(dataset_dir),
                 "--encoder",
                 str(encoder_dir),
                 "--output",
@@ -399,7 +395,7 @@ def test_train_refuses_a_layout_of_another_split(dataset_dir, encoder_dir, tmp_p
     )
     arguments = [
         "train",
-        *common(dataset_dir, encoder_dir),
+        *data_flags(dataset_dir),
         "--encoder",
         str(encoder_dir),
         "--output-dir",
@@ -523,7 +519,7 @@ def test_group_defaults_to_the_papers_head_share(dataset_dir, encoder_dir, tmp_p
         main(
             [
                 "group",
-                *common(dataset_dir, encoder_dir),
+                *data_flags(dataset_dir),
                 "--encoder",
                 str(encoder_dir),
                 "--output",
@@ -547,7 +543,7 @@ def test_group_names_the_train_options_it_ignores(dataset_dir, encoder_dir, tmp_
             main(
                 [
                     "group",
-                    *common(dataset_dir, encoder_dir),
+                    *data_flags(dataset_dir),
                     "--encoder",
                     str(encoder_dir),
                     "--output",
@@ -569,7 +565,7 @@ def test_train_refuses_structure_flags_that_contradict_the_layout_file(dataset_d
         main(
             [
                 "group",
-                *common(dataset_dir, encoder_dir),
+                *data_flags(dataset_dir),
                 "--encoder",
                 str(encoder_dir),
                 "--output",
@@ -584,7 +580,7 @@ def test_train_refuses_structure_flags_that_contradict_the_layout_file(dataset_d
     )
     base = [
         "train",
-        *common(dataset_dir, encoder_dir),
+        *data_flags(dataset_dir),
         "--encoder",
         str(encoder_dir),
         "--output-dir",

@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 from datasets import Dataset
-from test_losses import make_layer, random_positions, reference, relative_error
+from loss_reference import make_layer, random_positions, reference, relative_error
 from tiny_encoders import (
     FAMILIES,
     VOCAB_SIZE,

@@ -1,44 +1,15 @@
 """Two gloo processes against one: the replicated and the label-sharded output layer (tests/distributed_train.py)."""
 
 import json
-import os
-import subprocess
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
 import torch
+from launch import LOSS_TOLERANCE, TESTS, WEIGHT_TOLERANCE, assert_states_close, torchrun
 
 from haste_hf.labels.layout import LabelLayout
 from haste_hf.training.distributed import balanced_ranges
 from haste_hf.training.sharded_output_layer import assign_output_layer, resolve_shard_output_layer
-
-
-TESTS = Path(__file__).parents[1]  # the launched scripts and the helpers they import
-# fp32 on the CPU: the processes add the same terms in another order, nothing else differs.
-LOSS_TOLERANCE = dict(rtol=1e-6, atol=1e-5)
-WEIGHT_TOLERANCE = dict(rtol=1e-5, atol=1e-6)
-
-
-def torchrun(script_arguments, tmp_path, processes=2, timeout=600):
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
-        "OMP_NUM_THREADS": "1",
-    }
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        str(processes),
-        *script_arguments,
-    ]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-6000:]
-    return result
 
 
 @pytest.fixture(scope="module")
@@ -59,17 +30,6 @@ def one_process(tmp_path_factory):
     trainer = distributed_train.make_trainer(output / "run", shard=False)
     trainer.train()
     return distributed_train, output, distributed_train.run_summary(trainer)
-
-
-def assert_states_close(
-    actual: dict, expected: dict, exact_names=("output_layer.tail.supports", "output_layer.output_labels")
-):
-    assert set(actual) == set(expected)
-    for name, value in expected.items():
-        if name in exact_names:
-            assert torch.equal(actual[name], value), name
-        else:
-            torch.testing.assert_close(actual[name], value, **WEIGHT_TOLERANCE, msg=name)
 
 
 def test_assignment_is_contiguous_and_balanced():

@@ -2,7 +2,7 @@
 output folder that cannot be written, empty shares of a sharded output layer, a token length beyond the
 encoder's, resuming from a checkpoint of another model, and the library errors the command line reports.
 
-The command-line helpers and data come from test_faults.py."""
+The command-line helpers come from launch.py, the data from faults.py."""
 
 import json
 import os
@@ -13,10 +13,11 @@ import subprocess
 import sys
 import textwrap
 
+import faults
 import pytest
-import test_faults
 import torch
-from test_faults import CLI_LABELS, assert_one_line_error, make_model, run_cli, train_flags
+from faults import CLI_LABELS, make_model
+from launch import LOSS_TOLERANCE, TESTS, assert_one_line_error, assert_states_close, run_cli, torchrun, train_flags
 from transformers.testing_utils import CaptureLogger
 
 from haste_hf import HasteForExtremeClassification
@@ -24,7 +25,7 @@ from haste_hf.modeling.saving import STAGING_PREFIX
 from haste_hf.training.run_lock import LOCK_FILE, OutputDirInUseError, output_dir_lock
 
 
-cli_files = test_faults.cli_files  # the fixture: datasets of 30, 40 and 20 labels, a saved model, texts
+cli_files = faults.cli_files  # the fixture: datasets of 30, 40 and 20 labels, a saved model, texts
 
 
 # ------------------------------------------------------------------------------------- one run per output folder
@@ -429,7 +430,6 @@ def test_ranks_with_an_empty_share_of_the_output_layer_train_resume_and_predict_
     """6 labels (a head of 2 rows, a tail of 1 group) on more ranks than groups, and on 3 more than head rows: the
     sharded run, its resumption and its predictions equal those of one process with the same global batch."""
     import distributed_empty_shares
-    from test_distributed import LOSS_TOLERANCE, TESTS, assert_states_close, torchrun
 
     torchrun([str(TESTS / "distributed_empty_shares.py"), str(tmp_path)], tmp_path, processes=processes)
     sharded = torch.load(tmp_path / "results.pt", weights_only=False)
