@@ -395,8 +395,8 @@ def main(argv=None) -> int:
     import torch
     import transformers
 
+    from haste_hf import compute_label_embeddings
     from haste_hf.data import load_xmc_dataset
-    from haste_hf.labels.grouping import compute_label_embeddings
     from haste_hf.labels.layout import count_labels
 
     output_dir = Path(args.output_dir)

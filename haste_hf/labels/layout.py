@@ -25,11 +25,63 @@ from ..modeling.defaults import (
     DEFAULT_MAX_LENGTH,
     head_label_count_for,
 )
-from .grouping import GROUPING_STRATEGIES, LabelGrouping, compute_label_embeddings, group_labels, split_head_tail
+from .embeddings import compute_label_embeddings
+from .grouping import GROUPING_STRATEGIES, ArrayLike, LabelGrouping, group_labels
 
 
 # Bumped whenever a layout file written by this code could not be read correctly by older code.
 LAYOUT_FORMAT_VERSION = 1
+
+
+# The head / tail split: the most frequent labels go to the dense head, the rest to the sparse tail.
+def split_head_tail(
+    label_frequencies: ArrayLike,
+    head_label_fraction: float | None = None,
+    head_label_count: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Split labels into a dense head (the most frequent ones) and a sparse tail.
+
+    Args:
+        label_frequencies: `[label_count]` number of positive training instances of each label.
+        head_label_fraction: share of all labels that go to the head, in `[0, 1]` (rounded to the nearest count).
+        head_label_count: number of labels that go to the head. Pass exactly one of `head_label_fraction`, `head_label_count`.
+
+    Returns:
+        `(head_ids, tail_ids)`: int64 arrays, each sorted by descending count; equal counts are ordered by
+        ascending label id, so the split is deterministic.
+    """
+    counts = (
+        label_frequencies.detach().cpu().numpy()
+        if isinstance(label_frequencies, torch.Tensor)
+        else np.asarray(label_frequencies)
+    )
+    if counts.ndim != 1:
+        raise ValueError(f"`label_frequencies` must be one-dimensional, got shape {counts.shape}.")
+    if counts.size and not np.issubdtype(counts.dtype, np.number):
+        raise ValueError(f"`label_frequencies` must be numeric, got dtype {counts.dtype}.")
+    counts = counts.astype(np.float64)
+    if not np.all(np.isfinite(counts)) or np.any(counts < 0):
+        raise ValueError("`label_frequencies` must be finite and non-negative.")
+    label_count = counts.shape[0]
+
+    if (head_label_fraction is None) == (head_label_count is None):
+        raise ValueError(
+            "Pass exactly one of `head_label_fraction` (share of labels in the head, in [0, 1]) or `head_label_count` "
+            f"(number of head labels); got head_label_fraction={head_label_fraction}, head_label_count={head_label_count}."
+        )
+    if head_label_fraction is not None:
+        if isinstance(head_label_fraction, bool) or not 0.0 <= float(head_label_fraction) <= 1.0:
+            raise ValueError(f"`head_label_fraction` must be a number in [0, 1], got {head_label_fraction!r}.")
+        head_label_count = head_label_count_for(head_label_fraction, label_count)
+    elif isinstance(head_label_count, bool) or not isinstance(head_label_count, (int, np.integer)):
+        raise ValueError(f"`head_label_count` must be an integer, got {head_label_count!r}.")
+    elif not 0 <= head_label_count <= label_count:
+        raise ValueError(
+            f"`head_label_count` must be in [0, {label_count}] (the number of labels), got {head_label_count}."
+        )
+
+    by_frequency = np.argsort(-counts, kind="stable").astype(np.int64)
+    return by_frequency[:head_label_count], by_frequency[head_label_count:]
 
 
 def _int64_vector(values, name: str) -> torch.Tensor:

@@ -8,15 +8,15 @@ import torch.nn.functional as F
 from tiny_encoders import VOCAB_SIZE, tiny_encoder_config
 from transformers import BertModel, BertTokenizerFast
 
+from haste_hf.labels.embeddings import compute_label_embeddings
 from haste_hf.labels.grouping import (
     LabelGrouping,
     _greedy_groups,
     _spherical_kmeans,
-    compute_label_embeddings,
     group_labels,
     grouping_objective,
-    split_head_tail,
 )
+from haste_hf.labels.layout import split_head_tail
 from haste_hf.modeling.modeling_haste import pool_hidden_states
 
 
@@ -155,9 +155,9 @@ def test_label_embeddings_pool_as_the_model_does_by_default(tiny_bert):
 def test_pooling_beside_an_encoder_that_embeds_texts_itself_is_named_in_a_warning():
     from transformers.testing_utils import CaptureLogger
 
-    from haste_hf.labels import grouping
+    from haste_hf.labels import embeddings
 
-    with CaptureLogger(grouping.logger) as captured:
+    with CaptureLogger(embeddings.logger) as captured:
         compute_label_embeddings(lambda texts: torch.ones(len(texts), 3), ["a"], [[0]], 2, pooling="cls", device="cpu")
     assert "`pooling='cls'` is ignored" in captured.out
 

@@ -9,8 +9,7 @@ from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
 from transformers import BertModel
 
 from haste_hf import DEFAULT_HEAD_LABEL_FRACTION, HasteForExtremeClassification
-from haste_hf.labels.grouping import split_head_tail
-from haste_hf.labels.layout import LAYOUT_FORMAT_VERSION, LabelLayout, count_labels
+from haste_hf.labels.layout import LAYOUT_FORMAT_VERSION, LabelLayout, count_labels, split_head_tail
 
 
 LABELS = 40
