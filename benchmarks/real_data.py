@@ -208,8 +208,9 @@ def train_variant(name, args, data, frequencies, embeddings, device, counter, st
     """One variant through the package's training recipe (`haste_hf.recipe.train`), with its own layout."""
     import torch
 
+    from haste_hf.evaluation import evaluate_split
     from haste_hf.labels.layout import LabelLayout
-    from haste_hf.recipe import evaluate_split, train
+    from haste_hf.recipe import train
 
     structure = variant_structure(name, args)
     layout = LabelLayout.from_frequencies(

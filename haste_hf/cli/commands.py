@@ -166,7 +166,7 @@ def format_summary(title: str, metrics: dict, extra: dict | None = None) -> str:
 
 
 def evaluate_split(model, tokenizer, data, split, args, propensity):
-    from ..recipe import evaluate_split
+    from ..evaluation import evaluate_split
 
     return evaluate_split(
         model, tokenizer, data, split, propensity, batch_size=args.eval_batch_size, max_length=args.max_length
@@ -212,8 +212,9 @@ def load_trained(args):
     """The model and tokenizer of `args.model`; the data flags left unset take the values training used."""
     from transformers import AutoTokenizer
 
+    from ..evaluation import saved_evaluation_settings
     from ..modeling.modeling_haste import HasteForExtremeClassification
-    from ..recipe import check_max_length, encoder_token_limit, saved_evaluation_settings
+    from ..recipe import check_max_length, encoder_token_limit
 
     from_training = saved_evaluation_settings(args.model) if Path(args.model).is_dir() else {}
     for name, value in from_training.items():
@@ -301,8 +302,8 @@ def read_texts(path: str) -> list[str]:
 def command_predict(args) -> int:
     import numpy as np
 
+    from ..evaluation import predict_top_k
     from ..modeling.saving import atomic_path
-    from ..recipe import predict_top_k
 
     texts = read_texts(args.input) if args.input else None
     model, tokenizer = load_trained(args)
