@@ -2,7 +2,7 @@
 """The default recipe's lever study: variants of `haste-hf train` options on real XMC datasets, several trainings
 side by side on one GPU, with the tree-based peers on the same texts.
 
-Each variant is a list of `haste-hf train` flags; each run is that command's own code path (`haste_hf.cli.commands.main`
+Each variant is a list of `haste-hf train` flags; each run is that command's own code path (`haste_hf.cli.main`
 in a child process), so what the study measures is what a user gets with those flags. Runs share the GPU
 (`--parallel` at once; MiniLM at batch 128 leaves an H100 mostly idle) and split the CPU cores between their
 data loaders. The tree peers (napkinxc PLT and omikuji on TF-IDF of the same texts) train on the CPU in a
@@ -163,7 +163,7 @@ def run_worker(argv: list[str], result_file: Path) -> int:
     """`haste-hf train argv` in this process; writes the test metrics, wall time and peak GPU memory."""
     import torch
 
-    from haste_hf.cli.commands import main
+    from haste_hf.cli import main
 
     started = time.time()
     status = main(argv)

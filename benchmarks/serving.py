@@ -63,7 +63,7 @@ def cpu_name() -> str:
 
 
 def demo_model(work_dir: Path) -> Path:
-    from haste_hf.cli.commands import main
+    from haste_hf.cli import main
 
     output = work_dir / "haste-demo"
     if main(["demo", "--output-dir", str(output)]) != 0:

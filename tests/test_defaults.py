@@ -4,7 +4,7 @@ here means measuring it through `haste-hf train` first."""
 
 import pytest
 
-from haste_hf.cli.commands import parse_args
+from haste_hf.cli.parser import parse_args
 from haste_hf.recipe import RecipeArguments, _training_arguments
 from haste_hf.training.training_args import HasteTrainingArguments
 

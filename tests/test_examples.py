@@ -7,7 +7,7 @@ from pathlib import Path
 
 from launch import data_flags
 
-from haste_hf.cli.commands import main
+from haste_hf.cli import main
 
 
 EXAMPLES = Path(__file__).parent.parent / "examples"

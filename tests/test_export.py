@@ -17,7 +17,7 @@ from transformers import AutoTokenizer
 
 import haste_hf.export
 from haste_hf import HasteForExtremeClassification
-from haste_hf.cli.commands import main
+from haste_hf.cli import main
 from haste_hf.onnx_serving import OnnxClassifier, output_layer_topk, sigmoid
 
 

@@ -11,7 +11,9 @@ from launch import data_flags
 from transformers import AutoTokenizer
 
 from haste_hf import HasteForExtremeClassification
-from haste_hf.cli.commands import UsageError, build_parser, main
+from haste_hf.cli import main
+from haste_hf.cli.errors import UsageError
+from haste_hf.cli.parser import build_parser
 
 
 @pytest.fixture(scope="module")
@@ -222,10 +224,10 @@ def test_predict_scores_are_the_pipelines_probabilities(trained, tmp_path):
 
 
 def test_help_and_usage_errors_load_nothing_heavy(tmp_path):
-    """`import haste_hf.cli.commands` and parsing `--help`, `--version`, a light command's `--help` or a usage error import
+    """`import haste_hf.cli` and parsing `--help`, `--version`, a light command's `--help` or a usage error import
     neither torch, transformers nor datasets (the CLI answers in about a second)."""
     code = (
-        "import sys, haste_hf.cli.commands as cli\n"
+        "import sys, haste_hf.cli.parser as cli\n"
         "for argv in (['--help'], ['--version'], ['predict', '--help'], ['evaluate', '--help'], ['push', '--help'],\n"
         "             ['predict', '--model', 'no/such/dir/x', '--output', 'o.jsonl'], ['train'][:0] + ['bogus'],\n"
         "             ['train', '--help'], ['demo', '--help'], ['group', '--help'], ['train', '--learning-rate', 'abc'],\n"
@@ -443,7 +445,7 @@ def test_every_training_argument_is_a_train_flag():
 
 
 def test_train_flags_short_forms_and_report_to():
-    from haste_hf.cli.commands import parse_args
+    from haste_hf.cli.parser import parse_args
 
     args = parse_args(
         [
@@ -485,7 +487,7 @@ def test_train_flags_short_forms_and_report_to():
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])
 def test_train_reads_its_flags_from_a_config_file_and_the_command_line_wins(tmp_path, suffix):
-    from haste_hf.cli.commands import parse_args
+    from haste_hf.cli.parser import parse_args
 
     values = {
         "learning_rate": 3e-4,
@@ -538,7 +540,7 @@ def test_group_names_the_train_options_it_ignores(dataset_dir, encoder_dir, tmp_
     from transformers.testing_utils import CaptureLogger
     from transformers.utils import logging
 
-    with CaptureLogger(logging.get_logger("transformers.haste_hf.cli.commands")) as captured:
+    with CaptureLogger(logging.get_logger("transformers.haste_hf.cli")) as captured:
         assert (
             main(
                 [

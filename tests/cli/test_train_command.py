@@ -209,7 +209,7 @@ def test_a_run_with_skipped_steps_reports_them_and_is_not_saved_when_most_were(
         return model
 
     monkeypatch.setattr(haste_hf.recipe, "build_model", poisoned_model)
-    from haste_hf.cli.commands import main
+    from haste_hf.cli import main
 
     output = tmp_path / "out"
     flags = train_flags(cli_files["data"], encoder_dir, output, "--on-non-finite", "skip", "--validation-fraction", "0")
@@ -258,7 +258,7 @@ def test_a_layout_of_another_label_count_is_refused_naming_both_counts(capsys, c
 
 
 def test_the_demo_replaces_its_own_folder_and_train_does_not():
-    from haste_hf.cli.commands import build_parser
+    from haste_hf.cli.parser import build_parser
 
     assert build_parser(command="demo").parse_args(["demo"]).overwrite_output_dir is True
     assert build_parser(command="train").parse_args(["train"]).overwrite_output_dir is False
@@ -306,7 +306,7 @@ def test_config_file_values_are_checked_naming_the_key(capsys, monkeypatch, tmp_
 
 
 def test_config_file_values_of_the_right_type_are_taken(tmp_path):
-    from haste_hf.cli.commands import parse_args
+    from haste_hf.cli.parser import parse_args
 
     (tmp_path / "run.yaml").write_text(
         "group_size: null\nfan_in: 8\nlearning_rate: 1e-4\nwarmup_steps: 3\neval_steps: 0.5\n"

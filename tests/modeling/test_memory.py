@@ -133,7 +133,7 @@ def dataset_dir(tmp_path_factory):
 def test_train_flag_checkpoints_the_encoder_during_training(dataset_dir, tmp_path, monkeypatch):
     from transformers import MPNetModel
 
-    from haste_hf.cli.commands import main
+    from haste_hf.cli import main
 
     encoder_dir = tmp_path / "mpnet"  # a family whose transformers code has no checkpointing of its own
     MPNetModel(tiny_encoder_config("mpnet")).save_pretrained(encoder_dir)
@@ -590,7 +590,7 @@ def test_chunked_backward_and_fused_update_bound_the_transient_memory():
 
 
 def test_memory_options_are_train_flags():
-    from haste_hf.cli.commands import parse_args
+    from haste_hf.cli.parser import parse_args
 
     training = parse_args(
         [

@@ -195,7 +195,7 @@ def test_cli_train_on_two_processes_equals_one(tmp_path):
     from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
     from transformers import BertModel
 
-    from haste_hf.cli.commands import main
+    from haste_hf.cli import main
 
     config = tiny_encoder_config("bert")
     config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0.0

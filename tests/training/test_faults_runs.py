@@ -257,7 +257,7 @@ RESUME_FLAGS = ("--validation-fraction", "0", "--epochs", "2", "--save-total-lim
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory, cli_files, encoder_dir):
     """A finished two-epoch run (group size 4, fan-in 8) with its checkpoints 3 and 6."""
-    from haste_hf.cli.commands import main
+    from haste_hf.cli import main
 
     output = tmp_path_factory.mktemp("finished") / "out"
     assert main([str(arg) for arg in train_flags(cli_files["data"], encoder_dir, output, *RESUME_FLAGS)]) == 0
