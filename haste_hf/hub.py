@@ -26,8 +26,8 @@ from .modeling.configuration_haste import MODEL_AUTO_CLASSES, HasteConfig
 from .modeling.saving import LABEL_NAMES_FILE, check_complete_save, exported_code_files
 
 
-if TYPE_CHECKING:  # the model calls this module (its `push_to_hub` door); the class is only named here
-    from .modeling.modeling_haste import HasteForExtremeClassification
+if TYPE_CHECKING:  # named in annotations only
+    from transformers import PreTrainedModel
 
 
 CONFIG_FILE = "config.json"
@@ -44,7 +44,7 @@ WEIGHT_FILES = ["model.safetensors", "model-*-of-*.safetensors", "model.safetens
 
 
 def push_to_hub(
-    model: "HasteForExtremeClassification | str | os.PathLike",
+    model: "PreTrainedModel | str | os.PathLike",
     repo_id: str,
     *,
     private: bool | None = None,
