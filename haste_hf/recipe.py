@@ -14,6 +14,7 @@ The `haste-hf train` command, the examples and `benchmarks/real_data.py` call `t
 """
 
 import copy
+import dataclasses
 import json
 import os
 import shutil
@@ -437,23 +438,32 @@ def build_trainer(
     )
 
 
+@dataclass
+class CardFields:
+    """What a run's model card says beyond what its trainer knows. `test_metrics`: None until computed.
+    `dataset_id`: the Hub dataset the card's `datasets:` names (the user's `dataset_name`; a local folder's name
+    names no Hub dataset)."""
+
+    encoder_name: str
+    dataset_name: str
+    propensity: Any
+    test_metrics: dict | None = None
+    hub_model_id: str | None = None
+    dataset_id: str | None = None
+
+
 def save_trained(
     trainer,
     tokenizer,
     layout: LabelLayout,
     output_dir: str,
+    card: CardFields,
     *,
-    encoder_name: str,
-    dataset_name: str,
-    test_metrics: dict | None,
-    propensity,
-    hub_model_id: str | None = None,
-    dataset_id: str | None = None,
     evaluation_settings: dict | None = None,
 ) -> None:
     """The model, its tokenizer (whose `model_max_length` is the training length), its training arguments, its
     model card and the settings its test metrics are computed with, switched into `output_dir` at once
-    (`saving.save_trained_folder`); `test_metrics.json` too unless `test_metrics` is None (not computed yet).
+    (`saving.save_trained_folder`); `test_metrics.json` too unless `card.test_metrics` is None (not computed yet).
     Checkpoints and logs in `output_dir` stay."""
     import torch
     from transformers.trainer import TRAINING_ARGS_NAME
@@ -472,55 +482,30 @@ def save_trained(
         torch.save(trainer.args, folder / TRAINING_ARGS_NAME)
         if evaluation_settings is not None:
             (folder / EVALUATION_SETTINGS_FILE).write_text(json.dumps(evaluation_settings, indent=2))
-        write_results(
-            folder,
-            trainer,
-            layout,
-            output_dir,
-            encoder_name=encoder_name,
-            dataset_name=dataset_name,
-            test_metrics=test_metrics,
-            propensity=propensity,
-            hub_model_id=hub_model_id,
-            dataset_id=dataset_id,
-        )
+        write_results(folder, trainer, layout, output_dir, card)
 
     save_trained_folder(output_dir, model, tokenizer, write_extra, state_dict=state_dict)
 
 
-def write_results(
-    folder: Path,
-    trainer,
-    layout: LabelLayout,
-    output_dir: str,
-    *,
-    encoder_name: str,
-    dataset_name: str,
-    test_metrics: dict | None,
-    propensity,
-    hub_model_id: str | None = None,
-    dataset_id: str | None = None,
-) -> None:
-    """The model card (with the test metrics, when computed) and `test_metrics.json`, written into `folder`.
-    `dataset_id`: the Hub dataset the card's `datasets:` names (the user's `dataset_name`; a local folder's name
-    names no Hub dataset)."""
+def write_results(folder: Path, trainer, layout: LabelLayout, output_dir: str, card: CardFields) -> None:
+    """The model card (with the test metrics, when computed) and `test_metrics.json`, written into `folder`."""
     from .model_card import HasteModelCardData, write_model_card
 
-    card = HasteModelCardData.from_trainer(
+    card_data = HasteModelCardData.from_trainer(
         trainer,
-        model_id=hub_model_id or Path(output_dir).name,
-        encoder=encoder_name,
-        dataset_name=dataset_name,
-        dataset_id=dataset_id,
+        model_id=card.hub_model_id or Path(output_dir).name,
+        encoder=card.encoder_name,
+        dataset_name=card.dataset_name,
+        dataset_id=card.dataset_id,
         grouping=layout.strategy,
-        metrics=test_metrics or {},
+        metrics=card.test_metrics or {},
         split="test",
-        propensity={"A": propensity.a, "B": propensity.b},
+        propensity={"A": card.propensity.a, "B": card.propensity.b},
         label_frequencies=layout.label_frequencies.numpy() if layout.label_frequencies is not None else None,
     )
-    write_model_card(card, folder / "README.md")
-    if test_metrics is not None:
-        (folder / "test_metrics.json").write_text(json.dumps(test_metrics, indent=2))
+    write_model_card(card_data, folder / "README.md")
+    if card.test_metrics is not None:
+        (folder / "test_metrics.json").write_text(json.dumps(card.test_metrics, indent=2))
 
 
 # ------------------------------------------------------------------------------------------------ the recipe
@@ -683,7 +668,7 @@ def train(
         training_seconds = time.time() - started
 
         model = trainer.model
-        card_fields = dict(
+        card = CardFields(
             encoder_name=encoder_model_id(recipe.encoder),
             dataset_name=dataset_name,
             propensity=propensity,
@@ -696,8 +681,7 @@ def train(
                 tokenizer,
                 layout,
                 output_dir,
-                test_metrics=None,
-                **card_fields,
+                card,
                 # The text read as resolved: `evaluate` without --data reads the demo set, whose default differs.
                 evaluation_settings={name: getattr(recipe, name) for name in EVALUATION_SETTINGS}
                 | {"text_fields": resolved_text_fields(recipe.data, recipe.text_fields)}
@@ -718,7 +702,7 @@ def train(
             save_folder_atomically(
                 output_dir,
                 lambda folder: write_results(
-                    Path(folder), trainer, layout, output_dir, test_metrics=test_metrics, **card_fields
+                    Path(folder), trainer, layout, output_dir, dataclasses.replace(card, test_metrics=test_metrics)
                 ),
             )
         if push and is_main:
@@ -747,6 +731,7 @@ __all__ = [
     "DEMO_ENCODER",
     "EVALUATION_SETTINGS_FILE",
     "RecipeArguments",
+    "CardFields",
     "TrainingRun",
     "build_layout",
     "build_model",
