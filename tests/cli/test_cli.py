@@ -113,7 +113,7 @@ def copy_with_settings(trained, tmp_path, settings: dict):
 def test_a_model_folder_never_chooses_a_file_written_or_the_data_read(trained, dataset_dir, tmp_path, capsys):
     from transformers.testing_utils import CaptureLogger
 
-    from haste_hf import recipe
+    from haste_hf import evaluation
 
     planted_output, planted_data = tmp_path / "planted.json", tmp_path / "elsewhere"
     saved = json.loads((trained / "evaluation_settings.json").read_text())
@@ -129,7 +129,7 @@ def test_a_model_folder_never_chooses_a_file_written_or_the_data_read(trained, d
             "input": str(planted_output),
         },
     )
-    with CaptureLogger(recipe.logger) as captured:
+    with CaptureLogger(evaluation.logger) as captured:
         assert main(["evaluate", "--model", str(folder), "--data", str(dataset_dir)]) == 0
     assert not planted_output.exists()
     assert "test metrics" in capsys.readouterr().out
