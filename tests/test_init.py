@@ -11,7 +11,17 @@ import haste_hf
 def test_import_leaves_the_training_api_unimported():
     code = "import sys, haste_hf; print(sorted(m for m in sys.modules if m.startswith('haste_hf.')))"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    for module in ("trainer", "training_args", "callbacks", "recipe", "label_plan", "grouping", "data", "metrics"):
+    for module in (
+        "training.trainer",
+        "training.training_args",
+        "training.callbacks",
+        "recipe",
+        "evaluation",
+        "labels.layout",
+        "labels.grouping",
+        "data",
+        "metrics",
+    ):
         assert f"'haste_hf.{module}'" not in loaded, module
 
 

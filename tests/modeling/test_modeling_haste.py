@@ -524,7 +524,7 @@ def test_the_model_api_defaults_to_the_papers_head():
 
     encoder = BertModel(tiny_encoder_config("bert"), add_pooling_layer=False)
     model = HasteForExtremeClassification.from_encoder_pretrained(encoder, 200, group_size=4, fan_in=8)
-    assert model.config.head_label_count == 6  # 3% of 200, as the CLI (test_cli) and LabelLayout (test_label_plan)
+    assert model.config.head_label_count == 6  # 3% of 200, as the CLI (test_cli) and LabelLayout (labels/test_layout)
     assert HasteConfig(encoder=tiny_encoder_config("bert"), label_count=200, fan_in=8).head_label_count == 6
     assert haste_hf.DEFAULT_HEAD_LABEL_FRACTION == 0.03
 
