@@ -55,6 +55,14 @@ def _stable_seed(*parts) -> int:
     return int.from_bytes(digest, "little")
 
 
+def _closure_loss(closure):
+    """The loss `closure` recomputes, with gradients on as torch's optimizers do; None without a closure."""
+    if closure is None:
+        return None
+    with torch.enable_grad():
+        return closure()
+
+
 class StochasticRoundingSGD(torch.optim.Optimizer):
     """SGD with momentum, decoupled weight decay and stochastic rounding of bfloat16 parameters.
 
@@ -161,10 +169,7 @@ class StochasticRoundingSGD(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = _closure_loss(closure)
         param_index = -1
         for group in self.param_groups:
             for param in group["params"]:
@@ -313,10 +318,7 @@ class HasteOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = _closure_loss(closure)
         for optimizer in self.optimizers:
             optimizer.step()
         return loss
