@@ -281,7 +281,7 @@ def test_output_layer_schedule_follows_its_own_type_and_kwargs(tmp_path, tokeniz
 def test_training_arguments_the_trainer_does_not_use_are_named_in_a_warning(tmp_path, tokenizer, datasets_):
     from transformers.testing_utils import CaptureLogger
 
-    from haste_hf import trainer as trainer_module
+    from haste_hf.training import trainer as trainer_module
 
     with CaptureLogger(trainer_module.logger) as captured:
         make_trainer(tmp_path, tokenizer, datasets_[0], optim="sgd", optim_args="a=1", label_smoothing_factor=0.1)
