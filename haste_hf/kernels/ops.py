@@ -41,7 +41,7 @@ _build_failed = False
 
 def _source_dir() -> Path:
     """`csrc/` of a source checkout, or its installed copy `haste_hf._csrc`."""
-    checkout = Path(__file__).resolve().parent.parent / "csrc"
+    checkout = Path(__file__).resolve().parents[2] / "csrc"
     if (checkout / "group_sparse.cu").is_file():
         return checkout
     spec = importlib.util.find_spec("haste_hf._csrc")
