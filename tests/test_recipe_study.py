@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from haste_hf.cli import parse_args
+from haste_hf.cli.parser import parse_args
 
 
 def load_study():
