@@ -74,6 +74,7 @@ def scale_data():
 
     spec = importlib.util.spec_from_file_location("scale_data", os.path.join(HERE, "scale_data.py"))
     module = importlib.util.module_from_spec(spec)
+    sys.modules["scale_data"] = module  # its writer processes find their task function by module name
     spec.loader.exec_module(module)
     return module
 
