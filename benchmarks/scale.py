@@ -64,7 +64,7 @@ TARGETS = {
     "two GPUs peak ratio": 0.6,
     "two GPUs speed-up": 1.8,
 }
-RELOAD_TEXTS = 256
+RELOAD_TEXTS = 32  # the split layout scores 8.6M labels in numpy on the CPU: seconds a text
 
 
 @functools.cache
@@ -413,7 +413,7 @@ class Runner:
         flags = ["group", *self.common(), "--encoder", self.encoder, "--output", str(self.layout)]
         if a.eval_batch_size:
             flags += ["--per-device-eval-batch-size", str(a.eval_batch_size)]
-        self.run("group", self.probe_command("group", flags))
+        self.run("group", self.probe_command("group", [*flags, *a.group_flag]))
 
     def stage_train(self):
         flags = ["train", *self.common(), *self.train_flags(self.args.max_steps), "--overwrite-output-dir"]
@@ -637,6 +637,7 @@ def parse_args(argv=None):
     parser.add_argument("--max-length", type=int, default=None, help="Tokens per text (default: the CLI's).")
     parser.add_argument("--workers", type=int, default=4, help="Data-loader workers of training.")
     parser.add_argument("--train-flag", action="append", default=[], help="An extra `train` flag (repeat it).")
+    parser.add_argument("--group-flag", action="append", default=[], help="An extra `group` flag (repeat it).")
     parser.add_argument("--stage-timeout", type=float, default=3600.0, help="Seconds before a stage is killed.")
     parser.add_argument("--keep-going", action="store_true", help="Run the next stages after a failed one.")
     parser.add_argument("--compare", default=None, help="JSON of a one-GPU run: the two-GPU targets against it.")
@@ -650,6 +651,7 @@ def parse_args(argv=None):
     if unknown:
         parser.error(f"--stages: unknown {unknown}; choose from {', '.join(STAGES)}")
     args.train_flag = [token for flag in args.train_flag for token in flag.split()]
+    args.group_flag = [token for flag in args.group_flag for token in flag.split()]
     args.func = lambda parsed: Runner(parsed).main()
     return args
 

@@ -69,3 +69,32 @@ def test_label_embeddings_run_the_encoder_in_bf16_on_gpus(tiny_bert):
         model.cpu(), texts, labels, 7, tokenizer=tokenizer, batch_size=8, device="cpu", show_progress=False
     )
     assert F.cosine_similarity(embeddings.cpu(), reference, dim=1).min() > 0.99
+
+
+def test_label_embeddings_read_the_split_in_batches(monkeypatch):
+    """Iterating `dataset["text"]` builds one row at a time (tens of seconds over millions of points): the layout
+    reads the split's columns in Arrow batches, with the same embeddings."""
+    import datasets
+
+    from haste_hf.label_plan import LabelLayout
+
+    split = datasets.Dataset.from_dict(
+        {"text": [f"text {i}" for i in range(300)], "labels": [[i % 40, (i * 7) % 40] for i in range(300)]}
+    )
+    column_type = type(split["text"])
+    if column_type is list:
+        pytest.skip("this datasets version returns columns as lists")
+    embed = lambda texts: torch.stack([torch.randn(8, generator=torch.Generator().manual_seed(len(t))) for t in texts])  # noqa: E731
+    expected = compute_label_embeddings(embed, list(split["text"]), list(split["labels"]), 40, show_progress=False)
+
+    def refuse(self):
+        raise AssertionError("a column iterated row by row")
+
+    monkeypatch.setattr(column_type, "__iter__", refuse)
+    layout = LabelLayout.from_training_split(
+        split, 40, 4, head_label_count=4, encoder=embed, device="cpu", show_progress=False, seed=0
+    )
+    reference = LabelLayout.from_frequencies(
+        layout.label_frequencies, 4, head_label_count=4, label_embeddings=expected, device="cpu", show_progress=False
+    )
+    assert torch.equal(layout.tail_order, reference.tail_order)
