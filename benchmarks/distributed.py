@@ -388,7 +388,7 @@ def real(args) -> str | None:
         raise SystemExit("--fused-update needs the sharded output layer: a replicated one all-reduces its gradient")
     model = HasteForExtremeClassification(config)
     if args.gradient_checkpointing:
-        model.encoder.gradient_checkpointing_enable({"use_reentrant": False})
+        model.gradient_checkpointing_enable()
     if not args.replicated:
         shard_output_layer_(model)
         ignore_shards_in_ddp(model)
