@@ -90,6 +90,8 @@ class Phases:
 
         self.cuda = torch.cuda.is_available()
         self.torch = torch
+        if self.cuda and "LOCAL_RANK" in os.environ:  # as the Trainer will: no rank reads (and holds) GPU 0
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
         self.stack = [{"name": "process", "started": time.perf_counter(), "allocated": 0, "reserved": 0}]
         self.done = []
 
@@ -538,7 +540,8 @@ def markdown(results: dict, compare: dict | None = None) -> str:
             f"{data['labels_per_train_point']:.2f} labels per point, {data['points_per_label']:.2f} points per label, "
             f"most frequent label in {100 * data['head_share_of_points']:.1f}% of the points, "
             f"{data['labels_seen_once']:,} labels seen once. Encoder: {args['encoder']}; train steps {args['max_steps']} "
-            f"+ {args['resume_steps']} resumed; flags {' '.join(args['train_flag']) or '(defaults)'}.",
+            f"+ {args['resume_steps']} resumed, {args['workers']} data-loader workers; other train flags "
+            f"{' '.join(args['train_flag']) or '(defaults)'}.",
             "",
         ]
     lines += [
