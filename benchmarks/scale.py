@@ -152,26 +152,27 @@ def _wrap(owner, name, phases, phase_name):
     setattr(owner, name, timed)
 
 
+def window_start(step_count: int) -> int:
+    """The first step of the measured window: after a fifth of the run's steps, at most 10 (warm-up, kernels)."""
+    return min(10, (step_count - 1) // 5)
+
+
 def _record_steps(trainer_class, steps: list):
-    """Times training steps: the entry time of each, the device synchronised at the start of the measured
-    window (after a fifth of the steps, at most 10) and at its end (the last step)."""
+    """Times the training steps of this process (a resumed run counts from its first step): the entry time of
+    each, the device synchronised where the measured window starts and at the last step."""
     import torch
 
     original = trainer_class.training_step
+    planned = []
 
     @functools.wraps(original)
     def step(self, *args, **kwargs):
-        index, last = self.state.global_step, self.state.max_steps - 1
-        if torch.cuda.is_available() and index in (min(10, last // 5), last):
+        if not planned:
+            planned.append(self.state.max_steps - self.state.global_step)
+        if torch.cuda.is_available() and len(steps) in (window_start(planned[0]), planned[0] - 1):
             torch.cuda.synchronize()
-        args_ = self.args
-        steps.append(
-            (
-                index,
-                time.perf_counter(),
-                args_.per_device_train_batch_size * args_.world_size * args_.gradient_accumulation_steps,
-            )
-        )
+        batch = self.args.per_device_train_batch_size * self.args.world_size * self.args.gradient_accumulation_steps
+        steps.append((self.state.global_step, time.perf_counter(), batch))
         return original(self, *args, **kwargs)
 
     trainer_class.training_step = step
@@ -203,11 +204,11 @@ def instrument(phases: Phases, steps: list) -> None:
 
 
 def steady_texts_per_second(steps: list, phases: list) -> float | None:
-    """Texts/s over the steps after the first fifth (at most 10): their texts over the time from the window's
-    first step to its last, less the checkpoint saves in between."""
+    """Texts/s over the steps from `window_start`: their texts over the time from the window's first step to its
+    last, less the checkpoint saves in between."""
     if len(steps) < 3:
         return None
-    start = min(10, (len(steps) - 1) // 5)
+    start = window_start(len(steps))
     first, last = steps[start], steps[-1]
     texts = sum(batch for _, _, batch in steps[start:-1])
     saving = sum(p["seconds"] for p in phases if p["name"] == "checkpoint" and first[1] <= p.get("ended", 0) <= last[1])
