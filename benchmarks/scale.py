@@ -351,7 +351,8 @@ class Runner:
         self.results = {"stages": {}}
         if args.json and Path(args.json).is_file():  # stages of an earlier call on the same work folder stay
             self.results = json.loads(Path(args.json).read_text())
-        self.results["args"] = {k: v for k, v in vars(args).items() if k != "func"}
+        if args.stages or "args" not in self.results:  # a call that runs no stage only prints the table again
+            self.results["args"] = {k: v for k, v in vars(args).items() if k != "func"}
 
     def probe_command(self, name: str, cli_args: list[str], processes: int = 1) -> list[str]:
         report = self.work / f"report-{name}.json"
@@ -410,6 +411,14 @@ class Runner:
         command = [sys.executable, os.path.join(HERE, "scale_data.py"), "--preset", a.preset, "--scale", str(a.scale)]
         command += ["--out", str(self.data), "--test-points", str(a.test_points), "--seed", str(a.seed)]
         self.run("data", command)
+        self.read_data_stats()
+
+    def read_data_stats(self):
+        """The data's statistics into the results (kept there: a later call may find no data folder)."""
+        stats_file = self.data / "stats.json"
+        if stats_file.is_file():
+            self.results["data"] = json.loads(stats_file.read_text())
+            self.save()
 
     def stage_group(self):
         a = self.args
@@ -464,9 +473,7 @@ class Runner:
         for name in STAGES:
             if name in a.stages:
                 getattr(self, f"stage_{name}")()
-        stats_file = self.data / "stats.json"
-        self.results["data"] = json.loads(stats_file.read_text()) if stats_file.is_file() else None
-        self.save()
+        self.read_data_stats()
         table = markdown(self.results, json.loads(Path(a.compare).read_text()) if a.compare else None)
         print(table)
         if a.out:
@@ -630,7 +637,11 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work", default="/tmp/haste-scale", help="Folder of the data, layout, model and reports.")
     parser.add_argument("--encoder", default="minilm", help="Encoder path or id; 'tiny': a small random BERT (CPU).")
-    parser.add_argument("--stages", default=",".join(STAGES), help=f"Comma-separated, of {', '.join(STAGES)}.")
+    parser.add_argument(
+        "--stages",
+        default=",".join(STAGES),
+        help=f"Comma-separated, of {', '.join(STAGES)}; empty: print the table of --json again.",
+    )
     parser.add_argument("--gpus", type=int, default=1, help="Processes (torchrun) of train and resume.")
     parser.add_argument(
         "--max-steps", type=int, default=200, help="Training steps; the checkpoint is saved at the last."
