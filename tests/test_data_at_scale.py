@@ -15,12 +15,8 @@ TITLES = ["plain", 'quote " and \\ backslash', "line\nbreak\ttab", "ünïcødé 
 
 
 def write_labels(path, lines):
-    text = "".join(line + "\n" for line in lines)
-    if path.suffix == ".gz":
-        with gzip.open(path, "wt", encoding="utf-8") as handle:
-            handle.write(text)
-    else:
-        path.write_text(text, encoding="utf-8")
+    data = "".join(line + "\n" for line in lines).encode()
+    path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
     return path
 
 

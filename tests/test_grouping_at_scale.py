@@ -5,8 +5,8 @@ bf16 autocast on GPUs."""
 import pytest
 import torch
 import torch.nn.functional as F
-from tiny_encoders import WORDS, tiny_encoder_config
-from transformers import BertModel, BertTokenizerFast
+from tiny_encoders import WORDS, tiny_encoder_config, tiny_tokenizer
+from transformers import BertModel
 
 from haste_hf.grouping import compute_label_embeddings
 
@@ -16,12 +16,9 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory):
-    vocab_file = tmp_path_factory.mktemp("tokenizer") / "vocab.txt"
-    vocab_file.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]) + "\n")
     torch.manual_seed(0)
-    return BertModel(tiny_encoder_config("bert"), add_pooling_layer=False).eval(), BertTokenizerFast(
-        vocab_file=str(vocab_file)
-    )
+    model = BertModel(tiny_encoder_config("bert"), add_pooling_layer=False).eval()
+    return model, tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 
 
 @pytest.mark.gpu
