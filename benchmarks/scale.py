@@ -179,24 +179,28 @@ def _record_steps(trainer_class, steps: list):
 
 
 def instrument(phases: Phases, steps: list) -> None:
-    """Wraps the functions each phase runs in (measurement only: arguments and results pass unchanged)."""
+    """Wraps the functions each phase runs in (measurement only: arguments and results pass unchanged), in every
+    module that calls them by its own name for them."""
     import haste_hf
-    from haste_hf import cli, data, export, label_plan, recipe
+    from haste_hf import data, evaluation, export, recipe
+    from haste_hf.cli import commands
+    from haste_hf.labels import layout
 
     trainer = haste_hf.HasteTrainer
     for owner, name, phase in (
         (data, "load_xmc_dataset", "read"),
         (recipe, "build_layout", "layout"),
-        (label_plan, "compute_label_embeddings", "label embeddings"),
-        (label_plan, "group_labels", "grouping"),
+        (layout, "compute_label_embeddings", "label embeddings"),
+        (layout, "group_labels", "grouping"),
         (recipe, "build_model", "model"),
         (trainer, "train", "training"),
         (trainer, "_save_checkpoint", "checkpoint"),
         (trainer, "_load_from_checkpoint", "resume load"),
         (recipe, "save_trained", "save"),
         (recipe, "evaluate_split", "test evaluation"),
-        (cli, "load_trained", "load model"),
-        (recipe, "predict_top_k", "top-k"),
+        (evaluation, "evaluate_split", "test evaluation"),
+        (commands, "load_trained", "load model"),
+        (evaluation, "predict_top_k", "top-k"),
         (export, "export_onnx", "export"),
     ):
         _wrap(owner, name, phases, phase)
@@ -227,10 +231,10 @@ def run_probe(args) -> int:
             extra = reload_check(args, phases)
             code = 0
         else:
-            from haste_hf import cli
+            from haste_hf.cli import main
 
             instrument(phases, steps)
-            code = cli.main(args.cli)
+            code = main(args.cli)
     finally:
         report = phases.report() | extra
         report["exit"] = code
