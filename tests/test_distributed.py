@@ -1,44 +1,20 @@
 """Two gloo processes against one: the replicated and the label-sharded output layer (tests/distributed_train.py)."""
 
 import json
-import os
-import subprocess
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
 import torch
+from processes import TESTS, torchrun
 
 from haste_hf.distributed import balanced_ranges
 from haste_hf.label_plan import LabelLayout
 from haste_hf.sharded_output_layer import assign_output_layer, resolve_shard_output_layer
 
 
-TESTS = Path(__file__).parent
 # fp32 on the CPU: the processes add the same terms in another order, nothing else differs.
 LOSS_TOLERANCE = dict(rtol=1e-6, atol=1e-5)
 WEIGHT_TOLERANCE = dict(rtol=1e-5, atol=1e-6)
-
-
-def torchrun(script_arguments, tmp_path, processes=2, timeout=600):
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
-        "OMP_NUM_THREADS": "1",
-    }
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        str(processes),
-        *script_arguments,
-    ]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-6000:]
-    return result
 
 
 @pytest.fixture(scope="module")

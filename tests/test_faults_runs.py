@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 
+import processes
 import pytest
 import test_faults
 import torch
@@ -53,17 +54,21 @@ def lock_holder(tmp_path):
             print("held", flush=True)
             sys.stdin.read()
     """)
-    process = subprocess.Popen(
+    process = processes.start(
         [sys.executable, "-c", script],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
-    assert process.stdout.readline().strip() == "held"
-    yield folder, process.pid
-    process.stdin.close()
-    assert process.wait(timeout=60) == 0
+    try:
+        assert process.stdout.readline().strip() == "held"
+        yield folder, process.pid
+        process.stdin.close()
+        assert process.wait(timeout=60) == 0
+    finally:
+        processes.kill_group(process.pid)
+        process.wait()
 
 
 def test_a_second_train_into_a_folder_being_trained_into_is_refused_before_anything_loads(
@@ -429,7 +434,8 @@ def test_ranks_with_an_empty_share_of_the_output_layer_train_resume_and_predict_
     """6 labels (a head of 2 rows, a tail of 1 group) on more ranks than groups, and on 3 more than head rows: the
     sharded run, its resumption and its predictions equal those of one process with the same global batch."""
     import distributed_empty_shares
-    from test_distributed import LOSS_TOLERANCE, TESTS, assert_states_close, torchrun
+    from processes import TESTS, torchrun
+    from test_distributed import LOSS_TOLERANCE, assert_states_close
 
     torchrun([str(TESTS / "distributed_empty_shares.py"), str(tmp_path)], tmp_path, processes=processes)
     sharded = torch.load(tmp_path / "results.pt", weights_only=False)
