@@ -58,8 +58,10 @@ def save_folder_atomically(target: str, write) -> None:
         write(staging)
         new_files = sorted(os.listdir(staging))
         marker = os.path.join(target, INCOMPLETE_SAVE_FILE)
-        with open(marker, "w", encoding="utf-8") as f:
+        # Written beside the files and moved in: a link planted at the mark's name is replaced, not written through.
+        with open(os.path.join(staging, INCOMPLETE_SAVE_FILE), "w", encoding="utf-8") as f:
             json.dump({"files": new_files}, f)
+        os.replace(os.path.join(staging, INCOMPLETE_SAVE_FILE), marker)
         if any(map(_is_weight_file, new_files)):
             for stale in os.listdir(target):
                 if _is_weight_file(stale) and stale not in new_files:
