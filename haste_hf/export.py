@@ -33,7 +33,7 @@ from transformers.utils import logging
 
 from . import onnx_serving
 from .modeling_haste import HasteForExtremeClassification
-from .saving import save_folder_atomically
+from .saving import read_one_save, save_folder_atomically
 from .sharded_output_layer import ShardedOutputLayer
 
 
@@ -147,8 +147,15 @@ def _load(model, tokenizer):
 
     if isinstance(model, (str, os.PathLike)):
         source = os.fspath(model)
-        tokenizer = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(source)
-        return HasteForExtremeClassification.from_pretrained(source, dtype=torch.float32), tokenizer, source
+        # The tokenizer of the same save as the weights (`read_one_save`).
+        return read_one_save(
+            source,
+            lambda: (
+                HasteForExtremeClassification.from_pretrained(source, dtype=torch.float32),
+                tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(source),
+                source,
+            ),
+        )
     if not isinstance(model, HasteForExtremeClassification):
         raise ValueError(
             f"`model` must be a HasteForExtremeClassification or the folder / Hub id of one, got {type(model).__name__}."

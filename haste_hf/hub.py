@@ -25,7 +25,8 @@ from transformers.dynamic_module_utils import get_relative_import_files
 
 from . import modeling_haste
 from .configuration_haste import MODEL_AUTO_CLASSES, HasteConfig
-from .modeling_haste import LABEL_NAMES_FILE, HasteForExtremeClassification, check_complete_save
+from .modeling_haste import LABEL_NAMES_FILE, HasteForExtremeClassification
+from .saving import check_complete_save
 
 
 CONFIG_FILE = "config.json"

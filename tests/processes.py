@@ -108,14 +108,19 @@ def run(command, *, timeout: float, check: bool = True, **popen) -> subprocess.C
     return result
 
 
-def torchrun(script_arguments, cwd, processes: int = 2, timeout: float = 600) -> subprocess.CompletedProcess:
-    """`python -m torch.distributed.run --standalone --nproc_per_node N ARGS` on the CPU with the tests' modules on
-    the path; `run`'s guarantees: every rank ends with it."""
-    env = {
+def child_environment() -> dict:
+    """This process's environment (the test Hub's included) with the tests' modules on the path, one thread each."""
+    return {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
         "OMP_NUM_THREADS": "1",
     }
+
+
+def torchrun(script_arguments, cwd, processes: int = 2, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`python -m torch.distributed.run --standalone --nproc_per_node N ARGS` on the CPU with the tests' modules on
+    the path; `run`'s guarantees: every rank ends with it."""
+    env = child_environment()
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
     return run([*command, *map(str, script_arguments)], timeout=timeout, env=env, cwd=cwd)
 
