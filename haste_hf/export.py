@@ -330,7 +330,9 @@ def export_onnx(
         if model.label_names is not None:
             with open(os.path.join(staging, onnx_serving.LABEL_NAMES_FILE), "w", encoding="utf-8") as f:
                 json.dump(model.label_names, f, ensure_ascii=False)
-        metadata = _metadata(model, tokenizer, layout, top_k, quantize, features, source)
+        # Every file serving reads, with its size and digest: the export is checked as one unit when it loads.
+        files = onnx_serving.describe_files(staging, set(os.listdir(staging)) - set(onnx_serving.UNLISTED_FILES))
+        metadata = _metadata(model, tokenizer, layout, top_k, quantize, features, source, files)
         with open(os.path.join(staging, onnx_serving.METADATA_FILE), "w", encoding="utf-8") as f:
             json.dump(metadata, f, indent=2)
         Path(staging, "README.md").write_text(_readme(metadata), encoding="utf-8")
@@ -379,8 +381,9 @@ def _previous_export_files(output_dir) -> set[str]:
     return {path.name for path in folder.iterdir() if path.name.startswith(graph_files)}
 
 
-def _metadata(model, tokenizer, layout, top_k, quantize, features, source) -> dict:
+def _metadata(model, tokenizer, layout, top_k, quantize, features, source, files) -> dict:
     from . import __version__
+    from .recipe import encoder_token_limit
 
     config = model.config
     metadata = {
@@ -399,6 +402,7 @@ def _metadata(model, tokenizer, layout, top_k, quantize, features, source) -> di
         "pooling": config.pooling,
         "normalize": config.normalize,
         "max_length": tokenizer.model_max_length,
+        "max_positions": encoder_token_limit(model.encoder),
         "quantization": "dynamic int8 (encoder matmuls)" if quantize else None,
         "source": source,
         "haste_hf": __version__,
@@ -406,6 +410,7 @@ def _metadata(model, tokenizer, layout, top_k, quantize, features, source) -> di
     }
     if layout == "split":
         metadata["output_layer_file"] = OUTPUT_LAYER_FILE
+    metadata["files"] = files
     return metadata
 
 
@@ -466,7 +471,8 @@ Extreme multi-label classifier of {label_count:,} labels exported by haste_hf {m
 {files}
 - `label_names.json`: the name of each label id (when the model has names).
 - the tokenizer files: texts are truncated at its `model_max_length` ({metadata["max_length"]}), the length the model was trained on.
-- `{onnx_serving.METADATA_FILE}`: this description, read by `{SERVING_CODE_FILE}`.
+- `{onnx_serving.METADATA_FILE}`: this description, with the size and sha256 digest of every file serving reads, read by
+  `{SERVING_CODE_FILE}`, which refuses a folder whose files differ from them.
 - `{SERVING_CODE_FILE}`: `OnnxClassifier`, the top-k labels and names of texts for this folder (numpy, onnxruntime).
 
 Scores are sigmoid probabilities: each label is scored independently, so they do not sum to 1.
