@@ -12,7 +12,7 @@ import time
 from transformers import AutoTokenizer
 
 from haste_hf import HasteForExtremeClassification
-from haste_hf.saving import save_trained_folder
+from haste_hf.modeling.saving import save_trained_folder
 
 
 def main(sources, target, seconds):

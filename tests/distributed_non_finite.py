@@ -13,7 +13,7 @@ import torch.distributed as dist
 from distributed_train import make_trainer, world
 from transformers import TrainerCallback
 
-from haste_hf.callbacks import unwrap_model
+from haste_hf.training.callbacks import unwrap_model
 
 
 # A rank left waiting in a collective fails within the test's 180 s instead of after gloo's 30 minutes.

@@ -5,7 +5,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from processes import torchrun
+from launch import torchrun
 
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,8 +13,8 @@ from tiny_encoders import tiny_tokenizer
 from tiny_haste import make_tiny_model
 
 from haste_hf.export import export_onnx
+from haste_hf.modeling.saving import INCOMPLETE_SAVE_FILE
 from haste_hf.onnx_serving import METADATA_FILE, OnnxClassifier
-from haste_hf.saving import INCOMPLETE_SAVE_FILE
 
 
 LABELS = 30

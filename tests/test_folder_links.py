@@ -11,7 +11,7 @@ from huggingface_hub.errors import RepositoryNotFoundError
 from tiny_haste import make_tiny_model, make_tiny_trainer
 
 from haste_hf.hub import push_to_hub
-from haste_hf.saving import INCOMPLETE_SAVE_FILE
+from haste_hf.modeling.saving import INCOMPLETE_SAVE_FILE
 
 
 SECRET = b"-----BEGIN OPENSSH PRIVATE KEY----- not for the Hub"
