@@ -1,16 +1,12 @@
 """Small factories the tests share: `haste-hf` argument lists, in-process command-line runs, torchrun launches
 and the tolerances their results are compared with."""
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import torch
+from processes import TESTS, torchrun  # noqa: F401  (the launches every torchrun test shares)
 
 
-TESTS = Path(__file__).parent
 # fp32 on the CPU: the processes add the same terms in another order, nothing else differs.
 LOSS_TOLERANCE = dict(rtol=1e-6, atol=1e-5)
 WEIGHT_TOLERANCE = dict(rtol=1e-5, atol=1e-6)
@@ -69,28 +65,6 @@ def assert_one_line_error(status, lines, expected_status, command, *fragments):
     assert len(lines) == 1 and lines[0].startswith(f"haste-hf {command}: error: "), lines
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
-
-
-def torchrun(script_arguments, cwd, processes=2, timeout=600):
-    """`torchrun --standalone` of `processes` CPU processes (the test helpers importable); fails the test with the
-    end of stderr unless every process exits 0."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
-        "OMP_NUM_THREADS": "1",
-    }
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        str(processes),
-        *[str(argument) for argument in script_arguments],
-    ]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
-    assert result.returncode == 0, result.stderr[-6000:]
-    return result
 
 
 def assert_states_close(

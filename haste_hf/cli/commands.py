@@ -109,6 +109,7 @@ def load_trained(args):
 
     from ..evaluation import saved_evaluation_settings
     from ..modeling.modeling_haste import HasteForExtremeClassification
+    from ..modeling.saving import read_one_save
     from ..recipe import check_max_length, encoder_token_limit
 
     from_training = saved_evaluation_settings(args.model) if Path(args.model).is_dir() else {}
@@ -117,7 +118,14 @@ def load_trained(args):
             setattr(args, name, value)
     args.eval_batch_size = args.eval_batch_size or DEFAULT_EVAL_BATCH_SIZE
     try:
-        model = HasteForExtremeClassification.from_pretrained(args.model)
+        # The tokenizer of the same save as the weights (`read_one_save`).
+        model, tokenizer = read_one_save(
+            args.model,
+            lambda: (
+                HasteForExtremeClassification.from_pretrained(args.model),
+                AutoTokenizer.from_pretrained(args.model),
+            ),
+        )
     except Exception as error:
         if not is_model_file_error(error):
             raise
@@ -130,7 +138,7 @@ def load_trained(args):
         check_max_length(model.encoder, args.max_length, f"of {args.model}")
     except ValueError as error:
         raise UsageError(error) from None
-    return model.to(default_device()), AutoTokenizer.from_pretrained(args.model)
+    return model.to(default_device()), tokenizer
 
 
 def check_split(args, data):

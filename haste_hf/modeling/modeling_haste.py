@@ -37,7 +37,7 @@ from .output_layer import (
     output_labels_from_frequencies,
     random_supports,
 )
-from .saving import LABEL_NAMES_FILE, check_complete_save, check_finite_weights, save_folder_atomically
+from .saving import LABEL_NAMES_FILE, check_finite_weights, read_one_save, save_folder_atomically
 from .sentence_transformer_encoder import (
     from_sentence_transformer,
     is_sentence_transformer,
@@ -483,8 +483,18 @@ class HasteForExtremeClassification(HastePreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, output_loading_info: bool = False, **kwargs):
+        """`PreTrainedModel.from_pretrained`, plus the label names; from a local folder, the weights, configuration and
+        names of one save: a save to the folder during the load makes it load again, or fail (see `read_one_save`)."""
         folder = os.path.join(os.fspath(pretrained_model_name_or_path), kwargs.get("subfolder") or "")
-        check_complete_save(folder)
+        return read_one_save(
+            folder,
+            lambda: cls._from_pretrained_once(
+                pretrained_model_name_or_path, *args, output_loading_info=output_loading_info, **kwargs
+            ),
+        )
+
+    @classmethod
+    def _from_pretrained_once(cls, pretrained_model_name_or_path, *args, output_loading_info: bool, **kwargs):
         # Formats 1 and 2 name the output layer's tensors without the `output_layer.` prefix.
         kwargs["key_mapping"] = {**FORMAT_2_KEY_MAPPING, **(kwargs.get("key_mapping") or {})}
         model, loading_info = super().from_pretrained(

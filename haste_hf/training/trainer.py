@@ -19,6 +19,7 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase, Trainer
 from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME, TRAINER_STATE_NAME
 from transformers.trainer_callback import TrainerState
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.training_args import OptimizerNames
 from transformers.utils import CONFIG_NAME
 
@@ -433,9 +434,22 @@ class HasteTrainer(Trainer):
         # Trainer copies only the config and weights of the checkpoint into the folder it pushes; the config
         # names the exported code in `auto_map`, so the code goes along.
         if self.is_world_process_zero():
+            self._check_publishable_output_dir()
             for path in exported_code_files():
                 shutil.copyfile(path, os.path.join(self.args.output_dir, os.path.basename(path)))
         super()._push_from_checkpoint(checkpoint_folder)
+
+    def push_to_hub(self, *args, **kwargs):
+        """`Trainer.push_to_hub`, refusing an `output_dir` that holds a link: the upload would publish its target."""
+        if self.is_world_process_zero():
+            self._check_publishable_output_dir()
+        return super().push_to_hub(*args, **kwargs)
+
+    def _check_publishable_output_dir(self) -> None:
+        from ..hub import publishable_files
+
+        # What Trainer's uploads of `output_dir` leave out.
+        publishable_files(self.args.output_dir, ["_*", f"{PREFIX_CHECKPOINT_DIR}-*"])
 
     def create_model_card(
         self,
