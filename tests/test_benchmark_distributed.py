@@ -3,11 +3,11 @@
 
 import importlib.util
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from killable_runs import run_whole
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,7 +103,7 @@ def test_real_mode_runs_under_torchrun(tmp_path):
         "real",
         *TINY,
     ]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    result = run_whole(command, env=env, timeout=300, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
     assert "sharded output layer" in result.stdout and "texts/s" in result.stdout
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from killable_runs import run_whole
 
 from haste_hf.distributed import balanced_ranges
 from haste_hf.label_plan import LabelLayout
@@ -36,7 +37,10 @@ def torchrun(script_arguments, tmp_path, processes=2, timeout=600):
         str(processes),
         *script_arguments,
     ]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+    try:
+        result = run_whole(command, env=env, timeout=timeout, cwd=tmp_path)  # a hung run is ended, all of it
+    except subprocess.TimeoutExpired as error:
+        raise AssertionError(f"{script_arguments} ran past {timeout} s:\n{(error.stderr or '')[-6000:]}") from None
     assert result.returncode == 0, result.stderr[-6000:]
     return result
 
@@ -224,25 +228,20 @@ def _initial_supports():
     return distributed_train.make_model().output_layer.tail.supports
 
 
-@pytest.mark.slow
-def test_cli_train_on_two_processes_equals_one(tmp_path):
-    """`torchrun -m haste_hf.cli train` (sharded by default) against one process at the same global batch:
-    semantic grouping on rank 0 only, validation and best-checkpoint selection, test evaluation split over
-    the ranks, one model saved."""
+def cli_train_arguments(folder: Path) -> list[str]:
+    """`haste-hf train` of a tiny BERT (no dropout) on 30 planted labels, written into `folder` (no output folder,
+    batch size or device: the caller's)."""
     import gzip
 
-    from safetensors.torch import load_file
     from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
     from transformers import BertModel
-
-    from haste_hf.cli import main
 
     config = tiny_encoder_config("bert")
     config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0.0
     torch.manual_seed(0)
-    BertModel(config).save_pretrained(tmp_path / "encoder")
-    tiny_tokenizer(tmp_path / "encoder")
-    data = tmp_path / "data"
+    BertModel(config).save_pretrained(folder / "encoder")
+    tiny_tokenizer(folder / "encoder")
+    data = folder / "data"
     data.mkdir()
     for name, rows in (("trn", planted_texts(30, 160, seed=0)), ("tst", planted_texts(30, 41, seed=1))):
         with gzip.open(data / f"{name}.json.gz", "wt") as f:
@@ -253,12 +252,12 @@ def test_cli_train_on_two_processes_equals_one(tmp_path):
     with gzip.open(data / "lbl.json.gz", "wt") as f:
         for label in range(30):
             f.write(json.dumps({"uid": str(label), "title": f"label {label}"}) + "\n")
-    arguments = [
+    return [
         "train",
         "--data",
         str(data),
         "--encoder",
-        str(tmp_path / "encoder"),
+        str(folder / "encoder"),
         "--epochs",
         "6",
         "--group-size",
@@ -282,6 +281,18 @@ def test_cli_train_on_two_processes_equals_one(tmp_path):
         "--output-lr",
         "0.5",
     ]
+
+
+@pytest.mark.slow
+def test_cli_train_on_two_processes_equals_one(tmp_path):
+    """`torchrun -m haste_hf.cli train` (sharded by default) against one process at the same global batch:
+    semantic grouping on rank 0 only, validation and best-checkpoint selection, test evaluation split over
+    the ranks, one model saved."""
+    from safetensors.torch import load_file
+
+    from haste_hf.cli import main
+
+    arguments = cli_train_arguments(tmp_path)
     # On CPUs the processes join a gloo group only with --use_cpu (without it the recipe refuses to run).
     torchrun(
         ["-m", "haste_hf.cli", *arguments, "--use_cpu", "--output-dir", str(tmp_path / "two"), "--batch-size", "8"],
