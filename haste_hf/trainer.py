@@ -6,6 +6,7 @@ weights) trains the dense head and the sparse tail, each with its own schedule; 
 every `rewiring_interval` steps; evaluation ranks labels with top-k, never gathering `[N, L]` logits.
 """
 
+import copy
 import functools
 import json
 import os
@@ -25,6 +26,7 @@ from transformers.utils import CONFIG_NAME, logging
 from .callbacks import NonFiniteGradientCallback, RewiringCallback, TrainingSplitFingerprint, unwrap_model
 from .data import XMCDataCollator
 from .losses import chunk_loss_backward_
+from . import memory_plan
 from .modeling_haste import HasteForExtremeClassification
 from .optimization import HasteOptimizer, StochasticRoundingSGD, get_haste_scheduler, unwrap_haste_optimizer
 from .peft_utils import check_no_peft_encoder, check_peft_model, is_peft_model
@@ -143,6 +145,8 @@ class HasteTrainer(Trainer):
             args = HasteTrainingArguments(output_dir="haste_output")
         if not isinstance(args, HasteTrainingArguments):
             args = _as_haste_arguments(args)
+        # The trainer's own copy: it takes the memory plan's choices, the caller's keeps what the caller gave.
+        args = copy.copy(args)
         haste_model = unwrap_model(model)
         if not isinstance(haste_model, HasteForExtremeClassification):
             raise ValueError(
@@ -157,7 +161,8 @@ class HasteTrainer(Trainer):
             for module in (haste_model.output_layer.head, haste_model.output_layer.tail):
                 if module is not None:
                     module.to(dtype)
-        if resolve_shard_output_layer(args.shard_output_layer, args.world_size):
+        sharded = resolve_shard_output_layer(args.shard_output_layer, args.world_size)
+        if sharded:
             shard_output_layer_(haste_model)
             ignore_shards_in_ddp(haste_model)
         if args.world_size > 1 and args.data_seed is None:
@@ -171,6 +176,7 @@ class HasteTrainer(Trainer):
                     f"`processing_class=tokenizer` to build one, got processing_class={type(tokenizer).__name__}."
                 )
             kwargs["data_collator"] = XMCDataCollator(tokenizer)
+        self.memory_plan = self._plan_memory(args, haste_model, sharded, kwargs.get("data_collator"))
         self._gathered = None  # see `_gathered_for_saving`
         super().__init__(model, args, *trainer_args, **kwargs)
         if args.world_size > 1:
@@ -199,6 +205,26 @@ class HasteTrainer(Trainer):
             )
             rewiring.check_model(self.model)
             self.add_callback(rewiring)
+
+    @staticmethod
+    def _plan_memory(args: HasteTrainingArguments, model, sharded: bool, data_collator) -> memory_plan.MemoryPlan:
+        """Resolves the memory options `args` left unset (`memory_plan`), writes them into `args`, and turns
+        encoder checkpointing on where the plan chose it."""
+        # The longest input the collator makes; else the encoder's own limit.
+        tokens = getattr(data_collator, "max_length", None) or getattr(
+            model.config.encoder, "max_position_embeddings", 512
+        )
+        plan = memory_plan.plan_memory(
+            args, model, tokens=tokens, sharded=sharded, device_memory=memory_plan.device_memory_of(args.device)
+        )
+        args.output_momentum_dtype = plan.output_momentum_dtype
+        args.output_chunked_backward = plan.output_chunked_backward
+        args.output_fused_update = plan.output_fused_update
+        if plan.checkpoint_every:
+            # On the model, not through `args`: transformers releases read other fields and take `every_n_layers` or not.
+            every = {} if plan.checkpoint_every == 1 else {"every_n_layers": plan.checkpoint_every}
+            model.gradient_checkpointing_enable(**every)
+        return plan
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
         """`Trainer.train`; `resume_from_checkpoint=True` picks the last checkpoint that finished saving (a
