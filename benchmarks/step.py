@@ -304,7 +304,7 @@ def main(argv=None):
     parser.add_argument(
         "--options-off",
         action="store_true",
-        help="every memory option off (fp32 momentum, no chunks, no fused update, no checkpointing): the old default",
+        help="every memory option no flag forces off (fp32 momentum, no chunks, no fused update, no checkpointing)",
     )
     parser.add_argument(
         "--device-memory-gib",
@@ -318,9 +318,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.checkpoint_every is not None and args.gradient_checkpointing is None:
         args.gradient_checkpointing = True
-    if args.options_off:
-        args.gradient_checkpointing = args.chunked_backward = args.fused_update = False
-        args.momentum_dtype = "float32"
+    if args.options_off:  # those no flag forces
+        for name in ("gradient_checkpointing", "chunked_backward", "fused_update"):
+            setattr(args, name, False if getattr(args, name) is None else getattr(args, name))
+        args.momentum_dtype = args.momentum_dtype or "float32"
     if hasattr(modeling_haste, "random_supports"):
         modeling_haste.random_supports = supports_on_cpu(modeling_haste.random_supports)
     lines = [

@@ -23,10 +23,10 @@ from transformers.trainer_callback import TrainerState
 from transformers.training_args import OptimizerNames
 from transformers.utils import CONFIG_NAME, logging
 
+from . import memory_plan
 from .callbacks import NonFiniteGradientCallback, RewiringCallback, TrainingSplitFingerprint, unwrap_model
 from .data import XMCDataCollator
 from .losses import chunk_loss_backward_
-from . import memory_plan
 from .modeling_haste import HasteForExtremeClassification
 from .optimization import HasteOptimizer, StochasticRoundingSGD, get_haste_scheduler, unwrap_haste_optimizer
 from .peft_utils import check_no_peft_encoder, check_peft_model, is_peft_model
