@@ -91,6 +91,12 @@ def build(variant: str, label_count: int, args) -> HasteForExtremeClassification
     )
     with torch.device("cuda"):
         model = HasteForExtremeClassification(config)
+    if args.sdpa_attention:
+        from transformers.models.mpnet.modeling_mpnet import MPNetSelfAttention
+
+        for module in model.modules():
+            if isinstance(module, MPNetSelfAttention):
+                module.forward = functools.partial(mpnet_sdpa_attention, module)
     for module in (output_layer_of(model).head, output_layer_of(model).tail):
         if module is not None:
             module.to(torch.bfloat16)
@@ -131,6 +137,22 @@ def resolve_options(model, args) -> None:
             args.checkpoint_every = plan.checkpoint_every or 1
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable(every_n_layers=args.checkpoint_every or 1)
+
+
+def mpnet_sdpa_attention(
+    self, hidden_states, attention_mask=None, position_bias=None, output_attentions=False, **kwargs
+):
+    """`MPNetSelfAttention.forward` through `scaled_dot_product_attention`, the relative-position bias and the padding
+    mask as its additive mask: the same attention (tests/test_step_benchmark.py), but the `[B, heads, T, T]` scores,
+    fp32 probabilities and dropout mask the eager forward keeps for the backward are not stored (the kernel keeps
+    the bf16 bias only). transformers' MPNet has no SDPA path of its own (transformers 5.10 to 5.24)."""
+    shape = (*hidden_states.shape[:-1], -1, self.attention_head_size)
+    q, k, v = (projection(hidden_states).view(shape).transpose(1, 2) for projection in (self.q, self.k, self.v))
+    biases = [bias for bias in (position_bias, attention_mask) if bias is not None]
+    mask = None if not biases else sum(biases[1:], biases[0]).to(q.dtype)
+    dropout = self.dropout.p if self.training else 0.0
+    context = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+    return (self.o(context.transpose(1, 2).reshape(*hidden_states.shape[:-1], self.all_head_size)),)
 
 
 def output_layer_of(model):
@@ -273,6 +295,7 @@ def options(args) -> str:
         else None,
         "fused update" if args.fused_update else None,
     ]
+    chosen.append("SDPA attention" if args.sdpa_attention else None)
     return ", ".join(option for option in chosen if option)
 
 
@@ -311,6 +334,11 @@ def main(argv=None):
         type=float,
         default=None,
         help="plan the options for a GPU of this size (default: this one)",
+    )
+    parser.add_argument(
+        "--sdpa-attention",
+        action="store_true",
+        help="MPNet's attention through scaled_dot_product_attention (not in the product yet: measured here first)",
     )
     parser.add_argument("--no-flops-matched", action="store_true", help="skip the FLOPs-matched GEMMs ([B, L] buffers)")
     parser.add_argument("--title", default="", help="first line of the table (e.g. the code's commit)")
