@@ -18,7 +18,7 @@ every label in the dense head. Per variant and label count, median ms of CUDA ev
   (X [B, F] x W [L, F]^T, forward, weight gradient, feature gradient), summed.
 
 Memory options (what `haste-hf train` sets with the flags of the same names): by default each is what
-`HasteTrainer` chooses for this model, batch and GPU (`haste_hf.memory_plan`; `--device-memory-gib N` plans for a
+`HasteTrainer` chooses for this model, batch and GPU (`haste_hf.training.memory_plan`; `--device-memory-gib N` plans for a
 GPU of N GiB), and a flag forces it on or off: `--[no-]gradient-checkpointing` (the encoder recomputes its
 activations in the backward; `--checkpoint-every N`: every N-th block only, as
 `--gradient_checkpointing_kwargs '{"every_n_layers": N}'`), `--momentum-dtype float32|bfloat16` (the output layer's
@@ -33,7 +33,7 @@ At 10^8 labels (`--labels 100 --variants HASTE`, one H200) only the memory-lean 
 
 Uses only the public API (`model.output_layer.loss`; `fused_loss` on code before it), so the same script times the code
 before and after a change: `PYTHONPATH=<other checkout> python benchmarks/step.py` (with `--options-off`, or every
-option forced, on code before `haste_hf.memory_plan`).
+option forced, on code of the same layout before `haste_hf.training.memory_plan`).
 
     python benchmarks/step.py --title "after (commit abc1234)" --out results/step_h100.md
     python benchmarks/step.py --labels 8.6 --variants HASTE --gradient-checkpointing --momentum-dtype bfloat16 --fused-update
@@ -48,9 +48,10 @@ import statistics
 import torch
 from transformers import MPNetConfig
 
-from haste_hf import HasteConfig, HasteForExtremeClassification, modeling_haste
-from haste_hf.optimization import HasteOptimizer, StochasticRoundingSGD
-from haste_hf.trainer import split_parameters
+from haste_hf import HasteConfig, HasteForExtremeClassification
+from haste_hf.modeling import modeling_haste
+from haste_hf.training.optimization import HasteOptimizer, StochasticRoundingSGD
+from haste_hf.training.trainer import split_parameters
 
 
 def cuda_ms(fn, warmup: int, repeats: int) -> float:
@@ -105,10 +106,10 @@ def build(variant: str, label_count: int, args) -> HasteForExtremeClassification
 
 def resolve_options(model, args) -> None:
     """The memory options not forced by a flag, as `HasteTrainer` chooses them for this model, batch and GPU
-    (`haste_hf.memory_plan`; `--device-memory-gib` plans for a smaller GPU); checkpointing applied to `model`."""
+    (`haste_hf.training.memory_plan`; `--device-memory-gib` plans for a smaller GPU); checkpointing applied to `model`."""
     if (args.gradient_checkpointing, args.momentum_dtype, args.chunked_backward, args.fused_update).count(None):
-        from haste_hf.memory_plan import plan_memory
-        from haste_hf.training_args import HasteTrainingArguments
+        from haste_hf.training.memory_plan import plan_memory
+        from haste_hf.training.training_args import HasteTrainingArguments
 
         forced = {
             "output_momentum_dtype": args.momentum_dtype,
@@ -195,7 +196,7 @@ def bench(variant: str, label_count: int, args) -> dict:
     )
     lean = args.chunked_backward or args.fused_update
     if lean:  # as `HasteTrainer` sets them
-        from haste_hf.losses import chunk_loss_backward_
+        from haste_hf.modeling.losses import chunk_loss_backward_
 
         for param in output_layer:
             if param.dim() >= 2:
@@ -312,7 +313,7 @@ def main(argv=None):
     parser.add_argument("--head-fraction", type=float, default=0.03)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=10)
-    # Each memory option: the trainer's own choice (haste_hf.memory_plan) unless a flag forces it on or off.
+    # Each memory option: the trainer's own choice (haste_hf.training.memory_plan) unless a flag forces it on or off.
     on_off = argparse.BooleanOptionalAction
     parser.add_argument("--gradient-checkpointing", action=on_off, help="the encoder recomputes its activations")
     parser.add_argument(
@@ -355,7 +356,7 @@ def main(argv=None):
     lines = [
         f"{args.title}: {torch.cuda.get_device_name()}, torch {torch.__version__}, B = {args.batch}, "
         f"{args.tokens} tokens, G = {args.group_size}, F = {args.fan_in}, head {args.head_fraction:.0%}, "
-        f"median ms of CUDA events ({args.repeats} runs); memory options per row (chosen by haste_hf.memory_plan "
+        f"median ms of CUDA events ({args.repeats} runs); memory options per row (chosen by haste_hf.training.memory_plan "
         "unless forced by a flag)",
         "",
         "| labels | variant | encoder fwd+bwd | output layer fwd+bwd | output layer + loss | whole step fwd+bwd "

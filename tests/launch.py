@@ -1,0 +1,224 @@
+"""Small factories the tests share: `haste-hf` argument lists, in-process command-line runs, torchrun launches
+and the tolerances their results are compared with."""
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import torch
+
+
+TESTS = Path(__file__).parent
+# fp32 on the CPU: the processes add the same terms in another order, nothing else differs.
+LOSS_TOLERANCE = dict(rtol=1e-6, atol=1e-5)
+WEIGHT_TOLERANCE = dict(rtol=1e-5, atol=1e-6)
+
+
+def data_flags(dataset_dir):
+    """The data flags of `train` and `evaluate` on the tiny dataset."""
+    # 6 tokens cut most texts (up to 8 with [CLS] and [SEP]): a wrong length at evaluation shows in the metrics.
+    return ["--data", str(dataset_dir), "--max-length", "6", "--eval-batch-size", "16"]
+
+
+def train_flags(data, encoder_dir, output_dir, *extra):
+    """`haste-hf train` of a tiny model for one epoch, without rewiring."""
+    return [
+        "train",
+        "--data",
+        data,
+        "--encoder",
+        encoder_dir,
+        "--output-dir",
+        output_dir,
+        "--max-length",
+        "16",
+        "--eval-batch-size",
+        "16",
+        "--batch-size",
+        "16",
+        "--group-size",
+        "4",
+        "--fan-in",
+        "8",
+        "--epochs",
+        "1",
+        "--rewiring-interval",
+        "0",
+        *extra,
+    ]
+
+
+def run_cli(capsys, argv):
+    """Exit status and stderr lines of `haste-hf ARGV`."""
+    from haste_hf.cli import main
+
+    capsys.readouterr()  # what the test's own setup printed
+    try:
+        status = main([str(arg) for arg in argv])
+    except SystemExit as exit:
+        status = exit.code
+    # Progress bars (loading weights, predicting) and their cursor moves are not messages.
+    lines = (re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", line).strip() for line in capsys.readouterr().err.split("\n"))
+    return status, [line for line in lines if line and not re.search(r"\d+%\|", line)]
+
+
+def assert_one_line_error(status, lines, expected_status, command, *fragments):
+    assert status == expected_status, lines
+    assert len(lines) == 1 and lines[0].startswith(f"haste-hf {command}: error: "), lines
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+# A command's processes, killed whole (`run_whole`): `subprocess.run(..., timeout=...)` kills the one process it
+# started, and torchrun starts each worker in a session of its own, so workers hung in a collective would go on
+# holding the CPU (and their ports) after the test failed. Every process of the command carries a token in its
+# environment (inherited by whatever it starts); on a timeout, an error or the command's end each process holding
+# it is killed.
+TOKEN_VARIABLE = "HASTE_TEST_PROCESS_TOKEN"
+
+
+def processes_holding(token: str) -> list[int]:
+    """Ids of the processes whose environment holds `TOKEN_VARIABLE=token` (Linux: /proc)."""
+    entry = f"{TOKEN_VARIABLE}={token}".encode()
+    found = []
+    for folder in Path("/proc").glob("[0-9]*"):
+        try:
+            if entry in (folder / "environ").read_bytes().split(b"\0"):
+                found.append(int(folder.name))
+        except (OSError, ValueError):  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def kill_all(process: subprocess.Popen, token: str) -> None:
+    """SIGKILL to `process`'s session and to every process that holds `token`."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    for pid in processes_holding(token):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def run_whole(command: list[str], *, timeout: float, env=None, **popen_kwargs) -> subprocess.CompletedProcess:
+    """`subprocess.run(command, capture_output=True, text=True, timeout=timeout)`, except that every process the
+    command started is killed when it ends, times out or is interrupted; raises `TimeoutExpired` on a timeout, with
+    what the processes printed."""
+    token = uuid.uuid4().hex
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**(os.environ if env is None else env), TOKEN_VARIABLE: token},
+        **popen_kwargs,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_all(process, token)
+        stdout, stderr = process.communicate()
+        raise subprocess.TimeoutExpired(command, timeout, output=stdout, stderr=stderr) from None
+    except BaseException:
+        kill_all(process, token)
+        process.communicate()
+        raise
+    kill_all(process, token)  # a worker that outlived torchrun
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def torchrun(script_arguments, cwd, processes=2, timeout=600):
+    """`torchrun --standalone` of `processes` CPU processes (the test helpers importable); fails the test with the
+    end of stderr unless every process exits 0 within `timeout` seconds (then every process is killed)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        str(processes),
+        *[str(argument) for argument in script_arguments],
+    ]
+    try:
+        result = run_whole(command, env=env, timeout=timeout, cwd=cwd)  # a hung run is ended, all of it
+    except subprocess.TimeoutExpired as error:
+        raise AssertionError(f"{script_arguments} ran past {timeout} s:\n{(error.stderr or '')[-6000:]}") from None
+    assert result.returncode == 0, result.stderr[-6000:]
+    return result
+
+
+def assert_states_close(
+    actual: dict, expected: dict, exact_names=("output_layer.tail.supports", "output_layer.output_labels")
+):
+    assert set(actual) == set(expected)
+    for name, value in expected.items():
+        if name in exact_names:
+            assert torch.equal(actual[name], value), name
+        else:
+            torch.testing.assert_close(actual[name], value, **WEIGHT_TOLERANCE, msg=name)
+
+
+def cli_train_arguments(folder: Path) -> list[str]:
+    """`haste-hf train` of a tiny BERT (no dropout) on 30 planted labels, written into `folder` (no output folder,
+    batch size or device: the caller's)."""
+    import gzip
+    import json
+
+    from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
+    from transformers import BertModel
+
+    config = tiny_encoder_config("bert")
+    config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0.0
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(folder / "encoder")
+    tiny_tokenizer(folder / "encoder")
+    data = folder / "data"
+    data.mkdir()
+    for name, rows in (("trn", planted_texts(30, 160, seed=0)), ("tst", planted_texts(30, 41, seed=1))):
+        with gzip.open(data / f"{name}.json.gz", "wt") as f:
+            for i, row in enumerate(rows):
+                f.write(
+                    json.dumps({"uid": str(i), "title": row["text"], "content": "", "target_ind": row["labels"]}) + "\n"
+                )
+    with gzip.open(data / "lbl.json.gz", "wt") as f:
+        for label in range(30):
+            f.write(json.dumps({"uid": str(label), "title": f"label {label}"}) + "\n")
+    return [
+        "train",
+        "--data",
+        str(data),
+        "--encoder",
+        str(folder / "encoder"),
+        "--epochs",
+        "6",
+        "--group-size",
+        "4",
+        "--fan-in",
+        "8",
+        "--head-fraction",
+        "0.5",
+        "--rewiring-interval",
+        "3",
+        "--max-length",
+        "16",
+        "--eval-batch-size",
+        "16",
+        "--propensity-a",
+        "0.5",
+        "--propensity-b",
+        "0.4",
+        "--lr",
+        "3e-3",
+        "--output-lr",
+        "0.5",
+    ]
