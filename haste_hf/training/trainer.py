@@ -405,8 +405,8 @@ class HasteTrainer(Trainer):
     # A sharded run saves and resumes through one ordinary checkpoint: the shares of the output layer and
     # of its optimizer state are gathered on save and sliced on load, so any world size can resume it.
     # The gathers are collectives, so they run where every rank is, whichever ranks this transformers then calls
-    # `_save` and `_save_optimizer_and_scheduler` on (5.17 calls `_save` on the main process only, 5.24 on every
-    # rank): in `_save_checkpoint` and `save_model`, which every rank enters, before the Trainer's own code.
+    # `_save` and `_save_optimizer_and_scheduler` on (5.10 and 5.17 call `_save` on the main process only, 5.24
+    # on every rank): in `_save_checkpoint` and `save_model`, which every rank enters, before the Trainer's code.
 
     @contextmanager
     def _gathered_for_saving(self, with_optimizer: bool):
