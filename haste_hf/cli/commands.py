@@ -72,6 +72,7 @@ def evaluate_split(model, tokenizer, data, split, args, propensity):
 
 
 def command_train(args) -> int:
+    from ..evaluation import process_rank_and_count
     from ..recipe import check_output_dir, train
 
     training = args.training
@@ -85,6 +86,8 @@ def command_train(args) -> int:
     except ValueError as error:
         raise UsageError(f"argument --output-dir: {error}") from None
     run = train(args.recipe.data, args.recipe.encoder, training_args=training, recipe_args=args.recipe)
+    if process_rank_and_count()[0] != 0:  # launched as several processes: one table, the main process's
+        return 0
     layout, skipped = run.layout, run.trainer.non_finite_guard.skipped_steps
     summary = format_summary(
         "Test metrics (%)",
