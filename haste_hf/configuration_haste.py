@@ -35,6 +35,29 @@ LABEL_PADDING_ID = -100
 LOSS_REDUCTIONS = ("sum", "mean")
 
 
+# The fields that `from_pretrained(..., field=value)` gives to `__init__` (checked and derived from there) rather than
+# setting them on the loaded config; the label maps too, to go with a new `label_count`.
+_GIVEN_AT_LOADING = (
+    "label_count",
+    "head_label_count",
+    "group_size",
+    "fan_in",
+    "head_projection_dim",
+    "tail_projection_dim",
+    "pooling",
+    "normalize",
+    "classifier_dropout",
+    "loss",
+    "loss_reduction",
+    "tail_bias",
+    "eval_top_k",
+    "supports_seed",
+    "id2label",
+    "label2id",
+    "problem_type",
+)
+
+
 def head_label_count_for(head_label_fraction: float, label_count: int) -> int:
     """The head size of a share of `label_count` labels, rounded half up (0.03 of 450 labels: 14)."""
     return math.floor(float(head_label_fraction) * label_count + 0.5)
@@ -282,7 +305,34 @@ class HasteConfig(PretrainedConfig):
                 f"This checkpoint holds a {model_type!r} model, not a HASTE one (model_type {cls.model_type!r}): "
                 "load it with its own class, or wrap it with `HasteForExtremeClassification.from_encoder_pretrained`."
             )
-        return super().from_dict(config_dict, **kwargs)
+        return super().from_dict(cls._with_given_fields(config_dict, kwargs), **kwargs)
+
+    @classmethod
+    def _with_given_fields(cls, config_dict: dict, kwargs: dict) -> dict:
+        """`config_dict` with the HASTE fields given to `from_pretrained` / `from_dict` taken out of `kwargs`, so that
+        `__init__` checks and derives from them (transformers would set them on the built config, past the checks).
+
+        `num_labels` is `label_count`, as it re-heads a transformers classifier. A new label count whose head size
+        is not given keeps the head's share of the labels; the label names of another label count are dropped."""
+        config_dict = dict(config_dict)
+        if "num_labels" in kwargs:
+            num_labels = kwargs.pop("num_labels")
+            if kwargs.setdefault("label_count", num_labels) != num_labels:
+                raise ValueError(
+                    f"`num_labels` ({num_labels}) and `label_count` ({kwargs['label_count']}) differ: a HASTE model's "
+                    "`num_labels` is its label count; give one of them."
+                )
+        given = {name: kwargs.pop(name) for name in _GIVEN_AT_LOADING if name in kwargs}
+        saved_count, saved_head = config_dict.get("label_count"), config_dict.get("head_label_count")
+        new_count = given.get("label_count", saved_count)
+        counts = (saved_count, saved_head, new_count)
+        keeps_share = all(isinstance(count, int) for count in counts) and saved_count > 0
+        if new_count != saved_count and "head_label_count" not in given and keeps_share:
+            given["head_label_count"] = head_label_count_for(saved_head / saved_count, new_count)
+        if new_count != saved_count and "id2label" not in given:
+            config_dict.pop("id2label", None)
+            config_dict.pop("label2id", None)
+        return {**config_dict, **given}
 
     @property
     def tail_label_count(self) -> int:
