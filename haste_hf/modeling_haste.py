@@ -118,6 +118,10 @@ class HastePreTrainedModel(PreTrainedModel):
     _supports_attention_backend = True
     # Summed BCE over labels is already per-example: a Trainer must not rescale it for accumulation.
     accepts_loss_kwargs = False
+    # The output layer's loss and top-k read its head and tail weights inside its forward: a device map keeps it whole
+    # on one device, where accelerate's hook brings its weights (offloaded or not) for the forward. The encoder's own
+    # blocks are added by `post_init`.
+    _no_split_modules = ["HasteOutputLayer"]
 
     @property
     def is_gradient_checkpointing(self) -> bool:
@@ -367,6 +371,8 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         states = outputs[0]
         if attention_mask is None:
             attention_mask = torch.ones(states.shape[:2], dtype=torch.long, device=states.device)
+        # Split over devices (`device_map`), the encoder ends where its last block sits, not where its inputs were.
+        attention_mask = attention_mask.to(states.device)
         pooled = pool_hidden_states(states, attention_mask, self.config.pooling)
         if self.config.normalize:
             pooled = F.normalize(pooled, dim=-1)
@@ -427,7 +433,9 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         `O(B * (k + chunk))`, never `O(B * label_count)`."""
         self.output_layer.check_k(k)
         pooled, _ = self.encode(input_ids, attention_mask, **encoder_kwargs)
-        return self.output_layer.topk(pooled, k)
+        # Through the layer's forward, where a device map's hook places its inputs and its (offloaded) weights.
+        scored = self.output_layer(pooled, top_k=k, return_logits=False)
+        return TopKOutput(label_ids=scored.top_label_ids, scores=scored.top_scores)
 
     # ----------------------------------------------------------------------------------------- saving
 
@@ -516,6 +524,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
                 f"differs from the configuration's ({_describe(_output_layer_shape(model.config))}). To re-head the "
                 "model on another label set, pass `ignore_mismatched_sizes=True` (its output layer is then a new one)."
             )
+        _offload_output_layer_whole(model)
         # Missing buffers are rebuilt as `__init__` builds them; a missing weight would be left random.
         buffers = {name for name, _ in model.named_buffers()}
         missing = sorted(
@@ -567,6 +576,38 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         device = reference.device if reference.device.type != "meta" else "cpu"
         self.output_layer = layer.to(device=device, dtype=reference.dtype)
         self.set_label_names(None)
+
+
+def _offload_output_layer_whole(model) -> None:
+    """An output layer offloaded by a device map (CPU or disk) gets all its weights for the whole of its forward.
+
+    accelerate hooks an offloaded block module by module, each bringing its own weights for its own forward only;
+    the loss and the top-k read the head's and the tail's weights from the layer's forward, where they would still be
+    on the meta device. The layer is hooked again as one block that brings them all (accelerate's
+    `preload_module_classes`, which `from_pretrained` does not pass)."""
+    layer = model.output_layer
+    hooks = []
+    for module in layer.modules():
+        hook = getattr(module, "_hf_hook", None)
+        hooks.extend(getattr(hook, "hooks", None) or ([hook] if hook is not None else []))
+    offloading = next((hook for hook in hooks if getattr(hook, "offload", False)), None)
+    if offloading is None:
+        return
+    from accelerate.hooks import attach_align_device_hook, remove_hook_from_module
+
+    weights_map = offloading.weights_map
+    remove_hook_from_module(layer, recurse=True)
+    attach_align_device_hook(
+        layer,
+        execution_device=offloading.execution_device,
+        offload=True,
+        weights_map=getattr(weights_map, "dataset", weights_map),
+        offload_buffers=offloading.offload_buffers,
+        module_name=next(name for name, module in model.named_modules() if module is layer),
+        skip_keys=offloading.skip_keys,
+        preload_module_classes=[type(layer).__name__],
+        tied_params_map=getattr(offloading, "tied_params_map", None),
+    )
 
 
 def _output_layer_shape(config: HasteConfig) -> tuple:
