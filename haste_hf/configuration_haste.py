@@ -7,6 +7,8 @@ into a checkpoint folder that loads with `trust_remote_code=True` where `haste_h
 
 import copy
 import math
+import numbers
+from collections.abc import Mapping, Sequence
 
 from transformers import AutoConfig, PretrainedConfig
 
@@ -73,6 +75,64 @@ LOSSES = ("bce", "squared_hinge")
 MAX_CONFIG_LABEL_NAMES = 10_000
 PROBLEM_TYPE = "multi_label_classification"
 
+
+class LabelNames(Mapping):
+    """`id2label` past `MAX_CONFIG_LABEL_NAMES` labels: the name of each label id, from the names a model holds
+    (`label_names.json`) or `LABEL_{id}`, for what reads `id2label` (transformers' text-classification pipeline, ...);
+    never written to config.json. Read-only: `HasteConfig.set_label_names` replaces it."""
+
+    def __init__(self, label_count: int, names: Sequence[str] | None = None):
+        self.label_count = label_count
+        self.names = None if names is None else tuple(names)
+
+    def __getitem__(self, label_id) -> str:
+        if isinstance(label_id, bool) or not isinstance(label_id, numbers.Integral):
+            raise KeyError(label_id)
+        if not 0 <= label_id < self.label_count:
+            raise KeyError(label_id)
+        return self.names[label_id] if self.names is not None else f"LABEL_{label_id}"
+
+    def __iter__(self):
+        return iter(range(self.label_count))
+
+    def __len__(self) -> int:
+        return self.label_count
+
+    def __deepcopy__(self, memo) -> "LabelNames":
+        return self  # read-only: `PretrainedConfig.to_dict` deep-copies the config's attributes
+
+    def __repr__(self) -> str:
+        return f"LabelNames({self.label_count} labels{', named' if self.names is not None else ''})"
+
+
+class LabelIds(Mapping):
+    """`label2id` beside a `LabelNames`: the id of each name, its table built on first use."""
+
+    def __init__(self, id2label: LabelNames):
+        self.id2label = id2label
+        self._ids = None
+
+    def _table(self) -> dict[str, int]:
+        if self._ids is None:
+            self._ids = {name: label_id for label_id, name in self.id2label.items()}
+        return self._ids
+
+    def __getitem__(self, name) -> int:
+        return self._table()[name]
+
+    def __iter__(self):
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+    def __deepcopy__(self, memo) -> "LabelIds":
+        return self
+
+    def __repr__(self) -> str:
+        return f"LabelIds({self.id2label!r})"
+
+
 # Written into every saved config.json: `pipeline("text-classification", model=..., trust_remote_code=True)`
 # takes its pipeline class from the code exported with the checkpoint (see pipeline_haste.py).
 TEXT_CLASSIFICATION_PIPELINE = {
@@ -129,9 +189,10 @@ class HasteConfig(PretrainedConfig):
 
     Labels are described as transformers' classifiers describe theirs: `num_labels` is `label_count`,
     `problem_type` is `"multi_label_classification"` (each label scored by its own sigmoid), and `id2label` /
-    `label2id` map ids to the label names (`LABEL_{id}` until a model sets them) while `label_count` is at most
-    `MAX_CONFIG_LABEL_NAMES` (10,000); beyond, they are `None` and the names live in the model's
-    `label_names.json` only (a million names would bloat `config.json`).
+    `label2id` map ids to the label names (`LABEL_{id}` until a model sets them). Up to `MAX_CONFIG_LABEL_NAMES`
+    (10,000) labels they are dicts, written to `config.json`; beyond, they are read-only views (`LabelNames`,
+    `LabelIds`) over the names the model reads from its `label_names.json`, never written (a million names would
+    bloat `config.json`).
 
     Args:
         encoder (`PretrainedConfig` or `dict`):
@@ -237,13 +298,22 @@ class HasteConfig(PretrainedConfig):
         kwargs.pop("custom_pipelines", None)  # derived, see `custom_pipelines`
         id2label = self._label_maps(kwargs)
         super().__init__(**kwargs)
-        self.id2label = id2label
-        self.label2id = None if id2label is None else {name: label_id for label_id, name in id2label.items()}
+        self._set_label_maps(id2label)
         self.validate_haste()
 
-    def _label_maps(self, kwargs) -> dict[int, str] | None:
-        """`id2label` for `label_count` labels (the given names when there are as many, else `LABEL_{id}`), or None
-        past `MAX_CONFIG_LABEL_NAMES`; takes the label fields out of `kwargs` and checks the ones given."""
+    def _set_label_maps(self, id2label: dict[int, str] | LabelNames | None) -> None:
+        self.id2label = id2label
+        if id2label is None:
+            self.label2id = None
+        elif isinstance(id2label, LabelNames):
+            self.label2id = LabelIds(id2label)
+        else:
+            self.label2id = {name: label_id for label_id, name in id2label.items()}
+
+    def _label_maps(self, kwargs) -> dict[int, str] | LabelNames | None:
+        """`id2label` for `label_count` labels (the given names when there are as many, else `LABEL_{id}`; a
+        `LabelNames` past `MAX_CONFIG_LABEL_NAMES`); takes the label fields out of `kwargs` and checks the ones
+        given."""
         num_labels = kwargs.pop("num_labels", None)
         if num_labels is not None and num_labels != self.label_count:
             raise ValueError(
@@ -261,8 +331,10 @@ class HasteConfig(PretrainedConfig):
         # A placeholder (replaced after `PretrainedConfig.__init__`), which would otherwise make up two labels through
         # the `num_labels` setter. Folders saved before the names were written hold such made-up pairs: not `given`.
         kwargs["id2label"] = {0: "LABEL_0"}
-        if not isinstance(self.label_count, int) or self.label_count > MAX_CONFIG_LABEL_NAMES:
-            return None
+        if not isinstance(self.label_count, int):
+            return None  # refused by `validate_haste`
+        if self.label_count > MAX_CONFIG_LABEL_NAMES:
+            return LabelNames(self.label_count)
         if len(given) == self.label_count:
             return {int(label_id): name for label_id, name in given.items()}
         return {label_id: f"LABEL_{label_id}" for label_id in range(self.label_count)}
@@ -283,19 +355,21 @@ class HasteConfig(PretrainedConfig):
         """The names in `id2label`, or None where it holds only `LABEL_{id}` placeholders (or nothing)."""
         if self.id2label is None:
             return None
+        if isinstance(self.id2label, LabelNames):
+            return None if self.id2label.names is None else list(self.id2label.names)
         names = [self.id2label[label_id] for label_id in range(self.label_count)]
         return None if all(name == f"LABEL_{label_id}" for label_id, name in enumerate(names)) else names
 
     def set_label_names(self, label_names: list[str] | None):
-        """Writes `label_names` (one per label; None: `LABEL_{id}`) into `id2label` / `label2id` where
-        `label_count` is at most `MAX_CONFIG_LABEL_NAMES`."""
+        """Sets `id2label` / `label2id` to `label_names` (one per label; None: `LABEL_{id}`): dicts up to
+        `MAX_CONFIG_LABEL_NAMES` labels, read-only views beyond."""
         if self.label_count > MAX_CONFIG_LABEL_NAMES:
+            self._set_label_maps(LabelNames(self.label_count, label_names))
             return
         names = (
             label_names if label_names is not None else [f"LABEL_{label_id}" for label_id in range(self.label_count)]
         )
-        self.id2label = dict(enumerate(names))
-        self.label2id = {name: label_id for label_id, name in self.id2label.items()}
+        self._set_label_maps(dict(enumerate(names)))
 
     @classmethod
     def from_dict(cls, config_dict, **kwargs):
@@ -400,11 +474,11 @@ class HasteConfig(PretrainedConfig):
 
     @property
     def custom_pipelines(self) -> dict:
-        """What `pipeline()` reads: with the package installed and the label names in `id2label`, nothing, so that
-        transformers' own `TextClassificationPipeline` serves the model without `trust_remote_code` (sigmoid scores
+        """What `pipeline()` reads: with the package installed, nothing, so that transformers' own
+        `TextClassificationPipeline` serves the model of any label count without `trust_remote_code` (sigmoid scores
         per `problem_type`, names from `id2label`). Otherwise the HASTE pipeline exported with the checkpoint,
-        which names labels from `label_names.json` and needs `trust_remote_code=True`."""
-        if self.pipeline_is_installed and self.id2label is not None:
+        which needs `trust_remote_code=True`."""
+        if self.pipeline_is_installed:
             return {}
         return copy.deepcopy(TEXT_CLASSIFICATION_PIPELINE)  # a copy: `pipeline()` replaces its class names
 
@@ -419,8 +493,8 @@ class HasteConfig(PretrainedConfig):
         output["format_version"] = self.required_format_version
         output["custom_pipelines"] = copy.deepcopy(TEXT_CLASSIFICATION_PIPELINE)
         for name in ("id2label", "label2id"):
-            if output.get(name) is None:
-                output.pop(name, None)
+            if output.get(name) is None or isinstance(output[name], (LabelNames, LabelIds)):
+                output.pop(name, None)  # past `MAX_CONFIG_LABEL_NAMES`, the names are in `label_names.json` only
         auto_map = output.get("auto_map") or {}
         model_class = next((auto_map[name] for name in MODEL_AUTO_CLASSES if name in auto_map), None)
         if model_class is not None:
@@ -441,6 +515,8 @@ __all__ = [
     "MODEL_AUTO_CLASSES",
     "TEXT_CLASSIFICATION_PIPELINE",
     "HasteConfig",
+    "LabelIds",
+    "LabelNames",
     "default_pooling",
     "head_label_count_for",
 ]
