@@ -16,14 +16,14 @@ from contextlib import contextmanager
 import torch
 from safetensors import SafetensorError
 from torch import nn
-from transformers import PreTrainedTokenizerBase, Trainer
+from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase, Trainer
 from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME, TRAINER_STATE_NAME
 from transformers.trainer_callback import TrainerState
 from transformers.training_args import OptimizerNames
 from transformers.utils import CONFIG_NAME, logging
 
 from .callbacks import NonFiniteGradientCallback, RewiringCallback, TrainingSplitFingerprint, unwrap_model
-from .data import XMCDataCollator
+from .data import LabelIdPadding, XMCDataCollator
 from .losses import chunk_loss_backward_
 from .modeling_haste import HasteForExtremeClassification
 from .optimization import HasteOptimizer, StochasticRoundingSGD, get_haste_scheduler, unwrap_haste_optimizer
@@ -171,6 +171,9 @@ class HasteTrainer(Trainer):
                     f"`processing_class=tokenizer` to build one, got processing_class={type(tokenizer).__name__}."
                 )
             kwargs["data_collator"] = XMCDataCollator(tokenizer)
+        if isinstance(kwargs.get("data_collator"), DataCollatorWithPadding):
+            # It pads the token columns, and fails on the label-id lists, one length per example.
+            kwargs["data_collator"] = LabelIdPadding(kwargs["data_collator"])
         super().__init__(model, args, *trainer_args, **kwargs)
         if args.world_size > 1:
             # The Trainer seeds every rank alike, so the ranks drew the same dropout masks for their examples
@@ -198,6 +201,14 @@ class HasteTrainer(Trainer):
             )
             rewiring.check_model(self.model)
             self.add_callback(rewiring)
+
+    def _set_signature_columns_if_needed(self) -> None:
+        """The columns `remove_unused_columns` keeps: the model's arguments, and the columns the collator reads (an
+        `XMCDataCollator` tokenizes the raw `text` itself), so that a stock `TrainingArguments` trains on raw text."""
+        if self._signature_columns is None:
+            super()._set_signature_columns_if_needed()
+            read = [getattr(self.data_collator, name, None) for name in ("text_column", "label_column")]
+            self._signature_columns += [column for column in read if isinstance(column, str)]
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
         """`Trainer.train`; `resume_from_checkpoint=True` picks the last checkpoint that finished saving (a
