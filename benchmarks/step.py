@@ -90,7 +90,9 @@ def build(variant: str, label_count: int, args) -> HasteForExtremeClassification
         if module is not None:
             module.to(torch.bfloat16)
     if args.gradient_checkpointing:
-        model.gradient_checkpointing_enable(every_n_layers=args.checkpoint_every)
+        # transformers 5.24 renamed the method (the old name warns); earlier 5.x have only the old one.
+        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        enable(every_n_layers=args.checkpoint_every)
     return model.train()
 
 

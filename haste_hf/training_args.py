@@ -2,7 +2,7 @@
 """Training arguments of HASTE: two optimizers with their own schedules, and rewiring."""
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 from transformers import TrainingArguments
@@ -18,6 +18,13 @@ DEFAULT_LEARNING_RATE = 2e-4
 DEFAULT_OUTPUT_LEARNING_RATE = 0.4
 DEFAULT_EPOCHS = 10.0
 DEFAULT_BATCH_SIZE = 128
+
+
+# transformers 5.24 renamed `gradient_checkpointing` `activation_checkpointing` (the old name still works, with a
+# deprecation warning); earlier 5.x have only the old one. `HasteTrainingArguments` takes the new name on every version.
+HAS_ACTIVATION_CHECKPOINTING = any(
+    argument.name == "activation_checkpointing" for argument in fields(TrainingArguments)
+)
 
 
 def bf16_is_supported(use_cpu: bool = False) -> bool:
@@ -161,8 +168,18 @@ class HasteTrainingArguments(TrainingArguments):
     remove_unused_columns: bool = field(default=False, metadata={"help": "Keep dataset columns for the collator."})
     # Rewiring is identical on every rank; re-sending the supports from rank 0 each step is pure cost.
     ddp_broadcast_buffers: bool | None = field(default=False, metadata={"help": "Broadcast buffers every step (DDP)."})
+    if not HAS_ACTIVATION_CHECKPOINTING:
+        activation_checkpointing: bool = field(
+            default=False,
+            metadata={
+                "help": "Recompute the encoder's activations in the backward instead of keeping them (transformers' "
+                "`gradient_checkpointing`, under its name from transformers 5.24)."
+            },
+        )
 
     def __post_init__(self):
+        if not HAS_ACTIVATION_CHECKPOINTING and self.activation_checkpointing:
+            self.gradient_checkpointing = True
         # The Trainer accepts these and fails deep inside (or trains nothing); refused here, by name.
         for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
             if getattr(self, name) < 1:
