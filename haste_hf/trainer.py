@@ -7,6 +7,7 @@ every `rewiring_interval` steps; evaluation ranks labels with top-k, never gathe
 """
 
 import functools
+import inspect
 import json
 import os
 import pickle
@@ -93,6 +94,31 @@ def split_parameters(model: HasteForExtremeClassification) -> tuple[list[tuple[s
         if param.requires_grad and id(param) not in in_output_layer
     ]
     return encoder_side, output_layer
+
+
+# torch 2.13 renamed DDP's `broadcast_buffers` `forward_sync_buffers` and warns on the old name, which accelerate passes
+# (`ddp_broadcast_buffers`). The new one also syncs the buffers once, when DDP wraps the model: harmless here, where
+# every buffer a rank holds differently (a sharded output layer's) is kept out of DDP (`ignore_shards_in_ddp`) and the
+# others are equal on every rank.
+DDP_TAKES_FORWARD_SYNC_BUFFERS = (
+    "forward_sync_buffers" in inspect.signature(nn.parallel.DistributedDataParallel.__init__).parameters
+)
+
+
+class _ForwardSyncBuffersKwargs:
+    """accelerate's DDP kwargs handler, passing `broadcast_buffers` under its current name `forward_sync_buffers`."""
+
+    def __init__(self, handler):
+        self.handler = handler
+
+    def to_kwargs(self) -> dict:
+        kwargs = self.handler.to_kwargs()
+        if "broadcast_buffers" in kwargs:
+            kwargs["forward_sync_buffers"] = kwargs.pop("broadcast_buffers")
+        return kwargs
+
+    def __getattr__(self, name):  # `register_comm_hook`, ... of the wrapped handler
+        return getattr(self.handler, name)
 
 
 def _as_haste_arguments(args) -> HasteTrainingArguments:
@@ -201,6 +227,12 @@ class HasteTrainer(Trainer):
             )
             rewiring.check_model(self.model)
             self.add_callback(rewiring)
+
+    def create_accelerator_and_postprocess(self) -> None:
+        super().create_accelerator_and_postprocess()
+        handler = getattr(self.accelerator, "ddp_handler", None)
+        if DDP_TAKES_FORWARD_SYNC_BUFFERS and handler is not None:
+            self.accelerator.ddp_handler = _ForwardSyncBuffersKwargs(handler)
 
     def _set_signature_columns_if_needed(self) -> None:
         """The columns `remove_unused_columns` keeps: the model's arguments, and the columns the collator reads (an
