@@ -302,13 +302,13 @@ class HasteConfig(PretrainedConfig):
         self.validate_haste()
 
     def _set_label_maps(self, id2label: dict[int, str] | LabelNames | None) -> None:
+        if isinstance(id2label, LabelNames):
+            # Past the attribute checks of transformers' strict dataclass configs (5.x before 5.24), which take dicts
+            # only, and would read the million names one by one.
+            self.__dict__.update(id2label=id2label, label2id=LabelIds(id2label))
+            return
         self.id2label = id2label
-        if id2label is None:
-            self.label2id = None
-        elif isinstance(id2label, LabelNames):
-            self.label2id = LabelIds(id2label)
-        else:
-            self.label2id = {name: label_id for label_id, name in id2label.items()}
+        self.label2id = None if id2label is None else {name: label_id for label_id, name in id2label.items()}
 
     def _label_maps(self, kwargs) -> dict[int, str] | LabelNames | None:
         """`id2label` for `label_count` labels (the given names when there are as many, else `LABEL_{id}`; a
