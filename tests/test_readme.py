@@ -95,6 +95,15 @@ def test_every_python_block_is_run():
     assert python_blocks() == tested
 
 
+def test_each_block_says_what_it_needs():
+    """What a block needs beyond the package is named where it is: the dataset of the recipe, the inputs of the
+    step-by-step fragment, peft for LoRA."""
+    assert "Needs the dataset: LF-AmazonTitles-131K" in example("Use it")
+    paragraph_before_fragment = README.split(python_blocks()[1], 1)[0].rsplit("\n\n", 2)[-2]
+    assert "A fragment:" in " ".join(paragraph_before_fragment.split())
+    assert example("LoRA with PEFT").startswith("# pip install peft\n")
+
+
 def xmc_dataset(folder: Path, label_count=60) -> Path:
     """A small dataset in the Extreme Classification Repository's raw-text format (what LF-AmazonTitles-131K is)."""
     import gzip

@@ -11,7 +11,7 @@ from tiny_haste import make_tiny_model
 from transformers import DataCollatorWithPadding, TrainingArguments
 
 from haste_hf import HasteTrainer
-from haste_hf.metrics import EVALUATE_METRIC_PATH, compute_xmc_metrics
+from haste_hf.metrics import compute_xmc_metrics
 
 
 LABELS = 40
@@ -74,6 +74,8 @@ def test_data_collator_with_padding_pads_ragged_label_lists(tmp_path, tokenizer)
 
 
 def test_evaluate_load_finds_the_metric(tmp_path, tokenizer):
+    from haste_hf.metrics import EVALUATE_METRIC_PATH
+
     metric = evaluate.load(EVALUATE_METRIC_PATH, ks=(1, 3))
     predictions = [[3, 1, 2], [0, 5, 4]]
     references = [[1, -100], [4, 7]]
