@@ -151,3 +151,35 @@ def test_torch_compile_fullgraph(training):
     assert traced.keys() == eager.keys()
     for name, grad in eager.items():
         torch.testing.assert_close(traced[name], grad, msg=name)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])  # bf16 at G = 16, F = 32: the CUDA kernels' shapes
+@pytest.mark.parametrize("training", [False, True])
+def test_torch_compile_fullgraph_on_cuda(training, dtype):
+    """torch.compile's own backend (inductor), one graph, on the GPU, after an eager call."""
+    encoder = tiny_encoder_config("bert")
+    encoder.hidden_dropout_prob = encoder.attention_probs_dropout_prob = 0.0
+    model = make_tiny_model(label_count=LABELS, group_size=16, fan_in=32, encoder=encoder, training=training)
+    model = model.to("cuda", dtype)
+    input_ids, attention_mask, labels = (tensor.cuda() for tensor in inputs())
+    tolerance = {} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True)
+    if not training:
+        with torch.no_grad():
+            eager = model(input_ids, attention_mask, labels=labels, return_logits=True)
+            traced = compiled(input_ids, attention_mask, labels=labels, return_logits=True)
+        torch.testing.assert_close(traced.logits, eager.logits, **tolerance)
+        torch.testing.assert_close(traced.loss, eager.loss, **tolerance)
+        return
+    eager_loss = model(input_ids, attention_mask, labels=labels).loss
+    eager_loss.backward()
+    eager = {name: param.grad.clone() for name, param in model.named_parameters() if param.grad is not None}
+    model.zero_grad()
+    traced_loss = compiled(input_ids, attention_mask, labels=labels).loss
+    traced_loss.backward()
+    torch.testing.assert_close(traced_loss, eager_loss, **tolerance)
+    for name, grad in eager.items():
+        torch.testing.assert_close(model.get_parameter(name).grad, grad, msg=name, **tolerance)
