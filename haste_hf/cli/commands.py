@@ -72,6 +72,7 @@ def evaluate_split(model, tokenizer, data, split, args, propensity):
 
 
 def command_train(args) -> int:
+    from ..evaluation import process_rank_and_count
     from ..recipe import check_output_dir, train
 
     training = args.training
@@ -85,6 +86,8 @@ def command_train(args) -> int:
     except ValueError as error:
         raise UsageError(f"argument --output-dir: {error}") from None
     run = train(args.recipe.data, args.recipe.encoder, training_args=training, recipe_args=args.recipe)
+    if process_rank_and_count()[0] != 0:  # launched as several processes: one table, the main process's
+        return 0
     layout, skipped = run.layout, run.trainer.non_finite_guard.skipped_steps
     summary = format_summary(
         "Test metrics (%)",
@@ -109,6 +112,7 @@ def load_trained(args):
 
     from ..evaluation import saved_evaluation_settings
     from ..modeling.modeling_haste import HasteForExtremeClassification
+    from ..modeling.saving import read_one_save
     from ..recipe import check_max_length, encoder_token_limit
 
     from_training = saved_evaluation_settings(args.model) if Path(args.model).is_dir() else {}
@@ -117,7 +121,14 @@ def load_trained(args):
             setattr(args, name, value)
     args.eval_batch_size = args.eval_batch_size or DEFAULT_EVAL_BATCH_SIZE
     try:
-        model = HasteForExtremeClassification.from_pretrained(args.model)
+        # The tokenizer of the same save as the weights (`read_one_save`).
+        model, tokenizer = read_one_save(
+            args.model,
+            lambda: (
+                HasteForExtremeClassification.from_pretrained(args.model),
+                AutoTokenizer.from_pretrained(args.model),
+            ),
+        )
     except Exception as error:
         if not is_model_file_error(error):
             raise
@@ -130,7 +141,7 @@ def load_trained(args):
         check_max_length(model.encoder, args.max_length, f"of {args.model}")
     except ValueError as error:
         raise UsageError(error) from None
-    return model.to(default_device()), AutoTokenizer.from_pretrained(args.model)
+    return model.to(default_device()), tokenizer
 
 
 def check_split(args, data):
@@ -227,6 +238,8 @@ def command_predict(args) -> int:
 # `RecipeArguments` that shape the model or its evaluation, not the label layout `haste-hf group` computes.
 _NOT_GROUP_OPTIONS = (
     "fan_in",
+    "init_from_label_texts",
+    "label_text_init_scale",
     "head_projection_dim",
     "tail_projection_dim",
     "layout_file",
@@ -238,7 +251,15 @@ _NOT_GROUP_OPTIONS = (
 
 def command_group(args) -> int:
     from ..modeling.logging_utils import get_logger
-    from ..recipe import RecipeArguments, build_layout, check_max_length, load_dataset, load_encoder, split_validation
+    from ..recipe import (
+        RecipeArguments,
+        build_layout,
+        check_max_length,
+        label_texts_for,
+        load_dataset,
+        load_encoder,
+        split_validation,
+    )
 
     logger = get_logger(__name__)
     recipe = args.recipe
@@ -252,6 +273,7 @@ def command_group(args) -> int:
             f"Ignored by `haste-hf group` (they are `train` options): {', '.join('--' + n.replace('_', '-') for n in ignored)}."
         )
     data = load_dataset(recipe.data, recipe.format, recipe.text_fields, recipe.label_texts)
+    label_texts = label_texts_for(data, recipe.data, label_text_grouping_below=recipe.label_text_grouping_below)
     train_split, _ = split_validation(data.splits["train"], recipe.validation_fraction, args.seed)
     encoder, tokenizer = load_encoder(recipe.encoder)
     check_max_length(encoder, recipe.max_length, recipe.encoder)
@@ -268,6 +290,8 @@ def command_group(args) -> int:
         seed=args.seed,
         max_length=recipe.max_length,
         batch_size=args.per_device_eval_batch_size,
+        label_texts=label_texts,
+        label_text_grouping_below=recipe.label_text_grouping_below,
     )
     layout.save(args.output)
     print(f"{layout.describe()} -> {args.output}")
