@@ -203,7 +203,10 @@ class HasteTrainingArguments(TrainingArguments):
             default=None,
             metadata={
                 "help": "Recompute the encoder's activations in the backward instead of keeping them (transformers' "
-                "`gradient_checkpointing`, under its name from transformers 5.24); default: the memory plan chooses."
+                "`gradient_checkpointing`, under its name from transformers 5.24); default: the memory plan chooses.",
+                # As transformers 5.24 declares it: a bare `--activation_checkpointing` means True.
+                "nargs": "?",
+                "const": True,
             },
         )
 
