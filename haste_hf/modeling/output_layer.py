@@ -434,13 +434,23 @@ class HasteOutputLayer(nn.Module):
     @property
     def label_positions(self) -> torch.Tensor:
         """Inverse of `output_labels`: the output position of each label id `[L]` (derived, cached)."""
+        if torch.compiler.is_compiling():
+            # A traced graph (torch.compile, torch.export) has no data pointer to key the cache on: it derives the
+            # map from the buffer itself, in ops whose shapes do not depend on the data.
+            return self._positions_of_labels()
         key = (self.output_labels.data_ptr(), self.output_labels._version, self.output_labels.device)
         if self._label_positions_cache is None or self._label_positions_cache[0] != key:
-            valid = self.output_labels >= 0
-            positions = torch.full((self.label_count,), -1, dtype=torch.int64, device=self.output_labels.device)
-            positions[self.output_labels[valid]] = torch.nonzero(valid).squeeze(1)
-            self._label_positions_cache = (key, positions)
+            self._label_positions_cache = (key, self._positions_of_labels())
         return self._label_positions_cache[1]
+
+    def _positions_of_labels(self) -> torch.Tensor:
+        """`label_positions` computed from `output_labels`: padding slots (-1) scatter into one spare entry past
+        the last label, which is dropped."""
+        output_labels = self.output_labels
+        targets = torch.where(output_labels >= 0, output_labels, self.label_count)
+        positions = torch.full((self.label_count + 1,), -1, dtype=torch.int64, device=output_labels.device)
+        positions.scatter_(0, targets, torch.arange(output_labels.shape[0], device=output_labels.device))
+        return positions[: self.label_count]
 
     def positive_positions(self, labels: torch.Tensor) -> torch.Tensor:
         """Padded positive label ids `[B, P]` -> their output positions, -1 for padding (repeats kept: every
