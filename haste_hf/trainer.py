@@ -233,6 +233,14 @@ class HasteTrainer(Trainer):
             )
         return output
 
+    def _run_epoch(self, *args, **kwargs):
+        # transformers checks `max_steps` after a step, not before: a run that finished mid-epoch, resumed from its
+        # last checkpoint (the way back after a failed final save), would train one step beyond its end.
+        if self.state.global_step >= self.state.max_steps:
+            self.control.should_training_stop = True
+            return None
+        return super()._run_epoch(*args, **kwargs)
+
     def _check_resumable(self, checkpoint: str) -> None:
         """Refuses a checkpoint of another model (its weights would not load) or of another training split (they
         would, and the run would continue on other labels in silence); warns when its optimizer state is missing."""
