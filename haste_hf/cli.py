@@ -358,7 +358,7 @@ def command_group(args) -> int:
         )
     data = load_dataset(recipe.data, recipe.format, recipe.text_fields, recipe.label_texts)
     train_split, _ = split_validation(data.splits["train"], recipe.validation_fraction, args.seed)
-    encoder, tokenizer = load_encoder(recipe.encoder)
+    encoder, tokenizer, pooling, _ = load_encoder(recipe.encoder, recipe.pooling)
     check_max_length(encoder, recipe.max_length, recipe.encoder)
     layout = build_layout(
         train_split,
@@ -368,7 +368,7 @@ def command_group(args) -> int:
         group_size=recipe.group_size,
         head_label_fraction=recipe.head_label_fraction,
         grouping=recipe.grouping,
-        pooling=recipe.pooling,
+        pooling=pooling,
         beta=recipe.beta,
         seed=args.seed,
         max_length=recipe.max_length,

@@ -124,7 +124,10 @@ class RecipeArguments:
         default=None, metadata={"help": "Width of the tail's projection (default: none)."}
     )
     pooling: Literal["cls", "mean", "last_token"] | None = field(
-        default=None, metadata={"help": "Pooling of the encoder's token states (default: by encoder family)."}
+        default=None,
+        metadata={
+            "help": "Pooling of the encoder's token states (default: a SentenceTransformer's own, else by encoder family)."
+        },
     )
     grouping: Literal["semantic", "frequency", "random"] | None = field(
         default=None,
@@ -200,13 +203,25 @@ class TrainingRun:
 # ------------------------------------------------------------------------------------------------ steps
 
 
-def load_encoder(name: str):
-    """`(encoder, tokenizer)` of a model id or path, the encoder in float32."""
+def load_encoder(name: str, pooling: str | None = None):
+    """`(encoder, tokenizer, pooling, normalize)` of a model id or path, the encoder in float32. A SentenceTransformer
+    folder or Hub id gives its transformer with its own pooling (unless `pooling` is given) and normalisation, as
+    `HasteForExtremeClassification.from_encoder_pretrained` reads it; another model the pooling given or its
+    family's default, and no normalisation."""
     import torch
     from transformers import AutoModel, AutoTokenizer
 
+    from .sentence_transformer_encoder import sentence_transformer_folder
+
     path = resolve_encoder(name)
-    return AutoModel.from_pretrained(path, dtype=torch.float32), AutoTokenizer.from_pretrained(path)
+    subfolder, normalize = "", False
+    sentence_transformer = sentence_transformer_folder(path, pooling)
+    if sentence_transformer is not None:
+        subfolder, pooling, normalize = sentence_transformer
+    where = {"subfolder": subfolder} if subfolder else {}
+    encoder = AutoModel.from_pretrained(path, dtype=torch.float32, **where)
+    tokenizer = AutoTokenizer.from_pretrained(path, **where)
+    return encoder, tokenizer, pooling or default_pooling(encoder.config), normalize
 
 
 def encoder_token_limit(encoder) -> int | None:
@@ -342,6 +357,7 @@ def build_model(
     label_names=None,
     fan_in: int = DEFAULT_FAN_IN,
     pooling: str | None = None,
+    normalize: bool = False,
     head_projection_dim: int | None = None,
     tail_projection_dim: int | None = None,
 ):
@@ -355,6 +371,7 @@ def build_model(
         label_names=label_names,
         fan_in=fan_in,
         pooling=pooling,
+        normalize=normalize,
         head_projection_dim=head_projection_dim,
         tail_projection_dim=tail_projection_dim,
     )
@@ -785,10 +802,9 @@ def train(
             )
 
         train_split, validation_split = split_validation(dataset.splits["train"], recipe.validation_fraction, seed)
-        encoder_model, tokenizer = load_encoder(recipe.encoder)
+        encoder_model, tokenizer, pooling, normalize = load_encoder(recipe.encoder, recipe.pooling)
         check_max_length(encoder_model, recipe.max_length, recipe.encoder)
         tokenizer.model_max_length = recipe.max_length  # the model's input length from now on, saved with it
-        pooling = recipe.pooling or default_pooling(encoder_model.config)
         if is_main:  # once: the other ranks take rank 0's layout (CUDA reductions need not agree between runs)
             layout = build_layout(
                 train_split,
@@ -814,6 +830,7 @@ def train(
             label_names=dataset.label_texts,
             fan_in=recipe.fan_in,
             pooling=pooling,
+            normalize=normalize,
             head_projection_dim=recipe.head_projection_dim,
             tail_projection_dim=recipe.tail_projection_dim,
         )
