@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from .model_sources import HUB_ID_PATTERN, check_model_source
-from .train_flags import LAST_CHECKPOINT, field_names, flag_description, flags_parser
+from .train_flags import LAST_CHECKPOINT, REGENERATE_COMMAND, field_names, flag_description, flags_parser
 
 
 SUMMARY_METRICS = ("P", "PSP", "nDCG")
@@ -947,7 +947,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         subparser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if command:
         # The snapshot's flags have checked the arguments; the live parser turns them into the dataclasses' values.
-        args, _ = build_parser(config, command=command, live=True).parse_known_args(argv)
+        args, unknown = build_parser(config, command=command, live=True).parse_known_args(argv)
+        if unknown:  # a flag of a stale snapshot that the dataclasses no longer have: its value would be dropped
+            subparser.error(
+                f"unrecognized arguments: {' '.join(unknown)} (the flags' snapshot lists them; regenerate it with "
+                f"{REGENERATE_COMMAND})"
+            )
     args.prog = subparser.prog
     if command:
         from .recipe import RecipeArguments

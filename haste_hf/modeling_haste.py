@@ -346,11 +346,31 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         return model
 
     def set_label_names(self, label_names: list[str] | None):
-        if label_names is not None and len(label_names) != self.config.label_count:
+        """One name per label, or None (`LABEL_{id}`, transformers' naming). An empty name becomes `LABEL_{id}`;
+        names that repeat (label texts of real datasets do) are kept, with a warning: the pipeline shows them
+        alike, and `config.label2id` maps such a name to the last of its labels."""
+        if label_names is not None and (isinstance(label_names, str) or len(label_names) != self.config.label_count):
+            count = "a string" if isinstance(label_names, str) else f"{len(label_names)} entries"
             raise ValueError(
-                f"`label_names` has {len(label_names)} entries for {self.config.label_count} labels: give one name per label."
+                f"`label_names` has {count} for {self.config.label_count} labels: give a list of one name per label."
             )
-        self.label_names = None if label_names is None else [str(name) for name in label_names]
+        if label_names is not None:
+            label_names = [str(name) for name in label_names]
+            empty = [label_id for label_id, name in enumerate(label_names) if not name.strip()]
+            for label_id in empty:
+                label_names[label_id] = f"LABEL_{label_id}"
+            first_id, repeated = {}, []
+            for label_id, name in enumerate(label_names):
+                if name in first_id:
+                    repeated.append(f"{name!r} for labels {first_id[name]} and {label_id}")
+                first_id.setdefault(name, label_id)
+            if empty or repeated:
+                logger.warning_once(
+                    f"`label_names`: {len(empty)} empty name(s), named LABEL_<id> (e.g. label {empty[:1]}); "
+                    f"{len(repeated)} repeated name(s) (e.g. {repeated[:1]}), which predictions show alike. Give "
+                    "each label a distinct name to tell them apart."
+                )
+        self.label_names = label_names
         self.config.set_label_names(self.label_names)
 
     # ----------------------------------------------------------------------------------------- encoding

@@ -114,9 +114,14 @@ def write_snapshot(path: Path = SNAPSHOT_PATH) -> None:
 
 @functools.cache
 def flag_description() -> dict:
-    """The snapshot, or under other versions of transformers and torch than its own, the live parser's actions."""
-    snapshot = json.loads(SNAPSHOT_PATH.read_text(encoding="utf-8"))
-    return snapshot if snapshot["versions"] == installed_versions() else describe_live_flags()
+    """The snapshot, or the live parser's actions under other versions of transformers and torch than the
+    snapshot's, or where the snapshot is missing or unreadable."""
+    try:
+        snapshot = json.loads(SNAPSHOT_PATH.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # missing (a package built without it) or damaged: slower, as right
+        return describe_live_flags()
+    is_current = isinstance(snapshot, dict) and snapshot.get("versions") == installed_versions()
+    return snapshot if is_current else describe_live_flags()
 
 
 def field_names() -> set[str]:

@@ -28,7 +28,7 @@ from .losses import chunk_loss_backward_
 from .modeling_haste import HasteForExtremeClassification
 from .optimization import HasteOptimizer, StochasticRoundingSGD, get_haste_scheduler, unwrap_haste_optimizer
 from .peft_utils import check_no_peft_encoder, check_peft_model, is_peft_model
-from .saving import checkpoint_problem, last_complete_checkpoint
+from .saving import LABEL_NAMES_FILE, checkpoint_problem, last_complete_checkpoint
 from .sharded_output_layer import (
     ignore_shards_in_ddp,
     resolve_shard_output_layer,
@@ -79,6 +79,11 @@ def checkpoint_model_differences(folder: str | os.PathLike, config) -> list[str]
 
 
 logger = logging.get_logger(f"transformers.{__name__}")  # see haste_hf/__init__.py: Logging
+
+
+def _name_at(names, index: int):
+    """`names[index]`, or None where `names` is None or shorter."""
+    return names[index] if isinstance(names, list) and index < len(names) else None
 
 
 def split_parameters(model: HasteForExtremeClassification) -> tuple[list[tuple[str, nn.Parameter]], list[nn.Parameter]]:
@@ -250,6 +255,7 @@ class HasteTrainer(Trainer):
                 f"{checkpoint} is a checkpoint of another model: its {'; its '.join(differences)}. Resume it with the "
                 "settings it was trained with, or start afresh (--overwrite-output-dir)."
             )
+        self._check_label_names(checkpoint)
         saved = TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME)).stateful_callbacks or {}
         saved = saved.get(TrainingSplitFingerprint.__name__)
         ours = next((cb for cb in self.callback_handler.callbacks if isinstance(cb, TrainingSplitFingerprint)), None)
@@ -270,6 +276,31 @@ class HasteTrainer(Trainer):
                 f"{checkpoint} holds no {' and no '.join(missing)}: the run resumes its weights with FRESH optimizer "
                 "state (no momentum, the learning-rate schedule from its start), so it will not continue as the "
                 "interrupted run would have."
+            )
+
+    def _check_label_names(self, checkpoint: str) -> None:
+        """Refuses a checkpoint trained under other label names than this run's model holds (same count, other
+        names or order: the weights would continue under the wrong names)."""
+        path = os.path.join(checkpoint, LABEL_NAMES_FILE)
+        if not os.path.isfile(path):
+            return
+        try:
+            with open(path, encoding="utf-8") as f:
+                theirs = json.load(f)
+        except (UnicodeDecodeError, ValueError) as error:
+            raise ValueError(
+                f"{path} is not a JSON list of label names ({error}); resume from another checkpoint."
+            ) from None
+        ours = unwrap_model(self.model).label_names
+        if theirs != ours:
+            first = next(
+                (i for i in range(max(len(theirs or []), len(ours or []))) if _name_at(theirs, i) != _name_at(ours, i)),
+                0,
+            )
+            raise ValueError(
+                f"{checkpoint} was trained under other label names: label {first} is {_name_at(theirs, first)!r} there "
+                f"and {_name_at(ours, first)!r} in this run. Resume it with the data it was trained with, or start "
+                "afresh (--overwrite-output-dir)."
             )
 
     def create_optimizer(self, model=None) -> torch.optim.Optimizer:
