@@ -77,6 +77,18 @@ class ExtremeClassifierOutput(ModelOutput):
     attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
+def encoder_token_limit(encoder) -> int | None:
+    """The most tokens `encoder` reads: its `max_position_embeddings`, less the positions RoBERTa-style encoders
+    reserve below their first (padding index + 1); None when its config names no limit."""
+    limit = getattr(encoder.config, "max_position_embeddings", None)
+    if limit is None:
+        return None
+    positions = getattr(getattr(encoder, "embeddings", None), "position_embeddings", None)
+    if isinstance(positions, nn.Embedding) and positions.padding_idx is not None:
+        limit -= positions.padding_idx + 1
+    return limit
+
+
 def pool_hidden_states(states: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
     """`[B, T, d]` token states -> `[B, d]`: the first token (`"cls"`), the masked mean (`"mean"`) or the
     last attended token (`"last_token"`, whichever side the padding is on)."""
@@ -375,6 +387,11 @@ class HasteForExtremeClassification(HastePreTrainedModel):
 
     # ----------------------------------------------------------------------------------------- encoding
 
+    @property
+    def max_input_tokens(self) -> int | None:
+        """The most tokens a text may have (the encoder's positions), or None when its config names no limit."""
+        return encoder_token_limit(self.encoder)
+
     def encode(self, input_ids=None, attention_mask=None, **encoder_kwargs):
         """Pooled encoder output `[B, hidden]` and the encoder's outputs."""
         if input_ids is not None and input_ids.shape[0] == 0:
@@ -383,6 +400,12 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             blank = input_ids.new_zeros(1, max(1, input_ids.shape[1]))
             pooled, outputs = self.encode(blank, torch.ones_like(blank))
             return pooled[:0], outputs
+        limit = self.max_input_tokens
+        if input_ids is not None and limit is not None and input_ids.shape[1] > limit:
+            raise ValueError(
+                f"`input_ids` holds texts of {input_ids.shape[1]} tokens, and the encoder reads at most {limit}: truncate "
+                f"them (`truncation=True, max_length={limit}`, to the tokenizer or the pipeline)."
+            )
         outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **encoder_kwargs)
         states = outputs[0]
         if attention_mask is None:
@@ -558,6 +581,7 @@ __all__ = [
     "HastePreTrainedModel",
     "TopKOutput",
     "default_output_labels",
+    "encoder_token_limit",
     "output_labels_from_frequencies",
     "pool_hidden_states",
     "random_supports",

@@ -224,23 +224,11 @@ def load_encoder(name: str, pooling: str | None = None):
     return encoder, tokenizer, pooling or default_pooling(encoder.config), normalize
 
 
-def encoder_token_limit(encoder) -> int | None:
-    """The most tokens `encoder` reads: its `max_position_embeddings`, less the positions RoBERTa-style encoders
-    reserve below their first (padding index + 1); None when its config names no limit."""
-    from torch import nn
-
-    limit = getattr(encoder.config, "max_position_embeddings", None)
-    if limit is None:
-        return None
-    positions = getattr(getattr(encoder, "embeddings", None), "position_embeddings", None)
-    if isinstance(positions, nn.Embedding) and positions.padding_idx is not None:
-        limit -= positions.padding_idx + 1
-    return limit
-
-
 def check_max_length(encoder, max_length: int, name: str) -> None:
     """Raises a `ValueError` when texts of `max_length` tokens exceed what `encoder` (named `name`) reads: the first
     long text would crash the run, and the saved tokenizer would keep the bad length for `predict` and `pipeline`."""
+    from .modeling_haste import encoder_token_limit
+
     limit = encoder_token_limit(encoder)
     if limit is not None and max_length > limit:
         raise ValueError(
