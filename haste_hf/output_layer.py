@@ -252,6 +252,11 @@ class HasteOutputLayer(nn.Module):
 
     `layer(features, labels)` gives the loss (labels as ids padded with -100, or a dense multi-hot),
     `layer.topk(features, k)` the best labels, `layer.logits(features)` the `[B, L]` logits (small L).
+
+    Refused with a `ValueError`: features that are not `[B, in_features]` (shapes only, no device sync), the loss
+    of an empty batch (its top-k and logits are empty), tail supports outside the features (checked once after
+    each change of the buffer: one sync on accelerators), and NaN scores to rank (`topk` would put them first;
+    checked on the CPU, and on accelerators with `HASTE_HF_VALIDATE=1`, where it costs a sync per batch).
     """
 
     # One rank's share of a sharded layer says so (see `ShardedOutputLayer`): it cannot save itself alone.
