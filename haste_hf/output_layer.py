@@ -469,7 +469,8 @@ class HasteOutputLayer(nn.Module):
         if self.tail is None or torch.compiler.is_compiling() or getattr(torch.compiler, "is_exporting", bool)():
             return
         supports = self.tail.supports
-        key = (id(supports), supports._version, supports.device)
+        # A tensor made under `torch.inference_mode()` keeps no version: checked once, as made.
+        key = (id(supports), 0 if supports.is_inference() else supports._version, supports.device)
         if key == self._checked_supports:
             return
         if supports.numel() and (int(supports.min()) < 0 or int(supports.max()) >= self.tail.in_features):

@@ -83,3 +83,10 @@ def test_the_model_refuses_an_empty_batch_and_nan_scores():
     ids = torch.tensor([[1, 2, 3]])
     with pytest.raises(ValueError, match="scores hold NaN"):
         model.predict_topk(input_ids=ids, attention_mask=torch.ones_like(ids), k=3)
+
+
+def test_a_layer_made_under_inference_mode_still_ranks():
+    features = torch.randn(2, 16)
+    expected = make_layer().topk(features, 3).label_ids
+    with torch.inference_mode():
+        assert torch.equal(make_layer().topk(features, 3).label_ids, expected)
