@@ -212,8 +212,8 @@ def load_trained(args):
     from transformers import AutoTokenizer
 
     from .configuration_haste import DEFAULT_EVAL_BATCH_SIZE, DEFAULT_MAX_LENGTH
-    from .modeling_haste import HasteForExtremeClassification, encoder_token_limit
-    from .recipe import check_max_length, saved_evaluation_settings
+    from .modeling_haste import HasteForExtremeClassification
+    from .recipe import check_max_length, encoder_token_limit, saved_evaluation_settings
 
     from_training = saved_evaluation_settings(args.model) if Path(args.model).is_dir() else {}
     for name, value in from_training.items():

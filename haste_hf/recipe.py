@@ -39,6 +39,7 @@ from .configuration_haste import (
 from .label_plan import LabelLayout
 from .metrics import DEFAULT_KS
 from .model_sources import DEMO_ENCODER, HUB_ID_PATTERN, check_model_source, encoder_model_id, resolve_encoder
+from .modeling_haste import encoder_token_limit
 from .saving import checkpoint_folders, save_folder_atomically
 from .train_flags import LAST_CHECKPOINT
 
@@ -227,8 +228,6 @@ def load_encoder(name: str, pooling: str | None = None):
 def check_max_length(encoder, max_length: int, name: str) -> None:
     """Raises a `ValueError` when texts of `max_length` tokens exceed what `encoder` (named `name`) reads: the first
     long text would crash the run, and the saved tokenizer would keep the bad length for `predict` and `pipeline`."""
-    from .modeling_haste import encoder_token_limit
-
     limit = encoder_token_limit(encoder)
     if limit is not None and max_length > limit:
         raise ValueError(

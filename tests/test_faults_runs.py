@@ -187,7 +187,7 @@ def test_the_token_limit_of_an_encoder_counts_reserved_positions():
     from tiny_encoders import tiny_encoder_config
     from transformers import AutoModel
 
-    from haste_hf.modeling_haste import encoder_token_limit
+    from haste_hf.recipe import encoder_token_limit
 
     assert encoder_token_limit(AutoModel.from_config(tiny_encoder_config("bert"))) == 64
     assert (
