@@ -3,6 +3,7 @@ or <= 0 in a folder's `evaluation_settings.json`, a resume under other label nam
 names, a flag only a stale snapshot knows, and a missing flag snapshot (`train --help` crashed), in the source
 tree and in the built wheel."""
 
+import importlib.util
 import json
 import math
 import site
@@ -100,8 +101,10 @@ def test_train_help_reads_the_live_flags_without_a_snapshot(monkeypatch, tmp_pat
 
 
 def test_the_built_wheel_carries_the_snapshot_and_answers_help_without_it(tmp_path):
+    # The installed setuptools where there is one (offline), else pip's isolated build environment.
+    isolation = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", tmp_path, REPOSITORY],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w", tmp_path, REPOSITORY],
         check=True,
         timeout=300,
     )
