@@ -23,6 +23,7 @@ import os
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from transformers.utils import ModelOutput
@@ -213,9 +214,12 @@ def _check_labels(invalid: torch.Tensor, message: str) -> None:
 
 def _check_ranked_scores(top_scores: torch.Tensor) -> None:
     """Raises a `ValueError` when a ranked score is NaN: `topk` puts NaN first, so a NaN among the best scores means
-    one among all of them. Checked on the CPU (or with `HASTE_HF_VALIDATE=1`); on accelerators a check would cost a
-    device synchronization per batch, and NaN scores are returned as they are, first."""
-    checked = (VALIDATE_LABELS or top_scores.device.type == "cpu") and not torch.compiler.is_compiling()
+    one among all of them. Checked on the CPU (or with `HASTE_HF_VALIDATE=1`) in a single process; on accelerators
+    a check would cost a device synchronization per batch, and in a process group one rank raising alone would
+    leave the others waiting in their next collective: there NaN scores are returned as they are, first, for the
+    caller to check once gathered (as `haste-hf predict` and `evaluate` do)."""
+    in_group = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    checked = (VALIDATE_LABELS or top_scores.device.type == "cpu") and not (torch.compiler.is_compiling() or in_group)
     if checked and bool(top_scores.isnan().any()):
         raise ValueError(
             "The scores hold NaN (NaN or infinite `features`, or weights): the labels cannot be ranked. Check "
