@@ -13,18 +13,16 @@ import numpy as np
 import pytest
 import test_export
 import torch
-from test_cli import common
 from test_export import K
 from tiny_encoders import tiny_encoder_config
 from torch import nn
 from transformers import AutoTokenizer
 from transformers.testing_utils import CaptureLogger
 
-from haste_hf import HasteConfig, HasteForExtremeClassification, onnx_serving, run_lock
+from haste_hf import HasteConfig, HasteForExtremeClassification, onnx_serving
 from haste_hf.cli import main
-from haste_hf.configuration_haste import MAX_CONFIG_LABEL_NAMES
 from haste_hf.export import ONNX_FILE_LIMIT_BYTES, _check_against_model, _example_inputs, _graph_bytes, choose_layout
-from haste_hf.label_plan import LabelLayout
+from haste_hf.labels.layout import LabelLayout
 from haste_hf.metrics import (
     AMAZON_PROPENSITY_PARAMETERS,
     DEFAULT_PROPENSITY_PARAMETERS,
@@ -32,12 +30,18 @@ from haste_hf.metrics import (
     filter_top_k,
     propensity_parameters,
 )
+from haste_hf.modeling.configuration_haste import MAX_CONFIG_LABEL_NAMES
 from haste_hf.onnx_serving import output_layer_topk
-from haste_hf.optimization import StochasticRoundingSGD
-from haste_hf.run_lock import LOCK_FILE, OutputDirInUseError, output_dir_lock
+from haste_hf.training import run_lock
+from haste_hf.training.optimization import StochasticRoundingSGD
+from haste_hf.training.run_lock import LOCK_FILE, OutputDirInUseError, output_dir_lock
 
 
 model_dir, single_export = test_export.model_dir, test_export.single_export  # the fixtures: a saved model, its export
+
+
+def common(dataset_dir):
+    return ["--data", str(dataset_dir), "--max-length", "6", "--eval-batch-size", "16"]
 
 
 # ------------------------------------------------------------------------------------- validation hold-out
