@@ -229,25 +229,30 @@ class TrainingRun:
 # ------------------------------------------------------------------------------------------------ steps
 
 
-def load_encoder(name: str, pooling: str | None = None):
-    """`(encoder, tokenizer, pooling, normalize)` of a model id or path, the encoder in float32. A SentenceTransformer
-    folder or Hub id gives its transformer with its own pooling (unless `pooling` is given) and normalisation, as
-    `HasteForExtremeClassification.from_encoder_pretrained` reads it; another model the pooling given or its
-    family's default, and no normalisation."""
+def load_encoder(name: str):
+    """`(encoder, tokenizer)` of a model id or path, the encoder in float32; of a SentenceTransformer folder or Hub
+    id, its transformer (`encoder_pooling` gives its pooling and normalisation)."""
     import torch
     from transformers import AutoModel, AutoTokenizer
 
     from .modeling.sentence_transformer_encoder import sentence_transformer_folder
 
     path = resolve_encoder(name)
-    subfolder, normalize = "", False
-    sentence_transformer = sentence_transformer_folder(path, pooling)
+    sentence_transformer = sentence_transformer_folder(path)
+    where = {"subfolder": sentence_transformer[0]} if sentence_transformer and sentence_transformer[0] else {}
+    return AutoModel.from_pretrained(path, dtype=torch.float32, **where), AutoTokenizer.from_pretrained(path, **where)
+
+
+def encoder_pooling(name: str, encoder, pooling: str | None = None) -> tuple[str, bool]:
+    """`(pooling, normalize)` of the encoder `name` (loaded as `encoder`), as `from_encoder_pretrained` reads them: a
+    SentenceTransformer's own pooling (unless `pooling` is given) and its Normalize; another model's `pooling` or
+    its family's default, and no normalisation."""
+    from .modeling.sentence_transformer_encoder import sentence_transformer_folder
+
+    sentence_transformer = sentence_transformer_folder(resolve_encoder(name), pooling)
     if sentence_transformer is not None:
-        subfolder, pooling, normalize = sentence_transformer
-    where = {"subfolder": subfolder} if subfolder else {}
-    encoder = AutoModel.from_pretrained(path, dtype=torch.float32, **where)
-    tokenizer = AutoTokenizer.from_pretrained(path, **where)
-    return encoder, tokenizer, pooling or default_pooling(encoder.config), normalize
+        return sentence_transformer[1], sentence_transformer[2]
+    return pooling or default_pooling(encoder.config), False
 
 
 def check_max_length(encoder, max_length: int, name: str) -> None:
@@ -679,7 +684,8 @@ def train(
             label_text_grouping_below=recipe.label_text_grouping_below,
         )
         train_split, validation_split = split_validation(dataset.splits["train"], recipe.validation_fraction, seed)
-        encoder_model, tokenizer, pooling, normalize = load_encoder(recipe.encoder, recipe.pooling)
+        encoder_model, tokenizer = load_encoder(recipe.encoder)
+        pooling, normalize = encoder_pooling(recipe.encoder, encoder_model, recipe.pooling)
         check_max_length(encoder_model, recipe.max_length, recipe.encoder)
         tokenizer.model_max_length = recipe.max_length  # the model's input length from now on, saved with it
         if is_main:  # once: the other ranks take rank 0's layout (CUDA reductions need not agree between runs)
@@ -812,6 +818,7 @@ __all__ = [
     "evaluate_split",
     "label_texts_for",
     "load_dataset",
+    "encoder_pooling",
     "load_encoder",
     "model_selection_arguments",
     "predict_top_k",

@@ -244,6 +244,7 @@ def command_group(args) -> int:
         RecipeArguments,
         build_layout,
         check_max_length,
+        encoder_pooling,
         label_texts_for,
         load_dataset,
         load_encoder,
@@ -264,7 +265,8 @@ def command_group(args) -> int:
     data = load_dataset(recipe.data, recipe.format, recipe.text_fields, recipe.label_texts)
     label_texts = label_texts_for(data, recipe.data, label_text_grouping_below=recipe.label_text_grouping_below)
     train_split, _ = split_validation(data.splits["train"], recipe.validation_fraction, args.seed)
-    encoder, tokenizer, pooling, _ = load_encoder(recipe.encoder, recipe.pooling)
+    encoder, tokenizer = load_encoder(recipe.encoder)
+    pooling, _ = encoder_pooling(recipe.encoder, encoder, recipe.pooling)
     check_max_length(encoder, recipe.max_length, recipe.encoder)
     layout = build_layout(
         train_split,

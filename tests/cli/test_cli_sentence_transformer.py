@@ -13,7 +13,7 @@ from sentence_transformers.base.modules.transformer import Transformer
 from sentence_transformers.sentence_transformer.modules.pooling import Pooling
 from tiny_encoders import HIDDEN
 
-from haste_hf.recipe import load_encoder
+from haste_hf.recipe import encoder_pooling, load_encoder
 
 
 cli_files = faults.cli_files  # the fixture: datasets of 30, 40 and 20 labels, a saved model, texts
@@ -28,14 +28,16 @@ def cls_normalize_folder(encoder_dir, tmp_path_factory):
     return folder
 
 
-def test_load_encoder_reads_a_sentence_transformer_folder_as_the_api_does(cls_normalize_folder, encoder_dir):
-    encoder, _, pooling, normalize = load_encoder(str(cls_normalize_folder))
-    assert (pooling, normalize) == ("cls", True)
-    assert load_encoder(str(cls_normalize_folder), "mean")[2:] == ("mean", True)  # --pooling wins, as in the API
-    assert load_encoder(str(encoder_dir))[2:] == ("mean", False)  # a plain transformers folder: its family's default
-    assert torch.equal(
-        encoder.embeddings.word_embeddings.weight, load_encoder(str(encoder_dir))[0].embeddings.word_embeddings.weight
-    )
+def test_the_recipe_reads_a_sentence_transformer_folder_as_the_api_does(cls_normalize_folder, encoder_dir):
+    encoder, _ = load_encoder(str(cls_normalize_folder))
+    assert encoder_pooling(str(cls_normalize_folder), encoder) == ("cls", True)
+    assert encoder_pooling(str(cls_normalize_folder), encoder, "mean") == (
+        "mean",
+        True,
+    )  # --pooling wins, as in the API
+    plain, _ = load_encoder(str(encoder_dir))
+    assert encoder_pooling(str(encoder_dir), plain) == ("mean", False)  # a plain transformers folder: its family's
+    assert torch.equal(encoder.embeddings.word_embeddings.weight, plain.embeddings.word_embeddings.weight)
 
 
 def test_train_keeps_the_folders_pooling_and_normalisation(capsys, cli_files, cls_normalize_folder, tmp_path):

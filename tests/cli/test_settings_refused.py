@@ -6,6 +6,7 @@ tree and in the built wheel."""
 import importlib.util
 import json
 import math
+import shutil
 import site
 import subprocess
 import sys
@@ -102,10 +103,17 @@ def test_train_help_reads_the_live_flags_without_a_snapshot(monkeypatch, tmp_pat
 
 
 def test_the_built_wheel_carries_the_snapshot_and_answers_help_without_it(tmp_path):
-    # The installed setuptools where there is one (offline), else pip's isolated build environment.
+    # Built from a copy of the sources, so that setuptools' build/ folder is not left in the checkout; with the
+    # installed setuptools where there is one (offline), else pip's isolated build environment.
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("haste_hf", "csrc", "model_cards"):
+        shutil.copytree(REPOSITORY / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copyfile(REPOSITORY / name, source / name)
     isolation = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w", tmp_path, REPOSITORY],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w", tmp_path, source],
         check=True,
         timeout=300,
     )
