@@ -121,8 +121,9 @@ def evaluate_split(
     return compute_xmc_metrics(top_ids, dataset["labels"], ks=ks, propensity=propensity)
 
 
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+def _is_positive_number(value) -> bool:
+    """As `--propensity-a` / `--propensity-b` take them: NaN, 0 and negatives are no propensity parameters."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
 # What each key of `evaluation_settings.json` may hold. A model folder may come from anyone (the Hub, a colleague):
@@ -135,8 +136,8 @@ _EVALUATION_SETTING_CHECKS = {
         lambda value: isinstance(value, str) and HUB_ID_PATTERN.match(value) is not None and ".." not in value,
         "a dataset name such as 'LF-AmazonTitles-131K'",
     ),
-    "propensity_a": (_is_number, "a number"),
-    "propensity_b": (_is_number, "a number"),
+    "propensity_a": (_is_positive_number, "a number > 0"),
+    "propensity_b": (_is_positive_number, "a number > 0"),
     "eval_batch_size": (
         lambda value: isinstance(value, int) and not isinstance(value, bool) and value > 0,
         "a positive integer",

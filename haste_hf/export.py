@@ -140,6 +140,25 @@ def _graph_bytes(module: nn.Module) -> int:
     return sum(t.numel() * (8 if not t.is_floating_point() else 4) for t in (*module.parameters(), *module.buffers()))
 
 
+def choose_layout(layout: str, graph_bytes: int, label_count: int) -> str:
+    """`layout`, or for `"auto"` the single graph unless weights of `graph_bytes` pass ONNX's limit on one file;
+    refuses a single graph past that limit."""
+    if layout == "auto":
+        layout = "single" if graph_bytes <= ONNX_FILE_LIMIT_BYTES else "split"
+        if layout == "split":
+            logger.warning(
+                f"The model's weights ({graph_bytes / 2**30:.1f} GiB with its {label_count:,} labels) pass ONNX's 2 GB limit "
+                f"on one file: exporting the encoder alone ({ENCODER_GRAPH_FILE}) and the output layer in safetensors "
+                f"({OUTPUT_LAYER_FILE}), scored by {SERVING_CODE_FILE}."
+            )
+    elif layout == "single" and graph_bytes > ONNX_FILE_LIMIT_BYTES:
+        raise ValueError(
+            f"The model's weights ({graph_bytes / 2**30:.1f} GiB) pass ONNX's 2 GB limit on one file: use layout='split' "
+            "(the encoder in ONNX, the output layer in safetensors)."
+        )
+    return layout
+
+
 def _load(model, tokenizer):
     """The model in float32 (onnxruntime's CPU kernels are fp32) and its tokenizer."""
     from transformers import AutoTokenizer
@@ -291,20 +310,7 @@ def export_onnx(
     label_count = model.config.label_count
     if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= label_count:
         raise ValueError(f"`top_k` must be an integer in [1, label_count={label_count}], got {top_k!r}.")
-    graph_bytes = _graph_bytes(model)
-    if layout == "auto":
-        layout = "single" if graph_bytes <= ONNX_FILE_LIMIT_BYTES else "split"
-        if layout == "split":
-            logger.warning(
-                f"The model's weights ({graph_bytes / 2**30:.1f} GiB with its {label_count:,} labels) pass ONNX's 2 GB limit "
-                f"on one file: exporting the encoder alone ({ENCODER_GRAPH_FILE}) and the output layer in safetensors "
-                f"({OUTPUT_LAYER_FILE}), scored by {SERVING_CODE_FILE}."
-            )
-    elif layout == "single" and graph_bytes > ONNX_FILE_LIMIT_BYTES:
-        raise ValueError(
-            f"The model's weights ({graph_bytes / 2**30:.1f} GiB) pass ONNX's 2 GB limit on one file: use layout='split' "
-            "(the encoder in ONNX, the output layer in safetensors)."
-        )
+    layout = choose_layout(layout, _graph_bytes(model), label_count)
     model.eval()
     example = _example_inputs(tokenizer)
     encoder, features = _encoder_graph(model, example)

@@ -50,6 +50,7 @@ from .modeling.defaults import (
 )
 from .modeling.logging_utils import get_logger
 from .modeling.model_sources import DEMO_ENCODER, check_model_source, encoder_model_id, resolve_encoder
+from .modeling.modeling_haste import encoder_token_limit
 from .modeling.saving import checkpoint_folders, save_folder_atomically
 
 
@@ -143,7 +144,10 @@ class RecipeArguments:
         default=None, metadata={"help": "Width of the tail's projection (default: none)."}
     )
     pooling: Literal["cls", "mean", "last_token"] | None = field(
-        default=None, metadata={"help": "Pooling of the encoder's token states (default: by encoder family)."}
+        default=None,
+        metadata={
+            "help": "Pooling of the encoder's token states (default: a SentenceTransformer's own, else by encoder family)."
+        },
     )
     grouping: Literal["semantic", "frequency", "random"] | None = field(
         default=None,
@@ -226,26 +230,29 @@ class TrainingRun:
 
 
 def load_encoder(name: str):
-    """`(encoder, tokenizer)` of a model id or path, the encoder in float32."""
+    """`(encoder, tokenizer)` of a model id or path, the encoder in float32; of a SentenceTransformer folder or Hub
+    id, its transformer (`encoder_pooling` gives its pooling and normalisation)."""
     import torch
     from transformers import AutoModel, AutoTokenizer
 
+    from .modeling.sentence_transformer_encoder import sentence_transformer_folder
+
     path = resolve_encoder(name)
-    return AutoModel.from_pretrained(path, dtype=torch.float32), AutoTokenizer.from_pretrained(path)
+    sentence_transformer = sentence_transformer_folder(path)
+    where = {"subfolder": sentence_transformer[0]} if sentence_transformer and sentence_transformer[0] else {}
+    return AutoModel.from_pretrained(path, dtype=torch.float32, **where), AutoTokenizer.from_pretrained(path, **where)
 
 
-def encoder_token_limit(encoder) -> int | None:
-    """The most tokens `encoder` reads: its `max_position_embeddings`, less the positions RoBERTa-style encoders
-    reserve below their first (padding index + 1); None when its config names no limit."""
-    from torch import nn
+def encoder_pooling(name: str, encoder, pooling: str | None = None) -> tuple[str, bool]:
+    """`(pooling, normalize)` of the encoder `name` (loaded as `encoder`), as `from_encoder_pretrained` reads them: a
+    SentenceTransformer's own pooling (unless `pooling` is given) and its Normalize; another model's `pooling` or
+    its family's default, and no normalisation."""
+    from .modeling.sentence_transformer_encoder import sentence_transformer_folder
 
-    limit = getattr(encoder.config, "max_position_embeddings", None)
-    if limit is None:
-        return None
-    positions = getattr(getattr(encoder, "embeddings", None), "position_embeddings", None)
-    if isinstance(positions, nn.Embedding) and positions.padding_idx is not None:
-        limit -= positions.padding_idx + 1
-    return limit
+    sentence_transformer = sentence_transformer_folder(resolve_encoder(name), pooling)
+    if sentence_transformer is not None:
+        return sentence_transformer[1], sentence_transformer[2]
+    return pooling or default_pooling(encoder.config), False
 
 
 def check_max_length(encoder, max_length: int, name: str) -> None:
@@ -390,6 +397,7 @@ def build_model(
     label_names=None,
     fan_in: int = DEFAULT_FAN_IN,
     pooling: str | None = None,
+    normalize: bool = False,
     head_projection_dim: int | None = None,
     tail_projection_dim: int | None = None,
 ):
@@ -403,6 +411,7 @@ def build_model(
         label_names=label_names,
         fan_in=fan_in,
         pooling=pooling,
+        normalize=normalize,
         head_projection_dim=head_projection_dim,
         tail_projection_dim=tail_projection_dim,
     )
@@ -677,9 +686,9 @@ def train(
         )
         train_split, validation_split = split_validation(dataset.splits["train"], recipe.validation_fraction, seed)
         encoder_model, tokenizer = load_encoder(recipe.encoder)
+        pooling, normalize = encoder_pooling(recipe.encoder, encoder_model, recipe.pooling)
         check_max_length(encoder_model, recipe.max_length, recipe.encoder)
         tokenizer.model_max_length = recipe.max_length  # the model's input length from now on, saved with it
-        pooling = recipe.pooling or default_pooling(encoder_model.config)
         if is_main:  # once: the other ranks take rank 0's layout (CUDA reductions need not agree between runs)
             layout = build_layout(
                 train_split,
@@ -707,6 +716,7 @@ def train(
             label_names=dataset.label_texts,
             fan_in=recipe.fan_in,
             pooling=pooling,
+            normalize=normalize,
             head_projection_dim=recipe.head_projection_dim,
             tail_projection_dim=recipe.tail_projection_dim,
         )
@@ -809,6 +819,7 @@ __all__ = [
     "evaluate_split",
     "label_texts_for",
     "load_dataset",
+    "encoder_pooling",
     "load_encoder",
     "model_selection_arguments",
     "predict_top_k",

@@ -255,6 +255,7 @@ def command_group(args) -> int:
         RecipeArguments,
         build_layout,
         check_max_length,
+        encoder_pooling,
         label_texts_for,
         load_dataset,
         load_encoder,
@@ -276,6 +277,7 @@ def command_group(args) -> int:
     label_texts = label_texts_for(data, recipe.data, label_text_grouping_below=recipe.label_text_grouping_below)
     train_split, _ = split_validation(data.splits["train"], recipe.validation_fraction, args.seed)
     encoder, tokenizer = load_encoder(recipe.encoder)
+    pooling, _ = encoder_pooling(recipe.encoder, encoder, recipe.pooling)
     check_max_length(encoder, recipe.max_length, recipe.encoder)
     layout = build_layout(
         train_split,
@@ -285,7 +287,7 @@ def command_group(args) -> int:
         group_size=recipe.group_size,
         head_label_fraction=recipe.head_label_fraction,
         grouping=recipe.grouping,
-        pooling=recipe.pooling,
+        pooling=pooling,
         beta=recipe.beta,
         seed=args.seed,
         max_length=recipe.max_length,

@@ -145,11 +145,14 @@ def _write_cache(path: Path, description: dict) -> None:
 
 @functools.cache
 def flag_description() -> dict:
-    """The snapshot, or under other versions of transformers and torch than its own, the actions the live parser made
-    under these versions (cached, see `cache_path`)."""
-    snapshot = json.loads(SNAPSHOT_PATH.read_text(encoding="utf-8"))
+    """The snapshot, or under other versions of transformers and torch than its own (or without a readable snapshot),
+    the actions the live parser made under these versions (cached, see `cache_path`)."""
+    try:
+        snapshot = json.loads(SNAPSHOT_PATH.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # missing (a package built without it) or damaged: slower, as right
+        snapshot = None
     versions = installed_versions()
-    if snapshot["versions"] == versions:
+    if isinstance(snapshot, dict) and snapshot.get("versions") == versions:
         return snapshot
     cached = cache_path(versions)
     try:

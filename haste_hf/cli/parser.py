@@ -13,7 +13,7 @@ from .config_file import (
     read_config_file,
 )
 from .errors import DEBUG_VARIABLE, UsageError
-from .flags import field_names, flag_description, flags_parser
+from .flags import REGENERATE_COMMAND, field_names, flag_description, flags_parser
 
 
 def _positive(kind):
@@ -499,7 +499,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         subparser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if command:
         # The snapshot's flags have checked the arguments; the live parser turns them into the dataclasses' values.
-        args, _ = build_parser(config, command=command, live=True).parse_known_args(argv)
+        args, unknown = build_parser(config, command=command, live=True).parse_known_args(argv)
+        if unknown:  # a flag of a stale snapshot that the dataclasses no longer have: its value would be dropped
+            subparser.error(
+                f"unrecognized arguments: {' '.join(unknown)} (the flags' snapshot lists them; regenerate it with "
+                f"{REGENERATE_COMMAND})"
+            )
     args.prog = subparser.prog
     if command:
         from ..recipe import RecipeArguments

@@ -79,6 +79,18 @@ class ExtremeClassifierOutput(ModelOutput):
     attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
+def encoder_token_limit(encoder) -> int | None:
+    """The most tokens `encoder` reads: its `max_position_embeddings`, less the positions RoBERTa-style encoders
+    reserve below their first (padding index + 1); None when its config names no limit."""
+    limit = getattr(encoder.config, "max_position_embeddings", None)
+    if limit is None:
+        return None
+    positions = getattr(getattr(encoder, "embeddings", None), "position_embeddings", None)
+    if isinstance(positions, nn.Embedding) and positions.padding_idx is not None:
+        limit -= positions.padding_idx + 1
+    return limit
+
+
 def pool_hidden_states(states: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
     """`[B, T, d]` token states -> `[B, d]`: the first token (`"cls"`), the masked mean (`"mean"`) or the
     last attended token (`"last_token"`, whichever side the padding is on)."""
@@ -352,14 +364,39 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         return model
 
     def set_label_names(self, label_names: list[str] | None):
-        if label_names is not None and len(label_names) != self.config.label_count:
+        """One name per label, or None (`LABEL_{id}`, transformers' naming). An empty name becomes `LABEL_{id}`;
+        names that repeat (label texts of real datasets do) are kept, with a warning: the pipeline shows them
+        alike, and `config.label2id` maps such a name to the last of its labels."""
+        if label_names is not None and (isinstance(label_names, str) or len(label_names) != self.config.label_count):
+            count = "a string" if isinstance(label_names, str) else f"{len(label_names)} entries"
             raise ValueError(
-                f"`label_names` has {len(label_names)} entries for {self.config.label_count} labels: give one name per label."
+                f"`label_names` has {count} for {self.config.label_count} labels: give a list of one name per label."
             )
-        self.label_names = None if label_names is None else [str(name) for name in label_names]
+        if label_names is not None:
+            label_names = [str(name) for name in label_names]
+            empty = [label_id for label_id, name in enumerate(label_names) if not name.strip()]
+            for label_id in empty:
+                label_names[label_id] = f"LABEL_{label_id}"
+            first_id, repeated = {}, []
+            for label_id, name in enumerate(label_names):
+                if name in first_id:
+                    repeated.append(f"{name!r} for labels {first_id[name]} and {label_id}")
+                first_id.setdefault(name, label_id)
+            if empty or repeated:
+                logger.warning_once(
+                    f"`label_names`: {len(empty)} empty name(s), named LABEL_<id> (e.g. label {empty[:1]}); "
+                    f"{len(repeated)} repeated name(s) (e.g. {repeated[:1]}), which predictions show alike. Give "
+                    "each label a distinct name to tell them apart."
+                )
+        self.label_names = label_names
         self.config.set_label_names(self.label_names)
 
     # ----------------------------------------------------------------------------------------- encoding
+
+    @property
+    def max_input_tokens(self) -> int | None:
+        """The most tokens a text may have (the encoder's positions), or None when its config names no limit."""
+        return encoder_token_limit(self.encoder)
 
     def encode(self, input_ids=None, attention_mask=None, **encoder_kwargs):
         """Pooled encoder output `[B, hidden]` and the encoder's outputs."""
@@ -369,6 +406,12 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             blank = input_ids.new_zeros(1, max(1, input_ids.shape[1]))
             pooled, outputs = self.encode(blank, torch.ones_like(blank))
             return pooled[:0], outputs
+        limit = self.max_input_tokens
+        if input_ids is not None and limit is not None and input_ids.shape[1] > limit:
+            raise ValueError(
+                f"`input_ids` holds texts of {input_ids.shape[1]} tokens, and the encoder reads at most {limit}: truncate "
+                f"them (`truncation=True, max_length={limit}`, to the tokenizer or the pipeline)."
+            )
         outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **encoder_kwargs)
         states = outputs[0]
         if attention_mask is None:
@@ -682,6 +725,7 @@ __all__ = [
     "HastePreTrainedModel",
     "TopKOutput",
     "default_output_labels",
+    "encoder_token_limit",
     "output_labels_from_frequencies",
     "pool_hidden_states",
     "random_supports",

@@ -23,6 +23,7 @@ import os
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from transformers.utils import ModelOutput
@@ -216,6 +217,21 @@ def _check_labels(invalid: torch.Tensor, message: str) -> None:
         torch._assert_async(~invalid.any(), message)
 
 
+def _check_ranked_scores(top_scores: torch.Tensor) -> None:
+    """Raises a `ValueError` when a ranked score is NaN: `topk` puts NaN first, so a NaN among the best scores means
+    one among all of them. Checked on the CPU (or with `HASTE_HF_VALIDATE=1`) in a single process; on accelerators
+    a check would cost a device synchronization per batch, and in a process group one rank raising alone would
+    leave the others waiting in their next collective: there NaN scores are returned as they are, first, for the
+    caller to check once gathered (as `haste-hf predict` and `evaluate` do)."""
+    in_group = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    checked = (VALIDATE_LABELS or top_scores.device.type == "cpu") and not (torch.compiler.is_compiling() or in_group)
+    if checked and bool(top_scores.isnan().any()):
+        raise ValueError(
+            "The scores hold NaN (NaN or infinite `features`, or weights): the labels cannot be ranked. Check "
+            "the encoder's output and the model's weights."
+        )
+
+
 def _positive_int(name: str, value, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
@@ -245,6 +261,11 @@ class HasteOutputLayer(nn.Module):
 
     `layer(features, labels)` gives the loss (labels as ids padded with -100, or a dense multi-hot),
     `layer.topk(features, k)` the best labels, `layer.logits(features)` the `[B, L]` logits (small L).
+
+    Refused with a `ValueError`: features that are not `[B, in_features]` (shapes only, no device sync), the loss
+    of an empty batch (its top-k and logits are empty), tail supports outside the features (checked once after
+    each change of the buffer: one sync on accelerators), and NaN scores to rank (`topk` would put them first;
+    checked on the CPU, and on accelerators with `HASTE_HF_VALIDATE=1`, where it costs a sync per batch).
     """
 
     # One rank's share of a sharded layer says so (see `ShardedOutputLayer`): it cannot save itself alone.
@@ -276,10 +297,21 @@ class HasteOutputLayer(nn.Module):
             raise ValueError("Give `label_count` (the number of labels), or a LabelLayout as `head_labels`.")
         elif head_labels is None:
             head_label_count = head_label_count_for(DEFAULT_HEAD_LABEL_FRACTION, label_count)
-        elif isinstance(head_labels, numbers.Integral):
+        elif isinstance(head_labels, numbers.Integral) and not isinstance(head_labels, bool):
             head_label_count = int(head_labels)
         else:
-            head_ids = torch.as_tensor(head_labels, dtype=torch.int64).flatten()
+            head_ids = torch.as_tensor(head_labels)
+            if (
+                isinstance(head_labels, (bool, numbers.Real))
+                or head_ids.dtype.is_floating_point
+                or head_ids.dtype == torch.bool
+            ):
+                # `True` would be a 1-label head, 2.5 label 2: neither is what was meant.
+                raise ValueError(
+                    f"`head_labels` must be a number of labels (an integer), head label ids or a LabelLayout, got "
+                    f"{head_labels!r}."
+                )
+            head_ids = head_ids.to(torch.int64).flatten()
             in_head = torch.zeros(label_count, dtype=torch.bool)
             if head_ids.numel() and (int(head_ids.min()) < 0 or int(head_ids.max()) >= label_count):
                 raise ValueError(f"`head_labels` holds ids outside [0, {label_count}): give label ids of this layer.")
@@ -331,6 +363,7 @@ class HasteOutputLayer(nn.Module):
             "output_labels", torch.empty(head_label_count + self.tail_group_count * group_size, dtype=torch.int64)
         )
         self._label_positions_cache = None
+        self._checked_supports = None
         if initialize:  # a `HasteForExtremeClassification` initialises its layer itself, the transformers way
             self.reset_parameters()
         if output_labels is not None:  # a layout's is padded already, head ids then the others are not
@@ -495,9 +528,34 @@ class HasteOutputLayer(nn.Module):
 
     # ------------------------------------------------------------------------------------- scoring
 
+    def check_features(self, features) -> None:
+        """Raises a `ValueError` unless `features` is `[batch, in_features]` (shapes only: no device sync)."""
+        if not isinstance(features, torch.Tensor) or features.dim() != 2 or features.shape[1] != self.in_features:
+            shape = tuple(features.shape) if isinstance(features, torch.Tensor) else type(features).__name__
+            raise ValueError(f"`features` must be a [batch, {self.in_features}] tensor, got {shape}.")
+
+    def _check_supports(self) -> None:
+        """Raises a `ValueError` when the tail's supports hold a feature index out of range, checked once per change
+        of the buffer (loading, rewiring, an edit by hand): the kernels would read outside the features."""
+        if self.tail is None or torch.compiler.is_compiling() or getattr(torch.compiler, "is_exporting", bool)():
+            return
+        supports = self.tail.supports
+        # A tensor made under `torch.inference_mode()` keeps no version: checked once, as made.
+        key = (id(supports), 0 if supports.is_inference() else supports._version, supports.device)
+        if key == self._checked_supports:
+            return
+        if supports.numel() and (int(supports.min()) < 0 or int(supports.max()) >= self.tail.in_features):
+            raise ValueError(
+                f"`tail.supports` holds feature indices in [{int(supports.min())}, {int(supports.max())}], outside "
+                f"[0, {self.tail.in_features}): each must index a feature of the tail's input."
+            )
+        self._checked_supports = key
+
     def branch_inputs(self, features: torch.Tensor):
         """Inputs of the head and the tail, each projected if configured and cast to its branch's dtype
         (the output layer may train in bf16 under an fp32 encoder); None for an absent branch."""
+        self.check_features(features)
+        self._check_supports()
         head_x = tail_x = None
         if self.head is not None:
             head_x = self.head_projection(features) if self.head_projection is not None else features
@@ -638,6 +696,8 @@ class HasteOutputLayer(nn.Module):
         if top_k is not None:
             self.check_k(top_k)
         head_x, tail_x = self.branch_inputs(features)
+        if labels is not None and features.shape[0] == 0:
+            raise ValueError("`features` holds no example: an empty batch has no loss (its mean over examples is 0/0).")
         dense = labels is not None and self.dense_labels(labels, features.shape[0]) is not None
         # Logits over all positions only when they are returned, or for a dense multi-hot's loss.
         position_logits = self._position_logits(head_x, tail_x) if return_logits or dense else None
@@ -656,6 +716,7 @@ class HasteOutputLayer(nn.Module):
                     top_scores, top_positions = self._top_of_positions(position_logits, top_k)
                 else:
                     top_scores, top_positions = self.scored_topk(head_x, tail_x, top_k)
+                _check_ranked_scores(top_scores)
             top_label_ids = self.output_labels[top_positions]
         logits = position_logits[:, self.label_positions] if return_logits else None
         return OutputLayerOutput(loss=loss, logits=logits, top_label_ids=top_label_ids, top_scores=top_scores)
@@ -669,6 +730,7 @@ class HasteOutputLayer(nn.Module):
         """The `k` best labels of each example, best first, in memory `O(B * (k + chunk))`, never `O(B * L)`."""
         self.check_k(k)
         scores, positions = self.scored_topk(*self.branch_inputs(features), k)
+        _check_ranked_scores(scores)
         return TopKOutput(label_ids=self.output_labels[positions], scores=scores)
 
     # ------------------------------------------------------------------------------------- training upkeep

@@ -39,7 +39,8 @@ class HasteTextClassificationPipeline(TextClassificationPipeline):
             refused: a softmax over the k best labels alone is no probability.
 
     Labels are the model's `label_names`, or `LABEL_{id}` when it has none (transformers' default naming).
-    Texts are truncated to the tokenizer's `model_max_length` unless `truncation=False` is passed.
+    Texts are truncated to the tokenizer's `model_max_length`, at most the encoder's positions, unless
+    `truncation=False` is passed (then a longer text is refused). No texts (`[]`) give no results (`[]`).
     """
 
     def check_model_type(self, supported_models):
@@ -63,8 +64,12 @@ class HasteTextClassificationPipeline(TextClassificationPipeline):
             function_to_apply=function_to_apply, top_k=top_k, **tokenizer_kwargs
         )
         if is_haste_model(self.model):
-            # As `haste-hf predict` does: texts are cut at the tokenizer's `model_max_length` (the training length).
+            # As `haste-hf predict` does: texts are cut at the tokenizer's `model_max_length` (the training length),
+            # and never beyond what the encoder reads (a tokenizer may name no length, or a longer one).
             preprocess_params.setdefault("truncation", True)
+            limit = self.model.max_input_tokens
+            if preprocess_params["truncation"] and "max_length" not in preprocess_params and limit is not None:
+                preprocess_params["max_length"] = min(self.tokenizer.model_max_length, limit)
             if "top_k" in postprocess_params:
                 forward_params["top_k"] = postprocess_params["top_k"]
             if postprocess_params.get("function_to_apply") == ClassificationFunction.SOFTMAX:
@@ -73,6 +78,12 @@ class HasteTextClassificationPipeline(TextClassificationPipeline):
                     "independently (binary cross-entropy). Use 'sigmoid' (the default) or 'none'."
                 )
         return preprocess_params, forward_params, postprocess_params
+
+    def __call__(self, inputs, **kwargs):
+        if is_haste_model(self.model) and isinstance(inputs, (list, tuple)) and len(inputs) == 0:
+            self._sanitize_parameters(**kwargs)  # the arguments are checked all the same
+            return []  # no texts, no results (as `haste-hf predict` writes no line)
+        return super().__call__(inputs, **kwargs)
 
     def _forward(self, model_inputs, top_k=1):
         if not is_haste_model(self.model):

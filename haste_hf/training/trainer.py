@@ -29,7 +29,7 @@ from ..data import LabelIdPadding, XMCDataCollator
 from ..modeling.logging_utils import get_logger
 from ..modeling.losses import chunk_loss_backward_
 from ..modeling.modeling_haste import HasteForExtremeClassification
-from ..modeling.saving import checkpoint_problem, exported_code_files, last_complete_checkpoint
+from ..modeling.saving import LABEL_NAMES_FILE, checkpoint_problem, exported_code_files, last_complete_checkpoint
 from . import memory_plan
 from .callbacks import NonFiniteGradientCallback, RewiringCallback, TrainingSplitFingerprint, unwrap_model
 from .optimization import HasteOptimizer, StochasticRoundingSGD, get_haste_scheduler, unwrap_haste_optimizer
@@ -84,6 +84,11 @@ def checkpoint_model_differences(folder: str | os.PathLike, config) -> list[str]
 
 
 logger = get_logger(__name__)
+
+
+def _name_at(names, index: int):
+    """`names[index]`, or None where `names` is None or shorter."""
+    return names[index] if isinstance(names, list) and index < len(names) else None
 
 
 def split_parameters(model: HasteForExtremeClassification) -> tuple[list[tuple[str, nn.Parameter]], list[nn.Parameter]]:
@@ -305,6 +310,14 @@ class HasteTrainer(Trainer):
             )
         return output
 
+    def _run_epoch(self, *args, **kwargs):
+        # transformers checks `max_steps` after a step, not before: a run that finished mid-epoch, resumed from its
+        # last checkpoint (the way back after a failed final save), would train one step beyond its end.
+        if self.state.global_step >= self.state.max_steps:
+            self.control.should_training_stop = True
+            return None
+        return super()._run_epoch(*args, **kwargs)
+
     def _check_resumable(self, checkpoint: str) -> None:
         """Refuses a checkpoint of another model (its weights would not load) or of another training split (they
         would, and the run would continue on other labels in silence); warns when its optimizer state is missing."""
@@ -314,6 +327,7 @@ class HasteTrainer(Trainer):
                 f"{checkpoint} is a checkpoint of another model: its {'; its '.join(differences)}. Resume it with the "
                 "settings it was trained with, or start afresh (--overwrite-output-dir)."
             )
+        self._check_label_names(checkpoint)
         saved = TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME)).stateful_callbacks or {}
         saved = saved.get(TrainingSplitFingerprint.__name__)
         ours = next((cb for cb in self.callback_handler.callbacks if isinstance(cb, TrainingSplitFingerprint)), None)
@@ -334,6 +348,31 @@ class HasteTrainer(Trainer):
                 f"{checkpoint} holds no {' and no '.join(missing)}: the run resumes its weights with FRESH optimizer "
                 "state (no momentum, the learning-rate schedule from its start), so it will not continue as the "
                 "interrupted run would have."
+            )
+
+    def _check_label_names(self, checkpoint: str) -> None:
+        """Refuses a checkpoint trained under other label names than this run's model holds (same count, other
+        names or order: the weights would continue under the wrong names)."""
+        path = os.path.join(checkpoint, LABEL_NAMES_FILE)
+        if not os.path.isfile(path):
+            return
+        try:
+            with open(path, encoding="utf-8") as f:
+                theirs = json.load(f)
+        except (UnicodeDecodeError, ValueError) as error:
+            raise ValueError(
+                f"{path} is not a JSON list of label names ({error}); resume from another checkpoint."
+            ) from None
+        ours = unwrap_model(self.model).label_names
+        if theirs != ours:
+            first = next(
+                (i for i in range(max(len(theirs or []), len(ours or []))) if _name_at(theirs, i) != _name_at(ours, i)),
+                0,
+            )
+            raise ValueError(
+                f"{checkpoint} was trained under other label names: label {first} is {_name_at(theirs, first)!r} there "
+                f"and {_name_at(ours, first)!r} in this run. Resume it with the data it was trained with, or start "
+                "afresh (--overwrite-output-dir)."
             )
 
     def create_optimizer(self, model=None) -> torch.optim.Optimizer:

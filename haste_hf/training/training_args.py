@@ -266,6 +266,15 @@ class HasteTrainingArguments(TrainingArguments):
             raise ValueError(
                 f"`output_loss_chunk_labels` must be >= 0 (0: chosen by the batch size), got {self.output_loss_chunk_labels}."
             )
+        if (
+            self.output_loss_chunk_labels
+            and self.output_chunked_backward is False
+            and self.output_fused_update is False
+        ):
+            raise ValueError(
+                f"`output_loss_chunk_labels` ({self.output_loss_chunk_labels}) sizes the chunks of the chunked backward, "
+                "which is off: add `output_chunked_backward=True` (--output-chunked-backward), or leave the chunk size out."
+            )
         conflicts = fused_update_conflicts(self)
         if self.output_fused_update and conflicts:  # asked for, what excludes it is an error (unasked, it goes off)
             name, fix = conflicts[0]

@@ -223,7 +223,8 @@ def test_predict_with_non_finite_scores_fails_and_keeps_the_previous_output(caps
     output = tmp_path / "top.jsonl"
     output.write_text("previous\n")
     status, lines = run_cli(capsys, ["predict", "--model", folder, "--input", cli_files["texts"], "--output", output])
-    assert_one_line_error(status, lines, 1, "predict", "scores 2 of 2 texts", "NaN or infinity")
+    # The output layer refuses to rank NaN scores (in one process on the CPU; elsewhere predict checks them gathered).
+    assert_one_line_error(status, lines, 1, "predict", "scores hold NaN", "the labels cannot be ranked")
     assert output.read_text() == "previous\n" and set(os.listdir(tmp_path)) == {"nan-model", "top.jsonl"}
 
 
