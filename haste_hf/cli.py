@@ -400,6 +400,96 @@ def command_push(args) -> int:
     return 0
 
 
+def command_add_labels(args) -> int:
+    import shutil
+
+    from .label_additions import check_new_names, examples_from_split, read_new_labels, sample_texts
+    from .recipe import check_output_dir, load_dataset
+    from .saving import save_trained_folder
+
+    try:
+        check_output_dir(args.output_dir, overwrite=args.overwrite_output_dir)
+    except ValueError as error:
+        raise UsageError(f"argument --output-dir: {error}") from None
+    if args.data is not None and args.negatives is None:
+        raise UsageError("argument --data: fitting the new labels on examples needs --negatives (the training data)")
+    model, tokenizer = load_trained(args)
+    try:
+        texts, names = read_new_labels(args.labels)
+        names = check_new_names(model, texts, names)
+    except ValueError as error:
+        raise UsageError(f"argument --labels: {one_line(error)}") from None
+    examples = None
+    if args.data is not None:
+        try:
+            examples = examples_from_split(
+                load_dataset(args.data, args.format, args.text_fields).splits["train"], len(texts)
+            )
+        except ValueError as error:
+            raise UsageError(f"argument --data: {one_line(error)}") from None
+    negatives = None
+    if args.negatives is not None:
+        negatives = sample_texts(
+            load_dataset(args.negatives, args.format, args.text_fields).splits["train"], args.negative_count, args.seed
+        )
+    ids = model.add_labels(
+        texts,
+        examples=examples,
+        negatives=negatives,
+        names=names,
+        head=args.head,
+        tokenizer=tokenizer,
+        seed=args.seed,
+        batch_size=args.eval_batch_size,
+        max_length=args.max_length,
+    )
+    settings = Path(args.model) / "evaluation_settings.json"
+
+    def write_extra(folder: Path):  # evaluate and predict keep reading texts as training did
+        if settings.is_file():
+            shutil.copyfile(settings, folder / settings.name)
+
+    save_trained_folder(args.output_dir, model, tokenizer, write_extra)
+    where = "the head" if args.head else "the tail"
+    print(f"{len(ids)} labels added to {where} (ids {ids[0]} to {ids[-1]}) -> {args.output_dir}")
+    return 0
+
+
+def _add_add_labels_parser(commands):
+    add_help = "Add labels to a trained model from their texts (and a few examples), without retraining it."
+    add = commands.add_parser(
+        "add-labels",
+        help=add_help,
+        description=add_help + " The scores of the existing labels stay the same.",
+        formatter_class=HelpFormatter,
+    )
+    add.add_argument("--model", required=True, type=existing_folder, help="Folder of a trained model.")
+    add.add_argument(
+        "--labels",
+        required=True,
+        type=existing_file,
+        help='JSON file of the new labels: [{"name": ..., "text": ...}, ...] or {name: text, ...}.',
+    )
+    add.add_argument(
+        "--negatives",
+        type=existing_folder,
+        default=None,
+        help="The model's training data: a sample of its texts are the negatives of a short fit of the new labels.",
+    )
+    add.add_argument("--negative-count", type=positive_int, default=2048, help="Training texts sampled as negatives.")
+    add.add_argument("--head", action="store_true", help="Put the new labels in the dense head, not in tail groups.")
+    add.add_argument("--output-dir", required=True, help="Folder to save the model with the new labels to.")
+    add.add_argument("--overwrite-output-dir", action="store_true", help="Replace a model already in --output-dir.")
+    add.add_argument("--seed", type=int, default=0, help="Seed of the negatives' sample and the new groups.")
+    _add_data_arguments(
+        add,
+        of_trained_model=True,
+        data_help="Few-shot examples of the new labels: a dataset folder (read as --negatives) whose label ids index "
+        "the entries of --labels.",
+    )
+    add.set_defaults(handler=command_add_labels)
+
+
 # ------------------------------------------------------------------------------------------------ export
 
 
@@ -477,15 +567,17 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def _add_data_arguments(parser, required=False, of_trained_model=False):
-    """`of_trained_model`: the flags of `evaluate` and `predict`, which default to the model's training settings."""
+def _add_data_arguments(parser, required=False, of_trained_model=False, data_help=None):
+    """`of_trained_model`: the flags of `evaluate` and `predict`, which default to the model's training settings;
+    `data_help`: what `--data` holds for this command, where it is not the dataset to score."""
     group = parser.add_argument_group("data")
     saved = " (default: as in training)" if of_trained_model else ""
     group.add_argument(
         "--data",
         required=required,
         type=existing_folder,
-        help="Dataset folder in an Extreme Classification Repository raw-text format (JSON lines, or "
+        help=data_help
+        or "Dataset folder in an Extreme Classification Repository raw-text format (JSON lines, or "
         "raw text + sparse labels; bag-of-words data has no texts to encode). Default: the embedded demo set.",
     )
     group.add_argument(
@@ -825,6 +917,7 @@ def build_parser(config: dict | None = None, command: str | None = None, live: b
     push.add_argument("--commit-message", default="Upload HASTE model", help="Commit message.")
     push.set_defaults(handler=command_push)
     _add_export_parser(commands)
+    _add_add_labels_parser(commands)
     return parser
 
 

@@ -265,8 +265,10 @@ class HasteConfig(PretrainedConfig):
 
     def set_label_names(self, label_names: list[str] | None):
         """Writes `label_names` (one per label; None: `LABEL_{id}`) into `id2label` / `label2id` where
-        `label_count` is at most `MAX_CONFIG_LABEL_NAMES`."""
+        `label_count` is at most `MAX_CONFIG_LABEL_NAMES`, and empties both maps beyond (labels added to a model
+        may take it past the limit)."""
         if self.label_count > MAX_CONFIG_LABEL_NAMES:
+            self.id2label = self.label2id = None
             return
         names = (
             label_names if label_names is not None else [f"LABEL_{label_id}" for label_id in range(self.label_count)]
