@@ -326,3 +326,43 @@ def test_cli_add_labels_with_examples_and_negatives(tokenizer, tmp_path, dataset
     assert main([*argv[:5], "--output-dir", str(tmp_path / "other")]) == 2
     last = capsys.readouterr().err.splitlines()[-1]  # after the loading progress bar
     assert last.startswith("haste-hf add-labels: error: argument --labels: `names`: 'tag 1' is already label 1")
+
+
+@pytest.mark.parametrize("format_version", [1, 2])
+def test_old_format_folders_take_new_labels_and_save_in_the_current_format(format_version, tokenizer, tmp_path):
+    """Formats 1 and 2 name the output layer's tensors at the top level: they load, take the labels, keep their
+    scores and save in the current format."""
+    from test_old_checkpoints import old_folder
+
+    folder = old_folder(format_version, tmp_path)
+    expected = torch.load(f"{folder}/expected.pt")
+    model = HasteForExtremeClassification.from_pretrained(folder).eval()
+    old_count = model.config.label_count
+    inputs = (expected["input_ids"], expected["attention_mask"])
+    with torch.no_grad():
+        before = model(*inputs).logits
+    model.add_labels(NEW_TEXTS, negatives=negatives(), tokenizer=tokenizer)
+    with torch.no_grad():
+        assert torch.equal(model(*inputs).logits[:, :old_count], before)
+    model.save_pretrained(tmp_path / "again")
+    assert json.loads((tmp_path / "again" / "config.json").read_text())["format_version"] == 3
+    loaded = HasteForExtremeClassification.from_pretrained(tmp_path / "again").eval()
+    with torch.no_grad():
+        assert torch.equal(loaded(*inputs).logits, model(*inputs).logits)
+    assert loaded.label_names[:old_count] == model.label_names[:old_count] and len(loaded.label_names) == old_count + 6
+
+
+def test_add_labels_help_and_usage_errors_load_nothing_heavy():
+    """As the other light commands: `add-labels --help` and a usage error import neither torch nor transformers."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\nfrom haste_hf.cli import main\n"
+        "for argv in (['add-labels', '--help'], ['add-labels', '--model', '/nonexistent', '--labels', 'x.json']):\n"
+        "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+        "print(sorted(name for name in ('torch', 'transformers') if name in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stderr
+    assert "--negatives" in result.stdout and "argument --model" in result.stderr
