@@ -366,3 +366,15 @@ def test_add_labels_help_and_usage_errors_load_nothing_heavy():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.stdout.strip().splitlines()[-1] == "[]", result.stderr
     assert "--negatives" in result.stdout and "argument --model" in result.stderr
+
+
+def test_readme_example(tmp_path, monkeypatch):
+    from test_readme import example, run
+
+    model = make_model()
+    model.save_pretrained(tmp_path / "haste-demo")
+    tiny_tokenizer(tmp_path / "haste-demo")
+    namespace = run(example("Labels added to a trained model"), tmp_path, monkeypatch)
+    assert namespace["ids"] == [LABELS]
+    loaded = HasteForExtremeClassification.from_pretrained(tmp_path / "haste-demo-more")
+    assert loaded.config.label_count == LABELS + 1 and loaded.label_names[LABELS] == "python3-gi"
