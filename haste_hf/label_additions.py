@@ -471,9 +471,13 @@ def add_labels(
     learning_rate: float = DEFAULT_FIT_LEARNING_RATE,
     seed: int = 0,
     batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
-    max_length: int = DEFAULT_MAX_LENGTH,
+    max_length: int | None = None,
 ) -> list[int]:
-    """`HasteForExtremeClassification.add_labels`: see its docstring. Returns the ids of the new labels."""
+    """`HasteForExtremeClassification.add_labels`: see its docstring. Returns the ids of the new labels.
+
+    `fit_steps` Adam steps of `learning_rate` fit the new weights (with `negatives`); `seed` draws the new groups;
+    texts are embedded `batch_size` at a time, cut at `max_length` tokens (default: the tokenizer's
+    `model_max_length`, which `haste-hf train` sets to the training length, else `DEFAULT_MAX_LENGTH`)."""
     layer = model.output_layer
     if type(layer) is not HasteOutputLayer:
         raise ValueError(
@@ -496,7 +500,8 @@ def add_labels(
         raise ValueError(
             "`head`: this model has no tail (every label in the dense head): add the labels with head=True."
         )
-    for name, value in (("fit_steps", fit_steps), ("batch_size", batch_size), ("max_length", max_length)):
+    checked = [("fit_steps", fit_steps), ("batch_size", batch_size)]
+    for name, value in checked + ([("max_length", max_length)] if max_length is not None else []):
         if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "fit_steps" else 1):
             raise ValueError(
                 f"`{name}` must be a {'non-negative' if name == 'fit_steps' else 'positive'} integer, got {value!r}."
@@ -504,6 +509,8 @@ def add_labels(
     if not (isinstance(learning_rate, (int, float)) and math.isfinite(learning_rate) and learning_rate > 0):
         raise ValueError(f"`learning_rate` must be a positive number, got {learning_rate!r}.")
     tokenizer = resolve_tokenizer(model, tokenizer)
+    if max_length is None:  # a tokenizer without a length of its own says so with a huge number
+        max_length = tokenizer.model_max_length if tokenizer.model_max_length <= 1 << 20 else DEFAULT_MAX_LENGTH
 
     count = len(texts)
     example_texts = [text for values in examples for text in values]
