@@ -329,18 +329,13 @@ def report(out: Path) -> str:
     return "\n".join(lines)
 
 
-def add_study_arguments(parser: argparse.ArgumentParser) -> None:
-    """The data and encoder flags of this study and of the studies that reuse its runs (`unseen_labels.py`)."""
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-root", type=Path, help="Folder holding the datasets (XMC raw-text format).")
     parser.add_argument("--datasets", nargs="+", default=["deps", "tags"])
     parser.add_argument(
         "--encoder", default="minilm", help="Encoder id or folder; an int8_transit.py folder is unpacked."
     )
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_study_arguments(parser)
     parser.add_argument("--variants", nargs="+", default=["before", "bench"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--parallel", type=int, default=4, help="Trainings side by side on the GPU.")

@@ -448,7 +448,11 @@ def report(out: Path) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    recipe_study.add_study_arguments(parser)
+    parser.add_argument("--data-root", type=Path, help="Folder holding the datasets (XMC raw-text JSON format).")
+    parser.add_argument("--datasets", nargs="+", default=["deps", "tags"])
+    parser.add_argument(
+        "--encoder", default="minilm", help="Encoder id or folder (an int8_transit.py one is unpacked)."
+    )
     parser.add_argument("--jobs", nargs="+", default=list(JOBS), choices=JOBS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval-batch-size", type=int, default=256)
