@@ -1,5 +1,5 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
-"""The output layer sharded by labels over N GPUs (`haste_hf.sharded_output_layer`): predicted on one GPU, measured on N.
+"""The output layer sharded by labels over N GPUs (`haste_hf.training.sharded_output_layer`): predicted on one GPU, measured on N.
 
 --mode emulate (one GPU): one rank of an N-way split, for each N. The rank holds L/N labels (its share of
 the head's rows and of the tail's groups, bf16, SGD with fp32 momentum) and scores them over the global
@@ -183,9 +183,9 @@ def measure(step, device, steps: int) -> tuple[float, float]:
 def output_layer_step(args, world_size: int, device):
     """One rank's output layer of a `world_size`-way split and a closure doing its step over the global batch:
     the fused loss on each slice (`ShardedOutputLayer.scored_loss`), backward, SGD step."""
-    from haste_hf.losses import output_layer_loss
-    from haste_hf.optimization import StochasticRoundingSGD
-    from haste_hf.output_layer import GroupSparseLinear, random_supports
+    from haste_hf.modeling.losses import output_layer_loss
+    from haste_hf.modeling.output_layer import GroupSparseLinear, random_supports
+    from haste_hf.training.optimization import StochasticRoundingSGD
 
     shape = layout(args, world_size)
     rows = world_size * args.batch
@@ -201,7 +201,7 @@ def output_layer_step(args, world_size: int, device):
         parameters, lr=0.05, momentum=0.9, weight_decay=1e-4, momentum_dtype=getattr(torch, args.momentum_dtype)
     )
     if args.chunked_backward or args.fused_update:  # as `HasteTrainer` sets them
-        from haste_hf.losses import chunk_loss_backward_
+        from haste_hf.modeling.losses import chunk_loss_backward_
 
         for param in parameters:
             if param.dim() >= 2:
@@ -353,9 +353,9 @@ def real(args) -> str | None:
     from transformers import MPNetConfig
 
     from haste_hf import HasteConfig, HasteForExtremeClassification
-    from haste_hf.optimization import HasteOptimizer, StochasticRoundingSGD
-    from haste_hf.sharded_output_layer import ignore_shards_in_ddp, shard_output_layer_
-    from haste_hf.trainer import split_parameters
+    from haste_hf.training.optimization import HasteOptimizer, StochasticRoundingSGD
+    from haste_hf.training.sharded_output_layer import ignore_shards_in_ddp, shard_output_layer_
+    from haste_hf.training.trainer import split_parameters
 
     device = torch.device(args.device)
     if device.type == "cuda":

@@ -15,7 +15,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from haste_hf.grouping import group_labels, grouping_objective
+from haste_hf.labels.grouping import group_labels, grouping_objective
 
 
 def clustered_embeddings(

@@ -6,7 +6,7 @@ Per shape (B, L = K * G, F, G; d = 768) and pass (fwd, bwd_w, bwd_x) it prints, 
   ours       the haste_hf kernels (bwd_x: fast mode; `ours_det`: the deterministic mode)
   flops      FLOPs-matched dense: X[B, F] x W[L, F]^T and its two gradients (cuBLAS)
   dense      the full dense layer X[B, d] x W[L, d]^T and its two gradients (cuBLAS)
-  torch      the PyTorch path of haste_hf.sparse_ops (only with --torch-path, slow); its backward
+  torch      the PyTorch path of haste_hf.modeling.sparse_ops (only with --torch-path, slow); its backward
              computes both gradients at once, so its bwd_w and bwd_x both time the whole backward
   ratio      ours / flops
 and the peak memory of one forward + backward through the kernels beyond the inputs.
@@ -22,7 +22,8 @@ import sys
 
 import torch
 
-from haste_hf import kernels, sparse_ops
+from haste_hf.kernels import ops as kernels
+from haste_hf.modeling import sparse_ops
 
 
 PASSES = ("fwd", "bwd_w", "bwd_x")

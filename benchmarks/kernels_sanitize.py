@@ -5,7 +5,7 @@ compute-sanitizer: `compute-sanitizer --tool memcheck python benchmarks/kernels_
 
 import torch
 
-from haste_hf import kernels
+from haste_hf.kernels import ops as kernels
 
 
 def main():

@@ -16,8 +16,8 @@ import time
 
 import torch
 
-from haste_hf.optimization import StochasticRoundingSGD
-from haste_hf.rewiring import rewire_
+from haste_hf.modeling.rewiring import rewire_
+from haste_hf.training.optimization import StochasticRoundingSGD
 
 
 def synchronize(device):

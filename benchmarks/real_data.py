@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from haste_hf.configuration_haste import DEFAULT_HEAD_LABEL_FRACTION
+from haste_hf.modeling.configuration_haste import DEFAULT_HEAD_LABEL_FRACTION
 
 
 KS = (1, 3, 5)
@@ -156,7 +156,7 @@ def build_kernels(device) -> dict:
     """JIT-build the tail's CUDA kernels before any variant (so no epoch time includes the build)."""
     if device.type != "cuda":
         return {"available": False, "build_seconds": 0.0}
-    from haste_hf import kernels
+    from haste_hf.kernels import ops as kernels
 
     started = time.time()
     available = kernels.is_available()
@@ -164,10 +164,10 @@ def build_kernels(device) -> dict:
 
 
 class KernelCallCounter:
-    """Counts calls of the CUDA kernels' `group_sparse_linear` (what `haste_hf.sparse_ops` dispatches to)."""
+    """Counts calls of the CUDA kernels' `group_sparse_linear` (what `haste_hf.modeling.sparse_ops` dispatches to)."""
 
     def __init__(self):
-        from haste_hf import sparse_ops
+        from haste_hf.modeling import sparse_ops
 
         self.calls = 0
         self.module = sparse_ops._KERNELS
@@ -208,8 +208,9 @@ def train_variant(name, args, data, frequencies, embeddings, device, counter, st
     """One variant through the package's training recipe (`haste_hf.recipe.train`), with its own layout."""
     import torch
 
-    from haste_hf.label_plan import LabelLayout
-    from haste_hf.recipe import evaluate_split, train
+    from haste_hf.evaluation import evaluate_split
+    from haste_hf.labels.layout import LabelLayout
+    from haste_hf.recipe import train
 
     structure = variant_structure(name, args)
     layout = LabelLayout.from_frequencies(
@@ -395,9 +396,9 @@ def main(argv=None) -> int:
     import torch
     import transformers
 
+    from haste_hf import compute_label_embeddings
     from haste_hf.data import load_xmc_dataset
-    from haste_hf.grouping import compute_label_embeddings
-    from haste_hf.label_plan import count_labels
+    from haste_hf.labels.layout import count_labels
 
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)

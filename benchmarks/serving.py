@@ -170,7 +170,8 @@ def main(argv=None):
     from transformers import AutoTokenizer
 
     from haste_hf import HasteForExtremeClassification
-    from haste_hf.recipe import load_dataset, saved_evaluation_settings
+    from haste_hf.evaluation import saved_evaluation_settings
+    from haste_hf.recipe import load_dataset
 
     with tempfile.TemporaryDirectory() as scratch:
         work_dir = Path(args.work_dir or scratch)

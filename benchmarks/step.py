@@ -43,9 +43,10 @@ import statistics
 import torch
 from transformers import MPNetConfig
 
-from haste_hf import HasteConfig, HasteForExtremeClassification, modeling_haste
-from haste_hf.optimization import HasteOptimizer, StochasticRoundingSGD
-from haste_hf.trainer import split_parameters
+from haste_hf import HasteConfig, HasteForExtremeClassification
+from haste_hf.modeling import modeling_haste
+from haste_hf.training.optimization import HasteOptimizer, StochasticRoundingSGD
+from haste_hf.training.trainer import split_parameters
 
 
 def cuda_ms(fn, warmup: int, repeats: int) -> float:
@@ -132,7 +133,7 @@ def bench(variant: str, label_count: int, args) -> dict:
     )
     lean = args.chunked_backward or args.fused_update
     if lean:  # as `HasteTrainer` sets them
-        from haste_hf.losses import chunk_loss_backward_
+        from haste_hf.modeling.losses import chunk_loss_backward_
 
         for param in output_layer:
             if param.dim() >= 2:

@@ -204,7 +204,7 @@ def evaluate_trained(folder: Path, evaluation: Evaluation, to_original: np.ndarr
     from transformers import AutoTokenizer
 
     from haste_hf import HasteForExtremeClassification
-    from haste_hf.label_additions import embed_texts
+    from haste_hf.labels.additions import embed_texts
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = HasteForExtremeClassification.from_pretrained(folder).to(device).eval()
@@ -294,8 +294,8 @@ def cosine_worker(args) -> dict:
     import torch.nn.functional as F
     from transformers import AutoModel, AutoTokenizer
 
-    from haste_hf.configuration_haste import DEFAULT_MAX_LENGTH
-    from haste_hf.modeling_haste import pool_hidden_states
+    from haste_hf.modeling.defaults import DEFAULT_MAX_LENGTH
+    from haste_hf.modeling.modeling_haste import pool_hidden_states
 
     source = args.data_root / args.dataset
     held_out = np.load(args.work_dir / f"{args.dataset}-held-out.npy")
@@ -348,7 +348,8 @@ def prepare(args, dataset: str) -> None:
     np.save(held_file, held_out)
 
 
-def run_study(args) -> None:
+def run_study(args) -> bool:
+    """Runs the jobs without a result yet, side by side; True when every one ended well."""
     runs = args.out / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     args.work_dir.mkdir(parents=True, exist_ok=True)
@@ -397,6 +398,7 @@ def run_study(args) -> None:
             if process.poll() is None:
                 process.kill()
                 process.wait()
+    return all(process.returncode == 0 for process, _, _ in running)
 
 
 # ------------------------------------------------------------------------------------------------ report
@@ -476,12 +478,12 @@ def main(argv=None) -> int:
         path = args.out / "runs" / f"{args.dataset}__{args.worker}__s{args.seed}.json"
         path.write_text(json.dumps(results, indent=2))
         return 0 if "status" not in results else 1
+    succeeded = True
     if not args.report:
-        run_study(args)
-        table = report(args.out)
-        (args.out / "table.md").write_text(table)
+        succeeded = run_study(args)
+        (args.out / "table.md").write_text(report(args.out))
     print(report(args.out))
-    return 0
+    return 0 if succeeded else 1
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from haste_hf.label_plan import LabelLayout
+from haste_hf.labels.layout import LabelLayout
 from haste_hf.recipe import build_layout, load_dataset, load_encoder, split_validation, train
 
 

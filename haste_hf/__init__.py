@@ -13,10 +13,8 @@ Importing the package is light (neither torch nor transformers loads) and change
 
 Every public name is imported on first use, as transformers does.
 
-Logging: every module logs through `transformers.utils.logging.get_logger(f"transformers.{__name__}")`, so its
-loggers sit under transformers' library logger ("transformers.haste_hf.*") and follow its verbosity, as
-sentence-transformers and peft users expect: `transformers.logging.set_verbosity_error()` or
-`TRANSFORMERS_VERBOSITY=error` silence haste_hf's warnings too, and they print through transformers' handler.
+Logging: every module logs through `logging_utils.get_logger`, under transformers' library logger
+("transformers.haste_hf.*"), so `transformers.logging.set_verbosity_error()` silences haste_hf's warnings too.
 """
 
 import importlib
@@ -30,25 +28,25 @@ auto_registration.install()
 
 # Public name -> submodule that defines it, imported on first access.
 _LAZY_EXPORTS = {
-    "DEFAULT_HEAD_LABEL_FRACTION": "configuration_haste",
-    "HASTE_FORMAT_VERSION": "configuration_haste",
-    "HasteConfig": "configuration_haste",
-    "ExtremeClassifierOutput": "modeling_haste",
-    "HasteForExtremeClassification": "modeling_haste",
-    "HastePreTrainedModel": "modeling_haste",
-    "GroupSparseLinear": "output_layer",
-    "HasteOutputLayer": "output_layer",
-    "TopKOutput": "output_layer",
-    "HasteTextClassificationPipeline": "pipeline_haste",
-    "group_sparse_linear": "sparse_ops",
-    "HasteTrainer": "trainer",
-    "HasteTrainingArguments": "training_args",
-    "RewiringCallback": "callbacks",
-    "LabelLayout": "label_plan",
-    "LabelGrouping": "grouping",
-    "compute_label_embeddings": "grouping",
-    "group_labels": "grouping",
-    "split_head_tail": "grouping",
+    "DEFAULT_HEAD_LABEL_FRACTION": "modeling.defaults",
+    "HASTE_FORMAT_VERSION": "modeling.configuration_haste",
+    "HasteConfig": "modeling.configuration_haste",
+    "ExtremeClassifierOutput": "modeling.modeling_haste",
+    "HasteForExtremeClassification": "modeling.modeling_haste",
+    "HastePreTrainedModel": "modeling.modeling_haste",
+    "GroupSparseLinear": "modeling.output_layer",
+    "HasteOutputLayer": "modeling.output_layer",
+    "TopKOutput": "modeling.output_layer",
+    "HasteTextClassificationPipeline": "modeling.pipeline_haste",
+    "group_sparse_linear": "modeling.sparse_ops",
+    "HasteTrainer": "training.trainer",
+    "HasteTrainingArguments": "training.training_args",
+    "RewiringCallback": "training.callbacks",
+    "LabelLayout": "labels.layout",
+    "LabelGrouping": "labels.grouping",
+    "compute_label_embeddings": "labels.embeddings",
+    "group_labels": "labels.grouping",
+    "split_head_tail": "labels.layout",
     "XMCDataCollator": "data",
     "load_xmc_dataset": "data",
     "Propensity": "metrics",

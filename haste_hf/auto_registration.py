@@ -17,8 +17,8 @@ import sys
 
 CONFIGURATION_AUTO = "transformers.models.auto.configuration_auto"
 MODELING_AUTO = "transformers.models.auto.modeling_auto"
-HASTE_CONFIGURATION = f"{__package__}.configuration_haste"
-HASTE_MODELING = f"{__package__}.modeling_haste"
+HASTE_CONFIGURATION = f"{__package__}.modeling.configuration_haste"
+HASTE_MODELING = f"{__package__}.modeling.modeling_haste"
 _registered: set[str] = set()
 
 

@@ -34,7 +34,7 @@ import torch
 from datasets import Dataset, DatasetDict, Features, List, NamedSplit, Value, concatenate_datasets
 from datasets.exceptions import DatasetGenerationError
 
-from .configuration_haste import DEFAULT_MAX_LENGTH, LABEL_PADDING_ID
+from .modeling.defaults import DEFAULT_MAX_LENGTH, LABEL_PADDING_ID
 
 
 if TYPE_CHECKING:
@@ -46,6 +46,8 @@ TEXT_FEATURES = Features({"text": Value("string"), "labels": List(Value("int32")
 LABEL_FEATURES = Features({"labels": List(Value("int32"))})
 
 TextFields = Literal["title", "title_content"]
+# The dataset layouts `load_xmc_dataset` reads (`auto`: the one the folder's files name).
+DATA_FORMATS = ("auto", "json", "text_sparse", "bow", "bow_split")
 _SPLIT_PREFIXES = {"train": "trn", "test": "tst"}
 # Bumped whenever a reader's output for the same file changes, so stale Arrow caches are not reused.
 _READER_VERSION = "2"  # 2: a file of no points is refused (1 cached an empty split)

@@ -18,7 +18,6 @@ and `haste_onnx.py` (a copy of `onnx_serving.py`, which serves both layouts with
 
 import contextlib
 import copy
-import importlib.util
 import json
 import logging as std_logging
 import os
@@ -29,21 +28,21 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers.utils import logging
 
 from . import onnx_serving
-from .modeling_haste import HasteForExtremeClassification
-from .saving import save_folder_atomically
-from .sharded_output_layer import ShardedOutputLayer
+from .import_utils import EXPORT_PACKAGES, missing_packages
+from .modeling.logging_utils import get_logger
+from .modeling.modeling_haste import HasteForExtremeClassification
+from .modeling.saving import save_folder_atomically
+from .training.sharded_output_layer import ShardedOutputLayer
 
 
-logger = logging.get_logger(__name__)
+logger = get_logger(__name__)
 
 EXPORT_FORMATS = ("onnx",)
 LAYOUTS = ("auto", "single", "split")
 # One ONNX file is one protobuf message, which cannot exceed 2 GiB; the margin leaves room for the graph itself.
 ONNX_FILE_LIMIT_BYTES = 2**31 - (64 << 20)
-EXPORT_REQUIREMENTS = ("onnx", "onnxscript", "onnxruntime")
 MIN_TORCH_VERSION = (2, 9)  # the torch.export-based ONNX exporter, default since 2.9
 SINGLE_GRAPH_FILE, ENCODER_GRAPH_FILE, OUTPUT_LAYER_FILE = "model.onnx", "encoder.onnx", "output_layer.safetensors"
 SERVING_CODE_FILE = "haste_onnx.py"
@@ -53,7 +52,7 @@ INPUT_NAMES, OUTPUT_NAMES = ("input_ids", "attention_mask"), ("label_ids", "scor
 
 def check_export_dependencies():
     """Raises an `ImportError` naming the install command when a package the export needs is missing."""
-    missing = [name for name in EXPORT_REQUIREMENTS if importlib.util.find_spec(name) is None]
+    missing = missing_packages(EXPORT_PACKAGES)
     if missing:
         raise ImportError(
             f"Exporting to ONNX needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not installed: "

@@ -17,14 +17,17 @@ import shutil
 import tempfile
 import types
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from huggingface_hub import CommitInfo, HfApi, ModelCard
 from huggingface_hub.utils import filter_repo_objects
-from transformers.dynamic_module_utils import get_relative_import_files
 
-from . import modeling_haste
-from .configuration_haste import MODEL_AUTO_CLASSES, HasteConfig
-from .modeling_haste import LABEL_NAMES_FILE, HasteForExtremeClassification, check_complete_save
+from .modeling.configuration_haste import MODEL_AUTO_CLASSES, HasteConfig
+from .modeling.saving import LABEL_NAMES_FILE, check_complete_save, exported_code_files
+
+
+if TYPE_CHECKING:  # named in annotations only
+    from transformers import PreTrainedModel
 
 
 CONFIG_FILE = "config.json"
@@ -40,13 +43,8 @@ IGNORED_IN_FOLDERS = [".*", "checkpoint-*", "checkpoint-*/**", "runs/**", "__pyc
 WEIGHT_FILES = ["model.safetensors", "model-*-of-*.safetensors", "model.safetensors.index.json"]
 
 
-def exported_code_files() -> list[str]:
-    """Paths of the modules `trust_remote_code=True` loading needs: the modeling file and its relative imports."""
-    return [modeling_haste.__file__, *get_relative_import_files(modeling_haste.__file__)]
-
-
 def push_to_hub(
-    model: HasteForExtremeClassification | str | os.PathLike,
+    model: "PreTrainedModel | str | os.PathLike",
     repo_id: str,
     *,
     private: bool | None = None,
@@ -204,4 +202,4 @@ def _stage_model_card(staging: Path, model_card, config: HasteConfig, repo_id: s
         card.save(path)
 
 
-__all__ = ["AUTO_MAP", "exported_code_files", "push_to_hub"]
+__all__ = ["AUTO_MAP", "push_to_hub"]

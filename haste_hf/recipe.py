@@ -14,6 +14,7 @@ The `haste-hf train` command, the examples and `benchmarks/real_data.py` call `t
 """
 
 import copy
+import dataclasses
 import json
 import os
 import shutil
@@ -26,37 +27,37 @@ from typing import Any, Literal
 
 import numpy as np
 from transformers.trainer_utils import IntervalStrategy, set_seed
-from transformers.utils import logging
 
-from .configuration_haste import (
+from .data import DATA_FORMATS
+from .evaluation import (
+    EVALUATION_SETTINGS,
+    EVALUATION_SETTINGS_FILE,
+    evaluate_split,
+    predict_top_k,
+    process_rank_and_count,
+    saved_evaluation_settings,
+)
+from .labels.layout import LabelLayout
+from .metrics import DEFAULT_KS
+from .modeling.configuration_haste import default_pooling
+from .modeling.defaults import (
     DEFAULT_EVAL_BATCH_SIZE,
     DEFAULT_FAN_IN,
     DEFAULT_GROUP_SIZE,
     DEFAULT_HEAD_LABEL_FRACTION,
     DEFAULT_MAX_LENGTH,
-    default_pooling,
+    LAST_CHECKPOINT,
 )
-from .label_plan import LabelLayout
-from .metrics import DEFAULT_KS
-from .model_sources import DEMO_ENCODER, HUB_ID_PATTERN, check_model_source, encoder_model_id, resolve_encoder
-from .saving import checkpoint_folders, save_folder_atomically
-from .train_flags import LAST_CHECKPOINT
+from .modeling.logging_utils import get_logger
+from .modeling.model_sources import DEMO_ENCODER, check_model_source, encoder_model_id, resolve_encoder
+from .modeling.saving import checkpoint_folders, save_folder_atomically
 
 
 DEMO_DATASET_NAME = "debian_tags_mini"
 DEFAULT_GROUPING = "semantic"
 DEFAULT_BETA = 16.0
 
-logger = logging.get_logger(f"transformers.{__name__}")  # see haste_hf/__init__.py: Logging
-# How `train` read and scored texts, kept beside the model so that `haste-hf evaluate` and `predict` reproduce
-# the test metrics that `train` printed without the flags being repeated. The token limit is not in it: it is
-# the saved tokenizer's `model_max_length`, which `pipeline` and every tokenizer call honour too.
-EVALUATION_SETTINGS_FILE = "evaluation_settings.json"
-EVALUATION_SETTINGS = ("format", "text_fields", "dataset_name", "propensity_a", "propensity_b")
-SAVED_EVALUATION_SETTINGS = (*EVALUATION_SETTINGS, "eval_batch_size")
-
-
-DATA_FORMATS = ("auto", "json", "text_sparse", "bow", "bow_split")
+logger = get_logger(__name__)
 
 
 @dataclass
@@ -346,7 +347,7 @@ def build_model(
     tail_projection_dim: int | None = None,
 ):
     """A new model around `encoder` with `layout`'s head and tail (checked against `label_count`, the data's)."""
-    from .modeling_haste import HasteForExtremeClassification
+    from .modeling.modeling_haste import HasteForExtremeClassification
 
     return HasteForExtremeClassification.from_encoder_pretrained(
         encoder,
@@ -422,7 +423,7 @@ def build_trainer(
 ):
     from .data import XMCDataCollator
     from .metrics import make_compute_metrics
-    from .trainer import HasteTrainer
+    from .training.trainer import HasteTrainer
 
     return HasteTrainer(
         model=model,
@@ -437,152 +438,18 @@ def build_trainer(
     )
 
 
-def process_rank_and_count() -> tuple[int, int]:
-    """(rank, world size) of this process: (0, 1) outside torchrun / accelerate launch."""
-    import torch.distributed as dist
+@dataclass
+class CardFields:
+    """What a run's model card says beyond what its trainer knows. `test_metrics`: None until computed.
+    `dataset_id`: the Hub dataset the card's `datasets:` names (the user's `dataset_name`; a local folder's name
+    names no Hub dataset)."""
 
-    return (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
-
-
-def predict_top_k(
-    model,
-    tokenizer,
-    texts,
-    k: int,
-    batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
-    max_length: int = DEFAULT_MAX_LENGTH,
-    desc: str = "Predicting",
-):
-    """Top-k label ids and scores `[N, k]` for `texts`, in batches, with a progress bar.
-
-    Under several processes each rank predicts a contiguous share of the texts in the same number of batches
-    (a sharded output layer scores them together), and every rank returns all rows.
-    """
-    import math
-
-    import torch
-    from tqdm.auto import tqdm
-
-    from .distributed import balanced_ranges
-
-    rank, world_size = process_rank_and_count()
-    device = next(model.parameters()).device
-    model.eval()
-    texts = list(texts)
-    shares = balanced_ranges(len(texts), world_size)
-    batch_count = max(1, math.ceil(max(stop - start for start, stop in shares) / batch_size))
-    start, stop = shares[rank]
-    ids, scores = [], []
-    for batch_texts in tqdm(
-        np.array_split(np.asarray(texts[start:stop], dtype=object), batch_count),
-        desc=desc,
-        unit="batch",
-        disable=rank != 0,
-    ):
-        # A rank out of texts still joins the collective, with an empty batch.
-        batch = tokenizer(
-            list(batch_texts) or [""], truncation=True, max_length=max_length, padding=True, return_tensors="pt"
-        )
-        batch = {name: tensor[: len(batch_texts)].to(device) for name, tensor in batch.items()}
-        with torch.no_grad():
-            top = model.predict_topk(**batch, k=k)
-        ids.append(top.label_ids.cpu().numpy())
-        scores.append(top.scores.cpu().numpy())
-    ids, scores = np.concatenate(ids), np.concatenate(scores)
-    if world_size > 1:
-        import torch.distributed as dist
-
-        parts = [None] * world_size
-        dist.all_gather_object(parts, (ids, scores))
-        ids, scores = np.concatenate([part[0] for part in parts]), np.concatenate([part[1] for part in parts])
-    bad = np.flatnonzero(~np.isfinite(scores).all(axis=1))
-    if bad.size:
-        raise FloatingPointError(
-            f"The model scores {bad.size} of {len(texts)} texts (the first: number {bad[0] + 1}) with NaN or infinity: "
-            "its weights or its encoder's outputs are not finite."
-        )
-    return ids, scores
-
-
-def evaluate_split(
-    model,
-    tokenizer,
-    data,
-    split: str,
-    propensity,
-    *,
-    batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
-    max_length: int = DEFAULT_MAX_LENGTH,
-    ks=DEFAULT_KS,
-) -> dict[str, float]:
-    """Metrics of `model` on `data.splits[split]`, filtered by the split's filter file if there is one; metrics
-    at k beyond the model's label count are left out (a 3-label model has no P@5)."""
-    from .metrics import compute_xmc_metrics, filter_top_k, max_filtered_per_point
-
-    dataset = data.splits[split]
-    filters = (data.filters or {}).get(split)
-    label_count = model.config.label_count
-    ks = tuple(k for k in ks if k <= label_count)
-    k = min(label_count, max(ks) + (max_filtered_per_point(filters) if filters is not None else 0))
-    top_ids, _ = predict_top_k(model, tokenizer, dataset["text"], k, batch_size, max_length, f"Evaluating {split}")
-    if filters is not None:
-        top_ids = filter_top_k(top_ids, filters, k=max(ks))
-    return compute_xmc_metrics(top_ids, dataset["labels"], ks=ks, propensity=propensity)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-# What each key of `evaluation_settings.json` may hold. A model folder may come from anyone (the Hub, a colleague):
-# only these keys are read, each checked, so a folder never chooses the data read or a file written (`--data`,
-# `--output`, ...).
-_EVALUATION_SETTING_CHECKS = {
-    "format": (lambda value: value in DATA_FORMATS, f"one of {DATA_FORMATS}"),
-    "text_fields": (lambda value: value in ("title", "title_content"), "'title' or 'title_content'"),
-    "dataset_name": (
-        lambda value: isinstance(value, str) and HUB_ID_PATTERN.match(value) is not None and ".." not in value,
-        "a dataset name such as 'LF-AmazonTitles-131K'",
-    ),
-    "propensity_a": (_is_number, "a number"),
-    "propensity_b": (_is_number, "a number"),
-    "eval_batch_size": (
-        lambda value: isinstance(value, int) and not isinstance(value, bool) and value > 0,
-        "a positive integer",
-    ),
-}
-
-
-def saved_evaluation_settings(model_dir) -> dict:
-    """The `SAVED_EVALUATION_SETTINGS` and `max_length` a trained folder's test metrics were computed with; {} for
-    other folders. Other keys of the file are ignored with a warning; a known key of the wrong type or value is an error
-    naming the file and the key."""
-    from transformers import AutoTokenizer
-
-    path = Path(model_dir) / EVALUATION_SETTINGS_FILE
-    if not path.is_file():
-        return {}
-    try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path} is not a JSON file ({error}); delete it to evaluate without it") from None
-    if not isinstance(saved, dict):
-        raise ValueError(
-            f"{path} holds {type(saved).__name__}, not an object of settings; delete it to evaluate without it"
-        )
-    ignored = sorted(set(saved) - set(SAVED_EVALUATION_SETTINGS))
-    if ignored:
-        logger.warning(f"{path}: ignoring {ignored}; a model folder may only set {list(SAVED_EVALUATION_SETTINGS)}")
-    settings = {}
-    for name in SAVED_EVALUATION_SETTINGS:
-        if name not in saved or saved[name] is None:
-            continue
-        is_valid, expected = _EVALUATION_SETTING_CHECKS[name]
-        if not is_valid(saved[name]):
-            raise ValueError(f"{path}: {name!r} is {saved[name]!r}, expected {expected}; fix or delete the file")
-        settings[name] = saved[name]
-    settings["max_length"] = AutoTokenizer.from_pretrained(model_dir).model_max_length
-    return settings
+    encoder_name: str
+    dataset_name: str
+    propensity: Any
+    test_metrics: dict | None = None
+    hub_model_id: str | None = None
+    dataset_id: str | None = None
 
 
 def save_trained(
@@ -590,25 +457,20 @@ def save_trained(
     tokenizer,
     layout: LabelLayout,
     output_dir: str,
+    card: CardFields,
     *,
-    encoder_name: str,
-    dataset_name: str,
-    test_metrics: dict | None,
-    propensity,
-    hub_model_id: str | None = None,
-    dataset_id: str | None = None,
     evaluation_settings: dict | None = None,
 ) -> None:
     """The model, its tokenizer (whose `model_max_length` is the training length), its training arguments, its
     model card and the settings its test metrics are computed with, switched into `output_dir` at once
-    (`saving.save_trained_folder`); `test_metrics.json` too unless `test_metrics` is None (not computed yet).
+    (`saving.save_trained_folder`); `test_metrics.json` too unless `card.test_metrics` is None (not computed yet).
     Checkpoints and logs in `output_dir` stay."""
     import torch
     from transformers.trainer import TRAINING_ARGS_NAME
 
-    from .callbacks import unwrap_model
-    from .saving import save_trained_folder
-    from .sharded_output_layer import sharded_output_layer
+    from .modeling.saving import save_trained_folder
+    from .training.callbacks import unwrap_model
+    from .training.sharded_output_layer import sharded_output_layer
 
     model = unwrap_model(trainer.model)
     shard = sharded_output_layer(model)
@@ -620,55 +482,30 @@ def save_trained(
         torch.save(trainer.args, folder / TRAINING_ARGS_NAME)
         if evaluation_settings is not None:
             (folder / EVALUATION_SETTINGS_FILE).write_text(json.dumps(evaluation_settings, indent=2))
-        write_results(
-            folder,
-            trainer,
-            layout,
-            output_dir,
-            encoder_name=encoder_name,
-            dataset_name=dataset_name,
-            test_metrics=test_metrics,
-            propensity=propensity,
-            hub_model_id=hub_model_id,
-            dataset_id=dataset_id,
-        )
+        write_results(folder, trainer, layout, output_dir, card)
 
     save_trained_folder(output_dir, model, tokenizer, write_extra, state_dict=state_dict)
 
 
-def write_results(
-    folder: Path,
-    trainer,
-    layout: LabelLayout,
-    output_dir: str,
-    *,
-    encoder_name: str,
-    dataset_name: str,
-    test_metrics: dict | None,
-    propensity,
-    hub_model_id: str | None = None,
-    dataset_id: str | None = None,
-) -> None:
-    """The model card (with the test metrics, when computed) and `test_metrics.json`, written into `folder`.
-    `dataset_id`: the Hub dataset the card's `datasets:` names (the user's `dataset_name`; a local folder's name
-    names no Hub dataset)."""
+def write_results(folder: Path, trainer, layout: LabelLayout, output_dir: str, card: CardFields) -> None:
+    """The model card (with the test metrics, when computed) and `test_metrics.json`, written into `folder`."""
     from .model_card import HasteModelCardData, write_model_card
 
-    card = HasteModelCardData.from_trainer(
+    card_data = HasteModelCardData.from_trainer(
         trainer,
-        model_id=hub_model_id or Path(output_dir).name,
-        encoder=encoder_name,
-        dataset_name=dataset_name,
-        dataset_id=dataset_id,
+        model_id=card.hub_model_id or Path(output_dir).name,
+        encoder=card.encoder_name,
+        dataset_name=card.dataset_name,
+        dataset_id=card.dataset_id,
         grouping=layout.strategy,
-        metrics=test_metrics or {},
+        metrics=card.test_metrics or {},
         split="test",
-        propensity={"A": propensity.a, "B": propensity.b},
+        propensity={"A": card.propensity.a, "B": card.propensity.b},
         label_frequencies=layout.label_frequencies.numpy() if layout.label_frequencies is not None else None,
     )
-    write_model_card(card, folder / "README.md")
-    if test_metrics is not None:
-        (folder / "test_metrics.json").write_text(json.dumps(test_metrics, indent=2))
+    write_model_card(card_data, folder / "README.md")
+    if card.test_metrics is not None:
+        (folder / "test_metrics.json").write_text(json.dumps(card.test_metrics, indent=2))
 
 
 # ------------------------------------------------------------------------------------------------ the recipe
@@ -677,7 +514,7 @@ def write_results(
 def _training_arguments(training_args, output_dir: str | None, has_validation: bool):
     """`training_args` as `HasteTrainingArguments` fitted to the run: a dict is completed with the recipe's
     defaults; evaluation is turned off without a validation split; the recipe pushes the final folder itself."""
-    from .training_args import HasteTrainingArguments
+    from .training.training_args import HasteTrainingArguments
 
     if not isinstance(training_args, HasteTrainingArguments):
         overrides = dict(training_args or {})
@@ -747,9 +584,9 @@ def train(
         resume_from_checkpoint: continue the training of `output_dir` from its last complete checkpoint (True,
             or `"last"`) or from the checkpoint folder given; default: `training_args.resume_from_checkpoint`.
     """
-    from .callbacks import TrainingSplitFingerprint
-    from .distributed import broadcast_object
-    from .run_lock import output_dir_lock
+    from .training.callbacks import TrainingSplitFingerprint
+    from .training.distributed import broadcast_object
+    from .training.run_lock import output_dir_lock
 
     if recipe_args is None:
         path = os.fspath(data) if isinstance(data, (str, os.PathLike)) else None
@@ -831,7 +668,7 @@ def train(
         training_seconds = time.time() - started
 
         model = trainer.model
-        card_fields = dict(
+        card = CardFields(
             encoder_name=encoder_model_id(recipe.encoder),
             dataset_name=dataset_name,
             propensity=propensity,
@@ -844,8 +681,7 @@ def train(
                 tokenizer,
                 layout,
                 output_dir,
-                test_metrics=None,
-                **card_fields,
+                card,
                 # The text read as resolved: `evaluate` without --data reads the demo set, whose default differs.
                 evaluation_settings={name: getattr(recipe, name) for name in EVALUATION_SETTINGS}
                 | {"text_fields": resolved_text_fields(recipe.data, recipe.text_fields)}
@@ -866,7 +702,7 @@ def train(
             save_folder_atomically(
                 output_dir,
                 lambda folder: write_results(
-                    Path(folder), trainer, layout, output_dir, test_metrics=test_metrics, **card_fields
+                    Path(folder), trainer, layout, output_dir, dataclasses.replace(card, test_metrics=test_metrics)
                 ),
             )
         if push and is_main:
@@ -895,6 +731,7 @@ __all__ = [
     "DEMO_ENCODER",
     "EVALUATION_SETTINGS_FILE",
     "RecipeArguments",
+    "CardFields",
     "TrainingRun",
     "build_layout",
     "build_model",

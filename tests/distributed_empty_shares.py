@@ -16,9 +16,9 @@ from distributed_train import collator, run_summary, world
 from tiny_encoders import planted_texts, tiny_encoder_config
 from tiny_haste import make_tiny_model, make_tiny_trainer
 
-from haste_hf.callbacks import unwrap_model
 from haste_hf.metrics import make_compute_metrics
-from haste_hf.trainer import HasteTrainer
+from haste_hf.training.callbacks import unwrap_model
+from haste_hf.training.trainer import HasteTrainer
 
 
 LABELS = 6
@@ -65,7 +65,7 @@ def make_trainer(output: Path, **overrides) -> HasteTrainer:
 def predict(trainer, count: int) -> dict:
     """`predict_topk` of the first `count` evaluation texts, each rank predicting its contiguous share (empty on
     the last ranks when there are fewer texts than ranks)."""
-    from haste_hf.distributed import balanced_ranges
+    from haste_hf.training.distributed import balanced_ranges
 
     rank, world_size = world()
     texts = planted_texts(LABELS, TEXTS, seed=1)[:count]

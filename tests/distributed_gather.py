@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from haste_hf.distributed import gather_rows_to_cpu, gather_rows_with_gradient
+from haste_hf.training.distributed import gather_rows_to_cpu, gather_rows_with_gradient
 
 
 COUNTS = ([5, 11], [11, 5], [1, 15], [8, 8])

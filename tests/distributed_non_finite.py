@@ -12,7 +12,7 @@ import torch.distributed as dist
 from distributed_train import make_trainer, world
 from transformers import TrainerCallback
 
-from haste_hf.callbacks import unwrap_model
+from haste_hf.training.callbacks import unwrap_model
 
 
 class PoisonRankOne(TrainerCallback):

@@ -16,11 +16,11 @@ from datasets import Dataset
 from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
 from tiny_haste import make_tiny_model, make_tiny_trainer
 
-from haste_hf.callbacks import unwrap_model
 from haste_hf.data import XMCDataCollator
 from haste_hf.metrics import make_compute_metrics
-from haste_hf.sharded_output_layer import ignore_shards_in_ddp, shard_output_layer_, sharded_output_layer
-from haste_hf.trainer import HasteTrainer, split_parameters
+from haste_hf.training.callbacks import unwrap_model
+from haste_hf.training.sharded_output_layer import ignore_shards_in_ddp, shard_output_layer_, sharded_output_layer
+from haste_hf.training.trainer import HasteTrainer, split_parameters
 
 
 LABELS = 40

@@ -2,12 +2,10 @@
 """benchmarks/distributed.py: the collective arithmetic by hand, and both modes on tiny CPU sizes."""
 
 import importlib.util
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from launch import torchrun
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,21 +88,7 @@ def test_emulation_runs_on_the_cpu(benchmark, tmp_path):
 
 @pytest.mark.slow
 def test_real_mode_runs_under_torchrun(tmp_path):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        str(SCRIPT),
-        "--mode",
-        "real",
-        *TINY,
-    ]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-4000:]
+    result = torchrun([SCRIPT, "--mode", "real", *TINY], tmp_path, timeout=300)
     assert "sharded output layer" in result.stdout and "texts/s" in result.stdout
 
 

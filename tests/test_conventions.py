@@ -11,7 +11,8 @@ from transformers import AutoTokenizer, TrainingArguments
 from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging
 
-from haste_hf import HasteForExtremeClassification, HasteTrainer, HasteTrainingArguments, model_sources
+from haste_hf import HasteForExtremeClassification, HasteTrainer, HasteTrainingArguments
+from haste_hf.modeling import model_sources
 
 
 def test_set_verbosity_error_silences_haste_warnings(encoder_dir):
@@ -88,7 +89,7 @@ def test_a_reachable_hub_keeps_the_hub_id():
 def test_haste_trainer_takes_a_stock_training_arguments(tmp_path, encoder_dir):
     model = HasteForExtremeClassification.from_encoder_pretrained(str(encoder_dir), 8, fan_in=4)
     stock = TrainingArguments(output_dir=str(tmp_path), learning_rate=3e-4, num_train_epochs=2, report_to="none")
-    with CaptureLogger(logging.get_logger("transformers.haste_hf.trainer")) as captured:
+    with CaptureLogger(logging.get_logger("transformers.haste_hf.training.trainer")) as captured:
         trainer = HasteTrainer(model=model, args=stock, processing_class=AutoTokenizer.from_pretrained(encoder_dir))
     assert type(trainer.args) is HasteTrainingArguments
     assert (trainer.args.learning_rate, trainer.args.num_train_epochs) == (3e-4, 2)

@@ -4,9 +4,9 @@ here means measuring it through `haste-hf train` first."""
 
 import pytest
 
-from haste_hf.cli import parse_args
+from haste_hf.cli.parser import parse_args
 from haste_hf.recipe import RecipeArguments, _training_arguments
-from haste_hf.training_args import HasteTrainingArguments
+from haste_hf.training.training_args import HasteTrainingArguments
 
 
 # The recipe of `benchmarks/recipe_study.py`'s `defaults` rows (the device has bf16; here, without a GPU, it is off).
@@ -102,7 +102,7 @@ def test_bf16_trains_the_output_layer_in_bf16_unless_told(argv, bf16, dtype):
 
 
 def test_default_rewiring_spreads_six_rewirings_over_the_first_two_thirds():
-    from haste_hf.callbacks import RewiringCallback
+    from haste_hf.training.callbacks import RewiringCallback
 
     callback = RewiringCallback()
     steps = [step for step in range(1, 3401) if callback.should_rewire(step, 3400)]

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_cli import common
+from launch import data_flags
 
 from haste_hf.cli import main
 
@@ -17,7 +17,7 @@ def test_hub_example_pushes_and_loads_with_and_without_the_package(hub, tmp_path
     model_dir = tmp_path / "model"
     arguments = [
         "train",
-        *common(dataset_dir),
+        *data_flags(dataset_dir),
         "--encoder",
         str(encoder_dir),
         "--output-dir",

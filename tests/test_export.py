@@ -1,6 +1,7 @@
 """ONNX export for serving: onnxruntime gives `predict_topk`'s labels from one graph, or from the encoder graph
 plus the output layer in safetensors; the command line, the files beside the graph and the refusals."""
 
+import importlib.util
 import json
 import re
 import runpy
@@ -216,9 +217,9 @@ def test_export_refusals(model_dir, single_export, tmp_path, capsys, monkeypatch
     with pytest.raises(SystemExit) as exit_info:
         main(["export", "--model", str(model_dir), "--format", "tflite"])
     assert exit_info.value.code == 2 and "invalid choice: 'tflite'" in capsys.readouterr().err
-    real_find_spec = haste_hf.export.importlib.util.find_spec
+    real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(
-        haste_hf.export.importlib.util, "find_spec", lambda name: None if name == "onnxscript" else real_find_spec(name)
+        importlib.util, "find_spec", lambda name: None if name == "onnxscript" else real_find_spec(name)
     )
     assert main(["export", "--model", str(model_dir), "--output", str(tmp_path / "new")]) == 1
     assert "needs onnxscript, which is not installed: pip install 'haste_hf[export]'" in capsys.readouterr().err

@@ -24,7 +24,7 @@ from transformers import AutoModel, BertModel
 import haste_hf  # noqa: F401  (registers the auto classes)
 from haste_hf import HASTE_FORMAT_VERSION, HasteForExtremeClassification
 from haste_hf.hub import AUTO_MAP, push_to_hub
-from haste_hf.saving import LABEL_NAMES_FILE
+from haste_hf.modeling.saving import LABEL_NAMES_FILE
 
 
 LABELS = 40
@@ -202,7 +202,7 @@ def test_push_a_saved_folder_with_its_card_and_replaced_files(hub, tmp_path):
 
 
 def test_cli_push(hub, tmp_path, capsys):
-    cli = pytest.importorskip("haste_hf.cli")
+    cli = pytest.importorskip("haste_hf.cli.commands")
     model = make_model()
     model.save_pretrained(tmp_path / "out")
     repo_id = new_repo_id(hub, "cli")
@@ -270,8 +270,8 @@ def test_model_over_100_mb(hub):
 def trained(hub, tmp_path_factory):
     """A HasteTrainer run of 4 steps pushing every 2 steps to a private repository; (trainer, repo_id)."""
     from haste_hf.data import XMCDataCollator
-    from haste_hf.trainer import HasteTrainer
-    from haste_hf.training_args import HasteTrainingArguments
+    from haste_hf.training.trainer import HasteTrainer
+    from haste_hf.training.training_args import HasteTrainingArguments
 
     tmp_path = tmp_path_factory.mktemp("trainer")
     tokenizer = tiny_tokenizer(tmp_path / "tokenizer")

@@ -11,7 +11,17 @@ import haste_hf
 def test_import_leaves_the_training_api_unimported():
     code = "import sys, haste_hf; print(sorted(m for m in sys.modules if m.startswith('haste_hf.')))"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    for module in ("trainer", "training_args", "callbacks", "recipe", "label_plan", "grouping", "data", "metrics"):
+    for module in (
+        "training.trainer",
+        "training.training_args",
+        "training.callbacks",
+        "recipe",
+        "evaluation",
+        "labels.layout",
+        "labels.grouping",
+        "data",
+        "metrics",
+    ):
         assert f"'haste_hf.{module}'" not in loaded, module
 
 
@@ -42,7 +52,7 @@ def test_import_loads_no_pipeline_and_registers_when_transformers_loads():
         subprocess.run([sys.executable, "-c", first + code], check=True)
 
 
-@pytest.mark.parametrize("module", ["transformers.trainer_utils", "haste_hf.recipe", "haste_hf.trainer"])
+@pytest.mark.parametrize("module", ["transformers.trainer_utils", "haste_hf.recipe", "haste_hf.training.trainer"])
 def test_the_registration_imports_nothing_half_loaded(module):
     """The auto classes register while transformers loads `modeling_auto`, which can happen in the middle of another
     module's import (`transformers.trainer_utils` imports peft, which imports the auto models): the modeling file's

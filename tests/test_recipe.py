@@ -109,8 +109,8 @@ def test_evaluation_with_more_filtered_labels_than_the_model_has_to_spare(tmp_pa
 
     from haste_hf import HasteConfig, HasteForExtremeClassification
     from haste_hf.data import XMCDataset
+    from haste_hf.evaluation import evaluate_split
     from haste_hf.metrics import compute_xmc_metrics
-    from haste_hf.recipe import evaluate_split
 
     torch.manual_seed(0)
     config = HasteConfig(encoder=tiny_encoder_config("bert"), label_count=6, head_label_count=2, group_size=2, fan_in=4)

@@ -10,9 +10,9 @@ from tiny_encoders import tiny_encoder_config
 
 from haste_hf import HasteConfig, HasteForExtremeClassification
 from haste_hf.data import XMCDataCollator
-from haste_hf.output_layer import output_labels_from_frequencies
-from haste_hf.trainer import HasteTrainer
-from haste_hf.training_args import HasteTrainingArguments
+from haste_hf.modeling.output_layer import output_labels_from_frequencies
+from haste_hf.training.trainer import HasteTrainer
+from haste_hf.training.training_args import HasteTrainingArguments
 
 
 def make_tiny_model(

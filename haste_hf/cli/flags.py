@@ -1,0 +1,149 @@
+# Copyright 2026 The haste_hf Authors. Apache-2.0.
+"""The flags of `haste-hf train`, `demo` and `group` without importing transformers or torch.
+
+Those flags are the fields of `RecipeArguments` and `HasteTrainingArguments`, turned into argparse actions by
+`transformers.HfArgumentParser`, whose import (transformers, torch) takes seconds. `train_flags.json`, next to
+this module, is a snapshot of those actions; the CLI builds its `--help` and checks the arguments (types, choices,
+unknown flags) from it, and imports the dataclasses only once the arguments check out. The actions depend on the
+versions of transformers and torch too (their fields, defaults and choices): under other versions than the
+snapshot's, the flags are read from the live parser instead (slower, as right). The snapshot is generated, never
+edited: after a field, its default or its help changes, or on upgrading transformers, rewrite it with
+
+    python -m haste_hf.cli.flags
+
+(a test compares it with the live parser).
+"""
+
+import argparse
+import functools
+import json
+from importlib.metadata import version
+from pathlib import Path
+
+
+SNAPSHOT_PATH = Path(__file__).with_name("train_flags.json")
+REGENERATE_COMMAND = "python -m haste_hf.cli.flags"
+DATACLASS_NAMES = ("RecipeArguments", "HasteTrainingArguments")
+VERSIONED_PACKAGES = ("transformers", "torch")
+_ACTION_KINDS = {"_StoreAction": "store", "_StoreTrueAction": "store_true", "_StoreFalseAction": "store_false"}
+
+
+def string_to_bool(text):
+    """`transformers.hf_argparser.string_to_bool`, whose module imports torch: the same answers and message."""
+    if isinstance(text, bool):
+        return text
+    if text.lower() in ("yes", "true", "t", "y", "1"):
+        return True
+    if text.lower() in ("no", "false", "f", "n", "0"):
+        return False
+    raise argparse.ArgumentTypeError(
+        f"Truthy value expected: got {text} but expected one of yes/no, true/false, t/f, y/n, 1/0 (case insensitive)."
+    )
+
+
+def _type_name(action) -> str | None:
+    """How the snapshot names an action's type: a builtin's name, `bool`, `choice`, or `other:NAME` for a type only
+    the live parser can apply (the snapshot's parser passes that value on as text; the live parser checks it)."""
+    if action.type is None or action.type in (int, float, str):
+        return getattr(action.type, "__name__", None)
+    name = getattr(action.type, "__qualname__", "")
+    if name == "string_to_bool":
+        return "bool"
+    if name.startswith("make_choice_type_function."):
+        return "choice"
+    return f"other:{getattr(action.type, '__name__', repr(action.type))}"
+
+
+def _choice_type(choices):
+    by_text = {str(choice): choice for choice in choices}
+    return lambda text: by_text.get(text, text)
+
+
+def installed_versions() -> dict:
+    """Without a local label (`2.13.0`, not `2.13.0+cpu`): a CPU and a CUDA build make the same flags."""
+    return {package: version(package).split("+")[0] for package in VERSIONED_PACKAGES}
+
+
+def describe_live_flags() -> dict:
+    """The argparse actions `HfArgumentParser` makes of each dataclass, as JSON-ready records, and the versions they
+    were made under (imports transformers)."""
+    from transformers import HfArgumentParser
+
+    from ..recipe import RecipeArguments
+    from ..training.training_args import HasteTrainingArguments
+
+    description = {"versions": installed_versions()}
+    for dataclass in (RecipeArguments, HasteTrainingArguments):
+        records = []
+        for action in HfArgumentParser(dataclass, add_help=False)._actions:
+            if type(action).__name__ not in _ACTION_KINDS:
+                raise TypeError(
+                    f"{dataclass.__name__}.{action.dest}: the snapshot has no form for a {type(action).__name__}; add one to {__name__}."
+                )
+            records.append(
+                dict(
+                    option_strings=action.option_strings,
+                    dest=action.dest,
+                    action=_ACTION_KINDS[type(action).__name__],
+                    type=_type_name(action),
+                    nargs=action.nargs,
+                    const=action.const,
+                    choices=None if action.choices is None else list(action.choices),
+                    default=action.default,
+                    help=action.help,
+                    required=action.required,
+                    metavar=action.metavar,
+                )
+            )
+        description[dataclass.__name__] = records
+    return json.loads(json.dumps(description))
+
+
+def write_snapshot(path: Path = SNAPSHOT_PATH) -> None:
+    """One action a line, for short diffs when a field changes."""
+    description = describe_live_flags()
+    lines = [f'{{"versions": {json.dumps(description["versions"])}']
+    for name in DATACLASS_NAMES:
+        records = ",\n".join(json.dumps(record, ensure_ascii=False) for record in description[name])
+        lines.append(f', "{name}": [\n{records}\n]')
+    path.write_text("\n".join(lines) + "}\n", encoding="utf-8")
+
+
+@functools.cache
+def flag_description() -> dict:
+    """The snapshot, or under other versions of transformers and torch than its own, the live parser's actions."""
+    snapshot = json.loads(SNAPSHOT_PATH.read_text(encoding="utf-8"))
+    return snapshot if snapshot["versions"] == installed_versions() else describe_live_flags()
+
+
+def field_names() -> set[str]:
+    """The names of the dataclasses' fields that are flags (the keys a `--config` file may have)."""
+    return {record["dest"] for name in DATACLASS_NAMES for record in flag_description()[name]}
+
+
+def flags_parser(*dataclass_names: str) -> argparse.ArgumentParser:
+    """A parent parser with the actions `HfArgumentParser(dataclasses)` makes, built from their description."""
+    description = flag_description()
+    parser = argparse.ArgumentParser(add_help=False)
+    for name in dataclass_names:
+        for record in description[name]:
+            options = dict(
+                dest=record["dest"], default=record["default"], help=record["help"], required=record["required"]
+            )
+            if record["action"] == "store":
+                kind = record["type"]
+                types = {"int": int, "float": float, "str": str, "bool": string_to_bool}
+                options.update(
+                    nargs=record["nargs"],
+                    const=record["const"],
+                    choices=record["choices"],
+                    metavar=record["metavar"],
+                    type=_choice_type(record["choices"]) if kind == "choice" else types.get(kind),
+                )
+            parser.add_argument(*record["option_strings"], action=record["action"], **options)
+    return parser
+
+
+if __name__ == "__main__":
+    write_snapshot()
+    print(f"wrote {SNAPSHOT_PATH}")

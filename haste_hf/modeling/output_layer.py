@@ -1,0 +1,691 @@
+# Copyright 2026 The haste_hf Authors. Apache-2.0.
+"""HASTE's output layer on any features `[B, d]`: a dense head over the most frequent labels and a
+group-shared fixed fan-in sparse tail over the rest.
+
+features h -> P_head h -> dense head logits           output positions [0, n_head)
+           -> P_tail h -> group-sparse tail logits     positions n_head + k * G + g
+
+`output_labels` maps output positions to label ids (-1 at the padding slots that trail the last group).
+Training works in position space: positive label ids are mapped to positions, and the loss consumes each
+branch's logits where they are computed (`losses.output_layer_loss`: the fused op on CUDA, label chunks
+elsewhere), so no `[B, L]` logits exist; top-k and logits in label order are produced for prediction only.
+
+A layer scores the head rows `head_rows` and the tail groups `tail_groups` it holds: all of them here, one
+rank's share in `haste_hf.training.sharded_output_layer.ShardedOutputLayer`, which reuses the loss and top-k below.
+
+Flat and Hub-exportable: imports only torch and its exportable siblings, so a checkpoint folder carries it
+with the modeling file (`trust_remote_code=True` loading without `haste_hf`).
+"""
+
+import math
+import numbers
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.utils import ModelOutput
+
+from .defaults import (
+    DEFAULT_FAN_IN,
+    DEFAULT_GROUP_SIZE,
+    DEFAULT_HEAD_LABEL_FRACTION,
+    LABEL_PADDING_ID,
+    LOSS_REDUCTIONS,
+    check_one_of,
+    head_label_count_for,
+)
+from .losses import LOSSES, output_layer_loss, targets_of_chunk
+from .rewiring import RewiringResult, check_rewiring_options, rewire_
+from .sparse_ops import chunks, group_sparse_linear, group_sparse_topk, merge_topk
+
+
+# Bounds the `[B, chunk]` block of logits scored at once by top-k off the fused kernels (head, CPU).
+TOPK_CHUNK_ELEMENTS = 1 << 24
+
+# Check label ids on accelerators too, at the cost of a device synchronization per step (CPU tensors are
+# always checked; the collator checks them when given `label_count`).
+VALIDATE_LABELS = os.environ.get("HASTE_HF_VALIDATE", "0") == "1"
+
+
+@dataclass
+class OutputLayerOutput(ModelOutput):
+    """
+    Args:
+        loss (`torch.FloatTensor` of shape `()`, *optional*): the loss over all labels, when labels are given.
+        logits (`torch.FloatTensor` of shape `(batch_size, label_count)`, *optional*): scores in label-id order.
+        top_label_ids (`torch.LongTensor` of shape `(batch_size, top_k)`, *optional*): the best label ids.
+        top_scores (`torch.FloatTensor` of shape `(batch_size, top_k)`, *optional*): their logits.
+    """
+
+    loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    top_label_ids: torch.LongTensor | None = None
+    top_scores: torch.FloatTensor | None = None
+
+
+@dataclass
+class TopKOutput(ModelOutput):
+    """
+    Args:
+        label_ids (`torch.LongTensor` of shape `(batch_size, k)`): the k best label ids, best first.
+        scores (`torch.FloatTensor` of shape `(batch_size, k)`): their logits.
+    """
+
+    label_ids: torch.LongTensor | None = None
+    scores: torch.FloatTensor | None = None
+
+
+class GroupSparseLinear(nn.Module):
+    """The sparse tail: `group_count` groups of `group_size` labels, each group reading `fan_in` of the
+    `in_features` inputs through its support (`supports[k]`, distinct int32 indices)."""
+
+    def __init__(self, in_features: int, group_count: int, group_size: int, fan_in: int, bias: bool = False):
+        super().__init__()
+        self.in_features = in_features
+        self.weight = nn.Parameter(torch.empty(group_count, group_size, fan_in))
+        self.bias = nn.Parameter(torch.empty(group_count * group_size)) if bias else None
+        self.register_buffer("supports", torch.empty(group_count, fan_in, dtype=torch.int32))
+
+    @property
+    def out_features(self) -> int:
+        return self.weight.shape[0] * self.weight.shape[1]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return group_sparse_linear(x, self.weight, self.supports, self.bias)
+
+    def initial_weights(self, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(weight bound 1/sqrt(F), supports drawn from `seed`): what a new tail starts from."""
+        groups, _, fan_in = self.weight.shape
+        return 1.0 / math.sqrt(fan_in), random_supports(groups, fan_in, self.in_features, seed)
+
+    def extra_repr(self) -> str:
+        groups, group_size, fan_in = self.weight.shape
+        return f"in_features={self.in_features}, groups={groups}, group_size={group_size}, fan_in={fan_in}, bias={self.bias is not None}"
+
+
+def random_supports(group_count: int, fan_in: int, in_features: int, seed: int) -> torch.Tensor:
+    """`[group_count, fan_in]` int32 supports, each row `fan_in` distinct features drawn uniformly.
+
+    Drawn on the CPU from `seed` in fixed-size blocks of groups, so the result depends on the seed
+    alone (not on the device, nor on how many groups exist before a given one) and memory stays
+    bounded at millions of groups.
+    """
+    # Explicitly on the CPU, also under a `with torch.device("cuda"):` block, so every device gets these supports.
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    supports = torch.empty(group_count, fan_in, dtype=torch.int32, device="cpu")
+    for block in chunks(group_count, in_features, 1 << 22):
+        start, stop = block.start, block.stop
+        keys = torch.rand(stop - start, in_features, generator=generator, device="cpu")
+        supports[start:stop] = keys.topk(fan_in, dim=1, sorted=False).indices.sort(dim=1).values.int()
+    return supports
+
+
+def default_output_labels(shape) -> torch.Tensor:
+    """Positions in label-id order for a layer or configuration `shape` (its `label_count`,
+    `head_label_count`, `tail_group_count`, `group_size`): label l at position l, padding slots -1."""
+    padded = shape.head_label_count + shape.tail_group_count * shape.group_size
+    output_labels = torch.full((padded,), -1, dtype=torch.int64)
+    output_labels[: shape.label_count] = torch.arange(shape.label_count)
+    return output_labels
+
+
+def output_labels_from_frequencies(shape, label_frequencies, tail_order=None) -> torch.Tensor:
+    """Output positions for a layer or configuration `shape`: the `head_label_count` most frequent labels
+    (ties by id), then the tail labels in `tail_order` (an ordering of exactly the tail labels, e.g. a
+    semantic grouping), or by decreasing frequency when `tail_order` is None; padding slots -1."""
+    frequencies = torch.as_tensor(label_frequencies)
+    if frequencies.shape != (shape.label_count,):
+        raise ValueError(
+            f"`label_frequencies` must have one count per label ({shape.label_count}), got shape {tuple(frequencies.shape)}."
+        )
+    by_frequency = torch.sort(-frequencies.to(torch.float64), stable=True).indices
+    head, tail = by_frequency[: shape.head_label_count], by_frequency[shape.head_label_count :]
+    if tail_order is not None:
+        grouped_by = getattr(tail_order, "group_size", None)
+        if grouped_by is not None and grouped_by != shape.group_size:
+            raise ValueError(
+                f"`label_grouping` groups the tail in groups of {grouped_by} labels, but the model's `group_size` is "
+                f"{shape.group_size}: its groups would straddle the model's. Pass group_size={grouped_by}, or "
+                f"group the tail again with group_size={shape.group_size}."
+            )
+        tail_order = torch.as_tensor(getattr(tail_order, "order", tail_order), dtype=torch.int64)
+        if tail_order.shape != tail.shape or not torch.equal(tail_order.sort().values, tail.sort().values):
+            raise ValueError(
+                "`label_grouping` must order exactly the tail labels (all labels but the "
+                f"{shape.head_label_count} most frequent), each once; got {tail_order.numel()} ids for "
+                f"{tail.numel()} tail labels. Group the tail labels returned by the head/tail split."
+            )
+        tail = tail_order
+    output_labels = default_output_labels(shape)
+    output_labels[: shape.label_count] = torch.cat([head, tail])
+    return output_labels
+
+
+def check_layout(layout, label_count: int | None = None, group_size: int | None = None) -> tuple[int, int]:
+    """`(label_count, head_label_count)` of a `LabelLayout` (head ids, tail order, G), after checking that it
+    agrees with `label_count` and `group_size` where those are given and holds every label once."""
+    if label_count is not None and label_count != layout.label_count:
+        raise ValueError(
+            f"`label_count` ({label_count}) differs from the layout's ({layout.label_count}): the layout was made for other data."
+        )
+    if group_size is not None and group_size != layout.group_size:
+        raise ValueError(
+            f"`group_size` ({group_size}) differs from the layout's G ({layout.group_size}): its tail order groups "
+            f"{layout.group_size} labels at a time. Leave `group_size` out, or make a layout with G = {group_size}."
+        )
+    head_ids = torch.as_tensor(layout.head_ids)
+    every_label = torch.cat([head_ids, torch.as_tensor(layout.tail_order)])
+    if not torch.equal(every_label.sort().values, torch.arange(layout.label_count, device=every_label.device)):
+        raise ValueError(
+            f"The layout's head and tail must hold every label id in [0, {layout.label_count}) exactly once."
+        )
+    return layout.label_count, head_ids.numel()
+
+
+def _is_integer_multi_hot(labels: torch.Tensor, label_count: int) -> bool:
+    """Whether integer `labels` `[B, label_count]` of 0s and 1s (what `MultiLabelBinarizer` gives) is a multi-hot.
+
+    Read as padded ids, such a tensor would list labels 0 and 1 over and over, which no collator produces;
+    with 2 labels or fewer both readings are plausible, so the caller must say which one it means."""
+    if labels.dtype.is_floating_point or labels.dtype == torch.bool or labels.shape[1] != label_count:
+        return False
+    if not bool(((labels == 0) | (labels == 1)).all()):
+        return False
+    if label_count <= 2:
+        raise ValueError(
+            f"Integer `labels` of shape {tuple(labels.shape)} holding only 0 and 1 read both as a multi-hot and as "
+            f"padded label ids: pass a multi-hot as bool or float, or pad label ids with {LABEL_PADDING_ID}."
+        )
+    return True
+
+
+def _check_labels(invalid: torch.Tensor, message: str) -> None:
+    """Raises `ValueError(message)` where `invalid` has a True: at once on the CPU (or with
+    `HASTE_HF_VALIDATE=1`), else without a host synchronization (nor graph break) per step, stopping the
+    run on the device."""
+    if VALIDATE_LABELS or (invalid.device.type == "cpu" and not torch.compiler.is_compiling()):
+        if bool(invalid.any()):
+            raise ValueError(message)
+    else:
+        torch._assert_async(~invalid.any(), message)
+
+
+def _positive_int(name: str, value, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"`{name}` must be a positive integer{' or None' if allow_none else ''}, got {value!r}.")
+
+
+class HasteOutputLayer(nn.Module):
+    """HASTE's output layer on features `[B, in_features]`: the dense head, the group-sparse tail, their
+    optional projections and the label-position map.
+
+    Args:
+        in_features: width d of the features.
+        label_count: number of labels L (may be left out with a `LabelLayout`).
+        head_labels: the dense head: a number of labels (labels are then taken to be ordered by decreasing
+            frequency, the first ones in the head), the head's label ids (the tail takes the others in id
+            order), or a `haste_hf.LabelLayout` (head ids, tail order and G). Default: the paper's share,
+            `DEFAULT_HEAD_LABEL_FRACTION` (3%) of the labels.
+        group_size: labels per tail group G (default `DEFAULT_GROUP_SIZE`, or the layout's).
+        fan_in: features F each tail group reads.
+        head_projection_dim / tail_projection_dim: width of a branch's linear projection of the features;
+            None feeds the features directly.
+        tail_bias: whether tail labels have a bias.
+        loss / loss_reduction: a name of `losses.LOSSES`; `"sum"` over labels (averaged over the batch) or
+            `"mean"` over labels too.
+        supports_seed: seed of the initial random supports.
+
+    `layer(features, labels)` gives the loss (labels as ids padded with -100, or a dense multi-hot),
+    `layer.topk(features, k)` the best labels, `layer.logits(features)` the `[B, L]` logits (small L).
+    """
+
+    # One rank's share of a sharded layer says so (see `ShardedOutputLayer`): it cannot save itself alone.
+    is_share = False
+
+    def __init__(
+        self,
+        in_features: int,
+        label_count: int | None = None,
+        head_labels=None,
+        group_size: int | None = None,
+        fan_in: int = DEFAULT_FAN_IN,
+        *,
+        head_projection_dim: int | None = None,
+        tail_projection_dim: int | None = None,
+        tail_bias: bool = False,
+        loss: str = "bce",
+        loss_reduction: str = "sum",
+        supports_seed: int = 0,
+        initialize: bool = True,
+    ):
+        super().__init__()
+        output_labels = None
+        if hasattr(head_labels, "tail_order"):  # a LabelLayout
+            label_count, head_label_count = check_layout(head_labels, label_count, group_size)
+            group_size = head_labels.group_size
+            output_labels = torch.as_tensor(head_labels.output_labels())
+        elif label_count is None:
+            raise ValueError("Give `label_count` (the number of labels), or a LabelLayout as `head_labels`.")
+        elif head_labels is None:
+            head_label_count = head_label_count_for(DEFAULT_HEAD_LABEL_FRACTION, label_count)
+        elif isinstance(head_labels, numbers.Integral):
+            head_label_count = int(head_labels)
+        else:
+            head_ids = torch.as_tensor(head_labels, dtype=torch.int64).flatten()
+            in_head = torch.zeros(label_count, dtype=torch.bool)
+            if head_ids.numel() and (int(head_ids.min()) < 0 or int(head_ids.max()) >= label_count):
+                raise ValueError(f"`head_labels` holds ids outside [0, {label_count}): give label ids of this layer.")
+            in_head[head_ids] = True
+            if int(in_head.sum()) != head_ids.numel():
+                raise ValueError("`head_labels` lists a label twice: give each head label once.")
+            head_label_count = head_ids.numel()
+            output_labels = torch.cat([head_ids, torch.nonzero(~in_head).squeeze(1)])
+        group_size = DEFAULT_GROUP_SIZE if group_size is None else group_size
+        for name, value in (
+            ("in_features", in_features),
+            ("label_count", label_count),
+            ("group_size", group_size),
+            ("fan_in", fan_in),
+        ):
+            _positive_int(name, value)
+        _positive_int("head_projection_dim", head_projection_dim, allow_none=True)
+        _positive_int("tail_projection_dim", tail_projection_dim, allow_none=True)
+        if isinstance(head_label_count, bool) or not 0 <= head_label_count <= label_count:
+            raise ValueError(
+                f"The head must hold between 0 and label_count={label_count} labels, got {head_label_count!r}."
+            )
+        if head_label_count < label_count and fan_in > (tail_projection_dim or in_features):
+            raise ValueError(
+                f"`fan_in` ({fan_in}) exceeds the tail's input size ({tail_projection_dim or in_features}): a group cannot "
+                "connect to more distinct features than exist. Lower `fan_in` or raise `tail_projection_dim`."
+            )
+        check_one_of("loss", loss, tuple(LOSSES))
+        check_one_of("loss_reduction", loss_reduction, LOSS_REDUCTIONS)
+
+        self.in_features, self.label_count, self.head_label_count = in_features, label_count, head_label_count
+        self.group_size, self.fan_in, self.supports_seed = group_size, fan_in, supports_seed
+        self.loss_name, self.loss_reduction = loss, loss_reduction
+        self.tail_group_count = -(-(label_count - head_label_count) // group_size)
+        # What this layer scores: every head row and tail group (a `ShardedOutputLayer` holds a share).
+        self.head_rows, self.tail_groups = (0, head_label_count), (0, self.tail_group_count)
+        self.head_projection = self.head = self.tail_projection = self.tail = None
+        if head_label_count:
+            if head_projection_dim:
+                self.head_projection = nn.Linear(in_features, head_projection_dim)
+            self.head = nn.Linear(head_projection_dim or in_features, head_label_count)
+        if head_label_count < label_count:
+            if tail_projection_dim:
+                self.tail_projection = nn.Linear(in_features, tail_projection_dim)
+            self.tail = GroupSparseLinear(
+                tail_projection_dim or in_features, self.tail_group_count, group_size, fan_in, tail_bias
+            )
+        self.register_buffer(
+            "output_labels", torch.empty(head_label_count + self.tail_group_count * group_size, dtype=torch.int64)
+        )
+        self._label_positions_cache = None
+        if initialize:  # a `HasteForExtremeClassification` initialises its layer itself, the transformers way
+            self.reset_parameters()
+        if output_labels is not None:  # a layout's is padded already, head ids then the others are not
+            with torch.no_grad():
+                self.output_labels.copy_(default_output_labels(self))
+                self.output_labels[: output_labels.numel()].copy_(output_labels)
+
+    @classmethod
+    def from_config(cls, config, **kwargs) -> "HasteOutputLayer":
+        """The output layer a `HasteConfig` describes, on its encoder's pooled output."""
+        return cls(
+            config.encoder.hidden_size,
+            config.label_count,
+            config.head_label_count,
+            config.group_size,
+            config.fan_in,
+            head_projection_dim=config.head_projection_dim,
+            tail_projection_dim=config.tail_projection_dim,
+            tail_bias=config.tail_bias,
+            loss=config.loss,
+            loss_reduction=config.loss_reduction,
+            supports_seed=config.supports_seed,
+            **kwargs,
+        )
+
+    @property
+    def tail_label_count(self) -> int:
+        return self.label_count - self.head_label_count
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Fresh weights (PyTorch's default for the dense layers, U(-1/sqrt(F), 1/sqrt(F)) for the tail), random
+        supports from `supports_seed` and positions in label-id order."""
+        for module in (self.head_projection, self.head, self.tail_projection):
+            if module is not None:
+                module.reset_parameters()
+        if self.tail is not None:
+            bound, supports = self.tail.initial_weights(self.supports_seed)
+            self.tail.weight.uniform_(-bound, bound)
+            if self.tail.bias is not None:
+                self.tail.bias.zero_()
+            self.tail.supports.copy_(supports)
+        self.output_labels.copy_(default_output_labels(self))
+
+    # ------------------------------------------------------------------------------------- labels
+
+    @property
+    def label_positions(self) -> torch.Tensor:
+        """Inverse of `output_labels`: the output position of each label id `[L]` (derived, cached)."""
+        key = (self.output_labels.data_ptr(), self.output_labels._version, self.output_labels.device)
+        if self._label_positions_cache is None or self._label_positions_cache[0] != key:
+            valid = self.output_labels >= 0
+            positions = torch.full((self.label_count,), -1, dtype=torch.int64, device=self.output_labels.device)
+            positions[self.output_labels[valid]] = torch.nonzero(valid).squeeze(1)
+            self._label_positions_cache = (key, positions)
+        return self._label_positions_cache[1]
+
+    def positive_positions(self, labels: torch.Tensor) -> torch.Tensor:
+        """Padded positive label ids `[B, P]` -> their output positions, -1 for padding (repeats kept: every
+        loss path counts a position once)."""
+        if not labels.dtype.is_signed:
+            raise ValueError(
+                f"`labels` of dtype {labels.dtype} cannot hold the {LABEL_PADDING_ID} padding of label ids: pass "
+                "padded ids as int64, or a multi-hot as float or bool."
+            )
+        valid = labels != LABEL_PADDING_ID
+        invalid = (valid & (labels < 0)) | (labels >= self.label_count)
+        _check_labels(
+            invalid,
+            f"`labels` holds ids outside [0, {self.label_count}) other than the padding value {LABEL_PADDING_ID}: "
+            f"pass positive label ids padded with {LABEL_PADDING_ID}, or a dense [batch, label_count] multi-hot.",
+        )
+        return torch.where(valid, self.label_positions[labels.masked_fill(~valid | invalid, 0).long()], -1)
+
+    def dense_labels(self, labels: torch.Tensor, batch_size: int) -> torch.Tensor | None:
+        """`labels` as a dense multi-hot (float, bool, or an integer one of 0s and 1s read as bool), or None
+        for padded ids; raises on a malformed `labels`."""
+        if labels.dim() != 2 or labels.shape[0] != batch_size:
+            raise ValueError(f"`labels` must be 2-D with one row per example, got shape {tuple(labels.shape)}.")
+        if _is_integer_multi_hot(labels, self.label_count):
+            return labels.bool()
+        if not (labels.dtype.is_floating_point or labels.dtype == torch.bool):
+            return None
+        if labels.shape[1] != self.label_count:
+            raise ValueError(
+                f"A dense multi-hot `labels` needs {self.label_count} columns, got {labels.shape[1]}: "
+                f"pass one column per label, or padded positive ids (int64, {LABEL_PADDING_ID} padding)."
+            )
+        if labels.dtype != torch.bool:
+            _check_labels(
+                ~((labels >= 0) & (labels <= 1)), "A dense float `labels` must hold targets in [0, 1] (NaN is not one)."
+            )
+        return labels
+
+    def check_k(self, k: int) -> None:
+        if not 1 <= k <= self.label_count:
+            raise ValueError(f"`k` must lie in [1, label_count={self.label_count}], got {k}.")
+
+    # ------------------------------------------------------------------------------------- scoring
+
+    def branch_inputs(self, features: torch.Tensor):
+        """Inputs of the head and the tail, each projected if configured and cast to its branch's dtype
+        (the output layer may train in bf16 under an fp32 encoder); None for an absent branch."""
+        head_x = tail_x = None
+        if self.head is not None:
+            head_x = self.head_projection(features) if self.head_projection is not None else features
+            head_x = head_x.to(self.head.weight.dtype)
+        if self.tail is not None:
+            tail_x = self.tail_projection(features) if self.tail_projection is not None else features
+            tail_x = tail_x.to(self.tail.weight.dtype)
+        return head_x, tail_x
+
+    def position_logits(self, features: torch.Tensor) -> torch.Tensor:
+        """Logits over output positions `[B, head_label_count + K * G]` (padding slots included)."""
+        return self._position_logits(*self.branch_inputs(features))
+
+    def _position_logits(self, head_x, tail_x) -> torch.Tensor:
+        parts = [branch(x) for branch, x in ((self.head, head_x), (self.tail, tail_x)) if branch is not None]
+        return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+
+    def logits(self, features: torch.Tensor) -> torch.Tensor:
+        """`[B, label_count]` logits in label-id order: for small L, or the few who need every score."""
+        return self.position_logits(features)[:, self.label_positions]
+
+    def _loss_scale(self, batch_size: int) -> float:
+        return 1.0 / (batch_size * (self.label_count if self.loss_reduction == "mean" else 1))
+
+    @property
+    def tail_first_position(self) -> int:
+        """Output position of this layer's first tail slot."""
+        return self.head_label_count + self.tail_groups[0] * self.group_size
+
+    @property
+    def tail_valid_count(self) -> int:
+        """This layer's tail columns that are labels: all but the padding slots, which trail the last group."""
+        return max(
+            0,
+            min(self.head_label_count + self.tail_groups[1] * self.group_size, self.label_count)
+            - self.tail_first_position,
+        )
+
+    def scored_loss(self, head_x, tail_x, positions: torch.Tensor, scale: float) -> torch.Tensor:
+        """`scale` times the loss of this layer's labels from the branch inputs and the positive positions
+        `[B, P]`, each branch's logits consumed where they are computed (`losses.output_layer_loss`): no
+        `[B, L]` logits in fp32, no concatenation of head and tail. Positions are shifted to each branch's
+        first column; those outside it (padding, other branches, other ranks' shares) are ignored."""
+        losses = []
+        if self.head is not None:
+            head_width = self.head_rows[1] - self.head_rows[0]
+            losses.append(
+                output_layer_loss(
+                    head_x,
+                    self.head.weight,
+                    self.head.bias,
+                    positions - self.head_rows[0],
+                    head_width,
+                    scale,
+                    self.loss_name,
+                )
+            )
+        if self.tail is not None:
+            losses.append(
+                output_layer_loss(
+                    tail_x,
+                    self.tail.weight,
+                    self.tail.bias,
+                    positions - self.tail_first_position,
+                    self.tail_valid_count,
+                    scale,
+                    self.loss_name,
+                    supports=self.tail.supports,
+                )
+            )
+        return losses[0] if len(losses) == 1 else losses[0] + losses[1]
+
+    def reference_loss(self, position_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The loss from materialised position logits, with labels as padded ids or a dense multi-hot: the
+        unfused reference, and the path of dense multi-hot labels (soft targets included)."""
+        valid_logits = position_logits[:, : self.label_count].float()  # padding slots trail the last group
+        dense = self.dense_labels(labels, position_logits.shape[0])
+        if dense is not None:
+            targets = dense[:, self.output_labels[: self.label_count]].to(valid_logits.dtype)
+        else:
+            targets = targets_of_chunk(
+                self.positive_positions(labels), 0, self.label_count, self.label_count, valid_logits.dtype
+            )
+        terms, _ = LOSSES[self.loss_name](valid_logits, targets)
+        return terms.sum() * self._loss_scale(position_logits.shape[0])
+
+    def scored_topk(self, head_x, tail_x, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The `k` best (fp32 scores, output positions) among this layer's labels, from the branch inputs and
+        without their logits: the head in chunks of rows, the tail in the forward kernel
+        (`sparse_ops.group_sparse_topk`); padding slots never win."""
+        reference = head_x if head_x is not None else tail_x
+        batch_size = reference.shape[0]
+        best = (
+            reference.new_empty(batch_size, 0, dtype=torch.float32),
+            reference.new_empty(batch_size, 0, dtype=torch.int64),
+        )
+        if self.head is not None:
+            for chunk in chunks(self.head.weight.shape[0], batch_size, TOPK_CHUNK_ELEMENTS):
+                bias = None if self.head.bias is None else self.head.bias[chunk]
+                scores, top = (
+                    F.linear(head_x, self.head.weight[chunk], bias)
+                    .float()
+                    .topk(min(k, chunk.stop - chunk.start), dim=1)
+                )
+                best = merge_topk(best, (scores, top + self.head_rows[0] + chunk.start), k)
+        if self.tail is not None:
+            scores, columns = group_sparse_topk(
+                tail_x,
+                self.tail.weight,
+                self.tail.supports,
+                self.tail.bias,
+                k,
+                self.tail_valid_count,
+                chunk_elements=TOPK_CHUNK_ELEMENTS,
+            )
+            best = merge_topk(best, (scores, columns.clamp(min=0) + self.tail_first_position), k)
+        return best
+
+    def _top_of_positions(self, position_logits: torch.Tensor, k: int):
+        """The `k` best (scores, positions) of materialised position logits; padding slots never win."""
+        padding = torch.arange(position_logits.shape[1], device=position_logits.device) >= self.label_count
+        return position_logits.float().masked_fill(padding, float("-inf")).topk(k, dim=1)
+
+    # ------------------------------------------------------------------------------------- the face
+
+    def forward(
+        self,
+        features: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        top_k: int | None = None,
+        return_logits: bool | None = None,
+    ) -> OutputLayerOutput:
+        """The loss (when `labels` are given: ids `[B, P]` padded with -100, or a dense multi-hot
+        `[B, label_count]`), the `top_k` best labels, and the `[B, label_count]` logits (by default only
+        when no labels are given)."""
+        if return_logits is None:
+            return_logits = labels is None
+        if top_k is not None:
+            self.check_k(top_k)
+        head_x, tail_x = self.branch_inputs(features)
+        dense = labels is not None and self.dense_labels(labels, features.shape[0]) is not None
+        # Logits over all positions only when they are returned, or for a dense multi-hot's loss.
+        position_logits = self._position_logits(head_x, tail_x) if return_logits or dense else None
+        loss = None
+        if labels is not None:
+            if dense:
+                loss = self.reference_loss(position_logits, labels)
+            else:
+                loss = self.scored_loss(
+                    head_x, tail_x, self.positive_positions(labels), self._loss_scale(features.shape[0])
+                )
+        top_scores = top_label_ids = None
+        if top_k is not None:
+            with torch.no_grad():
+                if position_logits is not None:
+                    top_scores, top_positions = self._top_of_positions(position_logits, top_k)
+                else:
+                    top_scores, top_positions = self.scored_topk(head_x, tail_x, top_k)
+            top_label_ids = self.output_labels[top_positions]
+        logits = position_logits[:, self.label_positions] if return_logits else None
+        return OutputLayerOutput(loss=loss, logits=logits, top_label_ids=top_label_ids, top_scores=top_scores)
+
+    def loss(self, features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The loss (`loss`, `loss_reduction`) of `features` `[B, d]` against `labels`."""
+        return self(features, labels=labels, return_logits=False).loss
+
+    @torch.no_grad()
+    def topk(self, features: torch.Tensor, k: int) -> TopKOutput:
+        """The `k` best labels of each example, best first, in memory `O(B * (k + chunk))`, never `O(B * L)`."""
+        self.check_k(k)
+        scores, positions = self.scored_topk(*self.branch_inputs(features), k)
+        return TopKOutput(label_ids=self.output_labels[positions], scores=scores)
+
+    # ------------------------------------------------------------------------------------- training upkeep
+
+    def output_parameters(self) -> list[nn.Parameter]:
+        """The trainable parameters of the head and the tail (what the output layer's SGD trains); the
+        projections train with the encoder."""
+        return [
+            param
+            for module in (self.head, self.tail)
+            if module is not None
+            for param in module.parameters()
+            if param.requires_grad
+        ]
+
+    def trained_modules(self) -> list[str]:
+        """Names of this layer's modules that a new model must train in full (LoRA's `modules_to_save`)."""
+        return [
+            name for name in ("head", "tail", "head_projection", "tail_projection") if getattr(self, name) is not None
+        ]
+
+    @torch.no_grad()
+    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
+        """Clips the gradients of `output_parameters()` to a total norm of `max_norm`; returns that norm."""
+        return torch.nn.utils.clip_grad_norm_(self.output_parameters(), max_norm)
+
+    @torch.no_grad()
+    def rewire_(self, fraction: float, scope: str, init: str, seed: int, step: int) -> tuple[RewiringResult, int]:
+        """`haste_hf.modeling.rewiring.rewire_` of the tail, padding slots kept out of the scores. Returns what changed
+        and how many (group, slot) pairs were rewired in all."""
+        check_rewiring_options(fraction, scope, init, zero_fraction_ok=True)
+        groups, group_size = self.tail.weight.shape[:2]
+        label_mask = (self.output_labels[self.tail_first_position :] >= 0).view(groups, group_size)
+        result = rewire_(
+            self.tail.weight, self.tail.supports, self.tail.in_features, fraction, scope, init, seed, step, label_mask
+        )
+        return result, result.count
+
+    # ------------------------------------------------------------------------------------- invariants
+
+    def check_invariants(self, source="the output layer") -> None:
+        """Raises a `ValueError` naming `source` unless the tail's supports are distinct features in range and
+        `output_labels` places every label exactly once before the padding slots: a corrupt checkpoint would
+        otherwise load and fail in an index error, or rank the wrong labels."""
+        if self.tail is not None:
+            supports = self.tail.supports
+            if supports.numel() and (int(supports.min()) < 0 or int(supports.max()) >= self.tail.in_features):
+                raise ValueError(
+                    f"{source}: tail supports hold feature indices in [{int(supports.min())}, {int(supports.max())}], "
+                    f"outside [0, {self.tail.in_features}): the weights file is corrupt or belongs to another model."
+                )
+            ordered = supports.sort(dim=1).values
+            repeated = (ordered[:, 1:] == ordered[:, :-1]).any(dim=1)
+            if bool(repeated.any()):
+                group = int(torch.nonzero(repeated)[0])
+                raise ValueError(
+                    f"{source}: tail group {group} lists a feature twice in its support {supports[group].tolist()}: "
+                    "the weights file is corrupt."
+                )
+        placed = self.output_labels[: self.label_count]
+        if (
+            bool((placed < 0).any())
+            or bool((self.output_labels[self.label_count :] != -1).any())
+            or int(placed.max()) >= self.label_count
+            or placed.unique().numel() != self.label_count
+        ):
+            raise ValueError(
+                f"{source}: `output_labels` must place each of the {self.label_count} labels exactly once (padding -1): "
+                "the weights file is corrupt or belongs to another model."
+            )
+
+    def extra_repr(self) -> str:
+        return (
+            f"label_count={self.label_count}, head_label_count={self.head_label_count}, group_size={self.group_size}, "
+            f"fan_in={self.fan_in}, loss={self.loss_name!r}, loss_reduction={self.loss_reduction!r}"
+        )
+
+
+__all__ = [
+    "GroupSparseLinear",
+    "HasteOutputLayer",
+    "OutputLayerOutput",
+    "TopKOutput",
+    "check_layout",
+    "default_output_labels",
+    "output_labels_from_frequencies",
+    "random_supports",
+]

@@ -1,0 +1,465 @@
+# Copyright 2026 The haste_hf Authors. Apache-2.0.
+"""`HasteTrainer`: the Hugging Face `Trainer` training HASTE as the paper does.
+
+AdamW trains the encoder and the branch projections, SGD with momentum (stochastic rounding for bf16
+weights) trains the dense head and the sparse tail, each with its own schedule; the tail is rewired
+every `rewiring_interval` steps; evaluation ranks labels with top-k, never gathering `[N, L]` logits.
+"""
+
+import functools
+import json
+import os
+import pickle
+import shutil
+from contextlib import contextmanager
+
+import torch
+from safetensors import SafetensorError
+from torch import nn
+from transformers import PreTrainedTokenizerBase, Trainer
+from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME, TRAINER_STATE_NAME
+from transformers.trainer_callback import TrainerState
+from transformers.training_args import OptimizerNames
+from transformers.utils import CONFIG_NAME
+
+from ..data import XMCDataCollator
+from ..modeling.logging_utils import get_logger
+from ..modeling.losses import chunk_loss_backward_
+from ..modeling.modeling_haste import HasteForExtremeClassification
+from ..modeling.saving import checkpoint_problem, exported_code_files, last_complete_checkpoint
+from .callbacks import NonFiniteGradientCallback, RewiringCallback, TrainingSplitFingerprint, unwrap_model
+from .optimization import HasteOptimizer, StochasticRoundingSGD, get_haste_scheduler, unwrap_haste_optimizer
+from .peft_utils import check_no_peft_encoder, check_peft_model, is_peft_model
+from .sharded_output_layer import (
+    ignore_shards_in_ddp,
+    resolve_shard_output_layer,
+    shard_output_layer_,
+    sharded_output_layer,
+)
+from .training_args import HasteTrainingArguments
+
+
+@contextmanager
+def _reading(checkpoint: str | None, files: str):
+    """Reports what the loaders raise on a damaged checkpoint file as a `ValueError` naming the checkpoint and file."""
+    try:
+        yield
+    except (SafetensorError, pickle.UnpicklingError, EOFError, RuntimeError) as error:
+        if checkpoint is None:
+            raise
+        message = " ".join(str(error).split()) or type(error).__name__
+        raise ValueError(
+            f"{checkpoint}: its {files} does not load ({message}); resume from an earlier checkpoint, or start afresh."
+        ) from error
+
+
+# What a checkpoint's config.json must share with the model that resumes it, in the words of the message.
+_STRUCTURE_FIELDS = (
+    "label_count",
+    "head_label_count",
+    "group_size",
+    "fan_in",
+    "head_projection_dim",
+    "tail_projection_dim",
+)
+_ENCODER_FIELDS = ("model_type", "hidden_size", "num_hidden_layers", "vocab_size")
+
+
+def checkpoint_model_differences(folder: str | os.PathLike, config) -> list[str]:
+    """The settings in which the model of checkpoint `folder` differs from a model of `config` (a `HasteConfig`),
+    each as `name is <checkpoint's> (this run: <config's>)`; [] when it has no readable config.json."""
+    try:
+        with open(os.path.join(folder, CONFIG_NAME), encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        return []
+    pairs = [(name, saved.get(name), getattr(config, name, None)) for name in _STRUCTURE_FIELDS]
+    encoder = saved.get("encoder") if isinstance(saved.get("encoder"), dict) else {}
+    pairs += [(f"encoder {name}", encoder.get(name), getattr(config.encoder, name, None)) for name in _ENCODER_FIELDS]
+    return [f"{name} is {theirs} (this run: {ours})" for name, theirs, ours in pairs if theirs != ours]
+
+
+logger = get_logger(__name__)
+
+
+def split_parameters(model: HasteForExtremeClassification) -> tuple[list[tuple[str, nn.Parameter]], list[nn.Parameter]]:
+    """(encoder-side named parameters, output-layer parameters) of a HASTE model: the output layer's
+    `output_parameters()` (the dense head and the sparse tail) train with SGD; everything else trainable,
+    the projections included, with the encoder."""
+    output_layer = model.output_layer.output_parameters()
+    in_output_layer = {id(param) for param in output_layer}
+    encoder_side = [
+        (name, param)
+        for name, param in model.named_parameters()
+        if param.requires_grad and id(param) not in in_output_layer
+    ]
+    return encoder_side, output_layer
+
+
+def _as_haste_arguments(args) -> HasteTrainingArguments:
+    """`HasteTrainingArguments` with the fields of a stock `TrainingArguments` and HASTE's defaults for the rest."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    if not isinstance(args, TrainingArguments):
+        raise ValueError(f"`args` must be TrainingArguments or HasteTrainingArguments, got {type(args).__name__}.")
+    values = {field.name: getattr(args, field.name) for field in dataclasses.fields(TrainingArguments) if field.init}
+    haste_fields = [
+        field.name for field in dataclasses.fields(HasteTrainingArguments) if field.init and field.name not in values
+    ]
+    logger.warning(
+        f"`args` is a {type(args).__name__}: HasteTrainer takes its fields and HASTE's defaults for the output layer's "
+        f"own ({', '.join(haste_fields)}); pass HasteTrainingArguments to set them."
+    )
+    return HasteTrainingArguments(**values)
+
+
+def _warn_ignored_options(args: HasteTrainingArguments) -> None:
+    """Warns about the `TrainingArguments` fields that `HasteTrainer` does not use."""
+    default = HasteTrainingArguments.__dataclass_fields__["optim"].default
+    if OptimizerNames(args.optim) != OptimizerNames(default):
+        logger.warning(
+            f"`optim={args.optim.value}` is ignored: HasteTrainer trains the encoder with AdamW (`learning_rate`, "
+            "`adam_*`, `weight_decay`) and the head and tail with SGD (the `output_*` fields)."
+        )
+    if args.optim_args:
+        logger.warning("`optim_args` is ignored: HasteTrainer builds its own optimizers (see `optim`).")
+    if args.label_smoothing_factor:
+        logger.warning("`label_smoothing_factor` is ignored: the model computes its own BCE loss.")
+
+
+class HasteTrainer(Trainer):
+    """A `Trainer` for [`HasteForExtremeClassification`] with [`HasteTrainingArguments`].
+
+    Adds a [`RewiringCallback`] when `args.rewiring_interval > 0` and the model has a sparse tail.
+    Pass a `compute_metrics` such as `haste_hf.metrics.make_compute_metrics()`: it receives the
+    `eval_top_k` best label ids of each example and the padded label ids. Without a `data_collator`, a
+    [`XMCDataCollator`] over `processing_class` (the tokenizer) batches raw or pre-tokenized examples.
+    `model` may also be a `peft.PeftModel` of a HASTE model (see `haste_hf.training.peft_utils`).
+    """
+
+    def __init__(self, model=None, args: HasteTrainingArguments | None = None, *trainer_args, **kwargs):
+        if args is None:
+            args = HasteTrainingArguments(output_dir="haste_output")
+        if not isinstance(args, HasteTrainingArguments):
+            args = _as_haste_arguments(args)
+        haste_model = unwrap_model(model)
+        if not isinstance(haste_model, HasteForExtremeClassification):
+            raise ValueError(
+                f"`model` must be a HasteForExtremeClassification (or a PeftModel of one), got {type(model).__name__}."
+            )
+        if is_peft_model(model):
+            check_peft_model(model, haste_model)
+        else:
+            check_no_peft_encoder(haste_model)
+        if args.output_layer_dtype is not None:
+            dtype = getattr(torch, args.output_layer_dtype)
+            for module in (haste_model.output_layer.head, haste_model.output_layer.tail):
+                if module is not None:
+                    module.to(dtype)
+        if resolve_shard_output_layer(args.shard_output_layer, args.world_size):
+            shard_output_layer_(haste_model)
+            ignore_shards_in_ddp(haste_model)
+        if args.world_size > 1 and args.data_seed is None:
+            args.data_seed = args.seed  # see below: the data order must not follow the per-rank seeds
+        if not trainer_args and kwargs.get("data_collator") is None:
+            # Trainer's default pads token columns only: the ragged label-id lists need this collator.
+            tokenizer = kwargs.get("processing_class")
+            if not isinstance(tokenizer, PreTrainedTokenizerBase):
+                raise ValueError(
+                    "HasteTrainer needs a `data_collator` (e.g. haste_hf.data.XMCDataCollator(tokenizer)) or "
+                    f"`processing_class=tokenizer` to build one, got processing_class={type(tokenizer).__name__}."
+                )
+            kwargs["data_collator"] = XMCDataCollator(tokenizer)
+        super().__init__(model, args, *trainer_args, **kwargs)
+        if args.world_size > 1:
+            # The Trainer seeds every rank alike, so the ranks drew the same dropout masks for their examples
+            # (all of them wherever the padded lengths agree), where one process draws fresh ones for the
+            # whole batch. Each rank takes its own stream, rank 0 the single process's; the data order
+            # stays a function of `seed` through `data_seed`, which the sampler would otherwise take from
+            # the torch seed.
+            torch.manual_seed(args.seed + args.process_index)
+        _warn_ignored_options(args)
+        self.non_finite_guard = NonFiniteGradientCallback(args.on_non_finite)
+        self.add_callback(self.non_finite_guard)
+        tail = haste_model.output_layer.tail
+        # Left to its default (None), rewiring passes over a tail that reads every feature: nothing to regrow.
+        rewirable = tail is not None and (
+            args.rewiring_interval is not None or tail.weight.shape[-1] < tail.in_features
+        )
+        if args.rewiring_interval != 0 and rewirable:
+            rewiring = RewiringCallback(
+                interval=args.rewiring_interval,
+                fraction=args.rewiring_fraction,
+                end_fraction=args.rewiring_end_fraction,
+                scope=args.rewiring_scope,
+                init=args.rewiring_init,
+                seed=args.rewiring_seed,
+            )
+            rewiring.check_model(self.model)
+            self.add_callback(rewiring)
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
+        """`Trainer.train`; `resume_from_checkpoint=True` picks the last checkpoint that finished saving (a
+        half-written or damaged one is passed over), and a checkpoint path given that did not finish is refused, as
+        is a checkpoint of another model or of another training split. With `on_non_finite="skip"`, a run that
+        skipped more than half of its steps raises a `FloatingPointError` at its end: the model it leaves is not a
+        trained one, and the recipe does not save it."""
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = last_complete_checkpoint(self.args.output_dir)
+            if resume_from_checkpoint is None:
+                raise ValueError(f"No complete checkpoint to resume from in `output_dir` ({self.args.output_dir}).")
+        elif resume_from_checkpoint and (problem := checkpoint_problem(resume_from_checkpoint)) is not None:
+            earlier = last_complete_checkpoint(os.path.dirname(os.path.abspath(resume_from_checkpoint)))
+            raise ValueError(
+                f"{resume_from_checkpoint} is not a complete checkpoint ({problem})"
+                + (f": resume from {earlier}." if earlier else ".")
+            )
+        if resume_from_checkpoint:
+            self._check_resumable(resume_from_checkpoint)
+        if self.optimizer is not None:  # a later call: `create_optimizer` will not run again
+            self._chunk_output_layer_backward(True)
+        try:
+            output = super().train(resume_from_checkpoint, *args, **kwargs)
+        finally:
+            # The fused update steps this trainer's optimizer: the model, trained on elsewhere, must not.
+            self._chunk_output_layer_backward(False)
+        guard = self.non_finite_guard
+        if guard.too_many_skipped:
+            raise FloatingPointError(
+                f"Training diverged: {guard.skipped_steps} of its {guard.steps} optimizer steps were skipped (NaN or "
+                "infinite gradients), so the model barely trained and is not saved. Lower the learning rates "
+                "(encoder and output layer), or check the data and the encoder's outputs."
+            )
+        return output
+
+    def _check_resumable(self, checkpoint: str) -> None:
+        """Refuses a checkpoint of another model (its weights would not load) or of another training split (they
+        would, and the run would continue on other labels in silence); warns when its optimizer state is missing."""
+        differences = checkpoint_model_differences(checkpoint, unwrap_model(self.model).config)
+        if differences:
+            raise ValueError(
+                f"{checkpoint} is a checkpoint of another model: its {'; its '.join(differences)}. Resume it with the "
+                "settings it was trained with, or start afresh (--overwrite-output-dir)."
+            )
+        saved = TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME)).stateful_callbacks or {}
+        saved = saved.get(TrainingSplitFingerprint.__name__)
+        ours = next((cb for cb in self.callback_handler.callbacks if isinstance(cb, TrainingSplitFingerprint)), None)
+        if (
+            isinstance(saved, dict)
+            and ours is not None
+            and saved.get("args", {}).get("fingerprint") != ours.fingerprint
+        ):
+            raise ValueError(
+                f"{checkpoint} was trained on another training split (the fingerprint of its label plan differs): resume "
+                "it with the data, --validation-fraction and --seed it was trained with, or start afresh (--overwrite-output-dir)."
+            )
+        missing = [
+            name for name in (OPTIMIZER_NAME, SCHEDULER_NAME) if not os.path.isfile(os.path.join(checkpoint, name))
+        ]
+        if missing:
+            logger.warning(
+                f"{checkpoint} holds no {' and no '.join(missing)}: the run resumes its weights with FRESH optimizer "
+                "state (no momentum, the learning-rate schedule from its start), so it will not continue as the "
+                "interrupted run would have."
+            )
+
+    def create_optimizer(self, model=None) -> torch.optim.Optimizer:
+        if self.optimizer is None:
+            model = unwrap_model(self.model if model is None else model)
+            args = self.args
+            encoder_side, output_layer = split_parameters(model)
+            decay_names = set(self.get_decay_parameter_names(model))
+            encoder_groups = [
+                {"params": [p for n, p in encoder_side if n in decay_names], "weight_decay": args.weight_decay},
+                {"params": [p for n, p in encoder_side if n not in decay_names], "weight_decay": 0.0},
+            ]
+            encoder_optimizer = torch.optim.AdamW(
+                [group for group in encoder_groups if group["params"]],
+                lr=args.learning_rate,
+                betas=(args.adam_beta1, args.adam_beta2),
+                eps=args.adam_epsilon,
+            )
+            output_optimizer = StochasticRoundingSGD(
+                output_layer,
+                lr=args.output_learning_rate,
+                momentum=args.output_momentum,
+                weight_decay=args.output_weight_decay,
+                stochastic_rounding=args.output_stochastic_rounding,
+                momentum_dtype=getattr(torch, args.output_momentum_dtype),
+                # Replicas must round alike; shards hold different weights, so each takes its own bits.
+                seed=args.seed if self.sharded_output_layer is None else hash((args.seed, args.process_index)),
+            )
+            self.optimizer = HasteOptimizer(encoder_optimizer, output_optimizer)
+            self._chunk_output_layer_backward(True)
+        return self.optimizer
+
+    def _chunk_output_layer_backward(self, enable: bool) -> None:
+        """`output_chunked_backward` and `output_fused_update` (on while training): the loss backward of the head
+        and tail weights (the parameters the loss reads whole; biases keep their gradients) by label chunks,
+        each chunk's SGD step applied where its gradient is computed (`losses.chunk_loss_backward_`)."""
+        args = self.args
+        if not (args.output_chunked_backward or args.output_fused_update) or self.optimizer is None:
+            return
+        if args.output_fused_update and args.world_size > 1 and self.sharded_output_layer is None:
+            raise ValueError(
+                "`output_fused_update` needs the output layer split over the processes (`shard_output_layer`): a "
+                "replicated one must all-reduce its whole gradient before the step."
+            )
+        output_optimizer = unwrap_haste_optimizer(self.optimizer).output_optimizer
+        for param in (param for group in output_optimizer.param_groups for param in group["params"]):
+            if param.dim() >= 2:
+                update = functools.partial(output_optimizer.update_rows_, param) if args.output_fused_update else None
+                chunk_loss_backward_(param, args.output_loss_chunk_labels if enable else None, update)
+
+    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
+        if self.lr_scheduler is None:
+            args = self.args
+            self.lr_scheduler = get_haste_scheduler(
+                self.optimizer if optimizer is None else optimizer,
+                num_training_steps,
+                encoder_scheduler_type=args.lr_scheduler_type,
+                encoder_warmup=args.warmup_steps,
+                output_scheduler_type=args.output_lr_scheduler_type,
+                output_warmup=args.output_warmup_steps,
+                encoder_scheduler_kwargs=args.lr_scheduler_kwargs or None,
+                output_scheduler_kwargs=args.output_lr_scheduler_kwargs or None,
+            )
+            self._created_lr_scheduler = True
+        return self.lr_scheduler
+
+    def _clip_grad_norm(self, model):
+        """Clips the encoder side to `max_grad_norm` and the output layer to `output_max_grad_norm` apart
+        (see `HasteTrainingArguments`); returns the encoder side's norm, which the Trainer logs."""
+        haste_model = unwrap_model(model)
+        encoder_side, _ = split_parameters(haste_model)
+        # Through accelerate first: it unscales all gradients (fp16) before measuring.
+        encoder_norm = self.accelerator.clip_grad_norm_([p for _, p in encoder_side], self.args.max_grad_norm)
+        if self.args.output_max_grad_norm > 0:
+            haste_model.output_layer.clip_grad_norm_(self.args.output_max_grad_norm)
+        return encoder_norm
+
+    @property
+    def sharded_output_layer(self):
+        """The model's output layer when this rank holds a share of it, else None."""
+        return sharded_output_layer(unwrap_model(self.model))
+
+    def _get_learning_rate(self) -> float:
+        # The Trainer reads the rate here, before stepping the schedule, and logs it as `learning_rate`
+        # (the encoder's); the output layer's rate, on its own schedule, is read at the same moment.
+        self._output_learning_rate = unwrap_haste_optimizer(self.optimizer).output_optimizer.param_groups[0]["lr"]
+        return super()._get_learning_rate()
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "learning_rate" in logs:
+            logs["output_learning_rate"] = self._output_learning_rate
+            if self.non_finite_guard.skipped_steps:
+                logs["skipped_steps"] = self.non_finite_guard.skipped_steps
+        # A rewiring at this step left its count in the history (see RewiringCallback): log it with the rest.
+        last = self.state.log_history[-1] if self.state.log_history else {}
+        if set(last) == {"rewired_pairs", "step"} and last["step"] == self.state.global_step:
+            logs["rewired_pairs"] = self.state.log_history.pop()["rewired_pairs"]
+        super().log(logs, start_time)
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        """Loss, the `eval_top_k` best label ids and the padded label ids of one evaluation batch."""
+        inputs = self._prepare_inputs(inputs)
+        labels = inputs.get("labels")
+        with torch.no_grad(), self.compute_loss_context_manager():
+            # A model of fewer labels than `eval_top_k` ranks them all.
+            top_k = min(self.args.eval_top_k, unwrap_model(model).config.label_count)
+            outputs = model(**inputs, return_logits=False, top_k=None if prediction_loss_only else top_k)
+        loss = None if outputs.loss is None else outputs.loss.detach().mean()
+        if prediction_loss_only:
+            return loss, None, None
+        return loss, outputs.top_label_ids, labels
+
+    def _save(self, output_dir: str | None = None, state_dict=None):
+        if self.sharded_output_layer is not None and state_dict is None:
+            state_dict = self.sharded_output_layer.full_state_dict(
+                unwrap_model(self.model)
+            )  # collective: every rank is here
+        return super()._save(output_dir, state_dict)
+
+    # A sharded run saves and resumes through one ordinary checkpoint: the shares of the output layer and
+    # of its optimizer state are gathered on save and sliced on load, so any world size can resume it.
+
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        if self.sharded_output_layer is None:
+            return super()._save_optimizer_and_scheduler(output_dir)
+        optimizer = unwrap_haste_optimizer(self.optimizer)
+        output_state = self.sharded_output_layer.full_optimizer_state(optimizer.output_optimizer.state_dict())
+        if self.args.should_save:
+            torch.save(
+                {"encoder": optimizer.encoder_optimizer.state_dict(), "output": output_state},
+                os.path.join(output_dir, OPTIMIZER_NAME),
+            )
+            torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, SCHEDULER_NAME))
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        with _reading(checkpoint, f"{OPTIMIZER_NAME} or {SCHEDULER_NAME}"):
+            self._load_optimizer_and_scheduler_files(checkpoint)
+
+    def _load_optimizer_and_scheduler_files(self, checkpoint: str | None) -> None:
+        if self.sharded_output_layer is None or checkpoint is None:
+            return super()._load_optimizer_and_scheduler(checkpoint)
+        optimizer_file, scheduler_file = (
+            os.path.join(checkpoint, OPTIMIZER_NAME),
+            os.path.join(checkpoint, SCHEDULER_NAME),
+        )
+        if not (os.path.isfile(optimizer_file) and os.path.isfile(scheduler_file)):
+            return
+        # Memory-mapped: each rank reads its own rows of the output layer's momentum, not all of it.
+        state = torch.load(optimizer_file, map_location="cpu", weights_only=True, mmap=True)
+        state["output"] = self.sharded_output_layer.local_optimizer_state(state["output"])
+        unwrap_haste_optimizer(self.optimizer).load_state_dict(state)
+        self.lr_scheduler.load_state_dict(torch.load(scheduler_file, weights_only=True))
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+        with _reading(resume_from_checkpoint, "weights"):
+            if self.sharded_output_layer is None:
+                return super()._load_from_checkpoint(resume_from_checkpoint, model)
+            self.sharded_output_layer.load_checkpoint_(
+                unwrap_model(self.model if model is None else model), resume_from_checkpoint
+            )
+
+    def _load_best_model(self) -> None:
+        if self.sharded_output_layer is None:
+            return super()._load_best_model()
+        self.sharded_output_layer.load_checkpoint_(unwrap_model(self.model), self.state.best_model_checkpoint)
+
+    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
+        # Trainer copies only the config and weights of the checkpoint into the folder it pushes; the config
+        # names the exported code in `auto_map`, so the code goes along.
+        if self.is_world_process_zero():
+            for path in exported_code_files():
+                shutil.copyfile(path, os.path.join(self.args.output_dir, os.path.basename(path)))
+        super()._push_from_checkpoint(checkpoint_folder)
+
+    def create_model_card(
+        self,
+        model_name: str | None = None,
+        tags: str | list[str] | None = None,
+        license: str | None = None,
+        dataset: str | list[str] | None = None,
+        **unused_trainer_fields,
+    ) -> None:
+        """Writes the HASTE model card (both optimizers, sparsity, grouping, rewiring, metrics) to
+        `output_dir/README.md` instead of the generic one, which would name a single optimizer. Takes the
+        arguments of `Trainer.create_model_card`; those the HASTE card has no place for are not used."""
+        if not self.is_world_process_zero():
+            return
+        from ..model_card import HasteModelCardData, write_model_card
+
+        fields = {}
+        if model_name is not None and not self.args.hub_model_id:
+            fields["model_id"] = model_name
+        if license is not None:
+            fields["license"] = license
+        if dataset is not None:
+            fields["dataset_name"] = dataset if isinstance(dataset, str) else ", ".join(dataset)
+        card_data = HasteModelCardData.from_trainer(self, **fields)
+        extra_tags = [tags] if isinstance(tags, str) else tags or []
+        card_data.tags = list(dict.fromkeys([*card_data.tags, *extra_tags]))
+        write_model_card(card_data, os.path.join(self.args.output_dir, "README.md"))

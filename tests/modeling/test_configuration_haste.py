@@ -1,0 +1,144 @@
+import json
+
+import pytest
+from tiny_encoders import tiny_encoder_config
+
+from haste_hf import HASTE_FORMAT_VERSION, HasteConfig
+
+
+def make_config(**overrides):
+    fields = dict(encoder=tiny_encoder_config("bert"), label_count=100, head_label_count=5, group_size=4, fan_in=8)
+    fields.update(overrides)
+    return HasteConfig(**fields)
+
+
+def test_derived_sizes():
+    config = make_config(label_count=103, head_label_count=3, group_size=8, tail_projection_dim=16)
+    assert config.tail_label_count == 100
+    assert config.tail_group_count == 13  # the last group holds 4 labels and 4 padding slots
+    assert config.tail_input_dim == 16
+    assert config.head_input_dim == 32
+
+
+def test_round_trip_keeps_encoder_as_sub_config(tmp_path):
+    config = make_config(pooling="cls", loss_reduction="mean", tail_bias=True)
+    config.save_pretrained(tmp_path)
+    loaded = HasteConfig.from_pretrained(tmp_path)
+    assert type(loaded.encoder) is type(config.encoder)
+    assert loaded.to_dict() == config.to_dict()
+    assert loaded.get_text_config() is loaded.encoder
+
+
+@pytest.mark.parametrize("family, pooling", [("bert", "mean"), ("mpnet", "mean"), ("qwen3", "last_token")])
+def test_pooling_defaults_from_encoder_family(family, pooling):
+    assert make_config(encoder=tiny_encoder_config(family)).pooling == pooling
+
+
+def test_encoder_as_dict():
+    config = make_config(encoder=tiny_encoder_config("roberta").to_dict())
+    assert config.encoder.model_type == "roberta"
+    with pytest.raises(ValueError, match="model_type"):
+        make_config(encoder={"hidden_size": 32})
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        ({"fan_in": 33}, "fan_in"),
+        ({"fan_in": 17, "tail_projection_dim": 16}, "fan_in"),
+        ({"fan_in": 0}, "fan_in"),
+        ({"group_size": 0}, "group_size"),
+        ({"group_size": 2.5}, "group_size"),
+        ({"label_count": 0}, "label_count"),
+        ({"head_label_count": 101}, "head_label_count"),
+        ({"head_label_count": -1}, "head_label_count"),
+        ({"pooling": "max"}, "pooling"),
+        ({"loss_reduction": "none"}, "loss_reduction"),
+        ({"classifier_dropout": 1.0}, "classifier_dropout"),
+        ({"head_projection_dim": 0}, "head_projection_dim"),
+        ({"tail_projection_dim": -4}, "tail_projection_dim"),
+        ({"format_version": HASTE_FORMAT_VERSION + 1}, "format_version"),
+    ],
+)
+def test_invalid_fields_name_the_field(overrides, field):
+    with pytest.raises(ValueError, match=f"`{field}`"):
+        make_config(**overrides)
+
+
+def test_all_dense_model_ignores_fan_in():
+    # No tail, so a fan-in wider than the features is irrelevant.
+    assert make_config(head_label_count=100, fan_in=1000).tail_group_count == 0
+
+
+def test_newer_checkpoint_is_refused_with_upgrade_hint(tmp_path):
+    config = make_config()
+    config.save_pretrained(tmp_path)
+    path = tmp_path / "config.json"
+    path.write_text(path.read_text().replace('"format_version": 3', '"format_version": 999'))
+    with pytest.raises(ValueError, match="upgrade haste_hf"):
+        HasteConfig.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("normalize, written", [(False, 3), (True, 3)])
+def test_checkpoints_are_written_in_the_oldest_format_that_holds_them(normalize, written, tmp_path):
+    # Format 3 names the weights under `output_layer.`, which installs reading formats 1 and 2 would not find:
+    # they must refuse every checkpoint written now.
+    make_config(normalize=normalize).save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["format_version"] == written
+    assert HasteConfig.from_pretrained(tmp_path).normalize is normalize
+    assert written <= HASTE_FORMAT_VERSION
+
+
+def test_saved_config_describes_the_labels(tmp_path):
+    """`num_labels`, `problem_type` and the names in `id2label` / `label2id`, as transformers' classifiers write them;
+    `label_names.json` keeps the full list; past `MAX_CONFIG_LABEL_NAMES` the names stay out of config.json."""
+    import json
+
+    from haste_hf import HasteForExtremeClassification
+    from haste_hf.modeling.configuration_haste import MAX_CONFIG_LABEL_NAMES
+
+    config = HasteConfig(encoder=tiny_encoder_config("bert"), label_count=6, head_label_count=2, group_size=2, fan_in=4)
+    model = HasteForExtremeClassification(config)
+    model.set_label_names([f"tag {i}" for i in range(6)])
+    model.save_pretrained(tmp_path / "small")
+    saved = json.loads((tmp_path / "small" / "config.json").read_text())
+    assert saved["problem_type"] == "multi_label_classification"
+    assert saved["id2label"] == {str(i): f"tag {i}" for i in range(6)} and saved["label2id"]["tag 5"] == 5
+    reloaded = HasteConfig.from_pretrained(tmp_path / "small")
+    assert reloaded.num_labels == 6 and reloaded.id2label[3] == "tag 3"
+    assert json.loads((tmp_path / "small" / "label_names.json").read_text()) == [f"tag {i}" for i in range(6)]
+
+    big = HasteConfig(
+        encoder=tiny_encoder_config("bert"), label_count=MAX_CONFIG_LABEL_NAMES + 1, group_size=2, fan_in=4
+    )
+    assert big.num_labels == MAX_CONFIG_LABEL_NAMES + 1 and big.id2label is None
+    assert "id2label" not in big.to_dict() and "label2id" not in big.to_dict()
+    assert big.to_dict()["problem_type"] == "multi_label_classification"
+
+
+def test_a_folder_saved_before_the_label_fields_loads(tmp_path):
+    import json
+
+    from haste_hf import HasteForExtremeClassification
+
+    config = HasteConfig(encoder=tiny_encoder_config("bert"), label_count=6, head_label_count=2, group_size=2, fan_in=4)
+    model = HasteForExtremeClassification(config)
+    model.set_label_names([f"tag {i}" for i in range(6)])
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    # What earlier versions wrote: transformers' two made-up labels and no problem type.
+    saved.update(id2label={"0": "LABEL_0", "1": "LABEL_1"}, label2id={"LABEL_0": 0, "LABEL_1": 1})
+    del saved["problem_type"]
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    reloaded = HasteForExtremeClassification.from_pretrained(tmp_path)
+    assert reloaded.config.num_labels == 6 and reloaded.config.problem_type == "multi_label_classification"
+    assert reloaded.config.id2label == {i: f"tag {i}" for i in range(6)} and reloaded.label_names[5] == "tag 5"
+
+
+def test_num_labels_other_than_the_label_count_is_refused():
+    with pytest.raises(ValueError, match="`num_labels` \\(3\\) differs from `label_count` \\(6\\)"):
+        HasteConfig(encoder=tiny_encoder_config("bert"), label_count=6, num_labels=3, group_size=2, fan_in=4)
+    with pytest.raises(ValueError, match="problem_type"):
+        HasteConfig(
+            encoder=tiny_encoder_config("bert"), label_count=6, problem_type="single_label_classification", fan_in=4
+        )

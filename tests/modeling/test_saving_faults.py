@@ -1,0 +1,162 @@
+"""Saving and loading faults: a save never leaves a half-written folder, and loading refuses what a
+killed or corrupted save left."""
+
+import os
+import stat
+
+import pytest
+import torch
+from faults import assert_no_leftovers, corrupt, folder_state, make_model
+from transformers import PreTrainedModel
+
+import haste_hf.hub
+from haste_hf import HasteForExtremeClassification
+from haste_hf.modeling.saving import (
+    INCOMPLETE_SAVE_FILE,
+    STAGING_PREFIX,
+    save_folder_atomically,
+)
+
+
+# ------------------------------------------------------------------------------------- saving and loading
+
+
+def test_save_into_a_writable_folder_under_a_read_only_parent(tmp_path, monkeypatch):
+    target = tmp_path / "volume" / "model"
+    target.mkdir(parents=True)
+    # Permissions do not bind root (CI may run as root): also check that nothing appears in the parent.
+    parent_listings = []
+    write = PreTrainedModel.save_pretrained
+
+    def watched(self, directory, *args, **kwargs):
+        result = write(self, directory, *args, **kwargs)
+        parent_listings.append(sorted(os.listdir(tmp_path / "volume")))
+        return result
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", watched)
+    os.chmod(tmp_path / "volume", stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        model = make_model()
+        model.save_pretrained(target)
+        model.save_pretrained(target)  # and again over the first save
+    finally:
+        os.chmod(tmp_path / "volume", stat.S_IRWXU)
+    assert parent_listings == [["model"], ["model"]]
+    assert_no_leftovers(target)
+    assert torch.equal(
+        HasteForExtremeClassification.from_pretrained(target).output_layer.tail.weight, model.output_layer.tail.weight
+    )
+
+
+def test_failed_write_leaves_the_previous_save_and_no_staging(tmp_path):
+    make_model(seed=0).save_pretrained(tmp_path)
+    before = folder_state(tmp_path)
+
+    def write(staging):
+        with open(os.path.join(staging, "config.json"), "w") as file:
+            file.write("{}")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        save_folder_atomically(tmp_path, write)
+    assert folder_state(tmp_path) == before
+
+
+def test_save_killed_while_files_move_in_is_refused_at_load(tmp_path):
+    """A kill between the renames leaves new config + old weights: loading names the interrupted save."""
+    make_model(seed=0).save_pretrained(tmp_path)
+    moved = []
+
+    def replace_then_die(source, destination):
+        if moved:
+            raise KeyboardInterrupt  # killed after the first file moved in
+        moved.append(destination)
+        os.rename(source, destination)
+
+    new = make_model(seed=1, fan_in=4)
+    original = os.replace
+    os.replace = replace_then_die
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            new.save_pretrained(tmp_path)
+    finally:
+        os.replace = original
+    assert (tmp_path / INCOMPLETE_SAVE_FILE).exists()
+    with pytest.raises(OSError, match="interrupted save"):
+        HasteForExtremeClassification.from_pretrained(tmp_path)
+    new.save_pretrained(tmp_path)  # saving again repairs the folder
+    assert_no_leftovers(tmp_path)
+    assert HasteForExtremeClassification.from_pretrained(tmp_path).config.fan_in == 4
+
+
+def test_a_push_of_an_interrupted_save_is_refused(tmp_path):
+    make_model().save_pretrained(tmp_path)
+    (tmp_path / INCOMPLETE_SAVE_FILE).write_text("{}")
+    with pytest.raises(OSError, match="interrupted save"):
+        haste_hf.hub.push_to_hub(tmp_path, "user/model")
+
+
+def test_leftover_staging_of_a_killed_save_is_removed_by_the_next_save(tmp_path):
+    make_model().save_pretrained(tmp_path)
+    leftover = tmp_path / f"{STAGING_PREFIX}killed"
+    leftover.mkdir()
+    (leftover / "model.safetensors").write_bytes(b"partial")
+    make_model().save_pretrained(tmp_path)
+    assert_no_leftovers(tmp_path)
+
+
+def test_save_into_a_file_path_is_refused(tmp_path):
+    path = tmp_path / "model"
+    path.write_text("not a folder")
+    with pytest.raises(ValueError, match="is a file"):
+        make_model().save_pretrained(path)
+    assert path.read_text() == "not a folder"
+
+
+@pytest.mark.parametrize(
+    "where", ["output_layer.tail.weight", "output_layer.head.bias", "encoder.embeddings.word_embeddings.weight"]
+)
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_weights_are_never_saved(tmp_path, where, value):
+    model = make_model()
+    with torch.no_grad():
+        model.get_parameter(where).view(-1)[3] = value
+    with pytest.raises(ValueError, match=f"non-finite.*{where}"):
+        model.save_pretrained(tmp_path / "model")
+    assert not (tmp_path / "model" / "model.safetensors").exists()
+
+
+def test_large_finite_weights_are_saved(tmp_path):
+    model = make_model()
+    with torch.no_grad():
+        model.output_layer.tail.weight.fill_(1e30)  # the squared norm overflows; the values do not
+    model.save_pretrained(tmp_path)
+    assert HasteForExtremeClassification.from_pretrained(tmp_path).output_layer.tail.weight.max() == 1e30
+
+
+@pytest.mark.parametrize(
+    "name, change, message",
+    [
+        ("output_layer.tail.supports", lambda t: t.__setitem__((0, 0), 32), "outside \\[0, 32\\)"),
+        ("output_layer.tail.supports", lambda t: t.__setitem__((2, 1), -5), "outside \\[0, 32\\)"),
+        ("output_layer.tail.supports", lambda t: t.__setitem__((1, 1), t[1, 0]), "group 1 lists a feature twice"),
+        ("output_layer.output_labels", lambda t: t.__setitem__(0, t[1]), "each of the 40 labels exactly once"),
+        ("output_layer.output_labels", lambda t: t.__setitem__(5, 40), "each of the 40 labels exactly once"),
+        ("output_layer.output_labels", lambda t: t.__setitem__(5, -7), "each of the 40 labels exactly once"),
+    ],
+)
+def test_corrupt_weights_file_is_refused_at_load(tmp_path, name, change, message):
+    make_model().save_pretrained(tmp_path)
+    corrupt(tmp_path, name, change)
+    with pytest.raises(ValueError, match=message):
+        HasteForExtremeClassification.from_pretrained(tmp_path)
+
+
+def test_save_pretrained_pushes_to_the_folders_name_not_the_staging_folder(tmp_path, monkeypatch):
+    pushed = []
+    monkeypatch.setattr(haste_hf.hub, "push_to_hub", lambda model, repo_id, **kwargs: pushed.append((repo_id, kwargs)))
+    model = make_model()
+    model.save_pretrained(tmp_path / "my-model", push_to_hub=True, private=True)
+    model.save_pretrained(tmp_path / "other", push_to_hub=True, repo_id="user/named")
+    assert pushed == [("my-model", {"private": True}), ("user/named", {})]
+    assert (tmp_path / "my-model" / "model.safetensors").exists()

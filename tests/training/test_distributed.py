@@ -1,0 +1,271 @@
+"""Two gloo processes against one: the replicated and the label-sharded output layer (tests/distributed_train.py)."""
+
+import json
+import uuid
+
+import pytest
+import torch
+from launch import LOSS_TOLERANCE, TESTS, WEIGHT_TOLERANCE, assert_states_close, torchrun
+
+from haste_hf.labels.layout import LabelLayout
+from haste_hf.training.distributed import balanced_ranges
+from haste_hf.training.sharded_output_layer import assign_output_layer, resolve_shard_output_layer
+
+
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory, hub):
+    output = tmp_path_factory.mktemp("two")
+    repo_id = f"{hub.user}/sharded-{uuid.uuid4().hex[:8]}"
+    torchrun([str(TESTS / "distributed_train.py"), str(output), repo_id], output)  # the test Hub's environment
+    results = torch.load(output / "results.pt", weights_only=False)
+    results["repo_id"] = repo_id
+    return output, results
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    import distributed_train
+
+    output = tmp_path_factory.mktemp("one")
+    trainer = distributed_train.make_trainer(output / "run", shard=False)
+    trainer.train()
+    return distributed_train, output, distributed_train.run_summary(trainer)
+
+
+def test_assignment_is_contiguous_and_balanced():
+    assert balanced_ranges(10, 3) == [(0, 4), (4, 7), (7, 10)]
+    assert balanced_ranges(2, 4) == [(0, 1), (1, 2), (2, 2), (2, 2)]
+    slices = assign_output_layer(head_label_count=5, tail_group_count=9, world_size=2)
+    assert [(s.head_rows, s.tail_groups) for s in slices] == [((0, 3), (0, 5)), ((3, 5), (5, 9))]
+    shares = assign_output_layer(
+        head_label_count=2, tail_group_count=3, world_size=4
+    )  # the last ranks' shares are empty
+    assert [(s.head_rows, s.tail_groups) for s in shares] == [
+        ((0, 1), (0, 1)),
+        ((1, 2), (1, 2)),
+        ((2, 2), (2, 3)),
+        ((2, 2), (3, 3)),
+    ]
+    layout = LabelLayout(label_count=40, head_ids=torch.arange(5), tail_order=torch.arange(5, 40), group_size=4)
+    assert assign_output_layer(layout.head_label_count, layout.tail_group_count, 2) == slices
+    assert resolve_shard_output_layer(None, 2) and not resolve_shard_output_layer(None, 1)
+    assert not resolve_shard_output_layer(False, 4) and not resolve_shard_output_layer(True, 1)
+
+
+@pytest.mark.slow
+def test_row_gather_and_its_backward_with_unequal_shares(tmp_path):
+    """Ranks of 5 and 11 rows (and 11 + 5, 1 + 15, 8 + 8): every rank gets all rows in rank order, and each
+    row's gradient is the sum over ranks of what their losses give it, times the gradient scale."""
+    import distributed_gather as script
+
+    torchrun([str(TESTS / "distributed_gather.py"), str(tmp_path)], tmp_path, timeout=180)
+    results = [torch.load(tmp_path / f"rank-{rank}.pt") for rank in range(2)]
+    for counts in script.COUNTS:
+        every_row = torch.cat([script.rows(rank, counts) for rank in range(2)])
+        starts = [0, counts[0], sum(counts)]
+        for rank in range(2):
+            result = results[rank][tuple(counts)]
+            assert torch.equal(result["gathered"], every_row), counts
+            expected = (
+                script.GRAD_SCALE
+                * sum(script.weights(other, counts) for other in range(2))[starts[rank] : starts[rank + 1]]
+            )
+            torch.testing.assert_close(result["grad"], expected, msg=str(counts))
+        assert (
+            torch.equal(results[0][tuple(counts)]["to_cpu"], every_row) and results[1][tuple(counts)]["to_cpu"] is None
+        )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "key, tail_projection_dim, dense", [("gradients", None, False), ("gradients_projected", 16, True)]
+)
+def test_sharded_step_gives_single_process_loss_and_gradients(
+    two_processes, one_process, key, tail_projection_dim, dense
+):
+    """Without projections the head and tail read one gathered tensor; with one, the two inputs go in one
+    gather; labels as padded ids and as a dense multi-hot."""
+    output, results = two_processes
+    distributed_train, one_output, _ = one_process
+    expected = distributed_train.one_step_gradients(one_output, tail_projection_dim, dense)
+    sharded = results[key]
+    torch.testing.assert_close(sharded["loss"], expected["loss"], **LOSS_TOLERANCE)
+    assert set(sharded["encoder"]) == set(expected["encoder"])
+    for name, gradient in expected["encoder"].items():  # DDP's average of the reduce-scattered feature gradients
+        torch.testing.assert_close(sharded["encoder"][name], gradient, **WEIGHT_TOLERANCE, msg=name)
+    for name, gradient in expected["output_layer"].items():  # gathered from the two shares
+        torch.testing.assert_close(sharded["output_layer"][name], gradient, **WEIGHT_TOLERANCE, msg=name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["replicated", "sharded"])
+def test_two_processes_train_as_one_at_the_same_global_batch(two_processes, one_process, mode):
+    """12 steps of global batch 16 (8 per process), 4 rewirings, output-layer clipping: same losses,
+    same rewired pairs, same weights as one process with batch 16."""
+    _, results = two_processes
+    _, _, single = one_process
+    run = results[mode]
+    assert run["broadcast_buffers"] is False
+    assert run["rewirings"] == single["rewirings"] == [(3, 18), (6, 18), (9, 18), (12, 18)]
+    torch.testing.assert_close(torch.tensor(run["losses"]), torch.tensor(single["losses"]), **LOSS_TOLERANCE)
+    assert not torch.equal(single["state"]["output_layer.tail.supports"], _initial_supports())  # rewiring happened
+    assert_states_close(run["state"], single["state"])
+
+
+@pytest.mark.slow
+def test_each_rank_draws_its_own_dropout_masks(two_processes, tmp_path):
+    """Seeded alike, two ranks would drop the same units of their examples; one process draws fresh masks
+    for every example. Rank 0 keeps the single process's stream (the data order is covered above)."""
+    import distributed_train
+
+    distributed_train.make_trainer(tmp_path, shard=False)
+    single = torch.rand(4)
+    streams = two_processes[1]["dropout_streams"]
+    assert torch.equal(streams[0], single)
+    assert not torch.equal(streams[1], streams[0])
+
+
+@pytest.mark.slow
+def test_replicas_stay_identical(two_processes):
+    states = two_processes[1]["replica_states"]
+    for name, value in states[0].items():
+        assert torch.equal(value, states[1][name]), name
+
+
+@pytest.mark.slow
+def test_sharded_run_saves_and_pushes_one_ordinary_model_and_resumes_identically(two_processes):
+    from haste_hf import HasteForExtremeClassification
+
+    output, results = two_processes
+    sharded = results["sharded"]["state"]
+    # save_total_limit=2 with a checkpoint every 4 steps: the last two remain, each a whole model.
+    assert results["sharded_checkpoints"] == ["checkpoint-12", "checkpoint-8"]
+    for folder in (output / "sharded-model", output / "sharded" / "checkpoint-12"):
+        model = HasteForExtremeClassification.from_pretrained(folder)
+        assert model.output_layer.tail.weight.shape == (9, 4, 8) and model.output_layer.head.weight.shape[0] == 5
+        assert (folder / "modeling_haste.py").is_file()  # loadable without haste_hf (trust_remote_code)
+        for name, value in model.state_dict().items():
+            assert torch.equal(value, sharded[name]), (folder, name)
+    pushed = HasteForExtremeClassification.from_pretrained(results["repo_id"])  # Trainer.push_to_hub of the sharded run
+    for name, value in pushed.state_dict().items():
+        assert torch.equal(value, sharded[name]), name
+    optimizer = torch.load(output / "sharded" / "checkpoint-8" / "optimizer.pt", weights_only=True)
+    momentum = [entry["momentum_buffer"] for entry in optimizer["output"]["state"].values()]
+    assert [tuple(buffer.shape) for buffer in momentum] == [(5, 32), (5,), (9, 4, 8)]  # whole, not one share
+    # Resumed from step 8 on two processes: steps 9-12 (one rewiring) as the uninterrupted run.
+    resumed = results["resumed"]
+    assert resumed["rewirings"] == results["sharded"]["rewirings"]
+    assert resumed["losses"] == results["sharded"]["losses"]
+    for name, value in sharded.items():
+        assert torch.equal(resumed["state"][name], value), name
+
+
+@pytest.mark.slow
+def test_sharded_evaluation_and_prediction_match_one_process(two_processes, tmp_path):
+    """Top-k merged over the ranks' labels equals one process's top-k of the saved model."""
+    import distributed_train
+
+    from haste_hf import HasteForExtremeClassification
+
+    output, results = two_processes
+    model = HasteForExtremeClassification.from_pretrained(output / "sharded-model")
+    trainer = distributed_train.make_trainer(tmp_path, shard=False, model=model)
+    expected = distributed_train.evaluate_and_predict(trainer)
+    sharded = results["sharded_prediction"]
+    assert torch.equal(sharded["top_ids"], expected["top_ids"])
+    torch.testing.assert_close(sharded["top_scores"], expected["top_scores"], **WEIGHT_TOLERANCE)
+    assert sharded["metrics"] == pytest.approx(expected["metrics"])
+    torch.testing.assert_close(sharded["eval_loss"], expected["eval_loss"], **LOSS_TOLERANCE)
+
+
+def _initial_supports():
+    import distributed_train
+
+    return distributed_train.make_model().output_layer.tail.supports
+
+
+@pytest.mark.slow
+def test_cli_train_on_two_processes_equals_one(tmp_path):
+    """`torchrun -m haste_hf.cli train` (sharded by default) against one process at the same global batch:
+    semantic grouping on rank 0 only, validation and best-checkpoint selection, test evaluation split over
+    the ranks, one model saved."""
+    import gzip
+
+    from safetensors.torch import load_file
+    from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
+    from transformers import BertModel
+
+    from haste_hf.cli import main
+
+    config = tiny_encoder_config("bert")
+    config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0.0
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(tmp_path / "encoder")
+    tiny_tokenizer(tmp_path / "encoder")
+    data = tmp_path / "data"
+    data.mkdir()
+    for name, rows in (("trn", planted_texts(30, 160, seed=0)), ("tst", planted_texts(30, 41, seed=1))):
+        with gzip.open(data / f"{name}.json.gz", "wt") as f:
+            for i, row in enumerate(rows):
+                f.write(
+                    json.dumps({"uid": str(i), "title": row["text"], "content": "", "target_ind": row["labels"]}) + "\n"
+                )
+    with gzip.open(data / "lbl.json.gz", "wt") as f:
+        for label in range(30):
+            f.write(json.dumps({"uid": str(label), "title": f"label {label}"}) + "\n")
+    arguments = [
+        "train",
+        "--data",
+        str(data),
+        "--encoder",
+        str(tmp_path / "encoder"),
+        "--epochs",
+        "6",
+        "--group-size",
+        "4",
+        "--fan-in",
+        "8",
+        "--head-fraction",
+        "0.5",
+        "--rewiring-interval",
+        "3",
+        "--max-length",
+        "16",
+        "--eval-batch-size",
+        "16",
+        "--propensity-a",
+        "0.5",
+        "--propensity-b",
+        "0.4",
+        "--lr",
+        "3e-3",
+        "--output-lr",
+        "0.5",
+    ]
+    # On CPUs the processes join a gloo group only with --use_cpu (without it the recipe refuses to run).
+    torchrun(
+        ["-m", "haste_hf.cli", *arguments, "--use_cpu", "--output-dir", str(tmp_path / "two"), "--batch-size", "8"],
+        tmp_path,
+    )
+    assert main([*arguments, "--output-dir", str(tmp_path / "one"), "--batch-size", "16"]) == 0
+    one, two = load_file(tmp_path / "one" / "model.safetensors"), load_file(tmp_path / "two" / "model.safetensors")
+    assert set(one) == set(two) and torch.equal(one["output_layer.tail.supports"], two["output_layer.tail.supports"])
+    for name, value in one.items():
+        # 54 steps of AdamW at 3e-3 with clipping grow the fp32 summation-order differences to ~2e-3 (the
+        # 12-step test above holds 1e-5); a wrong reduction or data order would be off by far more.
+        torch.testing.assert_close(two[name], value, rtol=0, atol=1e-2, msg=name)
+    metrics = [json.loads((tmp_path / run / "test_metrics.json").read_text()) for run in ("one", "two")]
+    assert metrics[1] == pytest.approx(metrics[0])
+    assert metrics[0]["P@1"] > 0.3  # it learned: the comparison is not between two untrained models
+
+
+@pytest.mark.parametrize("action", ["stop", "skip"])
+def test_a_nan_on_one_rank_stops_or_skips_on_every_rank(tmp_path, action):
+    # Ranks that disagreed would wait for each other in the next collective: a hang, cut short here.
+    torchrun([str(TESTS / "distributed_non_finite.py"), str(tmp_path), action], tmp_path, timeout=180)
+    outcomes = [json.loads((tmp_path / f"rank-{rank}.json").read_text()) for rank in range(2)]
+    if action == "stop":
+        assert all(outcome["error"] and "diverged at step 3" in outcome["error"] for outcome in outcomes)
+        assert [outcome["step"] for outcome in outcomes] == [2, 2]
+    else:
+        assert [(outcome["error"], outcome["step"], outcome["skipped"]) for outcome in outcomes] == [(None, 5, 1)] * 2
