@@ -87,6 +87,24 @@ class RecipeArguments:
         },
     )
     label_texts: bool = field(default=False, metadata={"help": "Add the labels' own texts as training points."})
+    init_from_label_texts: bool = field(
+        default=False,
+        metadata={
+            "help": "Start each label's head row or tail weights from the encoder's embedding of its text (the "
+            "dataset's label texts), through the projections and on its group's support, instead of at random."
+        },
+    )
+    label_text_init_scale: float = field(
+        default=1.0,
+        metadata={"help": "With --init-from-label-texts: norm of those rows, relative to the random rows' norm."},
+    )
+    label_text_grouping_below: int = field(
+        default=0,
+        metadata={
+            "help": "Semantic grouping: labels with fewer training points than this are grouped by their text too "
+            "(blended into their embedding with weight 1 - count / this); 0: off."
+        },
+    )
     validation_fraction: float = field(
         default=0.0,
         metadata={
@@ -177,6 +195,12 @@ class RecipeArguments:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {value}.")
+        if not self.label_text_init_scale > 0:
+            raise ValueError(f"`label_text_init_scale` must be > 0, got {self.label_text_init_scale}.")
+        if self.label_text_grouping_below < 0:
+            raise ValueError(
+                f"`label_text_grouping_below` must be >= 0 (0: off), got {self.label_text_grouping_below}."
+            )
         if self.beta is not None and not self.beta >= 1:
             raise ValueError(f"`beta` (average bucket size in groups) must be >= 1, got {self.beta}.")
         for name in ("propensity_a", "propensity_b"):
@@ -258,6 +282,19 @@ def resolved_text_fields(data, text_fields: str | None) -> str:
     return text_fields or ("title_content" if data is None else "title")
 
 
+def label_texts_for(dataset, data, **options) -> list[str] | None:
+    """The label texts of `dataset` (read from the folder `data`, None for the demo set) when one of the recipe
+    `options` given (name: value) is on, else None; a `ValueError` naming the option when the dataset has none."""
+    reading = [name for name, value in options.items() if value]
+    if reading and dataset.label_texts is None:
+        flag = "--" + reading[0].replace("_", "-")
+        raise ValueError(
+            f"`{reading[0]}` ({flag}) reads each label's text, and {data or DEMO_DATASET_NAME} has none (no "
+            "lbl.json.gz or Y.txt): use the dataset's raw-text release, or leave the option out."
+        )
+    return dataset.label_texts if reading else None
+
+
 def dataset_name_of(data, dataset_name: str | None = None) -> str:
     if dataset_name:
         return dataset_name
@@ -300,11 +337,14 @@ def build_layout(
     seed: int = 0,
     max_length: int = DEFAULT_MAX_LENGTH,
     batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
+    label_texts=None,
+    label_text_grouping_below: int = 0,
 ) -> LabelLayout:
     """The label layout of `train_split`.
 
     A given `layout` (object or file) is checked against the split and against the structure options given
-    (None: take the layout's); otherwise it is computed with those options (None: the defaults).
+    (None: take the layout's); otherwise it is computed with those options (None: the defaults), the labels with
+    fewer than `label_text_grouping_below` training points grouped by their `label_texts` too.
     """
     if layout is not None:
         if not isinstance(layout, LabelLayout):
@@ -313,6 +353,11 @@ def build_layout(
             raise ValueError(
                 f"The label layout is of {layout.label_count:,} labels and the dataset has {label_count:,}: compute the "
                 "layout from this dataset (`haste-hf group` with the same --data, --validation-fraction and --seed)."
+            )
+        if label_text_grouping_below:
+            raise ValueError(
+                "`label_text_grouping_below` shapes the groups, which the given label layout holds already: leave one "
+                "out (`haste-hf group` takes --label-text-grouping-below)."
             )
         layout.check_split(train_split)
         layout.check_options(group_size=group_size, head_label_fraction=head_label_fraction, strategy=grouping)
@@ -332,6 +377,8 @@ def build_layout(
         batch_size=batch_size,
         beta=DEFAULT_BETA if beta is None else beta,
         seed=seed,
+        label_texts=label_texts,
+        label_text_grouping_below=label_text_grouping_below,
     )
 
 
@@ -621,6 +668,12 @@ def train(
                 "is empty): there is nothing to learn. Check the label column or file."
             )
 
+        label_texts = label_texts_for(
+            dataset,
+            recipe.data,
+            init_from_label_texts=recipe.init_from_label_texts,
+            label_text_grouping_below=recipe.label_text_grouping_below,
+        )
         train_split, validation_split = split_validation(dataset.splits["train"], recipe.validation_fraction, seed)
         encoder_model, tokenizer = load_encoder(recipe.encoder)
         check_max_length(encoder_model, recipe.max_length, recipe.encoder)
@@ -641,6 +694,8 @@ def train(
                 seed=seed,
                 max_length=recipe.max_length,
                 batch_size=training_args.per_device_eval_batch_size,
+                label_texts=label_texts,
+                label_text_grouping_below=recipe.label_text_grouping_below,
             )
         layout = broadcast_object(layout)
         set_seed(seed)  # the new head and tail weights: a function of the seed, the same on every rank
@@ -654,6 +709,17 @@ def train(
             head_projection_dim=recipe.head_projection_dim,
             tail_projection_dim=recipe.tail_projection_dim,
         )
+        if recipe.init_from_label_texts:  # on every rank, as the random weights it replaces
+            from .labels.embeddings import init_from_label_texts_
+
+            init_from_label_texts_(
+                model,
+                label_texts,
+                tokenizer=tokenizer,
+                scale=recipe.label_text_init_scale,
+                batch_size=training_args.per_device_eval_batch_size,
+                device=training_args.device,
+            )
         dataset_name = dataset_name_of(recipe.data, recipe.dataset_name)
         propensity = propensity_of(dataset, dataset_name, recipe.propensity_a, recipe.propensity_b)
         if layout.split_fingerprint is not None:  # kept in each checkpoint: resuming on other data is refused
@@ -740,6 +806,7 @@ __all__ = [
     "check_output_dir",
     "encoder_model_id",
     "evaluate_split",
+    "label_texts_for",
     "load_dataset",
     "load_encoder",
     "model_selection_arguments",

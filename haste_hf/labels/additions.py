@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from ..modeling.defaults import DEFAULT_EVAL_BATCH_SIZE, DEFAULT_MAX_LENGTH
 from ..modeling.output_layer import HasteOutputLayer
 from ..modeling.sparse_ops import group_sparse_linear
+from .embeddings import label_text_embeddings
 from .grouping import group_labels
 
 
@@ -159,7 +160,6 @@ def resolve_tokenizer(model, tokenizer):
 # ------------------------------------------------------------------------------------------------ embeddings
 
 
-@torch.no_grad()
 def embed_texts(
     model,
     tokenizer,
@@ -168,26 +168,21 @@ def embed_texts(
     batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
     max_length: int = DEFAULT_MAX_LENGTH,
 ) -> torch.Tensor:
-    """The model's pooled features `[len(texts), d]` (float32, on the model's device) of `texts`, in eval mode: what
-    its output layer reads, so a label's text lands where the texts it should score high land."""
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    try:
-        parts = []
-        for start in range(0, len(texts), batch_size):
-            batch = tokenizer(
-                texts[start : start + batch_size],
-                truncation=True,
-                max_length=max_length,
-                padding=True,
-                return_tensors="pt",
-            ).to(device)
-            pooled, _ = model.encode(batch["input_ids"], batch["attention_mask"])
-            parts.append(pooled.float())
-        return torch.cat(parts) if parts else torch.empty(0, model.config.encoder.hidden_size, device=device)
-    finally:
-        model.train(was_training)
+    """The model's pooled features `[len(texts), d]` (float32, on the model's device) of `texts`: what its output
+    layer reads, so a label's text lands where the texts it should score high land (`label_text_embeddings` over
+    the model's encoder, pooling and normalisation)."""
+    batches = label_text_embeddings(
+        model.encoder,
+        texts,
+        tokenizer=tokenizer,
+        pooling=model.config.pooling,
+        normalize=model.config.normalize,
+        batch_size=batch_size,
+        max_length=max_length,
+        device=model.device,
+        show_progress=False,
+    )
+    return torch.cat(list(batches))
 
 
 @torch.no_grad()
