@@ -346,6 +346,62 @@ def command_export(args) -> int:
     return 0
 
 
+def command_add_labels(args) -> int:
+    import shutil
+
+    from ..evaluation import EVALUATION_SETTINGS_FILE
+    from ..labels.additions import check_new_names, examples_from_split, read_new_labels, sample_texts
+    from ..modeling.saving import save_trained_folder
+    from ..recipe import check_output_dir, load_dataset
+
+    try:
+        check_output_dir(args.output_dir, overwrite=args.overwrite_output_dir)
+    except ValueError as error:
+        raise UsageError(f"argument --output-dir: {error}") from None
+    if args.data is not None and args.negatives is None:
+        raise UsageError("argument --data: fitting the new labels on examples needs --negatives (the training data)")
+    model, tokenizer = load_trained(args)
+    try:
+        texts, names = read_new_labels(args.labels)
+        names = check_new_names(model, texts, names)
+    except ValueError as error:
+        raise UsageError(f"argument --labels: {one_line(error)}") from None
+    examples = None
+    if args.data is not None:
+        try:
+            examples = examples_from_split(
+                load_dataset(args.data, args.format, args.text_fields).splits["train"], len(texts)
+            )
+        except ValueError as error:
+            raise UsageError(f"argument --data: {one_line(error)}") from None
+    negatives = None
+    if args.negatives is not None:
+        negatives = sample_texts(
+            load_dataset(args.negatives, args.format, args.text_fields).splits["train"], args.negative_count, args.seed
+        )
+    ids = model.add_labels(
+        texts,
+        examples=examples,
+        negatives=negatives,
+        names=names,
+        head=args.head,
+        tokenizer=tokenizer,
+        seed=args.seed,
+        batch_size=args.eval_batch_size,
+        max_length=args.max_length,
+    )
+    settings = Path(args.model) / EVALUATION_SETTINGS_FILE
+
+    def write_extra(folder: Path):  # evaluate and predict keep reading texts as training did
+        if settings.is_file():
+            shutil.copyfile(settings, folder / settings.name)
+
+    save_trained_folder(args.output_dir, model, tokenizer, write_extra)
+    where = "the head" if args.head else "the tail"
+    print(f"{len(ids)} labels added to {where} (ids {ids[0]} to {ids[-1]}) -> {args.output_dir}")
+    return 0
+
+
 def handler_of(command: str):
     """The function that runs `command`, looked up when it runs."""
     return {
@@ -356,6 +412,7 @@ def handler_of(command: str):
         "group": command_group,
         "push": command_push,
         "export": command_export,
+        "add-labels": command_add_labels,
     }[command]
 
 

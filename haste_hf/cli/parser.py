@@ -121,6 +121,40 @@ def _add_export_parser(commands):
     export.add_argument("--overwrite", action="store_true", help="Replace a previous export in --output.")
 
 
+def _add_add_labels_parser(commands):
+    add_help = "Add labels to a trained model from their texts (and a few examples), without retraining it."
+    add = commands.add_parser(
+        "add-labels",
+        help=add_help,
+        description=add_help + " The scores of the existing labels stay the same.",
+        formatter_class=HelpFormatter,
+    )
+    add.add_argument("--model", required=True, type=existing_folder, help="Folder of a trained model.")
+    add.add_argument(
+        "--labels",
+        required=True,
+        type=existing_file,
+        help='JSON file of the new labels: [{"name": ..., "text": ...}, ...] or {name: text, ...}.',
+    )
+    add.add_argument(
+        "--negatives",
+        type=existing_folder,
+        default=None,
+        help="The model's training data: a sample of its texts are the negatives of a short fit of the new labels.",
+    )
+    add.add_argument("--negative-count", type=positive_int, default=2048, help="Training texts sampled as negatives.")
+    add.add_argument("--head", action="store_true", help="Put the new labels in the dense head, not in tail groups.")
+    add.add_argument("--output-dir", required=True, help="Folder to save the model with the new labels to.")
+    add.add_argument("--overwrite-output-dir", action="store_true", help="Replace a model already in --output-dir.")
+    add.add_argument("--seed", type=int, default=0, help="Seed of the negatives' sample and the new groups.")
+    _add_data_arguments(
+        add,
+        of_trained_model=True,
+        data_help="Few-shot examples of the new labels: a dataset folder (read as --negatives) whose label ids index "
+        "the entries of --labels.",
+    )
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """Reports a usage error in one line (`haste-hf CMD: error: ...`) with exit status 2, no usage block."""
 
@@ -137,15 +171,17 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def _add_data_arguments(parser, required=False, of_trained_model=False):
-    """`of_trained_model`: the flags of `evaluate` and `predict`, which default to the model's training settings."""
+def _add_data_arguments(parser, required=False, of_trained_model=False, data_help=None):
+    """`of_trained_model`: the flags of `evaluate` and `predict`, which default to the model's training settings;
+    `data_help`: what `--data` holds for this command, where it is not the dataset to score."""
     group = parser.add_argument_group("data")
     saved = " (default: as in training)" if of_trained_model else ""
     group.add_argument(
         "--data",
         required=required,
         type=existing_folder,
-        help="Dataset folder in an Extreme Classification Repository raw-text format (JSON lines, or "
+        help=data_help
+        or "Dataset folder in an Extreme Classification Repository raw-text format (JSON lines, or "
         "raw text + sparse labels; bag-of-words data has no texts to encode). Default: the embedded demo set.",
     )
     group.add_argument(
@@ -378,6 +414,7 @@ def build_parser(config: dict | None = None, command: str | None = None, live: b
     push.add_argument("--revision", default=None, help="Branch to push to (created if missing).")
     push.add_argument("--commit-message", default="Upload HASTE model", help="Commit message.")
     _add_export_parser(commands)
+    _add_add_labels_parser(commands)
     return parser
 
 

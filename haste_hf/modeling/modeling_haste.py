@@ -391,6 +391,32 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         self.label_names = label_names
         self.config.set_label_names(self.label_names)
 
+    def add_labels(
+        self, texts, examples=None, negatives=None, names=None, head: bool = False, tokenizer=None, **options
+    ) -> list[int]:
+        """Adds labels to this trained model from their texts (and optionally a few examples), without retraining;
+        returns their ids (`label_count`, `label_count + 1`, ...). The scores of every existing label stay
+        bit-identical, and the model saves, loads and serves as any other.
+
+        Args:
+            texts: one text describing each new label (as the dataset's label texts do).
+            examples: optional positive example texts: a list with one list per new label, or a mapping from a
+                new label's name or id to its texts. Needs `negatives`.
+            negatives: texts tagged with none of the new labels (a sample of the training texts); given, the new
+                labels' weights alone are fitted for a few steps on their positives (their text and examples)
+                against these.
+            names: the new labels' names (default: their texts where the model has names).
+            head: put the new labels in the dense head rather than in tail groups of their own.
+            tokenizer: the model's tokenizer (default: the one saved with it).
+            **options: `fit_steps`, `learning_rate`, `seed`, `batch_size`, `max_length` (see
+                `haste_hf.labels.additions.add_labels`).
+        """
+        try:
+            from haste_hf.labels.additions import add_labels
+        except ImportError as error:  # remote code loaded without the package
+            raise ImportError("`add_labels` needs the haste_hf package: `pip install haste_hf`.") from error
+        return add_labels(self, texts, examples, negatives, names, head, tokenizer, **options)
+
     # ----------------------------------------------------------------------------------------- encoding
 
     @property

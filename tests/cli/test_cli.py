@@ -420,7 +420,7 @@ def test_train_refuses_a_layout_of_another_split(dataset_dir, encoder_dir, tmp_p
 
 def test_help_explains_every_flag(capsys):
     subcommands = build_parser()._subparsers._group_actions[0].choices
-    assert set(subcommands) == {"train", "demo", "evaluate", "predict", "group", "push", "export"}
+    assert set(subcommands) == {"train", "demo", "evaluate", "predict", "group", "push", "export", "add-labels"}
     for name in subcommands:
         subparser = build_parser(command=name)._subparsers._group_actions[0].choices[name]
         for action in subparser._actions:

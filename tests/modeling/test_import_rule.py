@@ -1,6 +1,6 @@
 """The model's folder (`haste_hf/modeling/`) is copied beside every checkpoint and must load there without the
-package: its modules import their siblings with single-dot imports, and nothing else of `haste_hf` but the two
-named doors, each of which falls back when the package is absent."""
+package: its modules import their siblings with single-dot imports, and nothing else of `haste_hf` but the
+named doors, each of which falls back (or refuses in one line) when the package is absent."""
 
 import ast
 from pathlib import Path
@@ -10,9 +10,10 @@ from haste_hf.modeling.saving import exported_code_files
 
 
 MODELING = Path(haste_hf.modeling.__file__).parent
-# The doors: the compiled kernels (looked up by name, so an exported folder falls back to PyTorch) and the Hub
-# code behind `push_to_hub` (an exported folder pushes the transformers way).
-DOORS = {"haste_hf.kernels.ops", "haste_hf.hub"}
+# The doors: the compiled kernels (looked up by name, so an exported folder falls back to PyTorch), the Hub
+# code behind `push_to_hub` (an exported folder pushes the transformers way) and the label additions behind
+# `add_labels` (an exported folder refuses it in one line: they need the package).
+DOORS = {"haste_hf.kernels.ops", "haste_hf.hub", "haste_hf.labels.additions"}
 
 
 def imports_of(path: Path):

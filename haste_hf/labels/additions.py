@@ -1,0 +1,598 @@
+# Copyright 2026 The haste_hf Authors. Apache-2.0.
+"""Labels added to a trained model, from their texts and optionally a few examples, without retraining it.
+
+New labels take the next ids (`L, L + 1, ...`). In the tail (the default) they first fill the padding slots of
+the last tail group, the ones that fit its support best, then form groups of their own whose supports are the
+features where their projected directions are largest; with `head=True` they take new rows of the dense head.
+Existing labels keep their weights, their supports and the order of their groups, so their scores stay
+bit-identical; the output positions stay "head, then tail groups, padding last", so the folder saves, loads,
+serves and exports as any other.
+
+Each new label starts from a direction in its branch's input space: the encoder's embedding of its text through
+the branch's projection, minus the mean of the negatives when there are some, plus the mean of its examples. Its
+weights are that direction on its support, scaled to the mean norm of the existing labels' weights (and the head's
+mean bias). Given negatives (training texts tagged with none of the new labels), a short fit of the new weights
+alone follows: binary cross-entropy of each new label on its positives (its own text and its examples) and on the
+negatives, the encoder and every existing weight frozen.
+"""
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ..modeling.defaults import DEFAULT_EVAL_BATCH_SIZE, DEFAULT_MAX_LENGTH
+from ..modeling.output_layer import HasteOutputLayer
+from ..modeling.sparse_ops import group_sparse_linear
+from .embeddings import label_text_embeddings
+from .grouping import group_labels
+
+
+DEFAULT_FIT_STEPS = 200
+DEFAULT_FIT_LEARNING_RATE = 0.01
+
+
+@dataclass
+class NewLabelPlacement:
+    """Where the new labels (indexed 0..n-1 in the order given) go.
+
+    Attributes:
+        head: new labels taking head rows, in row order.
+        filled: new labels taking the padding slots of the last existing tail group, in slot order.
+        groups: `[m, G]` new labels of each new tail group (-1: padding slots of the last one).
+        supports: int32 `[m, F]` the supports of the new groups.
+    """
+
+    head: list[int]
+    filled: list[int]
+    groups: torch.Tensor
+    supports: torch.Tensor
+
+
+# ------------------------------------------------------------------------------------------------ input checks
+
+
+def _check_texts(value, argument: str, allow_empty_list: bool = False) -> list[str]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ValueError(f"`{argument}` must be a list of texts, got {type(value).__name__}.")
+    if not value and not allow_empty_list:
+        raise ValueError(f"`{argument}` is empty: give at least one text.")
+    for index, text in enumerate(value):
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"`{argument}[{index}]` is {text!r}: every text must be a non-empty string.")
+    return list(value)
+
+
+def existing_label_names(model) -> list[str]:
+    """The model's label names, `LABEL_{id}` where it has none."""
+    names = model.label_names
+    return list(names) if names is not None else [f"LABEL_{label}" for label in range(model.config.label_count)]
+
+
+def check_new_names(model, texts: list[str], names) -> list[str] | None:
+    """The names of the new labels (the texts where the model has names and none are given; None: the model's
+    `LABEL_{id}` placeholders), refusing duplicates and names the model already has."""
+    if names is None:
+        if model.label_names is None:
+            return None
+        names, argument = list(texts), "texts"
+    else:
+        names, argument = _check_texts(names, "names"), "names"
+        if len(names) != len(texts):
+            raise ValueError(f"`names` has {len(names)} entries for {len(texts)} texts: give one name per new label.")
+    seen = {}
+    for index, name in enumerate(names):
+        if name in seen:
+            raise ValueError(
+                f"`{argument}` lists {name!r} twice (entries {seen[name]} and {index}): each new label needs its own name."
+            )
+        seen[name] = index
+    existing = {name: label for label, name in enumerate(existing_label_names(model))}
+    for name in names:
+        if name in existing:
+            raise ValueError(
+                f"`{argument}`: {name!r} is already label {existing[name]} of this model; give the new label another name."
+            )
+    return names
+
+
+def check_examples(examples, texts: list[str], names: list[str] | None, label_count: int) -> list[list[str]]:
+    """`examples` as one list of example texts per new label: given so (aligned with `texts`), or as a mapping from
+    a new label's name or id (`label_count + i`) to its texts."""
+    count = len(texts)
+    if examples is None:
+        return [[] for _ in range(count)]
+    if isinstance(examples, dict):
+        by_name = {name: index for index, name in enumerate(names or [])}
+        aligned = [[] for _ in range(count)]
+        for key, values in examples.items():
+            if isinstance(key, int) and not isinstance(key, bool):
+                if 0 <= key < label_count:
+                    raise ValueError(
+                        f"`examples`: label {key} exists already; examples are for the new labels "
+                        f"(ids {label_count} to {label_count + count - 1})."
+                    )
+                index = key - label_count
+                if not 0 <= index < count:
+                    raise ValueError(
+                        f"`examples`: {key} is not the id of a new label (ids {label_count} to {label_count + count - 1})."
+                    )
+            elif key in by_name:
+                index = by_name[key]
+            else:
+                raise ValueError(
+                    f"`examples`: {key!r} is not one of the new labels: key examples by a new label's name or id."
+                )
+            aligned[index] = _check_texts(values, f"examples[{key!r}]", allow_empty_list=True)
+        return aligned
+    if isinstance(examples, (list, tuple)) and len(examples) == count:
+        return [
+            _check_texts(values, f"examples[{index}]", allow_empty_list=True) for index, values in enumerate(examples)
+        ]
+    raise ValueError(
+        f"`examples` must be a list of {count} lists of texts (one per new label) or a mapping from new label names or "
+        f"ids to texts, got {type(examples).__name__}"
+        + (f" of {len(examples)}" if hasattr(examples, "__len__") else "")
+        + "."
+    )
+
+
+def resolve_tokenizer(model, tokenizer):
+    """`tokenizer`, or the one saved with the model; refuses a model with no tokenizer to embed the texts."""
+    if tokenizer is not None:
+        return tokenizer
+    from transformers import AutoTokenizer
+
+    source = getattr(model, "name_or_path", "") or getattr(model.config, "_name_or_path", "")
+    try:
+        if not source:
+            raise OSError("the model was not loaded from a folder")
+        return AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError) as error:
+        raise ValueError(
+            f"`tokenizer`: the model has no tokenizer to embed the label texts ({str(error).splitlines()[0]}); pass "
+            "tokenizer=AutoTokenizer.from_pretrained(<its folder or encoder>)."
+        ) from None
+
+
+# ------------------------------------------------------------------------------------------------ embeddings
+
+
+def embed_texts(
+    model,
+    tokenizer,
+    texts: list[str],
+    *,
+    batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
+    max_length: int = DEFAULT_MAX_LENGTH,
+) -> torch.Tensor:
+    """The model's pooled features `[len(texts), d]` (float32, on the model's device) of `texts`: what its output
+    layer reads, so a label's text lands where the texts it should score high land (`label_text_embeddings` over
+    the model's encoder, pooling and normalisation)."""
+    batches = label_text_embeddings(
+        model.encoder,
+        texts,
+        tokenizer=tokenizer,
+        pooling=model.config.pooling,
+        normalize=model.config.normalize,
+        batch_size=batch_size,
+        max_length=max_length,
+        device=model.device,
+        show_progress=False,
+    )
+    return torch.cat(list(batches))
+
+
+@torch.no_grad()
+def branch_features(layer: HasteOutputLayer, features: torch.Tensor, branch: str) -> torch.Tensor:
+    """`features` through the `branch` ("head" or "tail") projection, if it has one, in float32."""
+    projection = getattr(layer, f"{branch}_projection")
+    if projection is None:
+        return features.float()
+    return projection(features.to(projection.weight.dtype)).float()
+
+
+# ------------------------------------------------------------------------------------------------ placement
+
+
+def supports_for(directions: torch.Tensor, fan_in: int) -> torch.Tensor:
+    """int32 `[F]` sorted features where the unit `directions` `[n, d]` of a group's labels are largest in sum of squares."""
+    mass = F.normalize(directions, dim=1).square().sum(dim=0)
+    return mass.topk(fan_in).indices.sort().values.int()
+
+
+def place_new_labels(layer: HasteOutputLayer, count: int, tail_directions: torch.Tensor | None, seed: int):
+    """The `NewLabelPlacement` of `count` new labels: in the head when `tail_directions` is None, else in the tail
+    by their directions `[count, d_tail]`."""
+    empty = torch.empty(0, layer.group_size, dtype=torch.int64), torch.empty(0, layer.fan_in, dtype=torch.int32)
+    if tail_directions is None:
+        return NewLabelPlacement(list(range(count)), [], *empty)
+    free_slots = layer.tail_group_count * layer.group_size - layer.tail_label_count
+    filled = []
+    if free_slots:
+        last_support = layer.tail.supports[-1].long().to(tail_directions.device)
+        fit = F.normalize(tail_directions, dim=1)[:, last_support].square().sum(dim=1)
+        filled = fit.topk(min(free_slots, count)).indices.tolist()
+    rest = torch.tensor(sorted(set(range(count)) - set(filled)), dtype=torch.int64)
+    if not rest.numel():
+        return NewLabelPlacement([], filled, *empty)
+    group_size = layer.group_size
+    if rest.numel() > group_size:
+        directions = F.normalize(tail_directions[rest], dim=1).cpu()
+        order = group_labels(
+            directions, torch.arange(rest.numel()), group_size, "semantic", seed=seed, show_progress=False
+        )
+        rest = rest[order.order]
+    group_count = -(-rest.numel() // group_size)
+    groups = torch.full((group_count * group_size,), -1, dtype=torch.int64)
+    groups[: rest.numel()] = rest
+    groups = groups.view(group_count, group_size)
+    supports = torch.stack(
+        [
+            supports_for(tail_directions[members[members >= 0].to(tail_directions.device)], layer.fan_in).cpu()
+            for members in groups
+        ]
+    )
+    return NewLabelPlacement([], filled, groups, supports)
+
+
+# ------------------------------------------------------------------------------------------------ the new weights
+
+
+class NewLabelWeights(torch.nn.Module):
+    """The trainable weights of the new labels only: head rows (and biases), the weights of the filled padding
+    slots on the last group's support, the weights of the new groups on theirs. `logits` scores every new label
+    (in the order given) from the branch features; `pair_logits` only the (text, label) pairs asked for."""
+
+    def __init__(self, layer: HasteOutputLayer, placement: NewLabelPlacement, count: int):
+        super().__init__()
+        self.count = count
+        self.head_labels = torch.tensor(placement.head, dtype=torch.int64)
+        self.filled_labels = torch.tensor(placement.filled, dtype=torch.int64)
+        self.group_labels = placement.groups
+        device = layer.output_labels.device
+        self.head_weight = self.head_bias = None
+        if placement.head:
+            self.head_weight = torch.nn.Parameter(
+                torch.zeros(len(placement.head), layer.head.weight.shape[1], device=device)
+            )
+            if layer.head.bias is not None:
+                self.head_bias = torch.nn.Parameter(torch.zeros(len(placement.head), device=device))
+        with_bias = layer.tail is not None and layer.tail.bias is not None
+        self.filled_weight = torch.nn.Parameter(torch.zeros(len(placement.filled), layer.fan_in, device=device))
+        self.filled_support = (
+            layer.tail.supports[-1].long().clone()
+            if placement.filled
+            else torch.zeros(0, dtype=torch.int64, device=device)
+        )
+        self.group_weight = torch.nn.Parameter(torch.zeros(*placement.groups.shape, layer.fan_in, device=device))
+        self.group_supports = placement.supports.to(device)
+        self.tail_bias = torch.nn.Parameter(torch.zeros(count, device=device)) if with_bias else None
+        # Each new label's (kind, row): 0 head row, 1 filled slot, 2 slot of the flattened new groups.
+        kind = torch.full((count,), -1, dtype=torch.int64)
+        row = torch.full((count,), -1, dtype=torch.int64)
+        for label_kind, labels in ((0, self.head_labels), (1, self.filled_labels)):
+            kind[labels], row[labels] = label_kind, torch.arange(labels.numel())
+        flat = self.group_labels.flatten()
+        kind[flat[flat >= 0]], row[flat[flat >= 0]] = 2, torch.nonzero(flat >= 0).squeeze(1)
+        self.kind, self.row = kind.to(device), row.to(device)
+
+    def label_supports(self) -> torch.Tensor:
+        """`[count, F]` the tail support of each new label (rows of head labels unused)."""
+        supports = torch.zeros(self.count, self.filled_weight.shape[1], dtype=torch.int64, device=self.kind.device)
+        if self.filled_labels.numel():
+            supports[self.filled_labels] = self.filled_support
+        flat = self.group_labels.flatten()
+        if flat.numel():
+            group_size = self.group_labels.shape[1]
+            slots = torch.nonzero(flat >= 0).squeeze(1)
+            supports[flat[slots]] = self.group_supports[slots // group_size].long()
+        return supports
+
+    def logits(self, head_x: torch.Tensor | None, tail_x: torch.Tensor | None) -> torch.Tensor:
+        batch_size = (head_x if head_x is not None else tail_x).shape[0]
+        out = torch.zeros(batch_size, self.count, device=self.kind.device)
+        if self.head_weight is not None:
+            scores = F.linear(head_x, self.head_weight, self.head_bias)
+            out = out.index_copy(1, self.head_labels.to(out.device), scores)
+        if self.filled_labels.numel():
+            scores = tail_x[:, self.filled_support] @ self.filled_weight.T
+            out = out.index_copy(1, self.filled_labels.to(out.device), scores)
+        flat = self.group_labels.flatten()
+        if flat.numel():
+            scores = group_sparse_linear(tail_x, self.group_weight, self.group_supports)
+            slots = torch.nonzero(flat >= 0).squeeze(1).to(out.device)
+            out = out.index_copy(1, flat[flat >= 0].to(out.device), scores[:, slots])
+        if self.tail_bias is not None:
+            out = out + torch.where(self.kind == 0, 0.0, self.tail_bias)
+        return out
+
+    def pair_logits(self, head_x, tail_x, rows: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The logits of new label `labels[i]` on text `rows[i]`, without scoring the other pairs."""
+        out = torch.zeros(rows.numel(), device=self.kind.device)
+        kind, row = self.kind[labels], self.row[labels]
+        in_head = kind == 0
+        if in_head.any():
+            bias = 0 if self.head_bias is None else self.head_bias[row[in_head]]
+            out = out.masked_scatter(in_head, (head_x[rows[in_head]] * self.head_weight[row[in_head]]).sum(1) + bias)
+        in_tail = ~in_head
+        if in_tail.any():
+            weights = torch.cat([self.filled_weight, self.group_weight.reshape(-1, self.group_weight.shape[-1])])
+            offset = torch.where(kind[in_tail] == 1, 0, self.filled_weight.shape[0])
+            supports = self.label_supports()[labels[in_tail]]
+            gathered = tail_x[rows[in_tail].unsqueeze(1), supports]
+            scores = (gathered * weights[row[in_tail] + offset]).sum(1)
+            if self.tail_bias is not None:
+                scores = scores + self.tail_bias[labels[in_tail]]
+            out = out.masked_scatter(in_tail, scores)
+        return out
+
+    @torch.no_grad()
+    def initialize(self, layer: HasteOutputLayer, head_directions, tail_directions) -> None:
+        """Each label's direction on its support, scaled to the mean norm of the existing labels' weights."""
+        if self.head_weight is not None:
+            head = layer.head.weight.float()
+            self.head_weight.copy_(F.normalize(head_directions[self.head_labels], dim=1) * head.norm(dim=1).mean())
+            if self.head_bias is not None:
+                self.head_bias.fill_(float(layer.head.bias.float().mean()))
+        if self.filled_labels.numel() or self.group_labels.numel():
+            scale = layer.tail.weight.float().flatten(0, 1)
+            valid = layer.output_labels[layer.tail_first_position :] >= 0
+            scale = scale[valid].norm(dim=1).mean()
+            supports = self.label_supports()
+            on_support = F.normalize(tail_directions.gather(1, supports), dim=1) * scale
+            if self.filled_labels.numel():
+                self.filled_weight.copy_(on_support[self.filled_labels])
+            flat = self.group_labels.flatten()
+            weights = self.group_weight.view(-1, self.group_weight.shape[-1])
+            weights[flat >= 0] = on_support[flat[flat >= 0]]
+            if self.tail_bias is not None:
+                self.tail_bias.fill_(float(layer.tail.bias.float()[valid].mean()))
+
+
+def fit_new_labels(
+    weights: NewLabelWeights,
+    positives: tuple[torch.Tensor | None, torch.Tensor | None],
+    pairs: tuple[torch.Tensor, torch.Tensor],
+    negatives: tuple[torch.Tensor | None, torch.Tensor | None],
+    *,
+    steps: int,
+    learning_rate: float,
+) -> list[float]:
+    """Adam on the new weights alone, on the model's own objective restricted to them: BCE summed over the new
+    labels' positive pairs and over every (negative, new label) pair, per negative text. Summed, not balanced, so
+    that the negatives outweigh the few positives as they do in training, and the new labels' scores fall where the
+    existing labels' do. Returns the loss of each step."""
+    optimizer = torch.optim.Adam(weights.parameters(), lr=learning_rate)
+    rows, labels = pairs
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        positive = F.softplus(-weights.pair_logits(*positives, rows, labels)).sum()
+        negative_logits = weights.logits(*negatives)
+        loss = (positive + F.softplus(negative_logits).sum()) / negative_logits.shape[0]
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+# ------------------------------------------------------------------------------------------------ the extended layer
+
+
+@torch.no_grad()
+def extended_output_layer(layer: HasteOutputLayer, weights: NewLabelWeights) -> HasteOutputLayer:
+    """A copy of `layer` with the new labels (ids `label_count + i`) where `weights` places them; every existing
+    weight, support and group order kept."""
+    count, old_count, group_size = weights.count, layer.label_count, layer.group_size
+    head_added = weights.head_labels.numel()
+    tail_module = layer.tail
+    new = HasteOutputLayer(
+        layer.in_features,
+        old_count + count,
+        layer.head_label_count + head_added,
+        group_size,
+        layer.fan_in,
+        head_projection_dim=layer.head_projection.out_features if layer.head_projection is not None else None,
+        tail_projection_dim=layer.tail_projection.out_features if layer.tail_projection is not None else None,
+        tail_bias=tail_module is not None and tail_module.bias is not None,
+        loss=layer.loss_name,
+        loss_reduction=layer.loss_reduction,
+        supports_seed=layer.supports_seed,
+        initialize=False,
+    ).to(layer.output_labels.device)
+    for name in ("head_projection", "head", "tail_projection", "tail"):
+        if getattr(new, name) is not None:  # each module in its old dtype (an output layer may train in bf16)
+            getattr(new, name).to(getattr(layer, name).weight.dtype)
+    for name in ("head_projection", "tail_projection"):
+        if getattr(layer, name) is not None:
+            getattr(new, name).load_state_dict(getattr(layer, name).state_dict())
+    new_ids = torch.arange(old_count, old_count + count, device=layer.output_labels.device)
+    head_ids = layer.output_labels[: layer.head_label_count]
+    if new.head is not None:
+        new.head.weight.copy_(
+            torch.cat([layer.head.weight, weights.head_weight.to(layer.head.weight.dtype)])
+            if head_added
+            else layer.head.weight
+        )
+        if new.head.bias is not None:
+            added = [weights.head_bias.to(layer.head.bias.dtype)] if head_added else []
+            new.head.bias.copy_(torch.cat([layer.head.bias, *added]))
+        head_ids = torch.cat([head_ids, new_ids[weights.head_labels.to(new_ids.device)]])
+    tail_ids = layer.output_labels[layer.head_label_count :]
+    if new.tail is not None:
+        dtype = tail_module.weight.dtype
+        old_groups = tail_module.weight.shape[0]
+        old_weight = tail_module.weight.clone()
+        tail_ids = tail_ids.clone()
+        if weights.filled_labels.numel():
+            free = torch.nonzero(tail_ids < 0).squeeze(1)[: weights.filled_labels.numel()]
+            old_weight.view(-1, layer.fan_in)[free] = weights.filled_weight.to(dtype)
+            tail_ids[free] = new_ids[weights.filled_labels.to(new_ids.device)]
+        flat = weights.group_labels.flatten().to(new_ids.device)
+        group_ids = torch.where(flat >= 0, new_ids[flat.clamp(min=0)], -1)
+        new.tail.weight.copy_(torch.cat([old_weight, weights.group_weight.to(dtype)]))
+        new.tail.supports.copy_(
+            torch.cat([tail_module.supports, weights.group_supports.to(tail_module.supports.dtype)])
+        )
+        if new.tail.bias is not None:
+            bias = tail_module.bias.clone()
+            if weights.filled_labels.numel():
+                bias[free] = weights.tail_bias[weights.filled_labels].to(dtype)
+            group_bias = torch.where(flat >= 0, weights.tail_bias[flat.clamp(min=0)], 0).to(dtype)
+            new.tail.bias.copy_(torch.cat([bias, group_bias]))
+        assert new.tail.weight.shape[0] == old_groups + weights.group_labels.shape[0]
+        tail_ids = torch.cat([tail_ids, group_ids])
+    new.output_labels.copy_(torch.cat([head_ids, tail_ids]))
+    new.check_invariants(source="the output layer with the new labels")
+    return new
+
+
+# ------------------------------------------------------------------------------------------------ the entry point
+
+
+def add_labels(
+    model,
+    texts: list[str],
+    examples=None,
+    negatives: list[str] | None = None,
+    names: list[str] | None = None,
+    head: bool = False,
+    tokenizer=None,
+    *,
+    fit_steps: int = DEFAULT_FIT_STEPS,
+    learning_rate: float = DEFAULT_FIT_LEARNING_RATE,
+    seed: int = 0,
+    batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
+    max_length: int | None = None,
+) -> list[int]:
+    """`HasteForExtremeClassification.add_labels`: see its docstring. Returns the ids of the new labels.
+
+    `fit_steps` Adam steps of `learning_rate` fit the new weights (with `negatives`); `seed` draws the new groups;
+    texts are embedded `batch_size` at a time, cut at `max_length` tokens (default: the tokenizer's
+    `model_max_length`, which `haste-hf train` sets to the training length, else `DEFAULT_MAX_LENGTH`)."""
+    layer = model.output_layer
+    if type(layer) is not HasteOutputLayer:
+        raise ValueError(
+            f"`model`: its output layer is a {type(layer).__name__} (one rank's share of a sharded layer): add labels "
+            "to the saved model, loaded in one process with `from_pretrained`."
+        )
+    texts = _check_texts(texts, "texts")
+    names = check_new_names(model, texts, names)
+    examples = check_examples(examples, texts, names, model.config.label_count)
+    if negatives is not None:
+        negatives = _check_texts(negatives, "negatives")
+    elif any(examples):
+        raise ValueError(
+            "`negatives`: fitting the new labels on `examples` needs negative texts too (a sample of the training "
+            "texts tagged with none of the new labels)."
+        )
+    if head and layer.head is None:
+        raise ValueError("`head`: this model has no dense head (head_label_count 0): add the labels to the tail.")
+    if not head and layer.tail is None:
+        raise ValueError(
+            "`head`: this model has no tail (every label in the dense head): add the labels with head=True."
+        )
+    checked = [("fit_steps", fit_steps), ("batch_size", batch_size)]
+    for name, value in checked + ([("max_length", max_length)] if max_length is not None else []):
+        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "fit_steps" else 1):
+            raise ValueError(
+                f"`{name}` must be a {'non-negative' if name == 'fit_steps' else 'positive'} integer, got {value!r}."
+            )
+    if not (isinstance(learning_rate, (int, float)) and math.isfinite(learning_rate) and learning_rate > 0):
+        raise ValueError(f"`learning_rate` must be a positive number, got {learning_rate!r}.")
+    tokenizer = resolve_tokenizer(model, tokenizer)
+    if max_length is None:  # a tokenizer without a length of its own says so with a huge number
+        max_length = tokenizer.model_max_length if tokenizer.model_max_length <= 1 << 20 else DEFAULT_MAX_LENGTH
+
+    count = len(texts)
+    example_texts = [text for values in examples for text in values]
+    embedded = embed_texts(
+        model, tokenizer, texts + example_texts + (negatives or []), batch_size=batch_size, max_length=max_length
+    )
+    branches = [
+        branch for branch, present in (("head", layer.head is not None), ("tail", layer.tail is not None)) if present
+    ]
+    features = {branch: branch_features(layer, embedded, branch) for branch in branches}
+    # Positive pairs: each label's own text, then its examples.
+    example_labels = torch.tensor([label for label, values in enumerate(examples) for _ in values], dtype=torch.int64)
+    rows = torch.cat([torch.arange(count), count + torch.arange(example_labels.numel())]).to(embedded.device)
+    labels = torch.cat([torch.arange(count), example_labels]).to(embedded.device)
+    negative_rows = slice(count + example_labels.numel(), None)
+
+    def directions(x: torch.Tensor) -> torch.Tensor:
+        positive_mean = torch.zeros(count, x.shape[1], device=x.device).index_add_(0, labels, x[rows])
+        positive_mean /= torch.bincount(labels, minlength=count).unsqueeze(1)
+        return positive_mean - x[negative_rows].mean(dim=0) if negatives is not None else positive_mean
+
+    head_directions = directions(features["head"]) if head else None
+    tail_directions = None if head else directions(features["tail"])
+    placement = place_new_labels(layer, count, tail_directions, seed)
+    weights = NewLabelWeights(layer, placement, count)
+    weights.initialize(layer, head_directions, tail_directions)
+    if negatives is not None and fit_steps:
+        head_x, tail_x = features.get("head"), features.get("tail")
+        positive_x = (head_x, tail_x)
+        negative_x = tuple(None if x is None else x[negative_rows] for x in (head_x, tail_x))
+        with torch.enable_grad():
+            generator_state = torch.random.get_rng_state()
+            try:
+                torch.manual_seed(seed)
+                fit_new_labels(
+                    weights, positive_x, (rows, labels), negative_x, steps=fit_steps, learning_rate=learning_rate
+                )
+            finally:
+                torch.random.set_rng_state(generator_state)
+    all_names = None if names is None else existing_label_names(model) + names
+    new_layer = extended_output_layer(layer, weights)
+    model.output_layer = new_layer
+    old_count = model.config.label_count
+    model.config.label_count = old_count + count
+    model.config.head_label_count = new_layer.head_label_count
+    model.set_label_names(all_names)
+    return list(range(old_count, old_count + count))
+
+
+# ------------------------------------------------------------------------------------------------ files
+
+
+def read_new_labels(path) -> tuple[list[str], list[str] | None]:
+    """`(texts, names)` of a new-labels JSON file: a list of `{"text": ..., "name": ...}` objects (`name` optional,
+    given for all or none), or an object mapping names to texts."""
+    import json
+
+    try:
+        entries = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is not a JSON file ({error})") from None
+    if isinstance(entries, dict):
+        return list(entries.values()), list(entries)
+    if not isinstance(entries, list) or not all(isinstance(entry, dict) and "text" in entry for entry in entries):
+        raise ValueError(f'{path} must hold a list of {{"text": ..., "name": ...}} objects, or an object of name: text')
+    named = ["name" in entry for entry in entries]
+    if any(named) and not all(named):
+        raise ValueError(f"{path}: entry {named.index(False)} has no name; name every new label, or none")
+    return [entry["text"] for entry in entries], ([entry["name"] for entry in entries] if all(named) else None)
+
+
+def examples_from_split(split, count: int) -> list[list[str]]:
+    """One list of example texts per new label from a dataset split whose label ids index the new labels."""
+    examples = [[] for _ in range(count)]
+    for text, labels in zip(split["text"], split["labels"]):
+        for label in labels:
+            if not 0 <= label < count:
+                raise ValueError(f"the examples tag label {label}, and the new labels are 0 to {count - 1}")
+            examples[label].append(text)
+    return examples
+
+
+def sample_texts(split, count: int, seed: int) -> list[str]:
+    """`count` texts of `split` drawn at random (all of them when it holds fewer)."""
+    generator = torch.Generator().manual_seed(seed)
+    rows = torch.randperm(len(split), generator=generator)[:count].sort().values.tolist()
+    return list(split.select(rows)["text"])
+
+
+__all__ = ["NewLabelPlacement", "NewLabelWeights", "add_labels", "embed_texts", "place_new_labels", "read_new_labels"]
