@@ -13,7 +13,7 @@ from .config_file import (
     read_config_file,
 )
 from .errors import DEBUG_VARIABLE, UsageError
-from .flags import field_names, flag_description, flags_parser
+from .flags import field_names, flag_description, flag_records, flags_parser
 
 
 def _positive(kind):
@@ -323,6 +323,7 @@ def build_parser(config: dict | None = None, command: str | None = None, live: b
         help="Print the versions of haste-hf, transformers and torch.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
+    parser.command_parsers = commands.choices  # name -> the command's parser, for its errors and its `prog`
 
     for name, help, demo_defaults in (("train", TRAIN_HELP, {}), ("demo", DEMO_HELP, DEMO_DEFAULTS)):
         if name != command:
@@ -490,11 +491,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     command = argv[0] if argv and argv[0] in DATACLASS_COMMANDS else None
     parser = build_parser(config, command=command)
     if config:
-        check_config_values(
-            _config_path(argv), config, parser._subparsers._group_actions[0].choices[argv[0]], may_be_null
-        )
+        check_config_values(_config_path(argv), config, flag_records(), may_be_null)
     args, unknown = parser.parse_known_args(argv)
-    subparser = parser._subparsers._group_actions[0].choices[args.command]
+    subparser = parser.command_parsers[args.command]
     if unknown:
         subparser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if command:
