@@ -17,10 +17,7 @@ import copy
 import dataclasses
 import json
 import os
-import shutil
-import tempfile
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -50,7 +47,7 @@ from .modeling.defaults import (
 )
 from .modeling.logging_utils import get_logger
 from .modeling.model_sources import DEMO_ENCODER, check_model_source, encoder_model_id, resolve_encoder
-from .modeling.saving import checkpoint_folders, save_folder_atomically
+from .training.run_folder import RunFolder, check_output_dir
 
 
 DEMO_DATASET_NAME = "debian_tags_mini"
@@ -377,47 +374,6 @@ def model_selection_arguments(has_validation: bool, eval_steps: int | None = Non
     )
 
 
-def check_output_dir(output_dir, *, overwrite: bool = False, resume: bool = False) -> None:
-    """Raises a `ValueError` when `output_dir` holds a model or checkpoints and neither `overwrite` (replace
-    them) nor `resume` (continue from the last checkpoint) was asked for: a run must not silently replace a
-    finished one, nor rotate its checkpoints away."""
-    if overwrite and resume:
-        raise ValueError("Give --overwrite-output-dir (start afresh) or --resume-from-checkpoint (continue), not both.")
-    folder = Path(output_dir)
-    check_writable_folder(folder)
-    held = [
-        name
-        for name in ("config.json", "model.safetensors", "model.safetensors.index.json")
-        if (folder / name).is_file()
-    ]
-    held += [path.name for path in checkpoint_folders(folder)]
-    if held and not (overwrite or resume):
-        shown = ", ".join(held[:4]) + (", ..." if len(held) > 4 else "")
-        raise ValueError(
-            f"{folder} already holds a model ({shown}): pass --overwrite-output-dir (`overwrite_output_dir=True`) "
-            "to replace it, or --resume-from-checkpoint (`resume_from_checkpoint=True`) to continue its training."
-        )
-
-
-def check_writable_folder(folder: Path) -> None:
-    """Raises a `ValueError` naming `folder` when a run could not write into it: it is a file, a file stands where
-    one of its parents should be, or the folder (or the nearest existing parent that would hold it) refuses new
-    files. Tried by writing, since permissions do not tell (root, read-only mounts, network file systems)."""
-    existing = folder
-    while not existing.exists() and existing.parent != existing:
-        existing = existing.parent
-    if not existing.is_dir():
-        where = "is a file" if existing == folder else f"cannot be created: {existing} is a file"
-        raise ValueError(f"{folder} {where}; give a folder path.")
-    try:
-        handle, probe = tempfile.mkstemp(prefix=".haste-write-test-", dir=existing)
-    except OSError as error:
-        shown = folder if existing == folder else f"{folder} (to be created in {existing})"
-        raise ValueError(f"{shown} is not writable: {error.strerror or error}.") from None
-    os.close(handle)
-    os.remove(probe)
-
-
 def build_trainer(
     model, tokenizer, training_args, train_split, validation_split, propensity, max_length: int, callbacks=None
 ):
@@ -468,7 +424,6 @@ def save_trained(
     import torch
     from transformers.trainer import TRAINING_ARGS_NAME
 
-    from .modeling.saving import save_trained_folder
     from .training.callbacks import unwrap_model
     from .training.sharded_output_layer import sharded_output_layer
 
@@ -484,7 +439,7 @@ def save_trained(
             (folder / EVALUATION_SETTINGS_FILE).write_text(json.dumps(evaluation_settings, indent=2))
         write_results(folder, trainer, layout, output_dir, card)
 
-    save_trained_folder(output_dir, model, tokenizer, write_extra, state_dict=state_dict)
+    RunFolder(output_dir).save_model(model, tokenizer, write_extra, state_dict=state_dict)
 
 
 def write_results(folder: Path, trainer, layout: LabelLayout, output_dir: str, card: CardFields) -> None:
@@ -549,6 +504,126 @@ def _check_process_group(training_args) -> None:
         )
 
 
+def _recipe_arguments(data, encoder: str, recipe_args: RecipeArguments | None, options: dict) -> RecipeArguments:
+    """`recipe_args`, or the `RecipeArguments` of `train`'s keywords (not both)."""
+    if recipe_args is None:
+        path = os.fspath(data) if isinstance(data, (str, os.PathLike)) else None
+        return RecipeArguments(data=path, encoder=encoder, **options)
+    if options:
+        raise ValueError(
+            f"Give the recipe's options in `recipe_args` or as keywords, not both (got {sorted(options)})."
+        )
+    return recipe_args
+
+
+def _run_arguments(training_args, output_dir: str | None, recipe: RecipeArguments, save: bool, resume_from_checkpoint):
+    """`(training_args, push, resume_from_checkpoint)` of the run (see `_training_arguments`), checked against its
+    processes and `save`; resuming: the argument, else the training arguments'; `"last"` reads as True."""
+    training_args, push = _training_arguments(training_args, output_dir, recipe.validation_fraction > 0)
+    _check_process_group(training_args)
+    if push and not save:
+        raise ValueError("`push_to_hub=True` pushes the saved folder: it needs `save=True`.")
+    if resume_from_checkpoint is None:
+        resume_from_checkpoint = training_args.resume_from_checkpoint
+    return training_args, push, True if resume_from_checkpoint == LAST_CHECKPOINT else resume_from_checkpoint
+
+
+def _dataset_of(data, recipe: RecipeArguments):
+    """The `XMCDataset` given, or the one `recipe.data` names, refused when no training point has a label."""
+    dataset = (
+        data
+        if data is not None and not isinstance(data, (str, os.PathLike))
+        else load_dataset(recipe.data, recipe.format, recipe.text_fields, recipe.label_texts)
+    )
+    if dataset.train_label_frequencies is not None and not np.asarray(dataset.train_label_frequencies).any():
+        raise ValueError(
+            f"The training split of {recipe.data or DEMO_DATASET_NAME} has no positive label (every point's label list "
+            "is empty): there is nothing to learn. Check the label column or file."
+        )
+    return dataset
+
+
+def _encoder_of(recipe: RecipeArguments):
+    """`(encoder, tokenizer)`, the tokenizer set to the recipe's length (the model's input length from now on,
+    saved with it) once the encoder is known to read it."""
+    encoder_model, tokenizer = load_encoder(recipe.encoder)
+    check_max_length(encoder_model, recipe.max_length, recipe.encoder)
+    tokenizer.model_max_length = recipe.max_length
+    return encoder_model, tokenizer
+
+
+def _shared_layout(train_split, dataset, encoder_model, tokenizer, pooling, recipe, training_args, layout):
+    """The label layout, computed (or checked) once by the main process: the other ranks take rank 0's (CUDA
+    reductions need not agree between runs)."""
+    from .training.distributed import broadcast_object
+
+    if process_rank_and_count()[0] == 0:
+        layout = build_layout(
+            train_split,
+            dataset.label_count,
+            encoder_model,
+            tokenizer,
+            layout=layout if layout is not None else recipe.layout_file,
+            group_size=recipe.group_size,
+            head_label_fraction=recipe.head_label_fraction,
+            grouping=recipe.grouping,
+            beta=recipe.beta,
+            pooling=pooling,
+            seed=training_args.seed,
+            max_length=recipe.max_length,
+            batch_size=training_args.per_device_eval_batch_size,
+        )
+    return broadcast_object(layout)
+
+
+def _model_of(encoder_model, layout: LabelLayout, dataset, pooling: str, recipe: RecipeArguments):
+    return build_model(
+        encoder_model,
+        layout,
+        label_count=dataset.label_count,
+        label_names=dataset.label_texts,
+        fan_in=recipe.fan_in,
+        pooling=pooling,
+        head_projection_dim=recipe.head_projection_dim,
+        tail_projection_dim=recipe.tail_projection_dim,
+    )
+
+
+def _card_fields(recipe: RecipeArguments, dataset_name: str, propensity, training_args) -> CardFields:
+    return CardFields(
+        encoder_name=encoder_model_id(recipe.encoder),
+        dataset_name=dataset_name,
+        propensity=propensity,
+        hub_model_id=training_args.hub_model_id,
+        dataset_id=recipe.dataset_name,
+    )
+
+
+def _test_metrics(trainer, tokenizer, dataset, propensity, recipe, training_args, evaluate_test: bool) -> dict:
+    """The trained model's metrics on the test split; none where not asked for or the dataset has no test split."""
+    if not (evaluate_test and "test" in dataset.splits):
+        return {}
+    return evaluate_split(
+        trainer.model,
+        tokenizer,
+        dataset,
+        "test",
+        propensity,
+        max_length=recipe.max_length,
+        batch_size=training_args.per_device_eval_batch_size,
+    )
+
+
+def _evaluation_settings(recipe: RecipeArguments, training_args) -> dict:
+    """How the test metrics are computed, saved for `haste-hf evaluate`: the text read as resolved (`evaluate`
+    without --data reads the demo set, whose default differs)."""
+    return (
+        {name: getattr(recipe, name) for name in EVALUATION_SETTINGS}
+        | {"text_fields": resolved_text_fields(recipe.data, recipe.text_fields)}
+        | {"eval_batch_size": training_args.per_device_eval_batch_size}
+    )
+
+
 def train(
     data=None,
     encoder: str = DEMO_ENCODER,
@@ -585,75 +660,23 @@ def train(
             or `"last"`) or from the checkpoint folder given; default: `training_args.resume_from_checkpoint`.
     """
     from .training.callbacks import TrainingSplitFingerprint
-    from .training.distributed import broadcast_object
-    from .training.run_lock import output_dir_lock
 
-    if recipe_args is None:
-        path = os.fspath(data) if isinstance(data, (str, os.PathLike)) else None
-        recipe_args = RecipeArguments(data=path, encoder=encoder, **options)
-    elif options:
-        raise ValueError(
-            f"Give the recipe's options in `recipe_args` or as keywords, not both (got {sorted(options)})."
-        )
-    recipe = recipe_args
+    recipe = _recipe_arguments(data, encoder, recipe_args, options)
     started = time.time()
-    training_args, push = _training_arguments(training_args, output_dir, recipe.validation_fraction > 0)
+    training_args, push, resume = _run_arguments(training_args, output_dir, recipe, save, resume_from_checkpoint)
     output_dir, seed = training_args.output_dir, training_args.seed
-    _check_process_group(training_args)
+    run_folder = RunFolder(output_dir, overwrite=recipe.overwrite_output_dir, resume=bool(resume))
+    run_folder.check()
     is_main = process_rank_and_count()[0] == 0
-    if push and not save:
-        raise ValueError("`push_to_hub=True` pushes the saved folder: it needs `save=True`.")
-    if resume_from_checkpoint is None:
-        resume_from_checkpoint = training_args.resume_from_checkpoint
-    if resume_from_checkpoint == LAST_CHECKPOINT:
-        resume_from_checkpoint = True
-    check_output_dir(output_dir, overwrite=recipe.overwrite_output_dir, resume=bool(resume_from_checkpoint))
     # Held from here to the end: a second run into this folder is refused now, not after its training.
-    with output_dir_lock(output_dir) if is_main else nullcontext():
-        dataset = (
-            data
-            if data is not None and not isinstance(data, (str, os.PathLike))
-            else load_dataset(recipe.data, recipe.format, recipe.text_fields, recipe.label_texts)
-        )
-        if dataset.train_label_frequencies is not None and not np.asarray(dataset.train_label_frequencies).any():
-            raise ValueError(
-                f"The training split of {recipe.data or DEMO_DATASET_NAME} has no positive label (every point's label list "
-                "is empty): there is nothing to learn. Check the label column or file."
-            )
-
+    with run_folder.held(is_main):
+        dataset = _dataset_of(data, recipe)
         train_split, validation_split = split_validation(dataset.splits["train"], recipe.validation_fraction, seed)
-        encoder_model, tokenizer = load_encoder(recipe.encoder)
-        check_max_length(encoder_model, recipe.max_length, recipe.encoder)
-        tokenizer.model_max_length = recipe.max_length  # the model's input length from now on, saved with it
+        encoder_model, tokenizer = _encoder_of(recipe)
         pooling = recipe.pooling or default_pooling(encoder_model.config)
-        if is_main:  # once: the other ranks take rank 0's layout (CUDA reductions need not agree between runs)
-            layout = build_layout(
-                train_split,
-                dataset.label_count,
-                encoder_model,
-                tokenizer,
-                layout=layout if layout is not None else recipe.layout_file,
-                group_size=recipe.group_size,
-                head_label_fraction=recipe.head_label_fraction,
-                grouping=recipe.grouping,
-                beta=recipe.beta,
-                pooling=pooling,
-                seed=seed,
-                max_length=recipe.max_length,
-                batch_size=training_args.per_device_eval_batch_size,
-            )
-        layout = broadcast_object(layout)
+        layout = _shared_layout(train_split, dataset, encoder_model, tokenizer, pooling, recipe, training_args, layout)
         set_seed(seed)  # the new head and tail weights: a function of the seed, the same on every rank
-        model = build_model(
-            encoder_model,
-            layout,
-            label_count=dataset.label_count,
-            label_names=dataset.label_texts,
-            fan_in=recipe.fan_in,
-            pooling=pooling,
-            head_projection_dim=recipe.head_projection_dim,
-            tail_projection_dim=recipe.tail_projection_dim,
-        )
+        model = _model_of(encoder_model, layout, dataset, pooling, recipe)
         dataset_name = dataset_name_of(recipe.data, recipe.dataset_name)
         propensity = propensity_of(dataset, dataset_name, recipe.propensity_a, recipe.propensity_b)
         if layout.split_fingerprint is not None:  # kept in each checkpoint: resuming on other data is refused
@@ -661,70 +684,22 @@ def train(
         trainer = build_trainer(
             model, tokenizer, training_args, train_split, validation_split, propensity, recipe.max_length, callbacks
         )
-        if recipe.overwrite_output_dir and not resume_from_checkpoint and trainer.is_world_process_zero():
-            for checkpoint in checkpoint_folders(output_dir):  # another run's: resuming or rotation would pick them
-                shutil.rmtree(checkpoint)
-        trainer.train(resume_from_checkpoint=resume_from_checkpoint)
-        training_seconds = time.time() - started
-
-        model = trainer.model
-        card = CardFields(
-            encoder_name=encoder_model_id(recipe.encoder),
-            dataset_name=dataset_name,
-            propensity=propensity,
-            hub_model_id=training_args.hub_model_id,
-            dataset_id=recipe.dataset_name,
-        )
+        if trainer.is_world_process_zero():
+            run_folder.clear_checkpoints()
+        trainer.train(resume_from_checkpoint=resume)
+        seconds = time.time() - started
+        card = _card_fields(recipe, dataset_name, propensity, training_args)
         if save:  # before the test evaluation: whatever happens there, the trained model is kept
-            save_trained(
-                trainer,
-                tokenizer,
-                layout,
-                output_dir,
-                card,
-                # The text read as resolved: `evaluate` without --data reads the demo set, whose default differs.
-                evaluation_settings={name: getattr(recipe, name) for name in EVALUATION_SETTINGS}
-                | {"text_fields": resolved_text_fields(recipe.data, recipe.text_fields)}
-                | {"eval_batch_size": training_args.per_device_eval_batch_size},
-            )
-        test_metrics = {}
-        if evaluate_test and "test" in dataset.splits:
-            test_metrics = evaluate_split(
-                model,
-                tokenizer,
-                dataset,
-                "test",
-                propensity,
-                max_length=recipe.max_length,
-                batch_size=training_args.per_device_eval_batch_size,
-            )
+            evaluation_settings = _evaluation_settings(recipe, training_args)
+            save_trained(trainer, tokenizer, layout, output_dir, card, evaluation_settings=evaluation_settings)
+        test_metrics = _test_metrics(trainer, tokenizer, dataset, propensity, recipe, training_args, evaluate_test)
         if save and is_main:
-            save_folder_atomically(
-                output_dir,
-                lambda folder: write_results(
-                    Path(folder), trainer, layout, output_dir, dataclasses.replace(card, test_metrics=test_metrics)
-                ),
-            )
+            card = dataclasses.replace(card, test_metrics=test_metrics)
+            run_folder.add_files(lambda folder: write_results(folder, trainer, layout, output_dir, card))
         if push and is_main:
-            from .hub import push_to_hub
-
-            push_to_hub(
-                output_dir,
-                training_args.hub_model_id or Path(output_dir).name,
-                private=training_args.hub_private_repo,
-                revision=training_args.hub_revision,
-                token=training_args.hub_token,
-            )
-        return TrainingRun(
-            model=model,
-            tokenizer=tokenizer,
-            layout=layout,
-            trainer=trainer,
-            test_metrics=test_metrics,
-            propensity=propensity,
-            training_seconds=training_seconds,
-            output_dir=output_dir if save else None,
-        )
+            run_folder.push(training_args)
+        saved_to = output_dir if save else None
+        return TrainingRun(trainer.model, tokenizer, layout, trainer, test_metrics, propensity, seconds, saved_to)
 
 
 __all__ = [
