@@ -86,7 +86,7 @@ def _added_actions(dataclass) -> list[tuple[str, argparse.Action]]:
 def describe_live_flags() -> dict:
     """The argparse actions `HfArgumentParser` makes of each dataclass, as JSON-ready records, and the versions they
     were made under (imports transformers)."""
-    from ..recipe import RecipeArguments
+    from ..recipe_arguments import RecipeArguments
     from ..training.training_args import HasteTrainingArguments
 
     description = {"versions": installed_versions()}

@@ -257,7 +257,7 @@ def _recipe_parser(live=False):
         return flags_parser("RecipeArguments")
     from transformers import HfArgumentParser
 
-    from ..recipe import RecipeArguments
+    from ..recipe_arguments import RecipeArguments
 
     return HfArgumentParser(RecipeArguments, add_help=False)
 
@@ -270,7 +270,7 @@ def _train_parser_kwargs(live=False) -> dict:
     if live:
         from transformers import HfArgumentParser
 
-        from ..recipe import RecipeArguments
+        from ..recipe_arguments import RecipeArguments
         from ..training.training_args import HasteTrainingArguments
 
         fields = HfArgumentParser((RecipeArguments, HasteTrainingArguments), add_help=False)
@@ -476,7 +476,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         config = read_config_file(_config_path(argv), field_names())  # an unknown key is refused before anything loads
         import typing
 
-        from ..recipe import RecipeArguments
+        from ..recipe_arguments import RecipeArguments
         from ..training.training_args import HasteTrainingArguments
 
         fields = {
@@ -501,7 +501,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         args, _ = build_parser(config, command=command, live=True).parse_known_args(argv)
     args.prog = subparser.prog
     if command:
-        from ..recipe import RecipeArguments
+        from ..recipe_arguments import RecipeArguments
 
         dataclass_types = [RecipeArguments]
         if args.command != "group":
