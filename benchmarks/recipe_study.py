@@ -92,6 +92,11 @@ LEVERS = {
     "rewirefrac0.1": {"--rewiring-fraction": "0.1"},
     "rewirefrac0.4": {"--rewiring-fraction": "0.4"},
     "dense": {"--head-fraction": "1.0", "rewirings": "0"},
+    # Labels from their texts (issue 31): the output layer starts from the label texts' embeddings; the labels seen
+    # fewer than 5 times are grouped by their texts too.
+    "labelinit": {"--init-from-label-texts": None},
+    "labelinit3": {"--init-from-label-texts": None, "--label-text-init-scale": "3"},
+    "labelgroup": {"--label-text-grouping-below": "5"},
 }
 
 
@@ -122,9 +127,10 @@ def training_points(data: Path, label_texts: bool, validation_fraction: float) -
 
 
 def command_line(
-    flags: dict, data: Path, encoder: str, output_dir: Path, seed: int, workers: int, extra=()
+    flags: dict, data: Path, encoder: str, output_dir: Path, seed: int, workers: int, extra=(), resume: bool = False
 ) -> list[str]:
-    """The `haste-hf train` arguments of one run; the `rewirings` pseudo-flag becomes `--rewiring-interval`."""
+    """The `haste-hf train` arguments of one run; the `rewirings` pseudo-flag becomes `--rewiring-interval`.
+    `resume`: continue the run in `output_dir` from its last checkpoint instead of starting afresh."""
     flags = dict(flags)
     rewirings = flags.pop("rewirings", None)
     if rewirings is not None:
@@ -140,7 +146,7 @@ def command_line(
         encoder,
         "--output-dir",
         str(output_dir),
-        "--overwrite-output-dir",
+        "--resume-from-checkpoint" if resume else "--overwrite-output-dir",
         "--seed",
         str(seed),
         "--dataset-name",
@@ -216,19 +222,37 @@ def resolve_study_encoder(encoder: str, scratch: Path) -> str:
     return encoder
 
 
+def parse_job(text: str) -> list[tuple[str, str, int]]:
+    """`DATASET:VARIANT:SEED[,SEED...]` -> its `(variant, dataset, seed)` jobs."""
+    try:
+        dataset, variant, seeds = text.split(":")
+        jobs = [(variant, dataset, int(seed)) for seed in seeds.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give DATASET:VARIANT:SEED[,SEED...]") from None
+    variant_flags(variant)  # a misspelt lever fails before anything runs
+    return jobs
+
+
+def study_jobs(args) -> list[tuple[str, str, int]]:
+    """`--jobs` as given, else every variant on every dataset with every seed."""
+    if args.jobs:
+        return [job for jobs in args.jobs for job in jobs]
+    return [(variant, dataset, seed) for seed in args.seeds for variant in args.variants for dataset in args.datasets]
+
+
 def run_study(args) -> None:
     runs_dir = args.out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="recipe-study-"))
+    scratch = args.scratch or Path(tempfile.mkdtemp(prefix="recipe-study-"))
     encoder = resolve_study_encoder(args.encoder, scratch)
-    jobs = [(variant, dataset, seed) for seed in args.seeds for variant in args.variants for dataset in args.datasets]
+    jobs = study_jobs(args)
     jobs = [job for job in jobs if not result_path(runs_dir, *job).exists() or args.rerun]
     # The longest first, so the last wave is not one long run alone.
     jobs.sort(key=lambda job: -float(variant_flags(job[0]).get("--epochs", 10)))
     workers = max(1, (os.cpu_count() or 2) - args.tree_threads) // args.parallel
     trees = []
     if args.trees:
-        for dataset in args.datasets:
+        for dataset in sorted({dataset for _, dataset, _ in study_jobs(args)}):
             tree_file = runs_dir / f"{dataset}__trees.json"
             if not tree_file.exists():
                 trees.append(
@@ -257,8 +281,9 @@ def run_study(args) -> None:
         while jobs and len(running) < args.parallel and budget_left > args.min_start_s:
             variant, dataset, seed = job = jobs.pop(0)
             output_dir = scratch / f"{dataset}-{variant}-s{seed}"
+            resume = args.resume and any(output_dir.glob("checkpoint-*"))
             argv = command_line(
-                variant_flags(variant), args.data_root / dataset, encoder, output_dir, seed, workers, args.extra
+                variant_flags(variant), args.data_root / dataset, encoder, output_dir, seed, workers, args.extra, resume
             )
             log = open(runs_dir / f"{dataset}__{variant}__s{seed}.log", "w")  # noqa: SIM115  (closed when its run ends)
             process = subprocess.Popen(
@@ -267,8 +292,16 @@ def run_study(args) -> None:
                 stderr=subprocess.STDOUT,
             )
             running.append((process, job, log))
-            print(f"[{time.time() - started:6.0f} s] started {job}", flush=True)
+            print(f"[{time.time() - started:6.0f} s] {'resumed' if resume else 'started'} {job}", flush=True)
         if not running or budget_left <= args.min_start_s and not running:
+            break
+        if args.stop_s is not None and time.time() - started > args.stop_s:
+            for process, job, log in running:
+                process.terminate()
+                process.wait()
+                log.close()
+                print(f"[{time.time() - started:6.0f} s] stopped {job}: its checkpoints stay in {scratch}", flush=True)
+            running = []
             break
         time.sleep(2)
     if jobs:
@@ -338,6 +371,12 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--variants", nargs="+", default=["before", "bench"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument(
+        "--jobs",
+        nargs="+",
+        type=parse_job,
+        help="Runs as DATASET:VARIANT:SEED[,SEED...] (instead of --datasets x --variants x --seeds).",
+    )
     parser.add_argument("--parallel", type=int, default=4, help="Trainings side by side on the GPU.")
     parser.add_argument("--trees", action="store_true", help="Also train the tree peers (CPU, one process).")
     parser.add_argument("--tree-threads", type=int, default=4)
@@ -350,6 +389,19 @@ def main(argv=None) -> int:
         "--extra", type=shlex.split, default=[], help="Flags added to every run (e.g. '--max-steps 2' for a dry run)."
     )
     parser.add_argument("--rerun", action="store_true", help="Run variants that already have a result again.")
+    parser.add_argument(
+        "--scratch", type=Path, help="Where the runs' folders go (default: a new temporary folder); kept afterwards."
+    )
+    parser.add_argument(
+        "--stop-s",
+        type=float,
+        help="Stop the runs still going after this many seconds (their last epoch's checkpoint stays in --scratch).",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="A run whose folder in --scratch holds a checkpoint continues from it: runs longer than one device call.",
+    )
     parser.add_argument("--out", type=Path, default=HERE / "results" / "recipe_study")
     parser.add_argument("--report", action="store_true", help="Print the tables of the results in --out, run nothing.")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

@@ -35,6 +35,7 @@ from .evaluation import (
 )
 from .labels.layout import LabelLayout
 from .metrics import DEFAULT_KS
+from .model_card import CardFields, write_results
 from .modeling.configuration_haste import default_pooling
 from .modeling.defaults import (
     DEFAULT_EVAL_BATCH_SIZE,
@@ -126,6 +127,19 @@ def resolved_text_fields(data, text_fields: str | None) -> str:
     return text_fields or ("title_content" if data is None else "title")
 
 
+def label_texts_for(dataset, data, **options) -> list[str] | None:
+    """The label texts of `dataset` (read from the folder `data`, None for the demo set) when one of the recipe
+    `options` given (name: value) is on, else None; a `ValueError` naming the option when the dataset has none."""
+    reading = [name for name, value in options.items() if value]
+    if reading and dataset.label_texts is None:
+        flag = "--" + reading[0].replace("_", "-")
+        raise ValueError(
+            f"`{reading[0]}` ({flag}) reads each label's text, and {data or DEMO_DATASET_NAME} has none (no "
+            "lbl.json.gz or Y.txt): use the dataset's raw-text release, or leave the option out."
+        )
+    return dataset.label_texts if reading else None
+
+
 def dataset_name_of(data, dataset_name: str | None = None) -> str:
     if dataset_name:
         return dataset_name
@@ -168,11 +182,14 @@ def build_layout(
     seed: int = 0,
     max_length: int = DEFAULT_MAX_LENGTH,
     batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
+    label_texts=None,
+    label_text_grouping_below: int = 0,
 ) -> LabelLayout:
     """The label layout of `train_split`.
 
     A given `layout` (object or file) is checked against the split and against the structure options given
-    (None: take the layout's); otherwise it is computed with those options (None: the defaults).
+    (None: take the layout's); otherwise it is computed with those options (None: the defaults), the labels with
+    fewer than `label_text_grouping_below` training points grouped by their `label_texts` too.
     """
     if layout is not None:
         if not isinstance(layout, LabelLayout):
@@ -181,6 +198,11 @@ def build_layout(
             raise ValueError(
                 f"The label layout is of {layout.label_count:,} labels and the dataset has {label_count:,}: compute the "
                 "layout from this dataset (`haste-hf group` with the same --data, --validation-fraction and --seed)."
+            )
+        if label_text_grouping_below:
+            raise ValueError(
+                "`label_text_grouping_below` shapes the groups, which the given label layout holds already: leave one "
+                "out (`haste-hf group` takes --label-text-grouping-below)."
             )
         layout.check_split(train_split)
         layout.check_options(group_size=group_size, head_label_fraction=head_label_fraction, strategy=grouping)
@@ -200,6 +222,8 @@ def build_layout(
         batch_size=batch_size,
         beta=DEFAULT_BETA if beta is None else beta,
         seed=seed,
+        label_texts=label_texts,
+        label_text_grouping_below=label_text_grouping_below,
     )
 
 
@@ -265,20 +289,6 @@ def build_trainer(
     )
 
 
-@dataclass
-class CardFields:
-    """What a run's model card says beyond what its trainer knows. `test_metrics`: None until computed.
-    `dataset_id`: the Hub dataset the card's `datasets:` names (the user's `dataset_name`; a local folder's name
-    names no Hub dataset)."""
-
-    encoder_name: str
-    dataset_name: str
-    propensity: Any
-    test_metrics: dict | None = None
-    hub_model_id: str | None = None
-    dataset_id: str | None = None
-
-
 def save_trained(
     trainer,
     tokenizer,
@@ -290,48 +300,15 @@ def save_trained(
 ) -> None:
     """The model, its tokenizer (whose `model_max_length` is the training length), its training arguments, its
     model card and the settings its test metrics are computed with, switched into `output_dir` at once
-    (`saving.save_trained_folder`); `test_metrics.json` too unless `card.test_metrics` is None (not computed yet).
+    (`RunFolder.save_trained`); `test_metrics.json` too unless `card.test_metrics` is None (not computed yet).
     Checkpoints and logs in `output_dir` stay."""
-    import torch
-    from transformers.trainer import TRAINING_ARGS_NAME
-
-    from .training.callbacks import unwrap_model
-    from .training.sharded_output_layer import sharded_output_layer
-
-    model = unwrap_model(trainer.model)
-    shard = sharded_output_layer(model)
-    state_dict = shard.full_state_dict(model) if shard is not None else None  # on every rank: the shares are gathered
-    if not trainer.is_world_process_zero():
-        return
 
     def write_extra(folder: Path):
-        torch.save(trainer.args, folder / TRAINING_ARGS_NAME)
         if evaluation_settings is not None:
             (folder / EVALUATION_SETTINGS_FILE).write_text(json.dumps(evaluation_settings, indent=2))
         write_results(folder, trainer, layout, output_dir, card)
 
-    RunFolder(output_dir).save_model(model, tokenizer, write_extra, state_dict=state_dict)
-
-
-def write_results(folder: Path, trainer, layout: LabelLayout, output_dir: str, card: CardFields) -> None:
-    """The model card (with the test metrics, when computed) and `test_metrics.json`, written into `folder`."""
-    from .model_card import HasteModelCardData, write_model_card
-
-    card_data = HasteModelCardData.from_trainer(
-        trainer,
-        model_id=card.hub_model_id or Path(output_dir).name,
-        encoder=card.encoder_name,
-        dataset_name=card.dataset_name,
-        dataset_id=card.dataset_id,
-        grouping=layout.strategy,
-        metrics=card.test_metrics or {},
-        split="test",
-        propensity={"A": card.propensity.a, "B": card.propensity.b},
-        label_frequencies=layout.label_frequencies.numpy() if layout.label_frequencies is not None else None,
-    )
-    write_model_card(card_data, folder / "README.md")
-    if card.test_metrics is not None:
-        (folder / "test_metrics.json").write_text(json.dumps(card.test_metrics, indent=2))
+    RunFolder(output_dir).save_trained(trainer, tokenizer, write_extra)
 
 
 # ------------------------------------------------------------------------------------------------ the recipe
@@ -400,7 +377,8 @@ def _run_arguments(training_args, output_dir: str | None, recipe: RecipeArgument
 
 
 def _dataset_of(data, recipe: RecipeArguments):
-    """The `XMCDataset` given, or the one `recipe.data` names, refused when no training point has a label."""
+    """`(dataset, label_texts)`: the `XMCDataset` given, or the one `recipe.data` names, refused when no training
+    point has a label; its label texts where an option reads them (`label_texts_for`)."""
     dataset = (
         data
         if data is not None and not isinstance(data, (str, os.PathLike))
@@ -411,7 +389,13 @@ def _dataset_of(data, recipe: RecipeArguments):
             f"The training split of {recipe.data or DEMO_DATASET_NAME} has no positive label (every point's label list "
             "is empty): there is nothing to learn. Check the label column or file."
         )
-    return dataset
+    label_texts = label_texts_for(
+        dataset,
+        recipe.data,
+        init_from_label_texts=recipe.init_from_label_texts,
+        label_text_grouping_below=recipe.label_text_grouping_below,
+    )
+    return dataset, label_texts
 
 
 def _encoder_of(recipe: RecipeArguments):
@@ -423,7 +407,7 @@ def _encoder_of(recipe: RecipeArguments):
     return encoder_model, tokenizer
 
 
-def _shared_layout(train_split, dataset, encoder_model, tokenizer, pooling, recipe, training_args, layout):
+def _shared_layout(train_split, dataset, encoder_model, tokenizer, pooling, recipe, training_args, layout, label_texts):
     """The label layout, computed (or checked) once by the main process: the other ranks take rank 0's (CUDA
     reductions need not agree between runs)."""
     from .training.distributed import broadcast_object
@@ -443,12 +427,16 @@ def _shared_layout(train_split, dataset, encoder_model, tokenizer, pooling, reci
             seed=training_args.seed,
             max_length=recipe.max_length,
             batch_size=training_args.per_device_eval_batch_size,
+            label_texts=label_texts,
+            label_text_grouping_below=recipe.label_text_grouping_below,
         )
     return broadcast_object(layout)
 
 
-def _model_of(encoder_model, layout: LabelLayout, dataset, pooling: str, recipe: RecipeArguments):
-    return build_model(
+def _model_of(encoder_model, tokenizer, layout: LabelLayout, dataset, pooling: str, recipe, training_args, label_texts):
+    """The new model; its head and tail started from the label texts where asked for (on every rank, as the random
+    weights they replace)."""
+    model = build_model(
         encoder_model,
         layout,
         label_count=dataset.label_count,
@@ -458,6 +446,18 @@ def _model_of(encoder_model, layout: LabelLayout, dataset, pooling: str, recipe:
         head_projection_dim=recipe.head_projection_dim,
         tail_projection_dim=recipe.tail_projection_dim,
     )
+    if recipe.init_from_label_texts:
+        from .labels.embeddings import init_from_label_texts_
+
+        init_from_label_texts_(
+            model,
+            label_texts,
+            tokenizer=tokenizer,
+            scale=recipe.label_text_init_scale,
+            batch_size=training_args.per_device_eval_batch_size,
+            device=training_args.device,
+        )
+    return model
 
 
 def _card_fields(recipe: RecipeArguments, dataset_name: str, propensity, training_args) -> CardFields:
@@ -474,15 +474,8 @@ def _test_metrics(trainer, tokenizer, dataset, propensity, recipe, training_args
     """The trained model's metrics on the test split; none where not asked for or the dataset has no test split."""
     if not (evaluate_test and "test" in dataset.splits):
         return {}
-    return evaluate_split(
-        trainer.model,
-        tokenizer,
-        dataset,
-        "test",
-        propensity,
-        max_length=recipe.max_length,
-        batch_size=training_args.per_device_eval_batch_size,
-    )
+    sizes = dict(max_length=recipe.max_length, batch_size=training_args.per_device_eval_batch_size)
+    return evaluate_split(trainer.model, tokenizer, dataset, "test", propensity, **sizes)
 
 
 def _evaluation_settings(recipe: RecipeArguments, training_args) -> dict:
@@ -541,13 +534,15 @@ def train(
     is_main = process_rank_and_count()[0] == 0
     # Held from here to the end: a second run into this folder is refused now, not after its training.
     with run_folder.held(is_main):
-        dataset = _dataset_of(data, recipe)
+        dataset, label_texts = _dataset_of(data, recipe)
         train_split, validation_split = split_validation(dataset.splits["train"], recipe.validation_fraction, seed)
         encoder_model, tokenizer = _encoder_of(recipe)
         pooling = recipe.pooling or default_pooling(encoder_model.config)
-        layout = _shared_layout(train_split, dataset, encoder_model, tokenizer, pooling, recipe, training_args, layout)
+        layout = _shared_layout(
+            train_split, dataset, encoder_model, tokenizer, pooling, recipe, training_args, layout, label_texts
+        )
         set_seed(seed)  # the new head and tail weights: a function of the seed, the same on every rank
-        model = _model_of(encoder_model, layout, dataset, pooling, recipe)
+        model = _model_of(encoder_model, tokenizer, layout, dataset, pooling, recipe, training_args, label_texts)
         dataset_name = dataset_name_of(recipe.data, recipe.dataset_name)
         propensity = propensity_of(dataset, dataset_name, recipe.propensity_a, recipe.propensity_b)
         if layout.split_fingerprint is not None:  # kept in each checkpoint: resuming on other data is refused
@@ -586,6 +581,7 @@ __all__ = [
     "check_output_dir",
     "encoder_model_id",
     "evaluate_split",
+    "label_texts_for",
     "load_dataset",
     "load_encoder",
     "model_selection_arguments",

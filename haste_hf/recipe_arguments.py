@@ -43,6 +43,24 @@ class RecipeArguments:
         },
     )
     label_texts: bool = field(default=False, metadata={"help": "Add the labels' own texts as training points."})
+    init_from_label_texts: bool = field(
+        default=False,
+        metadata={
+            "help": "Start each label's head row or tail weights from the encoder's embedding of its text (the "
+            "dataset's label texts), through the projections and on its group's support, instead of at random."
+        },
+    )
+    label_text_init_scale: float = field(
+        default=1.0,
+        metadata={"help": "With --init-from-label-texts: norm of those rows, relative to the random rows' norm."},
+    )
+    label_text_grouping_below: int = field(
+        default=0,
+        metadata={
+            "help": "Semantic grouping: labels with fewer training points than this are grouped by their text too "
+            "(blended into their embedding with weight 1 - count / this); 0: off."
+        },
+    )
     validation_fraction: float = field(
         default=0.0,
         metadata={
@@ -133,6 +151,12 @@ class RecipeArguments:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {value}.")
+        if not self.label_text_init_scale > 0:
+            raise ValueError(f"`label_text_init_scale` must be > 0, got {self.label_text_init_scale}.")
+        if self.label_text_grouping_below < 0:
+            raise ValueError(
+                f"`label_text_grouping_below` must be >= 0 (0: off), got {self.label_text_grouping_below}."
+            )
         if self.beta is not None and not self.beta >= 1:
             raise ValueError(f"`beta` (average bucket size in groups) must be >= 1, got {self.beta}.")
         for name in ("propensity_a", "propensity_b"):

@@ -44,6 +44,9 @@ RECIPE_STRUCTURE = dict(
     head_label_fraction=None,
     grouping=None,
     label_texts=False,
+    init_from_label_texts=False,
+    label_text_init_scale=1.0,
+    label_text_grouping_below=0,
     head_projection_dim=None,
     tail_projection_dim=None,
 )

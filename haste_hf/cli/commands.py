@@ -228,6 +228,8 @@ def command_predict(args) -> int:
 # `RecipeArguments` that shape the model or its evaluation, not the label layout `haste-hf group` computes.
 _NOT_GROUP_OPTIONS = (
     "fan_in",
+    "init_from_label_texts",
+    "label_text_init_scale",
     "head_projection_dim",
     "tail_projection_dim",
     "layout_file",
@@ -239,7 +241,15 @@ _NOT_GROUP_OPTIONS = (
 
 def command_group(args) -> int:
     from ..modeling.logging_utils import get_logger
-    from ..recipe import RecipeArguments, build_layout, check_max_length, load_dataset, load_encoder, split_validation
+    from ..recipe import (
+        RecipeArguments,
+        build_layout,
+        check_max_length,
+        label_texts_for,
+        load_dataset,
+        load_encoder,
+        split_validation,
+    )
 
     logger = get_logger(__name__)
     recipe = args.recipe
@@ -253,6 +263,7 @@ def command_group(args) -> int:
             f"Ignored by `haste-hf group` (they are `train` options): {', '.join('--' + n.replace('_', '-') for n in ignored)}."
         )
     data = load_dataset(recipe.data, recipe.format, recipe.text_fields, recipe.label_texts)
+    label_texts = label_texts_for(data, recipe.data, label_text_grouping_below=recipe.label_text_grouping_below)
     train_split, _ = split_validation(data.splits["train"], recipe.validation_fraction, args.seed)
     encoder, tokenizer = load_encoder(recipe.encoder)
     check_max_length(encoder, recipe.max_length, recipe.encoder)
@@ -269,6 +280,8 @@ def command_group(args) -> int:
         seed=args.seed,
         max_length=recipe.max_length,
         batch_size=args.per_device_eval_batch_size,
+        label_texts=label_texts,
+        label_text_grouping_below=recipe.label_text_grouping_below,
     )
     layout.save(args.output)
     print(f"{layout.describe()} -> {args.output}")

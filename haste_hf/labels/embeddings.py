@@ -1,9 +1,10 @@
 # Copyright 2026 The haste_hf Authors. Licensed under the Apache License, Version 2.0.
-"""Label embeddings for semantic grouping: a label's embedding is the normalised mean of the (normalised) encoder
-embeddings of its positive training instances."""
+"""Label embeddings: for semantic grouping, a label's embedding is the normalised mean of the (normalised) encoder
+embeddings of its positive training instances, blended with its own text's embedding for labels seen rarely
+(`blend_label_texts_`); label texts also start the output layer's rows (`init_from_label_texts_`)."""
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 
 import numpy as np
@@ -21,7 +22,7 @@ from ..modeling.defaults import (
 )
 from ..modeling.logging_utils import get_logger
 from ..modeling.modeling_haste import pool_hidden_states
-from .grouping import _default_device
+from .grouping import ArrayLike, _as_int64_vector, _default_device
 
 
 logger = get_logger(__name__)
@@ -81,6 +82,85 @@ def _batched(iterable: Iterable, size: int):
         yield batch
 
 
+def _embed_batch(embed, texts: list[str], device: torch.device) -> torch.Tensor:
+    """`embed(texts)` as float32 `[len(texts), d]` on `device`, after checking it is one embedding per text."""
+    embeddings = embed(texts)
+    if embeddings.ndim != 2 or embeddings.shape[0] != len(texts):
+        raise ValueError(
+            f"The encoder must return one embedding per text: expected shape [{len(texts)}, d], "
+            f"got {tuple(embeddings.shape)}."
+        )
+    return embeddings.to(device=device, dtype=torch.float32)
+
+
+def _check_batch_size(batch_size) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
+
+
+def label_text_embeddings(
+    encoder: "str | Callable | torch.nn.Module",
+    texts: Iterable[str],
+    *,
+    tokenizer=None,
+    pooling: str | None = None,
+    normalize: bool = False,
+    batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
+    max_length: int | None = DEFAULT_MAX_LENGTH,
+    device: str | torch.device | None = None,
+    show_progress: bool = True,
+) -> Iterator[torch.Tensor]:
+    """The encoder's embeddings of `texts` (labels' own texts, e.g. `XMCDataset.label_texts`), a batch at a time.
+
+    Yields float32 `[b, d]` tensors on `device`, `batch_size` texts each (the last may be shorter), in the order
+    of `texts`: millions of labels stream through in the memory of one batch, and the consumer writes each
+    batch where it belongs (`HasteOutputLayer.init_from_label_embeddings_`, `blend_label_texts_`).
+
+    Args:
+        encoder, tokenizer, pooling, max_length, device: as in `compute_label_embeddings`; a transformers
+            encoder runs in eval mode and gets its training mode back when the iteration ends.
+        texts: the texts, read once (any iterable; its `len`, when it has one, sizes the progress bar).
+        normalize: scale each embedding to unit norm (what a HASTE model whose config has `normalize` computes).
+        batch_size: texts encoded at once.
+        show_progress: show a tqdm progress bar over batches.
+    """
+    # Checked here, at the call; the encoder is touched only once the batches are asked for.
+    if pooling is not None:
+        check_one_of("pooling", pooling, POOLING_MODES)
+    _check_batch_size(batch_size)
+    try:
+        num_batches = math.ceil(len(texts) / batch_size)
+    except TypeError:
+        num_batches = None
+    return _embedded_batches(
+        encoder,
+        texts,
+        tokenizer,
+        pooling,
+        normalize,
+        batch_size,
+        max_length,
+        _default_device(device),
+        num_batches,
+        show_progress,
+    )
+
+
+@torch.no_grad()
+def _embedded_batches(
+    encoder, texts, tokenizer, pooling, normalize, batch_size, max_length, device, num_batches, show_progress
+) -> Iterator[torch.Tensor]:
+    embed, restore = _text_embedder(encoder, tokenizer, pooling, max_length, device)
+    try:
+        for batch in tqdm(
+            _batched(texts, batch_size), total=num_batches, desc="Label texts", unit="batch", disable=not show_progress
+        ):
+            embeddings = _embed_batch(embed, batch, device)
+            yield F.normalize(embeddings, dim=1) if normalize else embeddings
+    finally:
+        restore()
+
+
 @torch.no_grad()
 def compute_label_embeddings(
     encoder: "str | Callable | torch.nn.Module",
@@ -126,8 +206,7 @@ def compute_label_embeddings(
     """
     if pooling is not None:
         check_one_of("pooling", pooling, POOLING_MODES)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
+    _check_batch_size(batch_size)
     if isinstance(label_count, bool) or not isinstance(label_count, (int, np.integer)) or label_count < 1:
         raise ValueError(f"`label_count` must be a positive integer, got {label_count!r}.")
     device = _default_device(device)
@@ -151,13 +230,7 @@ def compute_label_embeddings(
                     f"Label ids in batch {batch_index} must be in [0, {label_count}) (`label_count`); got ids in "
                     f"[{flat_labels.min()}, {flat_labels.max()}]. Remove padding values such as {LABEL_PADDING_ID}."
                 )
-            instance_embeddings = embed(batch_texts)
-            if instance_embeddings.ndim != 2 or instance_embeddings.shape[0] != len(batch_texts):
-                raise ValueError(
-                    f"The encoder must return one embedding per text: expected shape [{len(batch_texts)}, d], "
-                    f"got {tuple(instance_embeddings.shape)}."
-                )
-            instance_embeddings = F.normalize(instance_embeddings.to(device=device, dtype=torch.float32), dim=1)
+            instance_embeddings = F.normalize(_embed_batch(embed, batch_texts, device), dim=1)
             if sums is None:
                 sums = torch.zeros(label_count, instance_embeddings.shape[1], dtype=torch.float32, device=device)
             rows = torch.repeat_interleave(
@@ -171,3 +244,136 @@ def compute_label_embeddings(
         raise ValueError("`texts` is empty: label embeddings need at least one training instance.")
     # normalize(sum / count) == normalize(sum); F.normalize keeps all-zero rows (labels without positives) zero.
     return F.normalize(sums, dim=1)
+
+
+# Label texts whose mean embedding centres the label-text initialisation: enough for the mean, a moment at any L.
+CENTER_SAMPLE = 4096
+
+
+def _with_text(texts: Sequence[str], what: str) -> torch.Tensor:
+    """Indices into `texts` of the texts that are not blank, with a warning naming `what` when some are: a blank text
+    embeds as the special tokens alone and says nothing of its label."""
+    has_text = torch.tensor([bool(text.strip()) for text in texts], dtype=torch.bool)
+    blank = has_text.numel() - int(has_text.sum())
+    if blank:
+        logger.warning(f"{blank:,} of {has_text.numel():,} labels have a blank text: {what}.")
+    return has_text.nonzero().squeeze(1)
+
+
+@torch.no_grad()
+def blend_label_texts_(
+    embeddings: torch.Tensor,
+    label_texts: Sequence[str],
+    label_frequencies: ArrayLike,
+    below: int,
+    encoder: "str | Callable | torch.nn.Module",
+    **embedding_options,
+) -> int:
+    """Mixes its text into the embedding of each label with fewer than `below` training points, in place.
+
+    `e_l <- normalize(w_l e_l + (1 - w_l) t_l)` with `w_l = count_l / below` and `t_l` the unit embedding of label
+    `l`'s text: a label seen once or twice is grouped by its text as much as by its few points, and a label without
+    any point (a zero `e_l`, which `group_labels` would put last, ungrouped) by its text alone. Labels with a
+    blank text keep their embedding.
+
+    Args:
+        embeddings: `[label_count, d]` unit (or zero) rows, as `compute_label_embeddings` returns them.
+        label_texts: the text of each label, by id.
+        label_frequencies: `[label_count]` training points of each label.
+        below: the count from which a label's embedding is left alone (>= 1).
+        encoder, **embedding_options: the encoder and the other arguments of `label_text_embeddings` (tokenizer,
+            pooling, max_length, batch_size, device, show_progress); embed the texts as `embeddings` were embedded.
+
+    Returns:
+        How many labels were blended.
+    """
+    if isinstance(below, bool) or not isinstance(below, (int, np.integer)) or below < 1:
+        raise ValueError(f"`below` (the training count under which label texts count) must be >= 1, got {below!r}.")
+    counts = torch.as_tensor(np.asarray(label_frequencies), dtype=torch.int64).reshape(-1)
+    if not embeddings.shape[0] == counts.numel() == len(label_texts):
+        raise ValueError(
+            f"`embeddings` ({embeddings.shape[0]} rows), `label_frequencies` ({counts.numel()}) and `label_texts` "
+            f"({len(label_texts)}) must each have one entry per label."
+        )
+    rare = (counts < below).nonzero().squeeze(1)
+    rare = rare[_with_text([label_texts[i] for i in rare.tolist()], "they are grouped by their training points alone")]
+    weights = (counts[rare].to(torch.float32) / below).unsqueeze(1)
+    start = 0
+    for batch in label_text_embeddings(
+        encoder, (label_texts[i] for i in rare.tolist()), normalize=True, **embedding_options
+    ):
+        ids = rare[start : start + batch.shape[0]].to(embeddings.device)
+        weight = weights[start : start + batch.shape[0]].to(embeddings.device)
+        mixed = weight * embeddings[ids].float() + (1 - weight) * batch.to(embeddings.device)
+        embeddings[ids] = F.normalize(mixed, dim=1).to(embeddings.dtype)
+        start += batch.shape[0]
+    return rare.numel()
+
+
+@torch.no_grad()
+def init_from_label_texts_(
+    model,
+    label_texts: Sequence[str],
+    *,
+    tokenizer,
+    label_ids: ArrayLike | None = None,
+    scale: float = 1.0,
+    center: torch.Tensor | bool = True,
+    batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
+    max_length: int | None = None,
+    device: str | torch.device | None = None,
+    show_progress: bool = True,
+) -> int:
+    """Starts the head rows and tail weights of a `HasteForExtremeClassification`'s labels from its own encoder's
+    embedding of their texts (`HasteOutputLayer.init_from_label_embeddings_`), streamed a batch at a time.
+
+    Args:
+        model: the model; its encoder, pooling and `normalize` embed the texts as they embed inputs.
+        label_texts: the text of each label of `label_ids` (by default of every label, by id).
+        tokenizer: the model's tokenizer.
+        label_ids: the labels to initialise (default: all of them).
+        scale: row norm relative to the default initialisation's (see `init_from_label_embeddings_`).
+        center: the embedding subtracted from every label's: True, the mean embedding of `CENTER_SAMPLE` of
+            `label_texts` drawn at random (seeded; all of them when fewer); an embedding `[d]` (e.g. the mean over
+            another label set's texts, for a few labels added to it); False, none.
+        batch_size: label texts encoded at once.
+        max_length: tokens per text (default: the tokenizer's `model_max_length`).
+        device: where the encoder runs (default: where the model is); the encoder stays there afterwards.
+        show_progress: show a tqdm progress bar over batches.
+
+    Returns:
+        How many labels were initialised: labels with a blank text keep their weights (a warning counts them).
+    """
+    layer = model.output_layer
+    ids = torch.arange(layer.label_count) if label_ids is None else _as_int64_vector(label_ids, "label_ids")
+    if len(label_texts) != ids.numel():
+        raise ValueError(
+            f"`label_texts` has {len(label_texts):,} texts for {ids.numel():,} labels: give one text per label."
+        )
+    kept = _with_text(label_texts, "they keep their default initial weights")
+    options = dict(
+        tokenizer=tokenizer,
+        pooling=model.config.pooling,
+        normalize=model.config.normalize,
+        batch_size=batch_size,
+        max_length=max_length,
+        device=model.device if device is None else device,
+        show_progress=show_progress,
+    )
+    if center is True:
+        order = torch.randperm(kept.numel(), generator=torch.Generator().manual_seed(0))
+        sample = kept[order[:CENTER_SAMPLE].sort().values].tolist()
+        sums = sum(
+            batch.sum(0) for batch in label_text_embeddings(model.encoder, [label_texts[i] for i in sample], **options)
+        )
+        center = sums / max(1, len(sample))
+    start = 0
+    for batch in label_text_embeddings(model.encoder, (label_texts[i] for i in kept.tolist()), **options):
+        layer.init_from_label_embeddings_(
+            ids[kept[start : start + batch.shape[0]]],
+            batch,
+            scale=scale,
+            center=center if center is not False else None,
+        )
+        start += batch.shape[0]
+    return kept.numel()

@@ -25,7 +25,7 @@ from ..modeling.defaults import (
     DEFAULT_MAX_LENGTH,
     head_label_count_for,
 )
-from .embeddings import compute_label_embeddings
+from .embeddings import blend_label_texts_, compute_label_embeddings
 from .grouping import GROUPING_STRATEGIES, ArrayLike, LabelGrouping, group_labels
 
 
@@ -265,6 +265,8 @@ class LabelLayout:
         tokenizer=None,
         pooling: str | None = None,
         label_embeddings: torch.Tensor | np.ndarray | None = None,
+        label_texts=None,
+        label_text_grouping_below: int = 0,
         max_length: int | None = DEFAULT_MAX_LENGTH,
         batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
         beta: float = 16,
@@ -276,23 +278,37 @@ class LabelLayout:
 
         Counts the labels, fingerprints the split and, for `strategy="semantic"`, embeds the labels with
         `encoder` (and `tokenizer`, `pooling`, `max_length`, `batch_size`; see `compute_label_embeddings`)
-        unless `label_embeddings` are given.
+        unless `label_embeddings` are given. With `label_text_grouping_below` m > 0, the labels with fewer than m
+        training points are grouped by their text (`label_texts`, by id) too (`embeddings.blend_label_texts_`).
         """
+        if label_text_grouping_below:
+            if strategy != "semantic":
+                raise ValueError(
+                    f"`label_text_grouping_below` blends label texts into the label embeddings of semantic grouping; "
+                    f"the grouping is {strategy!r}: group semantically or leave it out."
+                )
+            if label_texts is None or encoder is None:
+                raise ValueError("`label_text_grouping_below` needs the `label_texts` and the `encoder` to embed them.")
         frequencies, fingerprint, points = count_labels(split, label_count)
+        embedding_options = dict(
+            tokenizer=tokenizer,
+            batch_size=batch_size,
+            max_length=max_length,
+            pooling=pooling,
+            device=device,
+            show_progress=show_progress,
+        )
         if strategy == "semantic" and label_embeddings is None:
             if encoder is None:
                 raise ValueError('strategy="semantic" needs an `encoder` (or precomputed `label_embeddings`).')
             label_embeddings = compute_label_embeddings(
-                encoder,
-                split["text"],
-                split["labels"],
-                label_count,
-                tokenizer=tokenizer,
-                batch_size=batch_size,
-                max_length=max_length,
-                pooling=pooling,
-                device=device,
-                show_progress=show_progress,
+                encoder, split["text"], split["labels"], label_count, **embedding_options
+            )
+        elif label_text_grouping_below:  # blended in place: not into the caller's tensor
+            label_embeddings = torch.as_tensor(label_embeddings).clone()
+        if label_text_grouping_below:
+            blend_label_texts_(
+                label_embeddings, label_texts, frequencies, label_text_grouping_below, encoder, **embedding_options
             )
         return cls.from_frequencies(
             frequencies,

@@ -44,6 +44,10 @@ from .sparse_ops import chunks, group_sparse_linear, group_sparse_topk, merge_to
 # Bounds the `[B, chunk]` block of logits scored at once by top-k off the fused kernels (head, CPU).
 TOPK_CHUNK_ELEMENTS = 1 << 24
 
+# Expected norm of a row of n weights drawn U(-1/sqrt(n), 1/sqrt(n)): PyTorch's default for the head, the paper's
+# for the tail (n = F), whatever n is.
+INITIAL_ROW_NORM = 1 / math.sqrt(3)
+
 # Check label ids on accelerators too, at the cost of a device synchronization per step (CPU tensors are
 # always checked; the collator checks them when given `label_count`).
 VALIDATE_LABELS = os.environ.get("HASTE_HF_VALIDATE", "0") == "1"
@@ -370,6 +374,60 @@ class HasteOutputLayer(nn.Module):
                 self.tail.bias.zero_()
             self.tail.supports.copy_(supports)
         self.output_labels.copy_(default_output_labels(self))
+
+    @torch.no_grad()
+    def init_from_label_embeddings_(
+        self, label_ids, embeddings: torch.Tensor, scale: float = 1.0, center: torch.Tensor | None = None
+    ) -> None:
+        """Sets the weights of the labels `label_ids` `[n]` from embeddings of their texts `[n, in_features]` (the
+        features the encoder gives each text, before the projections; see `labels.embeddings.label_text_embeddings`).
+
+        A head label's row is the head's input for its embedding less the head's input for `center` (`P_head (e -
+        c)`, or `e - c` without a projection); a tail label's weights are the same through the tail's projection,
+        read on its group's support (`(P_tail (e - c))[I_g]`). With `center` the mean embedding of label texts, a
+        label starts by scoring a text by how much closer the text lies to its own text than to label texts in
+        general (what all texts share says nothing of a label, and would score every label high on every text).
+        Each row is scaled to `scale` times `INITIAL_ROW_NORM`, the expected norm of a default row, so the output
+        learning rate that suits the default initialisation suits these rows too. Biases, supports and the other
+        labels are left as they are.
+        """
+        if self.is_share:
+            raise ValueError("Initialise the full output layer from label embeddings before it is sharded.")
+        if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not 0 < scale < math.inf:
+            raise ValueError(f"`scale` (of the rows' norm) must be a positive number, got {scale!r}.")
+        device = self.output_labels.device
+        ids = torch.as_tensor(label_ids, dtype=torch.int64, device=device)
+        if ids.dim() != 1 or tuple(embeddings.shape) != (ids.numel(), self.in_features):
+            raise ValueError(
+                f"Give one embedding of {self.in_features} features per label id: got {tuple(ids.shape)} ids and "
+                f"embeddings of shape {tuple(embeddings.shape)}."
+            )
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.label_count):
+            raise ValueError(f"`label_ids` holds ids outside [0, {self.label_count}): give label ids of this layer.")
+        if ids.unique().numel() != ids.numel():
+            raise ValueError("`label_ids` lists a label twice: give each label once.")
+        if center is not None and tuple(center.shape) != (self.in_features,):
+            raise ValueError(
+                f"`center` must be one embedding of {self.in_features} features, got {tuple(center.shape)}."
+            )
+        projection = self.head_projection or self.tail_projection
+        dtype = projection.weight.dtype if projection is not None else torch.float32
+        head_x, tail_x = self.branch_inputs(embeddings.to(device, dtype))
+        if center is not None:  # through the projections, so that their biases cancel
+            head_c, tail_c = self.branch_inputs(center.to(device, dtype).unsqueeze(0))
+            head_x = None if head_x is None else head_x.float() - head_c.float()
+            tail_x = None if tail_x is None else tail_x.float() - tail_c.float()
+        norm = scale * INITIAL_ROW_NORM
+        positions = self.label_positions[ids]
+        in_head = positions < self.head_label_count
+        if bool(in_head.any()):
+            rows = F.normalize(head_x[in_head].float(), dim=1) * norm
+            self.head.weight[positions[in_head]] = rows.to(self.head.weight.dtype)
+        if not bool(in_head.all()):
+            slots = positions[~in_head] - self.head_label_count
+            groups, members = slots // self.group_size, slots % self.group_size
+            values = tail_x[~in_head].float().gather(1, self.tail.supports[groups].long())
+            self.tail.weight[groups, members] = (F.normalize(values, dim=1) * norm).to(self.tail.weight.dtype)
 
     # ------------------------------------------------------------------------------------- labels
 

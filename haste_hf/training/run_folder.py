@@ -73,9 +73,27 @@ class RunFolder:
             for checkpoint in checkpoint_folders(self.path):
                 shutil.rmtree(checkpoint)
 
-    def save_model(self, model, tokenizer, write_extra, state_dict=None) -> None:
-        """Switches `model`, `tokenizer` and what `write_extra(folder)` writes into the folder at once."""
-        save_trained_folder(self.path, model, tokenizer, write_extra, state_dict=state_dict)
+    def save_trained(self, trainer, tokenizer, write_extra) -> None:
+        """Switches the trained model of `trainer`, its `tokenizer`, its training arguments and what
+        `write_extra(folder)` writes into the folder at once. Called on every rank: a sharded output layer's
+        shares are gathered from all; the main process writes."""
+        import torch
+        from transformers.trainer import TRAINING_ARGS_NAME
+
+        from .callbacks import unwrap_model
+        from .sharded_output_layer import sharded_output_layer
+
+        model = unwrap_model(trainer.model)
+        shard = sharded_output_layer(model)
+        state_dict = shard.full_state_dict(model) if shard is not None else None
+        if not trainer.is_world_process_zero():
+            return
+
+        def write(folder: Path):
+            torch.save(trainer.args, folder / TRAINING_ARGS_NAME)
+            write_extra(folder)
+
+        save_trained_folder(self.path, model, tokenizer, write, state_dict=state_dict)
 
     def add_files(self, write) -> None:
         """Switches what `write(folder)` writes (the results of the test evaluation) into the folder at once."""

@@ -1,0 +1,74 @@
+"""`benchmarks/recipe_study.py`'s levers are `haste-hf train` command lines that parse today: a study spends device
+time, so a lever whose flag was renamed or removed must fail here, not on the device."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from haste_hf.cli.parser import parse_args
+
+
+def load_study():
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "recipe_study.py"
+    spec = importlib.util.spec_from_file_location("recipe_study", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+STUDY = load_study()
+
+
+def train_argv(variant, dataset_dir, output_dir):
+    """The study's command line of `variant`, for a CPU: without `--bf16` (which the device has and a CPU refuses)."""
+    argv = STUDY.command_line(STUDY.variant_flags(variant), Path(dataset_dir), "minilm", output_dir, seed=0, workers=1)
+    return [arg for arg in argv if arg != "--bf16"] + ["--use-cpu"]
+
+
+@pytest.mark.parametrize("lever", sorted(STUDY.LEVERS))
+def test_every_lever_is_a_train_command_line(lever, dataset_dir, tmp_path):
+    for variant in (f"defaults+{lever}", f"bench+{lever}"):
+        argv = train_argv(variant, dataset_dir, tmp_path / "run")
+        args = parse_args(argv)
+        for flag, value in STUDY.LEVERS[lever].items():
+            if flag.startswith("--"):
+                assert flag in argv and (value is None or argv[argv.index(flag) + 1] == value), (variant, flag)
+        assert args.recipe.data == str(dataset_dir)
+
+
+def test_the_label_text_levers_turn_their_options_on(dataset_dir, tmp_path):
+    recipe = parse_args(train_argv("defaults+labelinit3+labelgroup", dataset_dir, tmp_path)).recipe
+    assert (recipe.init_from_label_texts, recipe.label_text_init_scale, recipe.label_text_grouping_below) == (
+        True,
+        3.0,
+        5,
+    )
+
+
+def test_a_run_longer_than_a_device_call_resumes_from_its_checkpoint(dataset_dir, tmp_path):
+    flags = STUDY.variant_flags("defaults+epochs20")
+    fresh = STUDY.command_line(flags, Path(dataset_dir), "minilm", tmp_path, 0, 1)
+    again = STUDY.command_line(flags, Path(dataset_dir), "minilm", tmp_path, 0, 1, resume=True)
+    assert "--overwrite-output-dir" in fresh and "--resume-from-checkpoint" not in fresh
+    assert "--overwrite-output-dir" not in again
+    args = parse_args([arg for arg in again if arg != "--bf16"] + ["--use-cpu"])
+    assert args.training.resume_from_checkpoint and not args.recipe.overwrite_output_dir
+
+
+def test_jobs_name_their_dataset_variant_and_seeds():
+    args = STUDY.argparse.Namespace(
+        jobs=[STUDY.parse_job("deps:defaults+labelinit:0,1,2"), STUDY.parse_job("tags:defaults+F192:0")],
+        variants=["before"],
+        datasets=["deps"],
+        seeds=[5],
+    )
+    assert STUDY.study_jobs(args) == [
+        ("defaults+labelinit", "deps", 0),
+        ("defaults+labelinit", "deps", 1),
+        ("defaults+labelinit", "deps", 2),
+        ("defaults+F192", "tags", 0),
+    ]
+    for bad in ("deps:defaults", "deps:defaults:x", "deps:defaults+nolever:0"):
+        with pytest.raises((STUDY.argparse.ArgumentTypeError, ValueError)):
+            STUDY.parse_job(bad)
