@@ -26,23 +26,17 @@ from transformers.utils import ModelOutput, cached_file, logging
 
 from .configuration_haste import HasteConfig
 from .defaults import DEFAULT_HEAD_LABEL_FRACTION, head_label_count_for
+from .label_positions import check_layout, default_output_labels, output_labels_from_frequencies
 from .logging_utils import get_logger
 from .model_sources import resolve_encoder
-from .output_layer import (
-    GroupSparseLinear,
-    HasteOutputLayer,
-    TopKOutput,
-    check_layout,
-    default_output_labels,
-    output_labels_from_frequencies,
-    random_supports,
-)
+from .output_layer import HasteOutputLayer, TopKOutput
 from .saving import LABEL_NAMES_FILE, check_complete_save, check_finite_weights, save_folder_atomically
 from .sentence_transformer_encoder import (
     from_sentence_transformer,
     is_sentence_transformer,
     sentence_transformer_folder,
 )
+from .sparse_ops import GroupSparseLinear, random_supports
 
 
 logger = get_logger(__name__)
