@@ -65,23 +65,28 @@ def parse_args(argv=None):
         "--momentum-dtype",
         choices=("float32", "bfloat16"),
         default="float32",
-        help="--mode emulate: the output layer's SGD momentum.",
+        help="The output layer's SGD momentum.",
     )
     parser.add_argument(
         "--chunked-backward",
         action="store_true",
-        help="--mode emulate: the loss backward in label chunks (no [N x B, L/N] logit gradient).",
+        help="The loss backward in label chunks (no [N x B, L/N] logit gradient).",
     )
     parser.add_argument(
         "--chunk-labels",
         type=int,
         default=0,
-        help="--mode emulate: labels per chunk (0: 2^27 logit-gradient elements).",
+        help="Labels per chunk (0: 2^27 logit-gradient elements).",
     )
     parser.add_argument(
         "--fused-update",
         action="store_true",
-        help="--mode emulate: the SGD step fused into the loss backward (no weight gradient).",
+        help="The SGD step fused into the loss backward (no weight gradient).",
+    )
+    parser.add_argument(
+        "--gradient-checkpointing",
+        action="store_true",
+        help="--mode real: the encoder recomputes its blocks' activations in the backward.",
     )
     return parser.parse_args(argv)
 
@@ -180,6 +185,23 @@ def measure(step, device, steps: int) -> tuple[float, float]:
     return sorted(times)[len(times) // 2], max(0, peak - before) + before
 
 
+def chunk_output_layer_backward(args, optimizer, parameters) -> None:
+    """`--chunked-backward` / `--fused-update` on the head and tail weights among `parameters`, as `HasteTrainer`
+    sets them up."""
+    if not (args.chunked_backward or args.fused_update):
+        return
+    from haste_hf.modeling.losses import chunk_loss_backward_
+
+    for param in parameters:
+        if param.dim() >= 2:
+            update = (
+                (lambda rows, grad, param=param: optimizer.update_rows_(param, rows, grad))
+                if args.fused_update
+                else None
+            )
+            chunk_loss_backward_(param, args.chunk_labels, update)
+
+
 def output_layer_step(args, world_size: int, device):
     """One rank's output layer of a `world_size`-way split and a closure doing its step over the global batch:
     the fused loss on each slice (`ShardedOutputLayer.scored_loss`), backward, SGD step."""
@@ -200,17 +222,7 @@ def output_layer_step(args, world_size: int, device):
     optimizer = StochasticRoundingSGD(
         parameters, lr=0.05, momentum=0.9, weight_decay=1e-4, momentum_dtype=getattr(torch, args.momentum_dtype)
     )
-    if args.chunked_backward or args.fused_update:  # as `HasteTrainer` sets them
-        from haste_hf.modeling.losses import chunk_loss_backward_
-
-        for param in parameters:
-            if param.dim() >= 2:
-                update = (
-                    (lambda rows, grad, param=param: optimizer.update_rows_(param, rows, grad))
-                    if args.fused_update
-                    else None
-                )
-                chunk_loss_backward_(param, args.chunk_labels, update)
+    chunk_output_layer_backward(args, optimizer, parameters)
     features = torch.randn(rows, args.hidden, device=device, dtype=torch.bfloat16, requires_grad=True)
     tail_columns = shape["groups"] * args.group_size
     positions = torch.randint(0, shape["head"] + tail_columns, (rows, args.positives), device=device)
@@ -372,7 +384,11 @@ def real(args) -> str | None:
         group_size=args.group_size,
         fan_in=args.fan_in,
     )
+    if args.fused_update and args.replicated and world_size > 1:
+        raise SystemExit("--fused-update needs the sharded output layer: a replicated one all-reduces its gradient")
     model = HasteForExtremeClassification(config)
+    if args.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
     if not args.replicated:
         shard_output_layer_(model)
         ignore_shards_in_ddp(model)
@@ -381,12 +397,16 @@ def real(args) -> str | None:
     model.to(device)
     wrapped = DistributedDataParallel(model, broadcast_buffers=False)
     encoder_side, output_layer = split_parameters(model)
-    optimizer = HasteOptimizer(
-        torch.optim.AdamW([p for _, p in encoder_side], lr=5e-5),
-        StochasticRoundingSGD(
-            output_layer, lr=0.05, momentum=0.9, weight_decay=1e-4, seed=rank if not args.replicated else 0
-        ),
+    output_optimizer = StochasticRoundingSGD(
+        output_layer,
+        lr=0.05,
+        momentum=0.9,
+        weight_decay=1e-4,
+        seed=rank if not args.replicated else 0,
+        momentum_dtype=getattr(torch, args.momentum_dtype),
     )
+    chunk_output_layer_backward(args, output_optimizer, output_layer)
+    optimizer = HasteOptimizer(torch.optim.AdamW([p for _, p in encoder_side], lr=5e-5), output_optimizer)
     generator = torch.Generator().manual_seed(rank)
     input_ids = torch.randint(5, args.vocab, (args.batch, args.seq_len), generator=generator).to(device)
     labels = torch.randint(0, args.labels, (args.batch, args.positives), generator=generator).to(device)
@@ -409,7 +429,8 @@ def real(args) -> str | None:
     return "\n".join(
         [
             f"# {device_name(device)} x {world_size}, torch {torch.__version__}, commit {commit()}, "
-            f"{'replicated' if args.replicated else 'sharded'} output layer",
+            f"{'replicated' if args.replicated else 'sharded'} output layer, {memory_options(args)}"
+            + (", encoder checkpointing" if args.gradient_checkpointing else ""),
             f"# L = {args.labels:,}, G = {args.group_size}, F = {args.fan_in}, d = {args.hidden}, {args.layers} layers, "
             f"{args.batch} texts x {args.seq_len} tokens per GPU",
             f"step {1e3 * slowest:.1f} ms (slowest rank), {world_size * args.batch / slowest:,.0f} texts/s, "

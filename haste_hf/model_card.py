@@ -216,6 +216,11 @@ def hub_model_id(name_or_path: str | None) -> str | None:
     return str(name_or_path)
 
 
+# Ranks drawn of the label-frequency curve, log-spaced (the first and the last among them): on log axes they draw
+# the curve of millions of labels as it is, where all of its points would take tens of seconds at every save.
+PLOTTED_RANKS = 4096
+
+
 def plot_card(data: HasteModelCardData, path: str | os.PathLike) -> bool:
     """Label frequencies (sorted, with the head/tail cut) and precision at k, as a PNG. Returns whether
     there was anything to plot."""
@@ -234,7 +239,10 @@ def plot_card(data: HasteModelCardData, path: str | os.PathLike) -> bool:
         counts = np.sort(np.asarray(data.label_frequencies))[::-1]
         # A log axis has no 0: labels without training examples are left off (counted in the title), not drawn at 0.5.
         seen = counts[counts > 0]
-        frequency_axis.loglog(np.arange(1, len(seen) + 1), seen, color="tab:blue")
+        ranks = np.arange(1, len(seen) + 1)
+        if len(seen) > PLOTTED_RANKS:
+            ranks = np.unique(np.geomspace(1, len(seen), PLOTTED_RANKS).round().astype(np.int64))
+        frequency_axis.loglog(ranks, seen[ranks - 1], color="tab:blue")
         if data.head_label_count:
             frequency_axis.axvline(
                 data.head_label_count,

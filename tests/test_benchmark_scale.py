@@ -1,0 +1,154 @@
+# Copyright 2026 The haste_hf Authors. Apache-2.0.
+"""benchmarks/scale_data.py (datasets of the paper's label statistics) and benchmarks/scale.py (every `haste-hf`
+stage on them), at tiny sizes on the CPU."""
+
+import gzip
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
+
+
+def load_script(name):
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # the writer processes find their task function by module name
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def scale_data():
+    return load_script("scale_data")
+
+
+@pytest.fixture(scope="module")
+def small_set(scale_data, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("scale-data")
+    stats = scale_data.generate(folder, "amazon-670k", scale=0.003, test_points=300, seed=3, processes=1)
+    return folder, stats
+
+
+def read_lines(path):
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle]
+
+
+def test_presets_are_the_papers_table(scale_data):
+    sizes = scale_data.scaled(scale_data.PRESETS["lf-paper2keywords-8.6m"], 1.0, None)
+    assert sizes == dict(labels=8_623_847, train_points=2_020_621, test_points=2_020_621, train_positives=18_246_208)
+    assert scale_data.scaled(scale_data.PRESETS["amazon-3m"], 0.5, 100)["labels"] == 1_406_140
+    counts = scale_data.label_counts(10_000, 40_000, 7_000, exponent=0.7)
+    assert counts.sum() == 40_000 and counts.min() >= 1 and counts.max() <= 7_000
+    assert np.all(np.diff(counts) <= 0)  # by rank, descending: a power-law head
+
+
+def test_generated_set_reads_and_has_the_statistics(small_set):
+    from haste_hf.data import load_xmc_dataset
+
+    folder, stats = small_set
+    data = load_xmc_dataset(folder, text_fields="title_content", cache_dir=folder / "cache")
+    assert data.label_count == stats["labels"] == 2010
+    assert data.num_train_points == stats["train_points"] == 1471
+    assert len(data.splits["test"]) == 300
+    assert data.train_label_frequencies.min() >= 1  # every label has a training point
+    assert data.train_label_frequencies.max() == stats["max_label_count"]
+    assert stats["labels_per_train_point"] == pytest.approx(5.45, rel=0.01)
+    assert stats["points_per_label"] == pytest.approx(1471 * 5.45 / 2010, rel=0.01)
+    assert len(data.label_texts) == 2010 and all(len(text.split()) == 3 for text in data.label_texts)
+    # Chance: a random label is right 1 time in L per true label; the most frequent labels far more often.
+    assert stats["chance"]["random P@1"] == pytest.approx(stats["labels_per_test_point"] / 2010)
+    assert stats["chance"]["most frequent P@1"] > 20 * stats["chance"]["random P@1"]
+
+
+def test_texts_carry_their_labels_words(small_set):
+    """The labels are learnable from the texts: looking a title's words up among the label texts finds the
+    point's labels (P@1 of the lookup on the test split near 1, chance is 1 in 2,010)."""
+    folder, _ = small_set
+    owner = {}
+    for label, record in enumerate(read_lines(folder / "lbl.json.gz")):
+        for word in record["title"].split():
+            owner.setdefault(word, set()).add(label)
+    points = read_lines(folder / "tst.json.gz")
+    hits = 0
+    for point in points:
+        found = [label for word in point["title"].split() for label in sorted(owner.get(word, ()))]
+        hits += bool(found) and found[0] in point["target_ind"]
+        every_label_named = {label for word in point["title"].split() for label in owner.get(word, ())}
+        assert set(point["target_ind"]) <= every_label_named  # each label has a word in the title
+    assert hits / len(points) > 0.95
+
+
+def test_files_do_not_depend_on_the_process_count(scale_data, small_set, tmp_path):
+    folder, _ = small_set
+    scale_data.generate(tmp_path, "amazon-670k", scale=0.003, test_points=300, seed=3, processes=2)
+    for name in ("trn.json.gz", "tst.json.gz", "lbl.json.gz"):
+        assert (tmp_path / name).read_bytes() == (folder / name).read_bytes(), name
+    other = tmp_path / "other-seed"
+    scale_data.generate(other, "amazon-670k", scale=0.003, test_points=300, seed=4, processes=1)
+    assert (other / "trn.json.gz").read_bytes() != (folder / "trn.json.gz").read_bytes()
+
+
+def test_steady_texts_per_second_leaves_out_the_first_steps_and_the_saves():
+    scale = load_script("scale")
+    steps = [(index, float(index), 8) for index in range(11)]  # one step a second, 8 texts each
+    steps[6:] = [(index, time + 5.0, 8) for index, time, _ in steps[6:]]  # a 5 s checkpoint after step 5
+    phases = [{"name": "checkpoint", "seconds": 5.0, "ended": 10.5}]
+    # Measured from step 2 (a fifth of 10) to step 10: 8 steps of 8 texts in 13 s, less the 5 s save.
+    assert scale.steady_texts_per_second(steps, phases) == pytest.approx(64 / 8)
+
+
+@pytest.mark.slow
+def test_every_stage_runs_on_the_cpu(tmp_path):
+    """scale.py end to end at a tiny size (the tiny syllable encoder): data, group, train with a checkpoint,
+    resume, evaluate, predict, ONNX export, reload; every stage measured and the table written."""
+    pytest.importorskip("onnxruntime")
+    results, table = tmp_path / "results.json", tmp_path / "table.md"
+    command = [
+        sys.executable,
+        str(BENCHMARKS / "scale.py"),
+        *("--preset", "amazon-670k", "--scale", "0.002", "--test-points", "100", "--work", str(tmp_path / "work")),
+        *("--encoder", "tiny", "--max-steps", "4", "--resume-steps", "2", "--batch-size", "16", "--max-length", "32"),
+        *("--eval-batch-size", "64", "--workers", "0", "--json", str(results), "--out", str(table)),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env["HF_DATASETS_CACHE"] = str(tmp_path / "datasets-cache")
+    process = subprocess.Popen(
+        command,
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=900)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)  # the stages run in the same session
+            process.wait()
+    assert process.returncode == 0, output[-4000:]
+    figures = json.loads(results.read_text())
+    stages = figures["stages"]
+    assert list(stages) == ["data", "group", "train", "resume", "evaluate", "predict", "export", "reload"]
+    assert all(stage["exit"] == 0 and stage["wall"] > 0 and stage["tree_rss"] > 0 for stage in stages.values())
+    train_phases = {phase["name"] for phase in stages["train"]["reports"][0]["phases"]}
+    assert {"read", "layout", "model", "training", "checkpoint", "save", "test evaluation"} <= train_phases
+    assert "resume load" in {phase["name"] for phase in stages["resume"]["reports"][0]["phases"]}
+    assert stages["train"]["reports"][0]["steps"] == 4 and stages["train"]["reports"][0]["texts_per_second"] > 0
+    assert stages["evaluate"]["metrics"] == stages["resume"]["metrics"]  # the saved model scores as train did
+    assert stages["reload"]["reports"][0]["top1_agreement"] == 1.0
+    text = table.read_text()
+    assert "FAILED" not in text and "peak GPU" in text and "| checkpoint save | <= 60 s |" in text
+    assert f"{figures['data']['labels']:,} labels" in text
