@@ -17,25 +17,30 @@ every label in the dense head. Per variant and label count, median ms of CUDA ev
 - flops-matched: the three cuBLAS passes of a dense layer of the same FLOPs as the tail
   (X [B, F] x W [L, F]^T, forward, weight gradient, feature gradient), summed.
 
-Memory options (what `haste-hf train` sets with the flags of the same names): `--gradient-checkpointing`
-(the encoder recomputes its activations in the backward; `--checkpoint-every N`: every N-th block only, as
-`--gradient_checkpointing_kwargs '{"every_n_layers": N}'`), `--momentum-dtype bfloat16` (the output layer's
-SGD momentum, stochastically rounded), `--chunked-backward` (the loss backward in label chunks, each chunk's
+Memory options (what `haste-hf train` sets with the flags of the same names): by default each is what
+`HasteTrainer` chooses for this model, batch and GPU (`haste_hf.training.memory_plan`; `--device-memory-gib N` plans for a
+GPU of N GiB), and a flag forces it on or off: `--[no-]gradient-checkpointing` (the encoder recomputes its
+activations in the backward; `--checkpoint-every N`: every N-th block only, as
+`--gradient_checkpointing_kwargs '{"every_n_layers": N}'`), `--momentum-dtype float32|bfloat16` (the output layer's
+SGD momentum, stochastically rounded), `--[no-]chunked-backward` (the loss backward in label chunks, each chunk's
 logits recomputed: no stored `[B, L]` logit gradient; chunks of 2^27 logit-gradient elements, 2^20 labels at
-batch 128, or `--chunk-labels N`), `--fused-update` (the head's and tail's SGD step applied chunk by chunk in
-the chunked backward: no stored weight gradient). With the fused update the output layer's step runs inside
+batch 128, or `--chunk-labels N`), `--[no-]fused-update` (the head's and tail's SGD step applied chunk by chunk in
+the chunked backward: no stored weight gradient); `--options-off` turns every one off (the default before the
+plan). Each row names the options it ran with. With the fused update the output layer's step runs inside
 "whole step fwd+bwd", so compare "fwd+bwd+optimizer". With either, "output layer fwd+bwd" (materialised
 logits, not what training runs) is not measured.
 At 10^8 labels (`--labels 100 --variants HASTE`, one H200) only the memory-lean step fits.
 
 Uses only the public API (`model.output_layer.loss`; `fused_loss` on code before it), so the same script times the code
-before and after a change: `PYTHONPATH=<other checkout> python benchmarks/step.py`.
+before and after a change: `PYTHONPATH=<other checkout> python benchmarks/step.py` (with `--options-off`, or every
+option forced, on code of the same layout before `haste_hf.training.memory_plan`).
 
     python benchmarks/step.py --title "after (commit abc1234)" --out results/step_h100.md
     python benchmarks/step.py --labels 8.6 --variants HASTE --gradient-checkpointing --momentum-dtype bfloat16 --fused-update
 """
 
 import argparse
+import copy
 import functools
 import gc
 import statistics
@@ -87,12 +92,68 @@ def build(variant: str, label_count: int, args) -> HasteForExtremeClassification
     )
     with torch.device("cuda"):
         model = HasteForExtremeClassification(config)
+    if args.sdpa_attention:
+        from transformers.models.mpnet.modeling_mpnet import MPNetSelfAttention
+
+        for module in model.modules():
+            if isinstance(module, MPNetSelfAttention):
+                module.forward = functools.partial(mpnet_sdpa_attention, module)
     for module in (output_layer_of(model).head, output_layer_of(model).tail):
         if module is not None:
             module.to(torch.bfloat16)
-    if args.gradient_checkpointing:
-        model.gradient_checkpointing_enable(every_n_layers=args.checkpoint_every)
     return model.train()
+
+
+def resolve_options(model, args) -> None:
+    """The memory options not forced by a flag, as `HasteTrainer` chooses them for this model, batch and GPU
+    (`haste_hf.training.memory_plan`; `--device-memory-gib` plans for a smaller GPU); checkpointing applied to `model`."""
+    if (args.gradient_checkpointing, args.momentum_dtype, args.chunked_backward, args.fused_update).count(None):
+        from haste_hf.training.memory_plan import plan_memory
+        from haste_hf.training.training_args import HasteTrainingArguments
+
+        forced = {
+            "output_momentum_dtype": args.momentum_dtype,
+            "output_chunked_backward": args.chunked_backward,
+            "output_fused_update": args.fused_update,
+            "gradient_checkpointing": args.gradient_checkpointing,
+        }
+        training = HasteTrainingArguments(
+            output_dir="step-benchmark",
+            output_layer_dtype="bfloat16",  # as `build` casts it; bf16 autocast wherever the GPU has it
+            per_device_train_batch_size=args.batch,
+            report_to=[],
+            **{name: value for name, value in forced.items() if value is not None},
+        )
+        device_memory = (
+            int(args.device_memory_gib * 2**30)
+            if args.device_memory_gib
+            else torch.cuda.get_device_properties(0).total_memory
+        )
+        plan = plan_memory(training, model, tokens=args.tokens, sharded=False, device_memory=device_memory)
+        args.momentum_dtype = plan.output_momentum_dtype
+        args.chunked_backward = plan.output_chunked_backward
+        args.fused_update = plan.output_fused_update
+        if plan.checkpoint_every is not None:
+            args.gradient_checkpointing = plan.checkpoint_every > 0
+            args.checkpoint_every = plan.checkpoint_every or 1
+    if args.gradient_checkpointing:
+        model.gradient_checkpointing_enable(every_n_layers=args.checkpoint_every or 1)
+
+
+def mpnet_sdpa_attention(
+    self, hidden_states, attention_mask=None, position_bias=None, output_attentions=False, **kwargs
+):
+    """`MPNetSelfAttention.forward` through `scaled_dot_product_attention`, the relative-position bias and the padding
+    mask as its additive mask: the same attention (tests/test_step_benchmark.py), but the `[B, heads, T, T]` scores,
+    fp32 probabilities and dropout mask the eager forward keeps for the backward are not stored (the kernel keeps
+    the bf16 bias only). transformers' MPNet has no SDPA path of its own (transformers 5.10 to 5.24)."""
+    shape = (*hidden_states.shape[:-1], -1, self.attention_head_size)
+    q, k, v = (projection(hidden_states).view(shape).transpose(1, 2) for projection in (self.q, self.k, self.v))
+    biases = [bias for bias in (position_bias, attention_mask) if bias is not None]
+    mask = None if not biases else sum(biases[1:], biases[0]).to(q.dtype)
+    dropout = self.dropout.p if self.training else 0.0
+    context = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+    return (self.o(context.transpose(1, 2).reshape(*hidden_states.shape[:-1], self.all_head_size)),)
 
 
 def output_layer_of(model):
@@ -120,6 +181,8 @@ def flops_matched_ms(batch_size: int, label_count: int, fan_in: int, args) -> fl
 def bench(variant: str, label_count: int, args) -> dict:
     generator = torch.Generator().manual_seed(0)
     model = build(variant, label_count, args)
+    args = copy.copy(args)  # each variant and label count gets its own choice
+    resolve_options(model, args)
     B, T = args.batch, args.tokens
     input_ids = torch.randint(5, 30527, (B, T), generator=generator).cuda()
     attention_mask = torch.ones(B, T, dtype=torch.long, device="cuda")
@@ -215,12 +278,16 @@ def bench(variant: str, label_count: int, args) -> dict:
     model = None
     gc.collect()
     torch.cuda.empty_cache()
+    row["options"] = options(args)
     return row
 
 
 def options(args) -> str:
     chosen = [
-        ("gradient checkpointing" + (f", every {args.checkpoint_every}-th block" if args.checkpoint_every > 1 else ""))
+        (
+            "gradient checkpointing"
+            + (f", every {args.checkpoint_every}-th block" if (args.checkpoint_every or 1) > 1 else "")
+        )
         if args.gradient_checkpointing
         else None,
         f"{args.momentum_dtype} momentum",
@@ -229,6 +296,7 @@ def options(args) -> str:
         else None,
         "fused update" if args.fused_update else None,
     ]
+    chosen.append("SDPA attention" if args.sdpa_attention else None)
     return ", ".join(option for option in chosen if option)
 
 
@@ -245,35 +313,56 @@ def main(argv=None):
     parser.add_argument("--head-fraction", type=float, default=0.03)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--gradient-checkpointing", action="store_true", help="the encoder recomputes its activations")
-    parser.add_argument("--checkpoint-every", type=int, default=1, help="checkpoint every N-th encoder block only")
+    # Each memory option: the trainer's own choice (haste_hf.training.memory_plan) unless a flag forces it on or off.
+    on_off = argparse.BooleanOptionalAction
+    parser.add_argument("--gradient-checkpointing", action=on_off, help="the encoder recomputes its activations")
     parser.add_argument(
-        "--momentum-dtype", default="float32", choices=["float32", "bfloat16"], help="output layer's SGD momentum"
+        "--checkpoint-every", type=int, default=None, help="checkpoint every N-th encoder block only (forces it on)"
     )
-    parser.add_argument(
-        "--chunked-backward", action="store_true", help="loss backward in label chunks (no [B, L] gradient)"
-    )
+    parser.add_argument("--momentum-dtype", choices=["float32", "bfloat16"], help="output layer's SGD momentum")
+    parser.add_argument("--chunked-backward", action=on_off, help="loss backward in label chunks (no [B, L] gradient)")
     parser.add_argument(
         "--chunk-labels", type=int, default=0, help="labels per chunk (0: 2^27 logit-gradient elements)"
     )
+    parser.add_argument("--fused-update", action=on_off, help="output layer's SGD step fused into the loss backward")
     parser.add_argument(
-        "--fused-update", action="store_true", help="output layer's SGD step fused into the loss backward"
+        "--options-off",
+        action="store_true",
+        help="every memory option no flag forces off (fp32 momentum, no chunks, no fused update, no checkpointing)",
+    )
+    parser.add_argument(
+        "--device-memory-gib",
+        type=float,
+        default=None,
+        help="plan the options for a GPU of this size (default: this one)",
+    )
+    parser.add_argument(
+        "--sdpa-attention",
+        action="store_true",
+        help="MPNet's attention through scaled_dot_product_attention (not in the product yet: measured here first)",
     )
     parser.add_argument("--no-flops-matched", action="store_true", help="skip the FLOPs-matched GEMMs ([B, L] buffers)")
     parser.add_argument("--title", default="", help="first line of the table (e.g. the code's commit)")
     parser.add_argument("--out", default=None, help="also write the table to this file")
     args = parser.parse_args(argv)
+    if args.checkpoint_every is not None and args.gradient_checkpointing is None:
+        args.gradient_checkpointing = True
+    if args.options_off:  # those no flag forces
+        for name in ("gradient_checkpointing", "chunked_backward", "fused_update"):
+            setattr(args, name, False if getattr(args, name) is None else getattr(args, name))
+        args.momentum_dtype = args.momentum_dtype or "float32"
     if hasattr(modeling_haste, "random_supports"):
         modeling_haste.random_supports = supports_on_cpu(modeling_haste.random_supports)
     lines = [
         f"{args.title}: {torch.cuda.get_device_name()}, torch {torch.__version__}, B = {args.batch}, "
         f"{args.tokens} tokens, G = {args.group_size}, F = {args.fan_in}, head {args.head_fraction:.0%}, "
-        f"median ms of CUDA events ({args.repeats} runs); options: {options(args)}",
+        f"median ms of CUDA events ({args.repeats} runs); memory options per row (chosen by haste_hf.training.memory_plan "
+        "unless forced by a flag)",
         "",
         "| labels | variant | encoder fwd+bwd | output layer fwd+bwd | output layer + loss | whole step fwd+bwd "
         "| optimizer step | fwd+bwd+optimizer | peak train GiB | predict_topk texts/s | flops-matched sum "
-        "| output+loss / step | output+loss / flops-matched |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| output+loss / step | output+loss / flops-matched | memory options |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     print("\n".join(lines), flush=True)
     for millions in args.labels:
@@ -287,7 +376,8 @@ def main(argv=None):
                 f"| {millions}M | {variant} | {row['encoder']:.1f} | {row['output']:.1f} | {row['output_loss']:.1f} "
                 f"| {row['step']:.1f} | {row['optimizer']:.1f} | {row['step'] + row['optimizer']:.1f} | {row['peak_gib']:.1f} "
                 f"| {row['predict']:,.0f} "
-                f"| {matched:.2f} | {row['output_loss'] / row['step']:.0%} | {row['output_loss'] / matched:.1f}x |"
+                f"| {matched:.2f} | {row['output_loss'] / row['step']:.0%} | {row['output_loss'] / matched:.1f}x "
+                f"| {row['options']} |"
             )
             lines.append(line)
             print(line, flush=True)

@@ -33,7 +33,7 @@ from . import onnx_serving
 from .import_utils import EXPORT_PACKAGES, missing_packages
 from .modeling.logging_utils import get_logger
 from .modeling.modeling_haste import HasteForExtremeClassification
-from .modeling.saving import save_folder_atomically
+from .modeling.saving import read_one_save, save_folder_atomically
 from .training.sharded_output_layer import ShardedOutputLayer
 
 
@@ -146,8 +146,15 @@ def _load(model, tokenizer):
 
     if isinstance(model, (str, os.PathLike)):
         source = os.fspath(model)
-        tokenizer = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(source)
-        return HasteForExtremeClassification.from_pretrained(source, dtype=torch.float32), tokenizer, source
+        # The tokenizer of the same save as the weights (`read_one_save`).
+        return read_one_save(
+            source,
+            lambda: (
+                HasteForExtremeClassification.from_pretrained(source, dtype=torch.float32),
+                tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(source),
+                source,
+            ),
+        )
     if not isinstance(model, HasteForExtremeClassification):
         raise ValueError(
             f"`model` must be a HasteForExtremeClassification or the folder / Hub id of one, got {type(model).__name__}."
@@ -322,7 +329,9 @@ def export_onnx(
         if model.label_names is not None:
             with open(os.path.join(staging, onnx_serving.LABEL_NAMES_FILE), "w", encoding="utf-8") as f:
                 json.dump(model.label_names, f, ensure_ascii=False)
-        metadata = _metadata(model, tokenizer, layout, top_k, quantize, features, source)
+        # Every file serving reads, with its size and digest: the export is checked as one unit when it loads.
+        files = onnx_serving.describe_files(staging, set(os.listdir(staging)) - set(onnx_serving.UNLISTED_FILES))
+        metadata = _metadata(model, tokenizer, layout, top_k, quantize, features, source, files)
         with open(os.path.join(staging, onnx_serving.METADATA_FILE), "w", encoding="utf-8") as f:
             json.dump(metadata, f, indent=2)
         Path(staging, "README.md").write_text(_readme(metadata), encoding="utf-8")
@@ -371,8 +380,9 @@ def _previous_export_files(output_dir) -> set[str]:
     return {path.name for path in folder.iterdir() if path.name.startswith(graph_files)}
 
 
-def _metadata(model, tokenizer, layout, top_k, quantize, features, source) -> dict:
+def _metadata(model, tokenizer, layout, top_k, quantize, features, source, files) -> dict:
     from . import __version__
+    from .recipe import encoder_token_limit
 
     config = model.config
     metadata = {
@@ -391,6 +401,7 @@ def _metadata(model, tokenizer, layout, top_k, quantize, features, source) -> di
         "pooling": config.pooling,
         "normalize": config.normalize,
         "max_length": tokenizer.model_max_length,
+        "max_positions": encoder_token_limit(model.encoder),
         "quantization": "dynamic int8 (encoder matmuls)" if quantize else None,
         "source": source,
         "haste_hf": __version__,
@@ -398,6 +409,7 @@ def _metadata(model, tokenizer, layout, top_k, quantize, features, source) -> di
     }
     if layout == "split":
         metadata["output_layer_file"] = OUTPUT_LAYER_FILE
+    metadata["files"] = files
     return metadata
 
 
@@ -458,7 +470,8 @@ Extreme multi-label classifier of {label_count:,} labels exported by haste_hf {m
 {files}
 - `label_names.json`: the name of each label id (when the model has names).
 - the tokenizer files: texts are truncated at its `model_max_length` ({metadata["max_length"]}), the length the model was trained on.
-- `{onnx_serving.METADATA_FILE}`: this description, read by `{SERVING_CODE_FILE}`.
+- `{onnx_serving.METADATA_FILE}`: this description, with the size and sha256 digest of every file serving reads, read by
+  `{SERVING_CODE_FILE}`, which refuses a folder whose files differ from them.
 - `{SERVING_CODE_FILE}`: `OnnxClassifier`, the top-k labels and names of texts for this folder (numpy, onnxruntime).
 
 Scores are sigmoid probabilities: each label is scored independently, so they do not sum to 1.

@@ -14,13 +14,14 @@ with `trust_remote_code=True` anywhere.
 import json
 import os
 import shutil
+import stat
 import tempfile
 import types
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from huggingface_hub import CommitInfo, HfApi, ModelCard
-from huggingface_hub.utils import filter_repo_objects
+from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
 
 from .modeling.configuration_haste import MODEL_AUTO_CLASSES, HasteConfig
 from .modeling.saving import LABEL_NAMES_FILE, check_complete_save, exported_code_files
@@ -149,8 +150,7 @@ def _stage_folder(folder: Path, staging: Path) -> HasteConfig:
     # Folders saved before every save exported the code lack these.
     config_dict["auto_map"] = {**config_dict.get("auto_map", {}), **AUTO_MAP}
     config_dict["custom_pipelines"] = config.to_dict()["custom_pipelines"]
-    relative = [path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file()]
-    for name in filter_repo_objects(relative, ignore_patterns=IGNORED_IN_FOLDERS):
+    for name in publishable_files(folder, IGNORED_IN_FOLDERS):
         target = staging / name
         target.parent.mkdir(parents=True, exist_ok=True)
         os.symlink((folder / name).resolve(), target)
@@ -161,6 +161,41 @@ def _stage_folder(folder: Path, staging: Path) -> HasteConfig:
         _replace(target)
         shutil.copyfile(path, target)
     return config
+
+
+def publishable_files(folder: str | os.PathLike, ignore_patterns: list[str]) -> list[str]:
+    """The paths (relative, `/`-separated) of the regular files of `folder` that an upload of it sends, those
+    matching `ignore_patterns` (or the ones every upload leaves out, `.git`) left out. Raises a `ValueError` naming the first link or other non-regular entry it
+    would send: an upload follows links, so a link in a model folder (an archive or a clone can carry one) would
+    publish whatever it points to, `~/.ssh/id_rsa` included."""
+    folder = os.fspath(folder)
+    ignore_patterns = [*ignore_patterns, *DEFAULT_IGNORE_PATTERNS]
+
+    def sent(relative: str, is_folder: bool) -> bool:
+        candidates = [relative, relative + "/"] if is_folder else [relative]  # `runs/**` leaves out the folder `runs`
+        return all(list(filter_repo_objects([candidate], ignore_patterns=ignore_patterns)) for candidate in candidates)
+
+    found = []
+    for root, folders, files in os.walk(folder):
+        entries = [(name, True) for name in folders] + [(name, False) for name in files]
+        folders[:] = []  # walked below only when sent
+        for name, is_folder in sorted(entries):
+            path = os.path.join(root, name)
+            relative = os.path.relpath(path, folder).replace(os.sep, "/")
+            if not sent(relative, is_folder):
+                continue
+            if os.path.islink(path):
+                raise ValueError(
+                    f"{path} is a link (to {os.readlink(path)}): only regular files inside the folder are published. "
+                    "Replace it with the file it stands for, or remove it."
+                )
+            if is_folder:
+                folders.append(name)
+            elif stat.S_ISREG(os.lstat(path).st_mode):
+                found.append(relative)
+            else:
+                raise ValueError(f"{path} is not a regular file: only regular files are published; remove it.")
+    return sorted(found)
 
 
 def _write_label_names(staging: Path, label_names: list[str], label_count: int):
@@ -202,4 +237,4 @@ def _stage_model_card(staging: Path, model_card, config: HasteConfig, repo_id: s
         card.save(path)
 
 
-__all__ = ["AUTO_MAP", "push_to_hub"]
+__all__ = ["AUTO_MAP", "publishable_files", "push_to_hub"]

@@ -13,14 +13,26 @@ An export folder holds one of two layouts (`haste_onnx.json` says which):
 tokenizer's library for `predict`): the export copies it beside the model as `haste_onnx.py`.
 """
 
+import hashlib
 import json
+import numbers
 import os
+import stat
+import warnings
 
 import numpy as np
 
 
 METADATA_FILE = "haste_onnx.json"
 LABEL_NAMES_FILE = "label_names.json"
+LAYOUTS = ("single", "split")
+# The names `haste_hf.saving` gives the mark of an unfinished save and the id of each save (this file imports
+# nothing of haste_hf): an export is written as a model folder is.
+INCOMPLETE_SAVE_FILE = ".haste-save-incomplete"
+SAVE_GENERATION_FILE = ".haste-save-generation"
+# Files of an export that serving does not read, left out of its metadata's `files`: the metadata itself, the
+# README and this code.
+UNLISTED_FILES = (METADATA_FILE, "README.md", "haste_onnx.py")
 # Logits scored at once by the split layout's top-k (`[batch, chunk]` fp32 block).
 TOPK_CHUNK_ELEMENTS = 1 << 24
 
@@ -95,6 +107,23 @@ def sigmoid(logits: np.ndarray) -> np.ndarray:
     return (0.5 * (1.0 + np.tanh(0.5 * logits))).astype(np.float32)  # exp-free: no overflow warnings at +-inf
 
 
+def describe_files(folder, names) -> dict:
+    """`{name: {"bytes": size, "sha256": hex digest}}` of files `names` of `folder`: what an export's metadata
+    records of its files, and what serving checks them against."""
+    described = {}
+    for name in sorted(names):
+        digest = hashlib.sha256()
+        with open(os.path.join(folder, name), "rb") as f:
+            for block in iter(lambda: f.read(1 << 24), b""):
+                digest.update(block)
+        described[name] = {"bytes": os.path.getsize(os.path.join(folder, name)), "sha256": digest.hexdigest()}
+    return described
+
+
+class ExportError(ValueError):
+    """An export folder that does not hold one whole export: a file damaged, missing, replaced or of another export."""
+
+
 class OnnxClassifier:
     """The top-k labels of texts from an exported HASTE model, on onnxruntime.
 
@@ -103,6 +132,12 @@ class OnnxClassifier:
         classifier.predict(["a text", "another"])   # [[{"label": ..., "score": ...}, ...], ...]
 
     Scores are sigmoid probabilities. `providers` and `session_options` go to `onnxruntime.InferenceSession`.
+
+    Nothing the folder holds is trusted: `haste_onnx.json` names every file the export wrote with its size and sha256
+    digest, and a folder that disagrees (a file damaged, missing, of another export, or replaced while it loads), that
+    holds the mark of an interrupted export, or whose files contradict each other (label names, label count, the
+    graph's outputs, the output layer's shapes and label ids) is refused with an `ExportError` naming the file.
+    Exports of versions that recorded no files are served after the checks that need no digests, with a warning.
     """
 
     def __init__(self, folder, providers=("CPUExecutionProvider",), session_options=None):
@@ -114,56 +149,287 @@ class OnnxClassifier:
             ) from None
 
         self.folder = os.fspath(folder)
-        with open(os.path.join(self.folder, METADATA_FILE), encoding="utf-8") as f:
-            self.metadata = json.load(f)
+        generation = self._generation()
+        self.metadata = self._read_metadata()
         self.layout = self.metadata["layout"]
         self.top_k_default = self.metadata["top_k"]
-        graph = os.path.join(self.folder, self.metadata["model_file"])
-        self.session = onnxruntime.InferenceSession(graph, sess_options=session_options, providers=list(providers))
+        self.label_count = self.metadata["label_count"]
+        self.max_positions = self.metadata.get("max_positions")
+        files = self.metadata.get("files")
+        if files is None:
+            warnings.warn(
+                f"{self._path(METADATA_FILE)} names no files (an export of an earlier haste_hf): the checks that need "
+                "their digests are skipped, so a file of another export would go unnoticed. Export the model again.",
+                stacklevel=2,
+            )
+        else:
+            self._check_files(files)
+        self.session = onnxruntime.InferenceSession(
+            self._readable(self.metadata["model_file"]), sess_options=session_options, providers=list(providers)
+        )
         self.output_layer = None
         if self.layout == "split":
             from safetensors.numpy import load_file
 
-            self.output_layer = load_file(os.path.join(self.folder, self.metadata["output_layer_file"]))
-        names_file = os.path.join(self.folder, LABEL_NAMES_FILE)
-        self.label_names = None
-        if os.path.isfile(names_file):
-            with open(names_file, encoding="utf-8") as f:
-                self.label_names = json.load(f)
+            self.output_layer = load_file(self._readable(self.metadata["output_layer_file"]))
+        self.label_names = self._read_label_names()
+        if self._generation() != generation:
+            raise ExportError(f"{self.folder} was exported to again while it loaded: load it again.")
+        self._check_graph()
+        if self.output_layer is not None:
+            self._check_output_layer()
         self._tokenizer = None
+
+    # ------------------------------------------------------------------------------------ what the folder holds
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.folder, name)
+
+    def _generation(self):
+        """The id of the export's save (None before exports wrote one); refuses the mark of an interrupted export."""
+        if os.path.lexists(self._path(INCOMPLETE_SAVE_FILE)):
+            raise ExportError(
+                f"{self._path(INCOMPLETE_SAVE_FILE)} is present: an export to {self.folder} was interrupted or is "
+                "running, so its files may mix two exports. Export the model again (or wait for the running export)."
+            )
+        try:
+            with open(self._path(SAVE_GENERATION_FILE), encoding="utf-8") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def _read_metadata(self) -> dict:
+        path = self._path(METADATA_FILE)
+        try:
+            with open(path, encoding="utf-8") as f:
+                metadata = json.load(f)
+        except FileNotFoundError:
+            raise ExportError(
+                f"{self.folder} holds no {METADATA_FILE}: give the folder `haste-hf export` wrote."
+            ) from None
+        except ValueError as error:
+            raise ExportError(f"{path} is unreadable ({error}): export the model again.") from None
+
+        def refuse(what: str):
+            raise ExportError(f"{path} is damaged: {what}. Export the model again.")
+
+        if not isinstance(metadata, dict):
+            refuse("it holds no object")
+        if metadata.get("layout") not in LAYOUTS:
+            refuse(f"its `layout` is {metadata.get('layout')!r}, not one of {LAYOUTS}")
+        label_count, top_k = metadata.get("label_count"), metadata.get("top_k")
+        if not _is_count(label_count):
+            refuse(f"its `label_count` is {label_count!r}")
+        if not (_is_count(top_k) and top_k <= label_count):
+            refuse(f"its `top_k` is {top_k!r}, not an integer in [1, label_count={label_count}]")
+        if metadata.get("max_positions") is not None and not _is_count(metadata["max_positions"]):
+            refuse(f"its `max_positions` is {metadata['max_positions']!r}")
+        for key in _graph_keys(metadata):
+            if not _is_plain_file_name(metadata.get(key)):
+                refuse(f"its `{key}` is {metadata.get(key)!r}, not the name of a file of the folder")
+        files = metadata.get("files")
+        if files is not None:
+            if not isinstance(files, dict) or not all(
+                _is_plain_file_name(name)
+                and isinstance(entry, dict)
+                and _is_count(entry.get("bytes"), minimum=0)
+                and isinstance(entry.get("sha256"), str)
+                for name, entry in files.items()
+            ):
+                refuse("its `files` is not a {name: {bytes, sha256}} object")
+            for key in _graph_keys(metadata):
+                if metadata[key] not in files:
+                    refuse(f"its `{key}` ({metadata[key]}) is not one of its `files`")
+        return metadata
+
+    def _check_files(self, files: dict) -> None:
+        """Each file the metadata names is a regular file of its size and digest; label names, read when present,
+        must be one of them."""
+        for name, expected in files.items():
+            path = self._path(name)
+            try:
+                mode = os.lstat(path).st_mode
+            except FileNotFoundError:
+                raise ExportError(f"{path} is missing: {METADATA_FILE} names it. Export the model again.") from None
+            if not stat.S_ISREG(mode):
+                raise ExportError(
+                    f"{path} is a link or not a regular file: an export holds its own files. Export again."
+                )
+            actual = describe_files(self.folder, [name])[name]
+            if actual["bytes"] != expected["bytes"]:
+                raise ExportError(
+                    f"{path} is {actual['bytes']} bytes where {METADATA_FILE} says {expected['bytes']}: it is damaged or "
+                    "of another export. Export the model again."
+                )
+            if actual["sha256"] != expected["sha256"]:
+                raise ExportError(
+                    f"{path} is not the file the export wrote (its sha256 differs from the one {METADATA_FILE} "
+                    "records): it is damaged or of another export. Export the model again."
+                )
+        if os.path.lexists(self._path(LABEL_NAMES_FILE)) and LABEL_NAMES_FILE not in files:
+            raise ExportError(
+                f"{self._path(LABEL_NAMES_FILE)} is not one of the export's files ({METADATA_FILE} names none): remove "
+                "it, or export the model with its label names."
+            )
+
+    def _readable(self, name: str) -> str:
+        path = self._path(name)
+        if not os.path.isfile(path):
+            raise ExportError(f"{path} is missing: {METADATA_FILE} names it. Export the model again.")
+        return path
+
+    def _read_label_names(self):
+        path = self._path(LABEL_NAMES_FILE)
+        if not os.path.isfile(path):
+            return None
+        try:
+            with open(path, encoding="utf-8") as f:
+                names = json.load(f)
+        except ValueError as error:
+            raise ExportError(f"{path} is unreadable ({error}): export the model again.") from None
+        if not (isinstance(names, list) and all(isinstance(name, str) for name in names)):
+            raise ExportError(f"{path} is not a list of label names: export the model again.")
+        if len(names) != self.label_count:
+            raise ExportError(
+                f"{path} holds {len(names)} names for the export's {self.label_count} labels: it is of another "
+                "export. Export the model again."
+            )
+        return names
+
+    def _check_graph(self) -> None:
+        """The graph takes `input_ids` and `attention_mask` and gives what the layout reads."""
+        path = self._path(self.metadata["model_file"])
+        inputs = {node.name for node in self.session.get_inputs()}
+        outputs = {node.name: node.shape for node in self.session.get_outputs()}
+        if not {"input_ids", "attention_mask"} <= inputs:
+            raise ExportError(
+                f"{path} does not take `input_ids` and `attention_mask`: it is not a HASTE export's graph."
+            )
+        if self.layout == "single":
+            if not {"label_ids", "scores"} <= set(outputs):
+                raise ExportError(f"{path} gives no `label_ids` and `scores`: it is not a single-graph HASTE export.")
+            width = outputs["label_ids"][-1] if len(outputs["label_ids"]) == 2 else None
+            if isinstance(width, int) and width != self.top_k_default:
+                raise ExportError(
+                    f"{path} gives the top {width} labels where {METADATA_FILE} says {self.top_k_default}: the two are "
+                    "of different exports. Export the model again."
+                )
+        elif not {"head_features", "tail_features"} & set(outputs):
+            raise ExportError(f"{path} gives no `head_features` or `tail_features`: it is not a HASTE encoder graph.")
+
+    def _check_output_layer(self) -> None:
+        """The split layout's output layer gives each of the `label_count` labels one position, with shapes that agree
+        with each other and with the graph's features."""
+        path = self._path(self.metadata["output_layer_file"])
+        weights, label_count = self.output_layer, self.label_count
+        widths = {node.name: node.shape[-1] for node in self.session.get_outputs()}
+
+        def refuse(what: str):
+            raise ExportError(f"{path} {what}: it is damaged or of another export. Export the model again.")
+
+        def check_width(name: str, width: int):
+            if name not in widths:
+                refuse(f"scores `{name}`, which the graph does not give")
+            if isinstance(widths[name], int) and widths[name] != width:
+                refuse(f"reads {width} `{name}` where the graph gives {widths[name]}")
+
+        output_labels = weights.get("output_labels")
+        if output_labels is None or output_labels.ndim != 1 or output_labels.dtype.kind not in "iu":
+            refuse("holds no `output_labels` vector of label ids")
+        positions = 0
+        if "head.weight" in weights:
+            head = weights["head.weight"]
+            if head.ndim != 2 or weights.get("head.bias", np.zeros(head.shape[0])).shape != (head.shape[0],):
+                refuse("holds a head of inconsistent shapes")
+            check_width("head_features", head.shape[1])
+            positions += head.shape[0]
+        if "tail.weight" in weights:
+            tail, supports = weights["tail.weight"], weights.get("tail.supports")
+            if tail.ndim != 3 or supports is None or supports.shape != (tail.shape[0], tail.shape[2]):
+                refuse("holds a tail of inconsistent shapes")
+            tail_positions = tail.shape[0] * tail.shape[1]
+            if weights.get("tail.bias", np.zeros(tail_positions)).shape != (tail_positions,):
+                refuse("holds a tail bias of the wrong length")
+            if "tail_features" not in widths:
+                refuse("scores `tail_features`, which the graph does not give")
+            width = widths["tail_features"]
+            if supports.size and (supports.min() < 0 or (isinstance(width, int) and supports.max() >= width)):
+                refuse(f"holds tail supports outside the graph's {width} `tail_features`")
+            positions += tail_positions
+        if output_labels.shape[0] != positions:
+            refuse(f"maps {output_labels.shape[0]} output positions where its head and tail have {positions}")
+        real = output_labels[output_labels >= 0]
+        if (
+            output_labels.min(initial=0) < -1
+            or real.size != label_count
+            or not np.array_equal(np.bincount(real, minlength=label_count), np.ones(label_count, np.int64))
+        ):
+            refuse(f"does not give each of the {label_count} labels one output position")
+
+    # ----------------------------------------------------------------------------------------------- serving
 
     def top_k(self, input_ids, attention_mask, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """`(label_ids, scores)`, each `[batch, k]`, best first. `k` defaults to the export's; a single-graph export
-        computes that many, so a smaller `k` is a slice of them and a larger one is refused."""
-        k = self.top_k_default if k is None else k
-        label_count = self.metadata["label_count"]
-        if not 1 <= k <= label_count:
-            raise ValueError(f"`k` must lie in [1, label_count={label_count}], got {k}.")
+        computes that many, so a smaller `k` is a slice of them and a larger one is refused. Rows longer than the
+        encoder's positions are refused (`predict` truncates texts); an empty batch gives `[0, k]` arrays."""
+        k = self._checked_k(k)
         inputs = {
-            "input_ids": np.asarray(input_ids, dtype=np.int64),
-            "attention_mask": np.asarray(attention_mask, dtype=np.int64),
+            "input_ids": _token_array(input_ids, "input_ids"),
+            "attention_mask": _token_array(attention_mask, "attention_mask"),
         }
+        if inputs["input_ids"].shape != inputs["attention_mask"].shape:
+            raise ValueError(
+                f"`input_ids` {inputs['input_ids'].shape} and `attention_mask` {inputs['attention_mask'].shape} must "
+                "have one shape."
+            )
+        batch_size, length = inputs["input_ids"].shape
+        if batch_size == 0:
+            return np.empty((0, k), np.int64), np.empty((0, k), np.float32)
+        if length == 0:
+            raise ValueError("`input_ids` has rows of no token: give at least one token per row.")
+        if self.max_positions is not None and length > self.max_positions:
+            raise ValueError(
+                f"`input_ids` has rows of {length} tokens; the encoder reads at most {self.max_positions}: truncate "
+                "them (`predict` does)."
+            )
         outputs = dict(zip([output.name for output in self.session.get_outputs()], self.session.run(None, inputs)))
         if self.layout == "single":
-            if k > self.top_k_default:
-                raise ValueError(
-                    f"This export computes the top {self.top_k_default} labels in its graph; `k={k}` needs an export "
-                    f"with a larger top-k (`haste-hf export -k {k}`)."
-                )
-            return outputs["label_ids"][:, :k], outputs["scores"][:, :k]
-        logits, label_ids = output_layer_topk(
-            self.output_layer, outputs.get("head_features"), outputs.get("tail_features"), k
-        )
-        return label_ids, sigmoid(logits)
+            label_ids, scores = outputs["label_ids"][:, :k], outputs["scores"][:, :k]
+        else:
+            logits, label_ids = output_layer_topk(
+                self.output_layer, outputs.get("head_features"), outputs.get("tail_features"), k
+            )
+            scores = sigmoid(logits)
+        if label_ids.size and (label_ids.min() < 0 or label_ids.max() >= self.label_count):
+            raise ExportError(
+                f"{self._path(self.metadata['model_file'])} gave label ids outside [0, {self.label_count}): it is not "
+                "the graph of this export. Export the model again."
+            )
+        return label_ids, scores
+
+    def _checked_k(self, k) -> int:
+        k = self.top_k_default if k is None else k
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= k <= self.label_count:
+            raise ValueError(f"`k` must be an integer in [1, label_count={self.label_count}], got {k!r}.")
+        if self.layout == "single" and k > self.top_k_default:
+            raise ValueError(
+                f"This export computes the top {self.top_k_default} labels in its graph; `k={k}` needs an export "
+                f"with a larger top-k (`haste-hf export -k {k}`)."
+            )
+        return int(k)
 
     def predict(self, texts: list[str], k: int | None = None) -> list[list[dict]]:
         """The `k` best `{"label", "score"}` of each text, tokenized by the exported tokenizer (cut at its
-        `model_max_length`, the length the model was trained on)."""
-        if self._tokenizer is None:
-            from transformers import AutoTokenizer
-
-            self._tokenizer = AutoTokenizer.from_pretrained(self.folder)
-        batch = self._tokenizer(list(texts), truncation=True, padding=True, return_tensors="np")
+        `model_max_length`, the length the model was trained on, and at the encoder's positions); `[]` for no text."""
+        if isinstance(texts, str) or not isinstance(texts, (list, tuple)) or not all(isinstance(t, str) for t in texts):
+            raise ValueError(f"`texts` must be a list of strings (one text: [text]), got {_shown(texts)}.")
+        k = self._checked_k(k)
+        if not texts:
+            return []
+        tokenizer = self._load_tokenizer()
+        # Cut at the tokenizer's length and at the encoder's positions (exports of earlier versions name none).
+        limit = {"max_length": min(tokenizer.model_max_length, self.max_positions)} if self.max_positions else {}
+        batch = tokenizer(list(texts), truncation=True, padding=True, return_tensors="np", **limit)
         label_ids, scores = self.top_k(batch["input_ids"], batch["attention_mask"], k)
         names = self.label_names
         return [
@@ -174,5 +440,52 @@ class OnnxClassifier:
             for row_ids, row_scores in zip(label_ids.tolist(), scores)
         ]
 
+    def _load_tokenizer(self):
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
 
-__all__ = ["METADATA_FILE", "OnnxClassifier", "output_layer_topk", "sigmoid", "topk"]
+            tokenizer = AutoTokenizer.from_pretrained(self.folder)
+            files = self.metadata.get("files")
+            if files is not None:  # read after `__init__` checked them: checked again, the graphs aside
+                graphs = tuple(self.metadata[key] for key in _graph_keys(self.metadata))
+                self._check_files({name: entry for name, entry in files.items() if not name.startswith(graphs)})
+            self._tokenizer = tokenizer
+        return self._tokenizer
+
+
+def _graph_keys(metadata: dict) -> list[str]:
+    """The metadata's keys that name the graph and, in the split layout, the output layer."""
+    return ["model_file"] + (["output_layer_file"] if metadata["layout"] == "split" else [])
+
+
+def _token_array(values, name: str) -> np.ndarray:
+    if values is None:
+        raise ValueError(f"`{name}` is None: give a [batch, sequence] array of integers.")
+    array = np.asarray(values)
+    if array.ndim != 2 or not (array.dtype.kind in "iu" or array.size == 0):
+        raise ValueError(
+            f"`{name}` must be a [batch, sequence] array of integers, got shape {array.shape} of {array.dtype}."
+        )
+    return array.astype(np.int64)
+
+
+def _is_count(value, minimum: int = 1) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _is_plain_file_name(name) -> bool:
+    """A file directly inside the folder: no path, no parent, no hidden name."""
+    return (
+        isinstance(name, str)
+        and name == os.path.basename(name)
+        and name not in ("", ".", "..")
+        and not name.startswith(".")
+    )
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+__all__ = ["METADATA_FILE", "ExportError", "OnnxClassifier", "describe_files", "output_layer_topk", "sigmoid", "topk"]

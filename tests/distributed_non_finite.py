@@ -6,6 +6,7 @@ its share of the sharded tail's gradient NaN at step 3; each rank writes OUT/ran
 
 import json
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import torch.distributed as dist
@@ -13,6 +14,10 @@ from distributed_train import make_trainer, world
 from transformers import TrainerCallback
 
 from haste_hf.training.callbacks import unwrap_model
+
+
+# A rank left waiting in a collective fails within the test's 180 s instead of after gloo's 30 minutes.
+COLLECTIVE_TIMEOUT = timedelta(seconds=90)
 
 
 class PoisonRankOne(TrainerCallback):
@@ -27,7 +32,7 @@ class PoisonRankOne(TrainerCallback):
 
 
 def main(output: Path, action: str):
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", timeout=COLLECTIVE_TIMEOUT)
     trainer = make_trainer(output / "run", shard=True, max_steps=5, on_non_finite=action, rewiring_interval=0)
     trainer.callback_handler.callbacks.insert(0, PoisonRankOne())  # runs before the guard
     outcome = {"error": None}

@@ -1,16 +1,13 @@
 """Small factories the tests share: `haste-hf` argument lists, in-process command-line runs, torchrun launches
 and the tolerances their results are compared with."""
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
+from processes import TESTS, torchrun  # noqa: F401  (the launches every torchrun test shares)
 
 
-TESTS = Path(__file__).parent
 # fp32 on the CPU: the processes add the same terms in another order, nothing else differs.
 LOSS_TOLERANCE = dict(rtol=1e-6, atol=1e-5)
 WEIGHT_TOLERANCE = dict(rtol=1e-5, atol=1e-6)
@@ -71,28 +68,6 @@ def assert_one_line_error(status, lines, expected_status, command, *fragments):
         assert fragment in lines[0], (fragment, lines[0])
 
 
-def torchrun(script_arguments, cwd, processes=2, timeout=600):
-    """`torchrun --standalone` of `processes` CPU processes (the test helpers importable); fails the test with the
-    end of stderr unless every process exits 0."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
-        "OMP_NUM_THREADS": "1",
-    }
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        str(processes),
-        *[str(argument) for argument in script_arguments],
-    ]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
-    assert result.returncode == 0, result.stderr[-6000:]
-    return result
-
-
 def assert_states_close(
     actual: dict, expected: dict, exact_names=("output_layer.tail.supports", "output_layer.output_labels")
 ):
@@ -102,3 +77,59 @@ def assert_states_close(
             assert torch.equal(actual[name], value), name
         else:
             torch.testing.assert_close(actual[name], value, **WEIGHT_TOLERANCE, msg=name)
+
+
+def cli_train_arguments(folder: Path) -> list[str]:
+    """`haste-hf train` of a tiny BERT (no dropout) on 30 planted labels, written into `folder` (no output folder,
+    batch size or device: the caller's)."""
+    import gzip
+    import json
+
+    from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
+    from transformers import BertModel
+
+    config = tiny_encoder_config("bert")
+    config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0.0
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(folder / "encoder")
+    tiny_tokenizer(folder / "encoder")
+    data = folder / "data"
+    data.mkdir()
+    for name, rows in (("trn", planted_texts(30, 160, seed=0)), ("tst", planted_texts(30, 41, seed=1))):
+        with gzip.open(data / f"{name}.json.gz", "wt") as f:
+            for i, row in enumerate(rows):
+                f.write(
+                    json.dumps({"uid": str(i), "title": row["text"], "content": "", "target_ind": row["labels"]}) + "\n"
+                )
+    with gzip.open(data / "lbl.json.gz", "wt") as f:
+        for label in range(30):
+            f.write(json.dumps({"uid": str(label), "title": f"label {label}"}) + "\n")
+    return [
+        "train",
+        "--data",
+        str(data),
+        "--encoder",
+        str(folder / "encoder"),
+        "--epochs",
+        "6",
+        "--group-size",
+        "4",
+        "--fan-in",
+        "8",
+        "--head-fraction",
+        "0.5",
+        "--rewiring-interval",
+        "3",
+        "--max-length",
+        "16",
+        "--eval-batch-size",
+        "16",
+        "--propensity-a",
+        "0.5",
+        "--propensity-b",
+        "0.4",
+        "--lr",
+        "3e-3",
+        "--output-lr",
+        "0.5",
+    ]

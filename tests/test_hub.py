@@ -13,6 +13,7 @@ import uuid
 from functools import partial
 from pathlib import Path
 
+import processes
 import pytest
 import torch
 from datasets import Dataset
@@ -417,7 +418,7 @@ def test_olah_serves_the_pushed_repository(hub, tmp_path):
         f'mirrors-path = ["{hub.root}"]\nhf-scheme = "http"\nhf-netloc = "{upstream}"\nhf-lfs-netloc = "{upstream}"\n'
         f"[accessibility]\noffline = false\n"
     )
-    olah = subprocess.Popen(
+    olah = processes.start(
         olah_command() + ["-c", str(tmp_path / "olah.toml")],
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
@@ -450,8 +451,8 @@ def test_olah_serves_the_pushed_repository(hub, tmp_path):
         env = {"HF_ENDPOINT": olah_url, "HF_HUB_CACHE": str(tmp_path / "olah-client-cache"), "HF_TOKEN": ""}
         run_python(script, env=env)
     finally:
-        olah.terminate()
-        olah.wait(timeout=10)
+        processes.kill_group(olah.pid)
+        olah.wait()
     served = torch.load(tmp_path / "olah.pt")
     torch.testing.assert_close(served["logits"], outputs(model), rtol=0, atol=0)
     assert served["labels"] == [f"l{i}" for i in range(LABELS)]

@@ -72,6 +72,7 @@ def evaluate_split(model, tokenizer, data, split, args, propensity):
 
 
 def command_train(args) -> int:
+    from ..evaluation import process_rank_and_count
     from ..recipe import train
     from ..training.run_folder import RunFolder
 
@@ -86,6 +87,8 @@ def command_train(args) -> int:
     except ValueError as error:
         raise UsageError(f"argument --output-dir: {error}") from None
     run = train(args.recipe.data, args.recipe.encoder, training_args=training, recipe_args=args.recipe)
+    if process_rank_and_count()[0] != 0:  # launched as several processes: one table, the main process's
+        return 0
     layout, skipped = run.layout, run.trainer.non_finite_guard.skipped_steps
     summary = format_summary(
         "Test metrics (%)",
@@ -110,6 +113,7 @@ def load_trained(args):
 
     from ..evaluation import saved_evaluation_settings
     from ..modeling.modeling_haste import HasteForExtremeClassification
+    from ..modeling.saving import read_one_save
     from ..recipe import check_max_length, encoder_token_limit
 
     from_training = saved_evaluation_settings(args.model) if Path(args.model).is_dir() else {}
@@ -118,7 +122,14 @@ def load_trained(args):
             setattr(args, name, value)
     args.eval_batch_size = args.eval_batch_size or DEFAULT_EVAL_BATCH_SIZE
     try:
-        model = HasteForExtremeClassification.from_pretrained(args.model)
+        # The tokenizer of the same save as the weights (`read_one_save`).
+        model, tokenizer = read_one_save(
+            args.model,
+            lambda: (
+                HasteForExtremeClassification.from_pretrained(args.model),
+                AutoTokenizer.from_pretrained(args.model),
+            ),
+        )
     except Exception as error:
         if not is_model_file_error(error):
             raise
@@ -131,7 +142,7 @@ def load_trained(args):
         check_max_length(model.encoder, args.max_length, f"of {args.model}")
     except ValueError as error:
         raise UsageError(error) from None
-    return model.to(default_device()), AutoTokenizer.from_pretrained(args.model)
+    return model.to(default_device()), tokenizer
 
 
 def check_split(args, data):

@@ -30,7 +30,7 @@ from .label_positions import check_layout, default_output_labels, output_labels_
 from .logging_utils import get_logger
 from .model_sources import resolve_encoder
 from .output_layer import HasteOutputLayer, TopKOutput
-from .saving import LABEL_NAMES_FILE, check_complete_save, check_finite_weights, save_folder_atomically
+from .saving import LABEL_NAMES_FILE, check_finite_weights, read_one_save, save_folder_atomically
 from .sentence_transformer_encoder import (
     from_sentence_transformer,
     is_sentence_transformer,
@@ -427,6 +427,14 @@ class HasteForExtremeClassification(HastePreTrainedModel):
 
     # ----------------------------------------------------------------------------------------- saving
 
+    def _writes_on_this_rank(self, is_main_process: bool) -> bool:
+        """Whether this process writes a save: the main process, rank 0 where a process group is up (transformers'
+        `should_save_on_this_rank` where it has one; releases before it have none)."""
+        if hasattr(PreTrainedModel, "should_save_on_this_rank"):
+            return self.should_save_on_this_rank(is_main_process)
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        return is_main_process and not (distributed and torch.distributed.get_rank() != 0)
+
     def save_pretrained(self, save_directory, *args, push_to_hub: bool = False, **kwargs):
         """`PreTrainedModel.save_pretrained`, plus the label names, written all-or-nothing (see
         [`save_folder_atomically`]); refuses weights that are not finite. With `push_to_hub=True` the
@@ -449,9 +457,12 @@ class HasteForExtremeClassification(HastePreTrainedModel):
                 "checkpoint would not load back. Merge them first (`model.encoder = model.encoder.merge_and_unload()`), "
                 "or wrap the whole model with `peft.get_peft_model(model, config)` and save the adapter."
             )
-        if not self.should_save_on_this_rank(kwargs.get("is_main_process", True)):
-            # Other ranks write nothing; they take part only in what the save gathers from them.
-            return super().save_pretrained(save_directory, *args, **kwargs)
+        if not self._writes_on_this_rank(kwargs.get("is_main_process", True)):
+            # Other ranks write nothing; they take part only in what the save gathers from them (transformers'
+            # own distributed saving, where it has one: earlier 5.x releases would write from every rank).
+            if hasattr(PreTrainedModel, "should_save_on_this_rank"):
+                return super().save_pretrained(save_directory, *args, **kwargs)
+            return None
         check_finite_weights(self.state_dict() if kwargs.get("state_dict") is None else kwargs["state_dict"])
 
         def write(staging):
@@ -477,8 +488,18 @@ class HasteForExtremeClassification(HastePreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, output_loading_info: bool = False, **kwargs):
+        """`PreTrainedModel.from_pretrained`, plus the label names; from a local folder, the weights, configuration and
+        names of one save: a save to the folder during the load makes it load again, or fail (see `read_one_save`)."""
         folder = os.path.join(os.fspath(pretrained_model_name_or_path), kwargs.get("subfolder") or "")
-        check_complete_save(folder)
+        return read_one_save(
+            folder,
+            lambda: cls._from_pretrained_once(
+                pretrained_model_name_or_path, *args, output_loading_info=output_loading_info, **kwargs
+            ),
+        )
+
+    @classmethod
+    def _from_pretrained_once(cls, pretrained_model_name_or_path, *args, output_loading_info: bool, **kwargs):
         # Formats 1 and 2 name the output layer's tensors without the `output_layer.` prefix.
         kwargs["key_mapping"] = {**FORMAT_2_KEY_MAPPING, **(kwargs.get("key_mapping") or {})}
         model, loading_info = super().from_pretrained(

@@ -13,7 +13,9 @@ import re
 import shutil
 import socket
 import tempfile
-from contextlib import contextmanager
+import time
+import uuid
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import torch
@@ -28,6 +30,9 @@ TRAINER_STATE_FILE = "trainer_state.json"
 # files in: a save killed midway leaves the mark, and loading refuses a folder that mixes two saves.
 STAGING_PREFIX = ".haste-staging-"
 INCOMPLETE_SAVE_FILE = ".haste-save-incomplete"
+# Written by each save after its files are in, before the mark goes: a new id per save, so a reader that finds the
+# same id before and after reading read one save (`read_one_save`).
+SAVE_GENERATION_FILE = ".haste-save-generation"
 
 logger = get_logger(__name__)
 
@@ -42,12 +47,88 @@ def exported_code_files() -> list[str]:
 
 
 def check_complete_save(folder: str):
-    """Raises an `OSError` when `folder` holds the mark of an interrupted save (see `save_folder_atomically`)."""
-    if os.path.isfile(os.path.join(folder, INCOMPLETE_SAVE_FILE)):
+    """Raises an `OSError` when `folder` holds the mark of an interrupted or unfinished save (see
+    `save_folder_atomically`)."""
+    if os.path.lexists(os.path.join(folder, INCOMPLETE_SAVE_FILE)):
         raise OSError(
-            f"{folder} holds an interrupted save ({INCOMPLETE_SAVE_FILE} is present): its files may mix two "
-            "saves. Save the model to it again, or load an earlier checkpoint."
+            f"{folder} holds an interrupted save, or one still running ({INCOMPLETE_SAVE_FILE} is present): its files "
+            "may mix two saves. Let a running save finish, save the model to it again, or load an earlier checkpoint."
         )
+
+
+def save_generation(folder: str) -> str | None:
+    """The id of the save `folder` holds (None for a folder saved before saves wrote one); raises an `OSError` while a
+    save is unfinished or after one was interrupted."""
+    check_complete_save(folder)
+    path = os.path.join(folder, SAVE_GENERATION_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            generation = json.load(f)["generation"]
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError) as error:
+        raise OSError(f"{path} is damaged ({error}): save the model to {folder} again.") from None
+    return str(generation)
+
+
+def read_one_save(folder: str | os.PathLike, read, attempts: int = 3, wait_seconds: float = 60.0):
+    """`read()` (a load of files of `folder`: weights, label names, tokenizer...) when `folder` held one save from its
+    start to its end; when a save replaced files meanwhile, `read` runs again once that save has finished (waiting
+    up to `wait_seconds` for a save of this host that is running), up to `attempts` times; then an `OSError` says
+    so. A folder that is not a local one (a Hub id) is read once."""
+    folder = os.fspath(folder)
+    if not os.path.isdir(folder):
+        return read()
+    for _ in range(attempts):
+        _wait_for_running_save(folder, wait_seconds)
+        before = save_generation(folder)
+        result = read()
+        if not os.path.lexists(os.path.join(folder, INCOMPLETE_SAVE_FILE)) and save_generation(folder) == before:
+            return result
+    raise OSError(
+        f"{folder} was saved to while it was read, {attempts} times: what was read may mix two saves. Load it "
+        "again when the saves to it have finished."
+    )
+
+
+def _wait_for_running_save(folder: str, seconds: float) -> None:
+    """Returns when `folder` holds no mark of a save, when the save that marked it is not running on this host (an
+    interrupted one: loading refuses it), or after `seconds`."""
+    marker = os.path.join(folder, INCOMPLETE_SAVE_FILE)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with open(marker, encoding="utf-8") as f:
+                owner = json.load(f)
+        except FileNotFoundError:
+            return
+        except ValueError:  # damaged: loading refuses it
+            return
+        if not (isinstance(owner, dict) and owner.get("host") == socket.gethostname() and _is_pid(owner.get("pid"))):
+            return  # of another host, of a failed save, or of a version that did not name its process
+        if owner["pid"] == os.getpid() or not process_is_running(owner["pid"]):
+            return
+        time.sleep(0.02)
+
+
+@contextmanager
+def _one_save_at_a_time(target: str):
+    """Holds an exclusive lock on the folder `target` (POSIX `flock` of the folder itself, no lock file), so two saves
+    to it never move their files in together; where folders cannot be locked (Windows, some network file
+    systems) saves are not serialized."""
+    try:
+        import fcntl
+
+        handle = os.open(target, os.O_RDONLY)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        with suppress(OSError):
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)  # releases the lock
 
 
 def save_folder_atomically(target: str, write) -> None:
@@ -68,21 +149,44 @@ def save_folder_atomically(target: str, write) -> None:
     try:
         write(staging)
         new_files = sorted(os.listdir(staging))
-        marker = os.path.join(target, INCOMPLETE_SAVE_FILE)
-        with open(marker, "w", encoding="utf-8") as f:
-            json.dump({"files": new_files}, f)
-        if any(map(_is_weight_file, new_files)):
-            for stale in os.listdir(target):
-                if _is_weight_file(stale) and stale not in new_files:
-                    os.remove(os.path.join(target, stale))
-        for name in new_files:
-            destination = os.path.join(target, name)
-            if os.path.isdir(destination) and not os.path.islink(destination):
-                shutil.rmtree(destination)
-            os.replace(os.path.join(staging, name), destination)
-        os.remove(marker)
+        with _one_save_at_a_time(target):
+            # The mark and the id are written beside the files and moved in: a link planted at their names is
+            # replaced, not written through.
+            # The mark names this process, so that readers wait for the save while it runs.
+            _move_in_json(staging, target, INCOMPLETE_SAVE_FILE, {"files": new_files, **_this_process()})
+            try:
+                if any(map(_is_weight_file, new_files)):
+                    for stale in os.listdir(target):
+                        if _is_weight_file(stale) and stale not in new_files:
+                            os.remove(os.path.join(target, stale))
+                for name in new_files:
+                    destination = os.path.join(target, name)
+                    if os.path.isdir(destination) and not os.path.islink(destination):
+                        shutil.rmtree(destination)
+                    os.replace(os.path.join(staging, name), destination)
+                generation = {"generation": uuid.uuid4().hex, "files": new_files}
+                _move_in_json(staging, target, SAVE_GENERATION_FILE, generation)
+            except BaseException:
+                with suppress(OSError):  # no longer running: readers refuse the folder at once
+                    _move_in_json(staging, target, INCOMPLETE_SAVE_FILE, {"files": new_files})
+                raise
+            os.remove(os.path.join(target, INCOMPLETE_SAVE_FILE))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _is_pid(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _move_in_json(staging: str, target: str, name: str, content: dict) -> None:
+    with open(os.path.join(staging, name), "w", encoding="utf-8") as f:
+        json.dump(content, f)
+    os.replace(os.path.join(staging, name), os.path.join(target, name))
+
+
+def _this_process() -> dict:
+    return {"host": socket.gethostname(), "pid": os.getpid()}
 
 
 def process_is_running(pid: int) -> bool:
@@ -241,6 +345,7 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
 __all__ = [
     "INCOMPLETE_SAVE_FILE",
     "LABEL_NAMES_FILE",
+    "SAVE_GENERATION_FILE",
     "atomic_path",
     "check_complete_save",
     "check_finite_weights",
@@ -249,6 +354,8 @@ __all__ = [
     "checkpoint_problem",
     "exported_code_files",
     "last_complete_checkpoint",
+    "read_one_save",
     "save_folder_atomically",
+    "save_generation",
     "save_trained_folder",
 ]

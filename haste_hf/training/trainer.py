@@ -6,6 +6,7 @@ weights) trains the dense head and the sparse tail, each with its own schedule; 
 every `rewiring_interval` steps; evaluation ranks labels with top-k, never gathering `[N, L]` logits.
 """
 
+import copy
 import functools
 import json
 import os
@@ -19,6 +20,7 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase, Trainer
 from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME, TRAINER_STATE_NAME
 from transformers.trainer_callback import TrainerState
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.training_args import OptimizerNames
 from transformers.utils import CONFIG_NAME
 
@@ -27,6 +29,7 @@ from ..modeling.logging_utils import get_logger
 from ..modeling.losses import chunk_loss_backward_
 from ..modeling.modeling_haste import HasteForExtremeClassification
 from ..modeling.saving import checkpoint_problem, exported_code_files, last_complete_checkpoint
+from . import memory_plan
 from .callbacks import NonFiniteGradientCallback, RewiringCallback, TrainingSplitFingerprint, unwrap_model
 from .optimization import HasteOptimizer, StochasticRoundingSGD, get_haste_scheduler, unwrap_haste_optimizer
 from .peft_utils import check_no_peft_encoder, check_peft_model, is_peft_model
@@ -144,6 +147,8 @@ class HasteTrainer(Trainer):
             args = HasteTrainingArguments(output_dir="haste_output")
         if not isinstance(args, HasteTrainingArguments):
             args = _as_haste_arguments(args)
+        # The trainer's own copy: it takes the memory plan's choices, the caller's keeps what the caller gave.
+        args = copy.copy(args)
         haste_model = unwrap_model(model)
         if not isinstance(haste_model, HasteForExtremeClassification):
             raise ValueError(
@@ -158,7 +163,8 @@ class HasteTrainer(Trainer):
             for module in (haste_model.output_layer.head, haste_model.output_layer.tail):
                 if module is not None:
                     module.to(dtype)
-        if resolve_shard_output_layer(args.shard_output_layer, args.world_size):
+        sharded = resolve_shard_output_layer(args.shard_output_layer, args.world_size)
+        if sharded:
             shard_output_layer_(haste_model)
             ignore_shards_in_ddp(haste_model)
         if args.world_size > 1 and args.data_seed is None:
@@ -172,6 +178,8 @@ class HasteTrainer(Trainer):
                     f"`processing_class=tokenizer` to build one, got processing_class={type(tokenizer).__name__}."
                 )
             kwargs["data_collator"] = XMCDataCollator(tokenizer)
+        self.memory_plan = self._plan_memory(args, haste_model, sharded, kwargs.get("data_collator"))
+        self._gathered = None  # see `_gathered_for_saving`
         super().__init__(model, args, *trainer_args, **kwargs)
         if args.world_size > 1:
             # The Trainer seeds every rank alike, so the ranks drew the same dropout masks for their examples
@@ -199,6 +207,26 @@ class HasteTrainer(Trainer):
             )
             rewiring.check_model(self.model)
             self.add_callback(rewiring)
+
+    @staticmethod
+    def _plan_memory(args: HasteTrainingArguments, model, sharded: bool, data_collator) -> memory_plan.MemoryPlan:
+        """Resolves the memory options `args` left unset (`memory_plan`), writes them into `args`, and turns
+        encoder checkpointing on where the plan chose it."""
+        # The longest input the collator makes; else the encoder's own limit.
+        tokens = getattr(data_collator, "max_length", None) or getattr(
+            model.config.encoder, "max_position_embeddings", 512
+        )
+        plan = memory_plan.plan_memory(
+            args, model, tokens=tokens, sharded=sharded, device_memory=memory_plan.device_memory_of(args.device)
+        )
+        args.output_momentum_dtype = plan.output_momentum_dtype
+        args.output_chunked_backward = plan.output_chunked_backward
+        args.output_fused_update = plan.output_fused_update
+        if plan.checkpoint_every:
+            # On the model, not through `args`: transformers releases read other fields and take `every_n_layers` or not.
+            every = {} if plan.checkpoint_every == 1 else {"every_n_layers": plan.checkpoint_every}
+            model.gradient_checkpointing_enable(**every)
+        return plan
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
         """`Trainer.train`; `resume_from_checkpoint=True` picks the last checkpoint that finished saving (a
@@ -375,24 +403,60 @@ class HasteTrainer(Trainer):
             return loss, None, None
         return loss, outputs.top_label_ids, labels
 
-    def _save(self, output_dir: str | None = None, state_dict=None):
-        if self.sharded_output_layer is not None and state_dict is None:
-            state_dict = self.sharded_output_layer.full_state_dict(
-                unwrap_model(self.model)
-            )  # collective: every rank is here
-        return super()._save(output_dir, state_dict)
-
     # A sharded run saves and resumes through one ordinary checkpoint: the shares of the output layer and
     # of its optimizer state are gathered on save and sliced on load, so any world size can resume it.
+    # The gathers are collectives, so they run where every rank is, whichever ranks this transformers then calls
+    # `_save` and `_save_optimizer_and_scheduler` on (5.10 and 5.17 call `_save` on the main process only, 5.24
+    # on every rank): in `_save_checkpoint` and `save_model`, which every rank enters, before the Trainer's code.
+
+    @contextmanager
+    def _gathered_for_saving(self, with_optimizer: bool):
+        """Gathers the sharded model (and, `with_optimizer`, its output optimizer's state) on every rank and keeps
+        the main process's copy for `_save` and `_save_optimizer_and_scheduler` while the block runs."""
+        shard = self.sharded_output_layer
+        if shard is None or self._gathered is not None:  # not sharded, or gathered by the caller already
+            yield
+            return
+        model_state = shard.full_state_dict(unwrap_model(self.model))
+        optimizer_state = None
+        if with_optimizer and self.optimizer is not None:
+            output_optimizer = unwrap_haste_optimizer(self.optimizer).output_optimizer
+            optimizer_state = shard.full_optimizer_state(output_optimizer.state_dict())
+        self._gathered = {"model": model_state, "optimizer": optimizer_state}
+        try:
+            yield
+        finally:
+            self._gathered = None
+
+    def _save_checkpoint(self, model, trial) -> None:
+        with self._gathered_for_saving(with_optimizer=not self.args.save_only_model):
+            super()._save_checkpoint(model, trial)
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """`Trainer.save_model`; a sharded model is gathered on every rank first (call it on every rank)."""
+        with self._gathered_for_saving(with_optimizer=False):
+            super().save_model(output_dir, _internal_call)
+
+    def _save(self, output_dir: str | None = None, state_dict=None):
+        if self.sharded_output_layer is not None and state_dict is None:
+            if self._gathered is None:
+                raise RuntimeError(
+                    "A sharded model is saved through `save_model` (on every rank), which gathers its shares first."
+                )
+            state_dict = self._gathered["model"]
+        if not self.args.should_save:
+            return None  # the main process writes; the others took part in the gather
+        return super()._save(output_dir, state_dict)
 
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
         if self.sharded_output_layer is None:
             return super()._save_optimizer_and_scheduler(output_dir)
-        optimizer = unwrap_haste_optimizer(self.optimizer)
-        output_state = self.sharded_output_layer.full_optimizer_state(optimizer.output_optimizer.state_dict())
+        if self._gathered is None or (self.args.should_save and self._gathered["optimizer"] is None):
+            raise RuntimeError("A sharded run saves its optimizer through `_save_checkpoint` (on every rank).")
         if self.args.should_save:
+            optimizer = unwrap_haste_optimizer(self.optimizer)
             torch.save(
-                {"encoder": optimizer.encoder_optimizer.state_dict(), "output": output_state},
+                {"encoder": optimizer.encoder_optimizer.state_dict(), "output": self._gathered["optimizer"]},
                 os.path.join(output_dir, OPTIMIZER_NAME),
             )
             torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, SCHEDULER_NAME))
@@ -433,9 +497,22 @@ class HasteTrainer(Trainer):
         # Trainer copies only the config and weights of the checkpoint into the folder it pushes; the config
         # names the exported code in `auto_map`, so the code goes along.
         if self.is_world_process_zero():
+            self._check_publishable_output_dir()
             for path in exported_code_files():
                 shutil.copyfile(path, os.path.join(self.args.output_dir, os.path.basename(path)))
         super()._push_from_checkpoint(checkpoint_folder)
+
+    def push_to_hub(self, *args, **kwargs):
+        """`Trainer.push_to_hub`, refusing an `output_dir` that holds a link: the upload would publish its target."""
+        if self.is_world_process_zero():
+            self._check_publishable_output_dir()
+        return super().push_to_hub(*args, **kwargs)
+
+    def _check_publishable_output_dir(self) -> None:
+        from ..hub import publishable_files
+
+        # What Trainer's uploads of `output_dir` leave out.
+        publishable_files(self.args.output_dir, ["_*", f"{PREFIX_CHECKPOINT_DIR}-*"])
 
     def create_model_card(
         self,

@@ -27,6 +27,18 @@ def bf16_is_supported(use_cpu: bool = False) -> bool:
     return not use_cpu and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
 
+def fused_update_conflicts(args) -> list[tuple[str, str]]:
+    """(field, the value that would allow it) of each setting of `args` that `output_fused_update` cannot serve:
+    its update happens in `loss.backward()`, before the Trainer sees the whole gradient."""
+    needs_whole_gradient = {
+        "gradient_accumulation_steps": (args.gradient_accumulation_steps > 1, "1"),
+        "output_max_grad_norm": (args.output_max_grad_norm > 0, "0"),
+        "on_non_finite": (args.on_non_finite == "skip", "'stop'"),
+        "fp16": (args.fp16, "False (bf16 has no loss scaling)"),
+    }
+    return [(name, fix) for name, (refused, fix) in needs_whole_gradient.items() if refused]
+
+
 @dataclass
 class HasteTrainingArguments(TrainingArguments):
     """`TrainingArguments` for [`HasteTrainer`].
@@ -84,18 +96,22 @@ class HasteTrainingArguments(TrainingArguments):
     output_stochastic_rounding: bool = field(
         default=True, metadata={"help": "Round bfloat16 output-layer weights stochastically after each update."}
     )
-    output_momentum_dtype: str = field(
-        default="float32",
+    output_momentum_dtype: str | None = field(
+        default=None,
         metadata={
             "help": "Dtype of the output layer's SGD momentum: 'float32', or 'bfloat16' (stochastically rounded "
-            "with `output_stochastic_rounding`) to halve its memory."
+            "with `output_stochastic_rounding`) to halve its memory. Default: chosen by `HasteTrainer` "
+            "(haste_hf.training.memory_plan): bfloat16 where the output layer trains in bf16 on a GPU, else float32."
         },
     )
-    output_chunked_backward: bool = field(
-        default=False,
+    output_chunked_backward: bool | None = field(
+        default=None,
         metadata={
             "help": "Run the output layer's loss backward in label chunks, recomputing their logits (one more "
-            "forward pass of the output layer), so no [batch, labels] logit gradient is stored."
+            "forward pass of the output layer), so no [batch, labels] logit gradient is stored. Default: chosen by "
+            "`HasteTrainer`, on where the output layer trains in bf16 on a GPU.",
+            "nargs": "?",
+            "const": True,
         },
     )
     output_loss_chunk_labels: int = field(
@@ -105,12 +121,25 @@ class HasteTrainingArguments(TrainingArguments):
             "(2^20 labels at batch 128)."
         },
     )
-    output_fused_update: bool = field(
-        default=False,
+    output_fused_update: bool | None = field(
+        default=None,
         metadata={
             "help": "Apply the head's and tail's SGD step to each chunk of their weights in the (chunked) loss "
             "backward, where its gradient is computed, so no weight gradient is stored. Excludes gradient "
-            "accumulation, `output_max_grad_norm`, `on_non_finite='skip'` and fp16."
+            "accumulation, `output_max_grad_norm`, `on_non_finite='skip'` and fp16. Default: chosen by "
+            "`HasteTrainer`, on where the output layer trains in bf16 on a GPU and nothing excludes it.",
+            "nargs": "?",
+            "const": True,
+        },
+    )
+    gradient_checkpointing: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Recompute the encoder's activations in the backward (`gradient_checkpointing_kwargs`: "
+            "'{\"every_n_layers\": N}' for every N-th block). Default: chosen by `HasteTrainer` (haste_hf.training.memory_plan), "
+            "on (for as few blocks as fit) only where the planned peak memory would not fit the GPU.",
+            "nargs": "?",
+            "const": True,
         },
     )
     output_layer_dtype: str | None = field(
@@ -184,6 +213,13 @@ class HasteTrainingArguments(TrainingArguments):
                 )
         if self.bf16 is None:
             self.bf16 = bf16_is_supported(self.use_cpu)
+        # Whether the user set encoder checkpointing (`memory_plan` chooses it otherwise). Recent transformers name it
+        # `activation_checkpointing` (None: not set, then False), earlier releases only `gradient_checkpointing`, a bool.
+        self._checkpointing_given = (
+            self.gradient_checkpointing is not None or getattr(self, "activation_checkpointing", None) is not None
+        )
+        if self.gradient_checkpointing is None and not hasattr(self, "activation_checkpointing"):
+            self.gradient_checkpointing = False
         if self.bf16 and self.output_layer_dtype is None:
             self.output_layer_dtype = "bfloat16"
         super().__post_init__()
@@ -201,29 +237,23 @@ class HasteTrainingArguments(TrainingArguments):
                 "`output_max_grad_norm` takes effect only where the Trainer clips gradients, which needs "
                 f"`max_grad_norm` > 0 (got {self.max_grad_norm}); set both, or `output_max_grad_norm=0`."
             )
-        if self.output_momentum_dtype not in OUTPUT_LAYER_DTYPES:
+        if self.output_momentum_dtype not in (None, *OUTPUT_LAYER_DTYPES):
             raise ValueError(
-                f"`output_momentum_dtype` must be one of {OUTPUT_LAYER_DTYPES}, got {self.output_momentum_dtype!r}."
+                f"`output_momentum_dtype` must be one of {OUTPUT_LAYER_DTYPES} or None (chosen by the trainer), got "
+                f"{self.output_momentum_dtype!r}."
             )
         if self.output_loss_chunk_labels < 0:
             raise ValueError(
                 f"`output_loss_chunk_labels` must be >= 0 (0: chosen by the batch size), got {self.output_loss_chunk_labels}."
             )
-        if self.output_fused_update:
-            # The update happens in `loss.backward()`, before the Trainer sees the whole gradient.
-            needs_whole_gradient = {
-                "gradient_accumulation_steps": (self.gradient_accumulation_steps > 1, "1"),
-                "output_max_grad_norm": (self.output_max_grad_norm > 0, "0"),
-                "on_non_finite": (self.on_non_finite == "skip", "'stop'"),
-                "fp16": (self.fp16, "False (bf16 has no loss scaling)"),
-            }
-            for name, (refused, fix) in needs_whole_gradient.items():
-                if refused:
-                    raise ValueError(
-                        f"`output_fused_update` applies the output layer's step inside the backward, before the whole "
-                        f"gradient exists, which `{name}={getattr(self, name)!r}` needs: set `{name}` to {fix}, or "
-                        "`output_fused_update=False`."
-                    )
+        conflicts = fused_update_conflicts(self)
+        if self.output_fused_update and conflicts:  # asked for, what excludes it is an error (unasked, it goes off)
+            name, fix = conflicts[0]
+            raise ValueError(
+                f"`output_fused_update` applies the output layer's step inside the backward, before the whole "
+                f"gradient exists, which `{name}={getattr(self, name)!r}` needs: set `{name}` to {fix}, or "
+                "`output_fused_update=False`."
+            )
         if self.output_layer_dtype not in (None, *OUTPUT_LAYER_DTYPES):
             raise ValueError(
                 f"`output_layer_dtype` must be one of {OUTPUT_LAYER_DTYPES} or None, got {self.output_layer_dtype!r}."

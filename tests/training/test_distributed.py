@@ -5,7 +5,7 @@ import uuid
 
 import pytest
 import torch
-from launch import LOSS_TOLERANCE, TESTS, WEIGHT_TOLERANCE, assert_states_close, torchrun
+from launch import LOSS_TOLERANCE, TESTS, WEIGHT_TOLERANCE, assert_states_close, cli_train_arguments, torchrun
 
 from haste_hf.labels.layout import LabelLayout
 from haste_hf.training.distributed import balanced_ranges
@@ -189,59 +189,11 @@ def test_cli_train_on_two_processes_equals_one(tmp_path):
     """`torchrun -m haste_hf.cli train` (sharded by default) against one process at the same global batch:
     semantic grouping on rank 0 only, validation and best-checkpoint selection, test evaluation split over
     the ranks, one model saved."""
-    import gzip
-
     from safetensors.torch import load_file
-    from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
-    from transformers import BertModel
 
     from haste_hf.cli import main
 
-    config = tiny_encoder_config("bert")
-    config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0.0
-    torch.manual_seed(0)
-    BertModel(config).save_pretrained(tmp_path / "encoder")
-    tiny_tokenizer(tmp_path / "encoder")
-    data = tmp_path / "data"
-    data.mkdir()
-    for name, rows in (("trn", planted_texts(30, 160, seed=0)), ("tst", planted_texts(30, 41, seed=1))):
-        with gzip.open(data / f"{name}.json.gz", "wt") as f:
-            for i, row in enumerate(rows):
-                f.write(
-                    json.dumps({"uid": str(i), "title": row["text"], "content": "", "target_ind": row["labels"]}) + "\n"
-                )
-    with gzip.open(data / "lbl.json.gz", "wt") as f:
-        for label in range(30):
-            f.write(json.dumps({"uid": str(label), "title": f"label {label}"}) + "\n")
-    arguments = [
-        "train",
-        "--data",
-        str(data),
-        "--encoder",
-        str(tmp_path / "encoder"),
-        "--epochs",
-        "6",
-        "--group-size",
-        "4",
-        "--fan-in",
-        "8",
-        "--head-fraction",
-        "0.5",
-        "--rewiring-interval",
-        "3",
-        "--max-length",
-        "16",
-        "--eval-batch-size",
-        "16",
-        "--propensity-a",
-        "0.5",
-        "--propensity-b",
-        "0.4",
-        "--lr",
-        "3e-3",
-        "--output-lr",
-        "0.5",
-    ]
+    arguments = cli_train_arguments(tmp_path)
     # On CPUs the processes join a gloo group only with --use_cpu (without it the recipe refuses to run).
     torchrun(
         ["-m", "haste_hf.cli", *arguments, "--use_cpu", "--output-dir", str(tmp_path / "two"), "--batch-size", "8"],

@@ -14,6 +14,7 @@ import sys
 import textwrap
 
 import faults
+import processes
 import pytest
 import torch
 from faults import CLI_LABELS, make_model
@@ -54,17 +55,21 @@ def lock_holder(tmp_path):
             print("held", flush=True)
             sys.stdin.read()
     """)
-    process = subprocess.Popen(
+    process = processes.start(
         [sys.executable, "-c", script],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
-    assert process.stdout.readline().strip() == "held"
-    yield folder, process.pid
-    process.stdin.close()
-    assert process.wait(timeout=60) == 0
+    try:
+        assert process.stdout.readline().strip() == "held"
+        yield folder, process.pid
+        process.stdin.close()
+        assert process.wait(timeout=60) == 0
+    finally:
+        processes.kill_group(process.pid)
+        process.wait()
 
 
 def test_a_second_train_into_a_folder_being_trained_into_is_refused_before_anything_loads(

@@ -1,0 +1,105 @@
+"""A link inside a model or output folder is never followed out of it: a push refuses it (it would publish what it
+points to, `~/.ssh/id_rsa` included), and a save replaces a link planted at one of its names instead of writing
+through it."""
+
+import os
+import uuid
+
+import pytest
+from huggingface_hub import HfApi
+from huggingface_hub.errors import RepositoryNotFoundError
+from tiny_haste import make_tiny_model, make_tiny_trainer
+
+from haste_hf.hub import push_to_hub
+from haste_hf.modeling.saving import INCOMPLETE_SAVE_FILE
+
+
+SECRET = b"-----BEGIN OPENSSH PRIVATE KEY----- not for the Hub"
+
+
+@pytest.fixture
+def secret(tmp_path):
+    path = tmp_path / "home" / ".ssh" / "id_rsa"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(SECRET)
+    return path
+
+
+@pytest.fixture
+def saved(tmp_path):
+    folder = tmp_path / "model"
+    make_tiny_model(12).save_pretrained(folder)
+    return folder
+
+
+def repo_exists(repo_id: str) -> bool:
+    try:
+        HfApi().model_info(repo_id)
+    except RepositoryNotFoundError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("where", ["notes.txt", "docs/notes.txt"])
+def test_a_push_refuses_a_file_link_naming_it_and_uploads_nothing(hub, saved, secret, where):
+    link = saved / where
+    link.parent.mkdir(exist_ok=True)
+    link.symlink_to(secret)
+    repo_id = f"{hub.user}/links-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(ValueError, match=f"{link} is a link .*only regular files") as error:
+        push_to_hub(saved, repo_id)
+    assert "\n" not in str(error.value)
+    assert not repo_exists(repo_id)
+
+
+def test_a_push_refuses_a_folder_link(hub, saved, secret):
+    (saved / "extra").symlink_to(secret.parent, target_is_directory=True)
+    with pytest.raises(ValueError, match="extra is a link"):
+        push_to_hub(saved, f"{hub.user}/links-{uuid.uuid4().hex[:8]}")
+
+
+def test_links_in_what_a_push_leaves_out_are_left_out_with_it(hub, saved, secret):
+    """Checkpoints, logs and hidden folders are not published: a link inside them publishes nothing either."""
+    for folder in ("checkpoint-2", "runs", ".git"):
+        (saved / folder).mkdir()
+        (saved / folder / "key").symlink_to(secret)
+    repo_id = f"{hub.user}/links-{uuid.uuid4().hex[:8]}"
+    push_to_hub(saved, repo_id)
+    files = HfApi().list_repo_files(repo_id)
+    assert "model.safetensors" in files and not [name for name in files if name.endswith("key")]
+
+
+def test_the_cli_push_refuses_a_link_in_one_line(hub, saved, secret, capsys):
+    from haste_hf.cli import main
+
+    (saved / "notes.txt").symlink_to(secret)
+    repo_id = f"{hub.user}/links-{uuid.uuid4().hex[:8]}"
+    assert main(["push", "--model", str(saved), "--repo-id", repo_id]) == 1
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "notes.txt is a link" in error
+    assert not repo_exists(repo_id)
+
+
+def test_the_trainers_push_of_its_output_dir_refuses_a_link(hub, tmp_path, secret):
+    """`Trainer.push_to_hub` uploads `output_dir` as it is: a link there is refused before anything is sent."""
+    from datasets import Dataset
+    from tiny_encoders import planted_texts, tiny_tokenizer
+
+    output = tmp_path / "run"
+    trainer = make_tiny_trainer(
+        output, tiny_tokenizer(tmp_path / "tok"), Dataset.from_list(planted_texts(12, 8)), make_tiny_model(12)
+    )
+    output.mkdir(exist_ok=True)
+    (output / "notes.txt").symlink_to(secret)
+    repo_id = f"{hub.user}/links-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(ValueError, match="notes.txt is a link"):
+        trainer.push_to_hub(repo_id=repo_id)
+    assert not repo_exists(repo_id)
+
+
+def test_a_save_replaces_a_link_at_its_marks_name_instead_of_writing_through_it(saved, secret):
+    (saved / INCOMPLETE_SAVE_FILE).symlink_to(secret)
+    os.remove(saved / "config.json")  # any save: this one restores the folder
+    make_tiny_model(12).save_pretrained(saved)
+    assert secret.read_bytes() == SECRET
+    assert not os.path.lexists(saved / INCOMPLETE_SAVE_FILE) and (saved / "config.json").is_file()

@@ -1,0 +1,208 @@
+"""The memory options chosen where the user left them unset (haste_hf.memory_plan): the resolver on its own, its
+calibration against the measured peaks, and through `HasteTrainer`, the command line and `haste_hf.train`."""
+
+import dataclasses
+import logging
+import types
+
+import pytest
+import torch
+from datasets import Dataset
+from tiny_encoders import planted_texts, tiny_encoder_config, tiny_tokenizer
+from tiny_haste import make_tiny_model, make_tiny_trainer
+
+from haste_hf.cli.parser import parse_args
+from haste_hf.training import memory_plan
+from haste_hf.training.memory_plan import partial_checkpointing_supported, plan_memory, planned_peak_bytes
+from haste_hf.training.training_args import HasteTrainingArguments
+
+
+GPU = 80 * 2**30
+OPTIONS = ("output_momentum_dtype", "output_chunked_backward", "output_fused_update")
+
+
+def arguments(tmp_path, **fields):
+    return HasteTrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[], **fields)
+
+
+def chosen(plan):
+    return tuple(getattr(plan, name) for name in OPTIONS) + (plan.checkpoint_every,)
+
+
+def test_nothing_given_on_a_gpu_with_a_bf16_output_layer_turns_the_output_options_on(tmp_path):
+    args = arguments(tmp_path, output_layer_dtype="bfloat16")
+    plan = plan_memory(args, make_tiny_model(), tokens=16, sharded=False, device_memory=GPU)
+    assert chosen(plan) == ("bfloat16", True, True, 0)
+
+
+@pytest.mark.parametrize(
+    "device_memory, layer_dtype",
+    [(None, "bfloat16"), (None, None), (GPU, None), (GPU, "float32")],
+    ids=["cpu-bf16-layer", "cpu", "gpu-fp32-layer", "gpu-fp32-layer-asked"],
+)
+def test_off_on_a_cpu_and_for_an_fp32_output_layer(tmp_path, device_memory, layer_dtype):
+    """The options were measured with a bf16 output layer on a GPU: elsewhere nothing is turned on."""
+    args = arguments(tmp_path, output_layer_dtype=layer_dtype)
+    plan = plan_memory(args, make_tiny_model(), tokens=16, sharded=False, device_memory=device_memory)
+    assert chosen(plan) == ("float32", False, False, 0)
+
+
+def test_given_values_are_kept(tmp_path):
+    args = arguments(
+        tmp_path,
+        output_layer_dtype="bfloat16",
+        output_momentum_dtype="float32",
+        output_chunked_backward=False,
+        output_fused_update=False,
+        gradient_checkpointing=False,
+    )
+    plan = plan_memory(args, make_tiny_model(), tokens=16, sharded=False, device_memory=1)  # a GPU of 1 byte
+    assert chosen(plan) == ("float32", False, False, None)  # None: the Trainer applies the user's own setting
+    cpu = arguments(tmp_path, output_momentum_dtype="bfloat16", output_chunked_backward=True, output_fused_update=True)
+    assert chosen(plan_memory(cpu, make_tiny_model(), tokens=16, sharded=False, device_memory=None))[:3] == (
+        "bfloat16",
+        True,
+        True,
+    )
+
+
+@pytest.mark.parametrize(
+    "fields, named",
+    [
+        (dict(gradient_accumulation_steps=2), "gradient_accumulation_steps=2"),
+        (dict(output_max_grad_norm=1.0), "output_max_grad_norm=1.0"),
+        (dict(on_non_finite="skip"), "on_non_finite='skip'"),
+    ],
+)
+def test_what_the_fused_update_cannot_serve_turns_it_off_with_one_line_unless_asked(tmp_path, caplog, fields, named):
+    args = arguments(tmp_path, output_layer_dtype="bfloat16", **fields)
+    with caplog.at_level(logging.INFO, logger="transformers.haste_hf.training.memory_plan"):
+        plan = plan_memory(args, make_tiny_model(), tokens=16, sharded=False, device_memory=GPU)
+    assert chosen(plan) == ("bfloat16", True, False, 0)
+    lines = [record.getMessage() for record in caplog.records if "output_fused_update" in record.getMessage()]
+    assert len(lines) == 1 and named in lines[0]
+    with pytest.raises(ValueError, match=f"`output_fused_update`.*`{named.split('=')[0]}="):
+        arguments(tmp_path, output_layer_dtype="bfloat16", output_fused_update=True, **fields)
+
+
+def test_a_replicated_output_layer_on_several_processes_takes_no_fused_update(tmp_path, caplog):
+    args = arguments(tmp_path, output_layer_dtype="bfloat16")
+    several = types.SimpleNamespace(**{**vars(args), "world_size": 2})
+    with caplog.at_level(logging.INFO, logger="transformers.haste_hf.training.memory_plan"):
+        replicated = plan_memory(several, make_tiny_model(), tokens=16, sharded=False, device_memory=GPU)
+        sharded = plan_memory(several, make_tiny_model(), tokens=16, sharded=True, device_memory=GPU)
+    assert not replicated.output_fused_update and sharded.output_fused_update
+    assert "replicated output layer" in caplog.text
+
+
+def peaks(model, **fields):
+    every = (0, 4, 3, 2, 1)
+    common = dict(batch_size=8, tokens=16, loss_rows=8, momentum_dtype="bfloat16", momentum=True, autocast_bf16=False)
+    return {
+        n: planned_peak_bytes(model, chunked_backward=True, fused_update=True, checkpoint_every=n, **common)
+        for n in every
+    }
+
+
+def test_checkpointing_only_where_the_planned_peak_does_not_fit_and_for_as_few_blocks_as_fit(tmp_path):
+    encoder = tiny_encoder_config("bert")
+    encoder.num_hidden_layers = 4
+    model = make_tiny_model(encoder=encoder)
+    args = arguments(tmp_path, output_layer_dtype="bfloat16", per_device_train_batch_size=8)
+    planned = peaks(model)
+    assert planned[0] > planned[2] > planned[1]  # each block checkpointed keeps only its input
+    room = memory_plan.DEVICE_MEMORY_SHARE
+    fits_all = plan_memory(args, model, tokens=16, sharded=False, device_memory=int(planned[0] / room) + 1)
+    assert fits_all.checkpoint_every == 0
+    between = int((planned[2] + 1) / room) + 1  # every 2nd block fits, none does not
+    choices = memory_plan.CHECKPOINT_CHOICES if partial_checkpointing_supported() else (0, 1)
+    expected = next(every for every in choices if planned[every] <= room * between)  # the cheapest that fits
+    assert expected == (3 if partial_checkpointing_supported() else 1)  # 2 of the 4 blocks (every 3rd: 0 and 3)
+    assert plan_memory(args, model, tokens=16, sharded=False, device_memory=between).checkpoint_every == expected
+    assert plan_memory(args, model, tokens=16, sharded=False, device_memory=1).checkpoint_every == 1  # and a warning
+    given = arguments(tmp_path, output_layer_dtype="bfloat16", gradient_checkpointing=False)
+    assert plan_memory(given, model, tokens=16, sharded=False, device_memory=1).checkpoint_every is None
+
+
+def test_the_plan_matches_the_peaks_measured_at_8_6m_labels():
+    """benchmarks/step.py on an H100 (issue 28): MPNet-base, batch 128 x 128 tokens, G 32, F 64, head 3%, a bf16
+    output layer: 18.7 GiB with every option off, 13.0 with bf16 momentum + chunked backward + fused update, 9.3
+    with every 2nd block checkpointed too, 5.8 with every block. The plan is within 10% of each."""
+    from transformers import MPNetConfig
+
+    from haste_hf import HasteConfig, HasteForExtremeClassification
+
+    labels = 8_600_000
+    encoder = MPNetConfig(
+        vocab_size=30527, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072
+    )
+    config = HasteConfig(
+        encoder=encoder, label_count=labels, head_label_count=round(0.03 * labels), group_size=32, fan_in=64
+    )
+    with torch.device("meta"):
+        model = HasteForExtremeClassification(config)
+    for module in (model.output_layer.head, model.output_layer.tail):
+        module.to(torch.bfloat16)
+    common = dict(batch_size=128, tokens=128, loss_rows=128, momentum=True, autocast_bf16=True)
+    lean = dict(momentum_dtype="bfloat16", chunked_backward=True, fused_update=True)
+    off = dict(momentum_dtype="float32", chunked_backward=False, fused_update=False)
+    measured = [(off, 0, 18.7), (lean, 0, 13.0), (lean, 2, 9.3), (lean, 1, 5.8)]
+    for options, every, gib in measured:
+        planned = planned_peak_bytes(model, checkpoint_every=every, **options, **common) / 2**30
+        assert planned == pytest.approx(gib, rel=0.1), (options, every)
+
+
+def test_the_trainer_takes_the_plan_into_its_own_arguments(tmp_path, monkeypatch):
+    """A "GPU" of 1 MiB (the tiny model's planned peak is more): checkpointing of every block, the output options on,
+    and a few steps train with all of them; the caller's arguments still say "not given"."""
+    monkeypatch.setattr(memory_plan, "device_memory_of", lambda device: 2**20)
+    tokenizer = tiny_tokenizer(tmp_path / "tokenizer")
+    trainer = make_tiny_trainer(
+        tmp_path / "run",
+        tokenizer,
+        Dataset.from_list(planted_texts(40, 32)),
+        output_layer_dtype="bfloat16",
+        max_steps=2,
+    )
+    assert chosen(trainer.memory_plan) == ("bfloat16", True, True, 1)
+    assert [getattr(trainer.args, name) for name in OPTIONS] == ["bfloat16", True, True]
+    assert trainer.model.is_gradient_checkpointing
+    trainer.train()
+    assert trainer.model.output_layer.tail.weight.grad is None  # the fused update stepped it inside the backward
+
+
+def test_on_a_cpu_the_trainer_chooses_nothing(tmp_path):
+    """Without a GPU: float32 momentum, no chunked backward, no fused update, no checkpointing (see memory_plan);
+    the caller's arguments keep saying "not given"."""
+    from haste_hf import HasteTrainer
+    from haste_hf.data import XMCDataCollator
+
+    args = arguments(tmp_path, max_steps=1)
+    trainer = HasteTrainer(
+        model=make_tiny_model(),
+        args=args,
+        train_dataset=Dataset.from_list(planted_texts(40, 8)),
+        data_collator=XMCDataCollator(tiny_tokenizer(tmp_path / "tokenizer"), max_length=16),
+    )
+    assert chosen(trainer.memory_plan) == ("float32", False, False, 0)
+    assert [getattr(trainer.args, name) for name in OPTIONS] == ["float32", False, False]
+    assert not trainer.model.is_gradient_checkpointing
+    assert [getattr(args, name) for name in OPTIONS] == [None, None, None]
+
+
+def test_not_given_reads_apart_from_an_explicit_value_on_the_command_line_and_in_the_api(tmp_path):
+    from haste_hf.recipe import _training_arguments
+
+    unset = parse_args(["train", "--use-cpu"]).training
+    api, _ = _training_arguments({"use_cpu": True}, str(tmp_path), has_validation=False)
+    for args in (unset, api):
+        assert [getattr(args, name) for name in OPTIONS] == [None, None, None] and not args._checkpointing_given
+    alone = parse_args(
+        ["train", "--use-cpu", "--output-fused-update", "--output-chunked-backward", "--gradient-checkpointing"]
+    )
+    assert alone.training.output_fused_update is True and alone.training.output_chunked_backward is True
+    assert alone.training._checkpointing_given and alone.training.gradient_checkpointing
+    off = parse_args(["train", "--use-cpu", "--output-fused-update", "false", "--gradient-checkpointing", "false"])
+    assert off.training.output_fused_update is False and off.training._checkpointing_given
+    copied = dataclasses.replace(arguments(tmp_path), output_fused_update=False)
+    assert copied.output_chunked_backward is None and copied.output_fused_update is False
