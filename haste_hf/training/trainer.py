@@ -16,7 +16,6 @@ from contextlib import contextmanager
 
 import torch
 from safetensors import SafetensorError
-from torch import nn
 from transformers import PreTrainedTokenizerBase, Trainer
 from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME, TRAINER_STATE_NAME
 from transformers.trainer_callback import TrainerState
@@ -31,7 +30,13 @@ from ..modeling.modeling_haste import HasteForExtremeClassification
 from ..modeling.saving import checkpoint_problem, exported_code_files, last_complete_checkpoint
 from . import memory_plan
 from .callbacks import NonFiniteGradientCallback, RewiringCallback, TrainingSplitFingerprint, unwrap_model
-from .optimization import HasteOptimizer, StochasticRoundingSGD, get_haste_scheduler, unwrap_haste_optimizer
+from .optimization import (
+    HasteOptimizer,
+    StochasticRoundingSGD,
+    get_haste_scheduler,
+    split_parameters,
+    unwrap_haste_optimizer,
+)
 from .peft_utils import check_no_peft_encoder, check_peft_model, is_peft_model
 from .sharded_output_layer import (
     ignore_shards_in_ddp,
@@ -83,20 +88,6 @@ def checkpoint_model_differences(folder: str | os.PathLike, config) -> list[str]
 
 
 logger = get_logger(__name__)
-
-
-def split_parameters(model: HasteForExtremeClassification) -> tuple[list[tuple[str, nn.Parameter]], list[nn.Parameter]]:
-    """(encoder-side named parameters, output-layer parameters) of a HASTE model: the output layer's
-    `output_parameters()` (the dense head and the sparse tail) train with SGD; everything else trainable,
-    the projections included, with the encoder."""
-    output_layer = model.output_layer.output_parameters()
-    in_output_layer = {id(param) for param in output_layer}
-    encoder_side = [
-        (name, param)
-        for name, param in model.named_parameters()
-        if param.requires_grad and id(param) not in in_output_layer
-    ]
-    return encoder_side, output_layer
 
 
 def _as_haste_arguments(args) -> HasteTrainingArguments:
