@@ -4,7 +4,10 @@ embeddings of its positive training instances, blended with its own text's embed
 (`blend_label_texts_`); label texts also start the output layer's rows (`init_from_label_texts_`)."""
 
 import math
+import os
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
 
 import numpy as np
@@ -29,7 +32,8 @@ logger = get_logger(__name__)
 
 
 def _text_embedder(encoder, tokenizer, pooling: str | None, max_length: int | None, device: torch.device):
-    """Returns `(embed, restore)`: `embed(list[str]) -> [B, d]` and a callable undoing changes to the encoder."""
+    """Returns `(prepare, embed, restore)`: `prepare(list[str])`, a batch's CPU work (tokenising), safe to run in
+    another thread; `embed(prepared) -> [B, d]`; and a callable undoing changes to the encoder."""
     from transformers import PreTrainedModel
 
     if isinstance(encoder, str):
@@ -49,15 +53,17 @@ def _text_embedder(encoder, tokenizer, pooling: str | None, max_length: int | No
         # float32 over millions of texts, and the grouping compares the embeddings in bf16 anyway.
         autocast_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
 
-        def embed(texts: list[str]) -> torch.Tensor:
-            inputs = tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+        def prepare(texts: list[str]):
+            return tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+
+        def embed(inputs) -> torch.Tensor:
             inputs = inputs.to(device)
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast_bf16):
                 outputs = encoder(**inputs)
             hidden = outputs.last_hidden_state if hasattr(outputs, "last_hidden_state") else outputs[0]
             return pool_hidden_states(hidden.float(), inputs["attention_mask"], pooling)
 
-        return embed, lambda: encoder.train(was_training)
+        return prepare, embed, lambda: encoder.train(was_training)
 
     if pooling is not None:
         logger.warning(
@@ -70,15 +76,43 @@ def _text_embedder(encoder, tokenizer, pooling: str | None, max_length: int | No
                 encoder.encode(texts, batch_size=len(texts), convert_to_tensor=True, show_progress_bar=False)
             )
 
-        return embed, lambda: None
+        return _as_is, embed, lambda: None
 
     if callable(encoder):
-        return (lambda texts: torch.as_tensor(encoder(texts))), lambda: None
+        return _as_is, (lambda texts: torch.as_tensor(encoder(texts))), lambda: None
 
     raise TypeError(
         "`encoder` must be a transformers model (with `tokenizer`), a model name, an object with an `encode` "
         f"method (sentence-transformers) or a callable mapping a list of texts to embeddings; got {type(encoder)}."
     )
+
+
+def _as_is(texts: list[str]) -> list[str]:
+    return texts
+
+
+# Tokenising is most of an embedding pass on a GPU: a fast tokenizer turns about 3K texts a second into tensors on
+# one core, the encoder embeds many times that. Batches are tokenised ahead in threads (the Rust tokenizer lets go
+# of the GIL) while the encoder runs.
+PREPARE_THREADS = min(8, os.cpu_count() or 1)
+
+
+def _prepared_ahead(prepare, batches: Iterable[list], texts_of=_as_is) -> Iterator[tuple[list, object]]:
+    """`(batch, prepare(texts_of(batch)))` for each batch, in order, with up to 2 x `PREPARE_THREADS` batches
+    prepared ahead."""
+    if prepare is _as_is or PREPARE_THREADS == 1:
+        yield from ((batch, prepare(texts_of(batch))) for batch in batches)
+        return
+    with ThreadPoolExecutor(PREPARE_THREADS) as pool:
+        pending = deque()
+        for batch in batches:
+            pending.append((batch, pool.submit(lambda batch: prepare(texts_of(batch)), batch)))
+            if len(pending) == 2 * PREPARE_THREADS:
+                batch, prepared = pending.popleft()
+                yield batch, prepared.result()
+        while pending:
+            batch, prepared = pending.popleft()
+            yield batch, prepared.result()
 
 
 def _batched(iterable: Iterable, size: int):
@@ -87,9 +121,10 @@ def _batched(iterable: Iterable, size: int):
         yield batch
 
 
-def _embed_batch(embed, texts: list[str], device: torch.device) -> torch.Tensor:
-    """`embed(texts)` as float32 `[len(texts), d]` on `device`, after checking it is one embedding per text."""
-    embeddings = embed(texts)
+def _embed_batch(embed, prepared, texts: list[str], device: torch.device) -> torch.Tensor:
+    """`embed(prepared)` (the batch `texts`, prepared) as float32 `[len(texts), d]` on `device`, after checking it
+    is one embedding per text."""
+    embeddings = embed(prepared)
     if embeddings.ndim != 2 or embeddings.shape[0] != len(texts):
         raise ValueError(
             f"The encoder must return one embedding per text: expected shape [{len(texts)}, d], "
@@ -155,12 +190,16 @@ def label_text_embeddings(
 def _embedded_batches(
     encoder, texts, tokenizer, pooling, normalize, batch_size, max_length, device, num_batches, show_progress
 ) -> Iterator[torch.Tensor]:
-    embed, restore = _text_embedder(encoder, tokenizer, pooling, max_length, device)
+    prepare, embed, restore = _text_embedder(encoder, tokenizer, pooling, max_length, device)
     try:
-        for batch in tqdm(
-            _batched(texts, batch_size), total=num_batches, desc="Label texts", unit="batch", disable=not show_progress
+        for batch, prepared in tqdm(
+            _prepared_ahead(prepare, _batched(texts, batch_size)),
+            total=num_batches,
+            desc="Label texts",
+            unit="batch",
+            disable=not show_progress,
         ):
-            embeddings = _embed_batch(embed, batch, device)
+            embeddings = _embed_batch(embed, prepared, batch, device)
             yield F.normalize(embeddings, dim=1) if normalize else embeddings
     finally:
         restore()
@@ -215,7 +254,7 @@ def compute_label_embeddings(
     if isinstance(label_count, bool) or not isinstance(label_count, (int, np.integer)) or label_count < 1:
         raise ValueError(f"`label_count` must be a positive integer, got {label_count!r}.")
     device = _default_device(device)
-    embed, restore = _text_embedder(encoder, tokenizer, pooling, max_length, device)
+    prepare, embed, restore = _text_embedder(encoder, tokenizer, pooling, max_length, device)
 
     try:
         num_batches = math.ceil(len(texts) / batch_size)
@@ -223,8 +262,10 @@ def compute_label_embeddings(
         num_batches = None
     sums = None
     try:
-        batches = _batched(zip(texts, labels, strict=True), batch_size)
-        for batch_index, batch in enumerate(
+        batches = _prepared_ahead(
+            prepare, _batched(zip(texts, labels, strict=True), batch_size), texts_of=lambda batch: [t for t, _ in batch]
+        )
+        for batch_index, (batch, prepared) in enumerate(
             tqdm(batches, total=num_batches, desc="Label embeddings", unit="batch", disable=not show_progress)
         ):
             batch_texts = [text for text, _ in batch]
@@ -235,7 +276,7 @@ def compute_label_embeddings(
                     f"Label ids in batch {batch_index} must be in [0, {label_count}) (`label_count`); got ids in "
                     f"[{flat_labels.min()}, {flat_labels.max()}]. Remove padding values such as {LABEL_PADDING_ID}."
                 )
-            instance_embeddings = F.normalize(_embed_batch(embed, batch_texts, device), dim=1)
+            instance_embeddings = F.normalize(_embed_batch(embed, prepared, batch_texts, device), dim=1)
             if sums is None:
                 sums = torch.zeros(label_count, instance_embeddings.shape[1], dtype=torch.float32, device=device)
             rows = torch.repeat_interleave(
