@@ -264,6 +264,25 @@ def pad_label_ids(
 
 
 @dataclass
+class LabelIdPadding:
+    """Wraps a collator of token columns (e.g. `transformers.DataCollatorWithPadding`, which `HasteTrainer` wraps so)
+    that cannot pad the ragged lists of positive label ids: lists of different lengths are packed as ids padded with
+    -100 (`pad_label_ids`), and the other columns go to `collator`. Labels of one length (multi-hot rows, or as many
+    ids in every example) go to `collator` with the rest, as they did."""
+
+    collator: Any
+    label_column: str = "labels"
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        labels = [feature.get(self.label_column) for feature in features]
+        if not all(hasattr(row, "__len__") for row in labels) or len({len(row) for row in labels}) < 2:
+            return self.collator(features)
+        batch = self.collator([{k: v for k, v in feature.items() if k != self.label_column} for feature in features])
+        batch["labels"] = pad_label_ids(labels)
+        return batch
+
+
+@dataclass
 class XMCDataCollator:
     """Tokenizes the `text` column and packs `labels` as padded positive ids `[B, P]` (int64, -100 padding).
 

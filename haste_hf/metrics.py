@@ -28,6 +28,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import datasets
 import numpy as np
@@ -35,6 +36,8 @@ import torch
 
 
 DEFAULT_KS = (1, 3, 5)
+# `evaluate.load(EVALUATE_METRIC_PATH)`: the loading script of `XMCMetric` (a local path, as `evaluate` takes one).
+EVALUATE_METRIC_PATH = str(Path(__file__).with_name("evaluate_metric") / "xmc.py")
 METRIC_NAMES = ("P", "nDCG", "PSP", "PSnDCG", "R")
 
 # (A, B) of Jain et al. (2016) by dataset family; see `propensity_parameters` for how names are matched.

@@ -346,7 +346,8 @@ def _check_process_group(training_args) -> None:
     where they have not (CPUs without `use_cpu`), each process would train alone on all the data."""
     processes = int(os.environ.get("WORLD_SIZE", "1"))
     if processes > 1 and training_args.world_size != processes:
-        raise RuntimeError(
+        # A ValueError, which the command line reports in one line per process rather than a traceback each.
+        raise ValueError(
             f"Launched as {processes} processes, but the Trainer sees {training_args.world_size}: each would train "
             "alone. On CPUs pass `--use_cpu` (`use_cpu=True`); on GPUs launch with torchrun or `accelerate launch --multi_gpu`."
         )

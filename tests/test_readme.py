@@ -16,8 +16,8 @@ README = (Path(__file__).parent.parent / "README.md").read_text()
 
 
 def example(heading: str) -> str:
-    """The first Python block after `### {heading}`."""
-    section = README.split(f"### {heading}\n", 1)[1]
+    """The first Python block after the heading `heading` (of any level)."""
+    section = re.split(rf"^#+ {re.escape(heading)}\n", README, maxsplit=1, flags=re.MULTILINE)[1]
     return re.search(r"```python\n(.*?)```", section, flags=re.DOTALL).group(1)
 
 
@@ -77,3 +77,98 @@ def test_output_layer_example(tmp_path, monkeypatch):
     reference = layer.reference_loss(layer.position_logits(features), labels)
     torch.testing.assert_close(names["loss"], reference, rtol=1e-5, atol=1e-4)
     torch.testing.assert_close(names["top"].scores, names["logits"].topk(5).values, rtol=1e-5, atol=1e-5)
+
+
+def python_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README, flags=re.DOTALL)
+
+
+def test_every_python_block_is_run():
+    """The tests of this file run each of the README's Python blocks: a new block needs its test."""
+    tested = [
+        example("Use it"),  # test_recipe_example
+        python_blocks()[1],  # test_step_by_step_fragment
+        example("The output layer on its own"),
+        example("Pipelines, stock `Trainer`, SentenceTransformers"),
+        example("LoRA with PEFT"),
+    ]
+    assert python_blocks() == tested
+
+
+def test_each_block_says_what_it_needs():
+    """What a block needs beyond the package is named where it is: the dataset of the recipe, the inputs of the
+    step-by-step fragment, peft for LoRA."""
+    assert "Needs the dataset: LF-AmazonTitles-131K" in example("Use it")
+    paragraph_before_fragment = README.split(python_blocks()[1], 1)[0].rsplit("\n\n", 2)[-2]
+    assert "A fragment:" in " ".join(paragraph_before_fragment.split())
+    assert example("LoRA with PEFT").startswith("# pip install peft\n")
+
+
+def xmc_dataset(folder: Path, label_count=60) -> Path:
+    """A small dataset in the Extreme Classification Repository's raw-text format (what LF-AmazonTitles-131K is)."""
+    import gzip
+    import json
+
+    from tiny_encoders import planted_texts
+
+    folder.mkdir(parents=True)
+    for name, size, seed in (("trn", 96, 0), ("tst", 24, 1)):
+        with gzip.open(folder / f"{name}.json.gz", "wt") as f:
+            for i, row in enumerate(planted_texts(label_count, size, seed=seed)):
+                f.write(json.dumps({"uid": str(i), "title": row["text"], "content": "", "target_ind": row["labels"]}))
+                f.write("\n")
+    with gzip.open(folder / "lbl.json.gz", "wt") as f:
+        for label in range(label_count):
+            f.write(json.dumps({"uid": str(label), "title": f"label {label}"}) + "\n")
+    return folder
+
+
+def replaced(code: str, replacements) -> str:
+    for original, replacement in replacements:
+        assert original in code, original
+        code = code.replace(original, replacement)
+    return code
+
+
+@pytest.mark.slow
+def test_recipe_example(tmp_path, tiny_encoder, monkeypatch):
+    xmc_dataset(tmp_path / "LF-AmazonTitles-131K")
+    code = replaced(
+        example("Use it"),
+        (
+            ('"sentence-transformers/all-MiniLM-L6-v2"', repr(tiny_encoder)),
+            ("fan_in=64", "fan_in=8"),
+            (
+                '"num_train_epochs": 5, "per_device_train_batch_size": 128',
+                '"max_steps": 2, "per_device_train_batch_size": 16',
+            ),
+        ),
+    )
+    names = run(code, tmp_path, monkeypatch)
+    assert 0 <= names["run"].test_metrics["P@1"] <= 1 and (tmp_path / "out" / "model.safetensors").exists()
+
+
+def test_step_by_step_fragment(tmp_path, tiny_encoder, monkeypatch):
+    from transformers import AutoTokenizer
+
+    from haste_hf.data import load_xmc_dataset
+
+    data = load_xmc_dataset(xmc_dataset(tmp_path / "data"))
+    tokenizer = AutoTokenizer.from_pretrained(tiny_encoder)
+    batch = tokenizer(["w1 w2 w3", "w4"], padding=True, return_tensors="pt")
+    given = {
+        "train_split": data.splits["train"],
+        "encoder": tiny_encoder,
+        "tokenizer": tokenizer,
+        "input_ids": batch["input_ids"],
+        "attention_mask": batch["attention_mask"],
+        "positive_ids": torch.tensor([[1, 7], [3, -100]]),
+    }
+    code = replaced(
+        python_blocks()[1], (("label_count=670_091", f"label_count={data.label_count}"), ("fan_in=64", "fan_in=8"))
+    )
+    monkeypatch.chdir(tmp_path)
+    names = {"__name__": "readme", **given}
+    exec(compile(code, "README.md", "exec"), names)
+    assert names["out"].loss.isfinite() and names["top"].label_ids.shape == (2, 5)
+    assert (tmp_path / "layout.safetensors").exists()

@@ -6,8 +6,10 @@ Those flags are the fields of `RecipeArguments` and `HasteTrainingArguments`, tu
 this module, is a snapshot of those actions; the CLI builds its `--help` and checks the arguments (types, choices,
 unknown flags) from it, and imports the dataclasses only once the arguments check out. The actions depend on the
 versions of transformers and torch too (their fields, defaults and choices): under other versions than the
-snapshot's, the flags are read from the live parser instead (slower, as right). The snapshot is generated, never
-edited: after a field, its default or its help changes, or on upgrading transformers, rewrite it with
+snapshot's, the first run reads them from the live parser (slower, as right) and keeps them in a cache file for
+those versions and this package's code (`cache_path`), which later runs read as fast as the snapshot. The snapshot
+is generated, never edited: after a field, its default or its help changes, or on upgrading transformers, rewrite
+it with
 
     python -m haste_hf.cli.flags
 
@@ -16,13 +18,18 @@ edited: after a field, its default or its help changes, or on upgrading transfor
 
 import argparse
 import functools
+import hashlib
 import json
+import os
+import tempfile
 from importlib.metadata import version
 from pathlib import Path
 
 
 SNAPSHOT_PATH = Path(__file__).with_name("train_flags.json")
 REGENERATE_COMMAND = "python -m haste_hf.cli.flags"
+# Where the flags read from the live parser under other versions than the snapshot's are kept.
+CACHE_VARIABLE = "HASTE_HF_CACHE"
 DATACLASS_NAMES = ("RecipeArguments", "HasteTrainingArguments")
 VERSIONED_PACKAGES = ("transformers", "torch")
 ACTION_KINDS = ("store", "store_true", "store_false")
@@ -126,11 +133,51 @@ def write_snapshot(path: Path = SNAPSHOT_PATH) -> None:
     path.write_text("\n".join(lines) + "}\n", encoding="utf-8")
 
 
+def cache_path(versions: dict) -> Path:
+    """The cache file of the flags under `versions`: named by them and by a digest of this package's Python files,
+    so that an edited field (an editable install) or another release of the package is read again. In
+    `$HASTE_HF_CACHE`, else `$XDG_CACHE_HOME/haste_hf` (`~/.cache/haste_hf`)."""
+    package = Path(__file__).parents[1]  # haste_hf: the dataclasses' fields and their help live across it
+    digest = hashlib.sha256()
+    for source in sorted(package.rglob("*.py")):
+        digest.update(source.relative_to(package).as_posix().encode())
+        digest.update(source.read_bytes())
+    folder = os.environ.get(CACHE_VARIABLE) or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "haste_hf"
+    )
+    name = "-".join(f"{package}{versions[package]}" for package in VERSIONED_PACKAGES)
+    return Path(folder) / f"train_flags-{name}-{digest.hexdigest()[:16]}.json"
+
+
+def _write_cache(path: Path, description: dict) -> None:
+    """Written whole or not at all (a temporary file renamed); a cache that cannot be written is done without."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False, encoding="utf-8") as f:
+            json.dump(description, f)
+        os.replace(f.name, path)
+    except OSError:
+        return
+
+
 @functools.cache
 def flag_description() -> dict:
-    """The snapshot, or under other versions of transformers and torch than its own, the live parser's actions."""
+    """The snapshot, or under other versions of transformers and torch than its own, the actions the live parser made
+    under these versions (cached, see `cache_path`)."""
     snapshot = json.loads(SNAPSHOT_PATH.read_text(encoding="utf-8"))
-    return snapshot if snapshot["versions"] == installed_versions() else describe_live_flags()
+    versions = installed_versions()
+    if snapshot["versions"] == versions:
+        return snapshot
+    cached = cache_path(versions)
+    try:
+        description = json.loads(cached.read_text(encoding="utf-8"))
+        if description.get("versions") == versions and all(name in description for name in DATACLASS_NAMES):
+            return description
+    except (OSError, ValueError):
+        pass
+    description = describe_live_flags()
+    _write_cache(cached, description)
+    return description
 
 
 def flag_records() -> list[dict]:

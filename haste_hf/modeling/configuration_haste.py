@@ -6,6 +6,8 @@ into a checkpoint folder that loads with `trust_remote_code=True` where `haste_h
 """
 
 import copy
+import numbers
+from collections.abc import Mapping, Sequence
 
 from transformers import AutoConfig, PretrainedConfig
 
@@ -32,12 +34,92 @@ HASTE_FORMAT_VERSION = 3
 #   3: the output layer's weights under `output_layer.` (`output_layer.head.weight`, ...; formats 1 and 2
 #      name them `head.weight`, `tail.supports`, `output_labels`, ..., and still load)
 
+# The fields that `from_pretrained(..., field=value)` gives to `__init__` (checked and derived from there) rather than
+# setting them on the loaded config; the label maps too, to go with a new `label_count`.
+_GIVEN_AT_LOADING = (
+    "label_count",
+    "head_label_count",
+    "group_size",
+    "fan_in",
+    "head_projection_dim",
+    "tail_projection_dim",
+    "pooling",
+    "normalize",
+    "classifier_dropout",
+    "loss",
+    "loss_reduction",
+    "tail_bias",
+    "eval_top_k",
+    "supports_seed",
+    "id2label",
+    "label2id",
+    "problem_type",
+)
+
 # `config.json` lists the label names (`id2label` / `label2id`, as transformers' classifiers do: the Hub widget,
 # `pipeline` and other tools read them) up to this many labels: 10,000 names of ~30 characters are ~0.6 MB of JSON
 # for both maps, still a config file one reads. Beyond, config.json would grow to tens or hundreds of MB (and every
 # config built in memory with it), so the names stay in `label_names.json` alone, which always holds the full list.
 MAX_CONFIG_LABEL_NAMES = 10_000
 PROBLEM_TYPE = "multi_label_classification"
+
+
+class LabelNames(Mapping):
+    """`id2label` past `MAX_CONFIG_LABEL_NAMES` labels: the name of each label id, from the names a model holds
+    (`label_names.json`) or `LABEL_{id}`, for what reads `id2label` (transformers' text-classification pipeline, ...);
+    never written to config.json. Read-only: `HasteConfig.set_label_names` replaces it."""
+
+    def __init__(self, label_count: int, names: Sequence[str] | None = None):
+        self.label_count = label_count
+        self.names = None if names is None else tuple(names)
+
+    def __getitem__(self, label_id) -> str:
+        if isinstance(label_id, bool) or not isinstance(label_id, numbers.Integral):
+            raise KeyError(label_id)
+        if not 0 <= label_id < self.label_count:
+            raise KeyError(label_id)
+        return self.names[label_id] if self.names is not None else f"LABEL_{label_id}"
+
+    def __iter__(self):
+        return iter(range(self.label_count))
+
+    def __len__(self) -> int:
+        return self.label_count
+
+    def __deepcopy__(self, memo) -> "LabelNames":
+        return self  # read-only: `PretrainedConfig.to_dict` deep-copies the config's attributes
+
+    def __repr__(self) -> str:
+        return f"LabelNames({self.label_count} labels{', named' if self.names is not None else ''})"
+
+
+class LabelIds(Mapping):
+    """`label2id` beside a `LabelNames`: the id of each name, its table built on first use."""
+
+    def __init__(self, id2label: LabelNames):
+        self.id2label = id2label
+        self._ids = None
+
+    def _table(self) -> dict[str, int]:
+        if self._ids is None:
+            self._ids = {name: label_id for label_id, name in self.id2label.items()}
+        return self._ids
+
+    def __getitem__(self, name) -> int:
+        return self._table()[name]
+
+    def __iter__(self):
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+    def __deepcopy__(self, memo) -> "LabelIds":
+        return self
+
+    def __repr__(self) -> str:
+        return f"LabelIds({self.id2label!r})"
+
 
 # Written into every saved config.json: `pipeline("text-classification", model=..., trust_remote_code=True)`
 # takes its pipeline class from the code exported with the checkpoint (see pipeline_haste.py).
@@ -95,9 +177,10 @@ class HasteConfig(PretrainedConfig):
 
     Labels are described as transformers' classifiers describe theirs: `num_labels` is `label_count`,
     `problem_type` is `"multi_label_classification"` (each label scored by its own sigmoid), and `id2label` /
-    `label2id` map ids to the label names (`LABEL_{id}` until a model sets them) while `label_count` is at most
-    `MAX_CONFIG_LABEL_NAMES` (10,000); beyond, they are `None` and the names live in the model's
-    `label_names.json` only (a million names would bloat `config.json`).
+    `label2id` map ids to the label names (`LABEL_{id}` until a model sets them). Up to `MAX_CONFIG_LABEL_NAMES`
+    (10,000) labels they are dicts, written to `config.json`; beyond, they are read-only views (`LabelNames`,
+    `LabelIds`) over the names the model reads from its `label_names.json`, never written (a million names would
+    bloat `config.json`).
 
     Args:
         encoder (`PretrainedConfig` or `dict`):
@@ -203,13 +286,22 @@ class HasteConfig(PretrainedConfig):
         kwargs.pop("custom_pipelines", None)  # derived, see `custom_pipelines`
         id2label = self._label_maps(kwargs)
         super().__init__(**kwargs)
-        self.id2label = id2label
-        self.label2id = None if id2label is None else {name: label_id for label_id, name in id2label.items()}
+        self._set_label_maps(id2label)
         self.validate_haste()
 
-    def _label_maps(self, kwargs) -> dict[int, str] | None:
-        """`id2label` for `label_count` labels (the given names when there are as many, else `LABEL_{id}`), or None
-        past `MAX_CONFIG_LABEL_NAMES`; takes the label fields out of `kwargs` and checks the ones given."""
+    def _set_label_maps(self, id2label: dict[int, str] | LabelNames | None) -> None:
+        if isinstance(id2label, LabelNames):
+            # Past the attribute checks of transformers' strict dataclass configs (5.x before 5.24), which take dicts
+            # only, and would read the million names one by one.
+            self.__dict__.update(id2label=id2label, label2id=LabelIds(id2label))
+            return
+        self.id2label = id2label
+        self.label2id = None if id2label is None else {name: label_id for label_id, name in id2label.items()}
+
+    def _label_maps(self, kwargs) -> dict[int, str] | LabelNames | None:
+        """`id2label` for `label_count` labels (the given names when there are as many, else `LABEL_{id}`; a
+        `LabelNames` past `MAX_CONFIG_LABEL_NAMES`); takes the label fields out of `kwargs` and checks the ones
+        given."""
         num_labels = kwargs.pop("num_labels", None)
         if num_labels is not None and num_labels != self.label_count:
             raise ValueError(
@@ -227,8 +319,10 @@ class HasteConfig(PretrainedConfig):
         # A placeholder (replaced after `PretrainedConfig.__init__`), which would otherwise make up two labels through
         # the `num_labels` setter. Folders saved before the names were written hold such made-up pairs: not `given`.
         kwargs["id2label"] = {0: "LABEL_0"}
-        if not isinstance(self.label_count, int) or self.label_count > MAX_CONFIG_LABEL_NAMES:
-            return None
+        if not isinstance(self.label_count, int):
+            return None  # refused by `validate_haste`
+        if self.label_count > MAX_CONFIG_LABEL_NAMES:
+            return LabelNames(self.label_count)
         if len(given) == self.label_count:
             return {int(label_id): name for label_id, name in given.items()}
         return {label_id: f"LABEL_{label_id}" for label_id in range(self.label_count)}
@@ -249,19 +343,21 @@ class HasteConfig(PretrainedConfig):
         """The names in `id2label`, or None where it holds only `LABEL_{id}` placeholders (or nothing)."""
         if self.id2label is None:
             return None
+        if isinstance(self.id2label, LabelNames):
+            return None if self.id2label.names is None else list(self.id2label.names)
         names = [self.id2label[label_id] for label_id in range(self.label_count)]
         return None if all(name == f"LABEL_{label_id}" for label_id, name in enumerate(names)) else names
 
     def set_label_names(self, label_names: list[str] | None):
-        """Writes `label_names` (one per label; None: `LABEL_{id}`) into `id2label` / `label2id` where
-        `label_count` is at most `MAX_CONFIG_LABEL_NAMES`."""
+        """Sets `id2label` / `label2id` to `label_names` (one per label; None: `LABEL_{id}`): dicts up to
+        `MAX_CONFIG_LABEL_NAMES` labels, read-only views beyond."""
         if self.label_count > MAX_CONFIG_LABEL_NAMES:
+            self._set_label_maps(LabelNames(self.label_count, label_names))
             return
         names = (
             label_names if label_names is not None else [f"LABEL_{label_id}" for label_id in range(self.label_count)]
         )
-        self.id2label = dict(enumerate(names))
-        self.label2id = {name: label_id for label_id, name in self.id2label.items()}
+        self._set_label_maps(dict(enumerate(names)))
 
     @classmethod
     def from_dict(cls, config_dict, **kwargs):
@@ -271,7 +367,34 @@ class HasteConfig(PretrainedConfig):
                 f"This checkpoint holds a {model_type!r} model, not a HASTE one (model_type {cls.model_type!r}): "
                 "load it with its own class, or wrap it with `HasteForExtremeClassification.from_encoder_pretrained`."
             )
-        return super().from_dict(config_dict, **kwargs)
+        return super().from_dict(cls._with_given_fields(config_dict, kwargs), **kwargs)
+
+    @classmethod
+    def _with_given_fields(cls, config_dict: dict, kwargs: dict) -> dict:
+        """`config_dict` with the HASTE fields given to `from_pretrained` / `from_dict` taken out of `kwargs`, so that
+        `__init__` checks and derives from them (transformers would set them on the built config, past the checks).
+
+        `num_labels` is `label_count`, as it re-heads a transformers classifier. A new label count whose head size
+        is not given keeps the head's share of the labels; the label names of another label count are dropped."""
+        config_dict = dict(config_dict)
+        if "num_labels" in kwargs:
+            num_labels = kwargs.pop("num_labels")
+            if kwargs.setdefault("label_count", num_labels) != num_labels:
+                raise ValueError(
+                    f"`num_labels` ({num_labels}) and `label_count` ({kwargs['label_count']}) differ: a HASTE model's "
+                    "`num_labels` is its label count; give one of them."
+                )
+        given = {name: kwargs.pop(name) for name in _GIVEN_AT_LOADING if name in kwargs}
+        saved_count, saved_head = config_dict.get("label_count"), config_dict.get("head_label_count")
+        new_count = given.get("label_count", saved_count)
+        counts = (saved_count, saved_head, new_count)
+        keeps_share = all(isinstance(count, int) for count in counts) and saved_count > 0
+        if new_count != saved_count and "head_label_count" not in given and keeps_share:
+            given["head_label_count"] = head_label_count_for(saved_head / saved_count, new_count)
+        if new_count != saved_count and "id2label" not in given:
+            config_dict.pop("id2label", None)
+            config_dict.pop("label2id", None)
+        return {**config_dict, **given}
 
     @property
     def tail_label_count(self) -> int:
@@ -336,11 +459,11 @@ class HasteConfig(PretrainedConfig):
 
     @property
     def custom_pipelines(self) -> dict:
-        """What `pipeline()` reads: with the package installed and the label names in `id2label`, nothing, so that
-        transformers' own `TextClassificationPipeline` serves the model without `trust_remote_code` (sigmoid scores
+        """What `pipeline()` reads: with the package installed, nothing, so that transformers' own
+        `TextClassificationPipeline` serves the model of any label count without `trust_remote_code` (sigmoid scores
         per `problem_type`, names from `id2label`). Otherwise the HASTE pipeline exported with the checkpoint,
-        which names labels from `label_names.json` and needs `trust_remote_code=True`."""
-        if self.pipeline_is_installed and self.id2label is not None:
+        which needs `trust_remote_code=True`."""
+        if self.pipeline_is_installed:
             return {}
         return copy.deepcopy(TEXT_CLASSIFICATION_PIPELINE)  # a copy: `pipeline()` replaces its class names
 
@@ -355,8 +478,8 @@ class HasteConfig(PretrainedConfig):
         output["format_version"] = self.required_format_version
         output["custom_pipelines"] = copy.deepcopy(TEXT_CLASSIFICATION_PIPELINE)
         for name in ("id2label", "label2id"):
-            if output.get(name) is None:
-                output.pop(name, None)
+            if output.get(name) is None or isinstance(output[name], (LabelNames, LabelIds)):
+                output.pop(name, None)  # past `MAX_CONFIG_LABEL_NAMES`, the names are in `label_names.json` only
         auto_map = output.get("auto_map") or {}
         model_class = next((auto_map[name] for name in MODEL_AUTO_CLASSES if name in auto_map), None)
         if model_class is not None:
@@ -377,6 +500,8 @@ __all__ = [
     "MODEL_AUTO_CLASSES",
     "TEXT_CLASSIFICATION_PIPELINE",
     "HasteConfig",
+    "LabelIds",
+    "LabelNames",
     "default_pooling",
     "head_label_count_for",
 ]

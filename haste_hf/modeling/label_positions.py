@@ -84,11 +84,13 @@ def check_layout(layout, label_count: int | None = None, group_size: int | None 
 
 
 def label_positions_of(output_labels: torch.Tensor, label_count: int) -> torch.Tensor:
-    """Inverse of `output_labels`: the output position of each label id `[label_count]`."""
-    valid = output_labels >= 0
-    positions = torch.full((label_count,), -1, dtype=torch.int64, device=output_labels.device)
-    positions[output_labels[valid]] = torch.nonzero(valid).squeeze(1)
-    return positions
+    """Inverse of `output_labels`: the output position of each label id `[label_count]`. Padding slots (-1) scatter
+    into one spare entry past the last label, which is dropped: ops whose shapes do not depend on the data, so that
+    a traced graph (torch.compile, torch.export) derives the map too."""
+    targets = torch.where(output_labels >= 0, output_labels, label_count)
+    positions = torch.full((label_count + 1,), -1, dtype=torch.int64, device=output_labels.device)
+    positions.scatter_(0, targets, torch.arange(output_labels.shape[0], device=output_labels.device))
+    return positions[:label_count]
 
 
 def is_integer_multi_hot(labels: torch.Tensor, label_count: int) -> bool:

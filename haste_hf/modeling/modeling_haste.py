@@ -114,6 +114,10 @@ class HastePreTrainedModel(PreTrainedModel):
     _supports_attention_backend = True
     # Summed BCE over labels is already per-example: a Trainer must not rescale it for accumulation.
     accepts_loss_kwargs = False
+    # The output layer's loss and top-k read its head and tail weights inside its forward: a device map keeps it whole
+    # on one device, where accelerate's hook brings its weights (offloaded or not) for the forward. The encoder's own
+    # blocks are added by `post_init`.
+    _no_split_modules = ["HasteOutputLayer"]
 
     @property
     def is_gradient_checkpointing(self) -> bool:
@@ -363,6 +367,8 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         states = outputs[0]
         if attention_mask is None:
             attention_mask = torch.ones(states.shape[:2], dtype=torch.long, device=states.device)
+        # Split over devices (`device_map`), the encoder ends where its last block sits, not where its inputs were.
+        attention_mask = attention_mask.to(states.device)
         pooled = pool_hidden_states(states, attention_mask, self.config.pooling)
         if self.config.normalize:
             pooled = F.normalize(pooled, dim=-1)
@@ -423,7 +429,9 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         `O(B * (k + chunk))`, never `O(B * label_count)`."""
         self.output_layer.check_k(k)
         pooled, _ = self.encode(input_ids, attention_mask, **encoder_kwargs)
-        return self.output_layer.topk(pooled, k)
+        # Through the layer's forward, where a device map's hook places its inputs and its (offloaded) weights.
+        scored = self.output_layer(pooled, top_k=k, return_logits=False)
+        return TopKOutput(label_ids=scored.top_label_ids, scores=scored.top_scores)
 
     # ----------------------------------------------------------------------------------------- saving
 
@@ -488,18 +496,31 @@ class HasteForExtremeClassification(HastePreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, output_loading_info: bool = False, **kwargs):
-        """`PreTrainedModel.from_pretrained`, plus the label names; from a local folder, the weights, configuration and
-        names of one save: a save to the folder during the load makes it load again, or fail (see `read_one_save`)."""
-        folder = os.path.join(os.fspath(pretrained_model_name_or_path), kwargs.get("subfolder") or "")
+        """`PreTrainedModel.from_pretrained`, which also reads the label names and checks the output layer; from a
+        local folder, the weights, configuration and names of one save: a save to the folder during the load makes it
+        load again, or fail (see `read_one_save`).
+
+        HASTE fields given here go through [`HasteConfig`]'s checks. A `label_count` (or `num_labels`) other than the
+        checkpoint's re-heads the model, as `num_labels` re-heads a transformers classifier: with
+        `ignore_mismatched_sizes=True` the encoder loads and the output layer is a new one (a warning says so); without
+        it, the size-mismatch error. `None` in place of a folder builds the model from `config` and `state_dict`."""
+        load = functools.partial(
+            cls._from_pretrained_once,
+            pretrained_model_name_or_path,
+            *args,
+            output_loading_info=output_loading_info,
+            **kwargs,
+        )
+        if pretrained_model_name_or_path is None:
+            return load()
         return read_one_save(
-            folder,
-            lambda: cls._from_pretrained_once(
-                pretrained_model_name_or_path, *args, output_loading_info=output_loading_info, **kwargs
-            ),
+            os.path.join(os.fspath(pretrained_model_name_or_path), kwargs.get("subfolder") or ""), load
         )
 
     @classmethod
     def _from_pretrained_once(cls, pretrained_model_name_or_path, *args, output_loading_info: bool, **kwargs):
+        from_folder = pretrained_model_name_or_path is not None
+        hub_kwargs = {name: kwargs[name] for name in (*_HUB_KWARGS, "subfolder") if name in kwargs}
         # Formats 1 and 2 name the output layer's tensors without the `output_layer.` prefix.
         kwargs["key_mapping"] = {**FORMAT_2_KEY_MAPPING, **(kwargs.get("key_mapping") or {})}
         model, loading_info = super().from_pretrained(
@@ -511,31 +532,131 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             for conversion in getattr(model, "_weight_conversions", None) or []
             if getattr(conversion, "_original_source_patterns", [None])[0] not in FORMAT_2_KEY_MAPPING
         ]
+        source = pretrained_model_name_or_path if from_folder else "the state dict"
+        saved_shape = (
+            _output_layer_shape(HasteConfig.from_pretrained(pretrained_model_name_or_path, **hub_kwargs))
+            if from_folder
+            else None
+        )
+        reheaded = saved_shape is not None and saved_shape != _output_layer_shape(model.config)
+        if reheaded and not kwargs.get("ignore_mismatched_sizes", False):
+            # Shapes that differ stopped transformers' loading already; these fit the weights and not their labels.
+            raise RuntimeError(
+                f"Error(s) in loading state_dict for {cls.__name__}: the output layer of {source} ({_describe(saved_shape)}) "
+                f"differs from the configuration's ({_describe(_output_layer_shape(model.config))}). To re-head the "
+                "model on another label set, pass `ignore_mismatched_sizes=True` (its output layer is then a new one)."
+            )
+        _offload_output_layer_whole(model)
         # Missing buffers are rebuilt as `__init__` builds them; a missing weight would be left random.
         buffers = {name for name, _ in model.named_buffers()}
-        missing = sorted(name for name in loading_info["missing_keys"] if name not in buffers)
+        missing = sorted(
+            name
+            for name in loading_info["missing_keys"]
+            if name not in buffers and not (reheaded and name.startswith("output_layer."))
+        )
         if missing:
             unexpected = sorted(loading_info["unexpected_keys"])
             raise ValueError(
-                f"{pretrained_model_name_or_path} lacks {len(missing)} weights of this model (e.g. {missing[:3]}), which "
+                f"{source} lacks {len(missing)} weights of this model (e.g. {missing[:3]}), which "
                 f"would be left random"
                 + (f"; it holds others instead (e.g. {unexpected[:3]})" if unexpected else "")
                 + ". It was not saved from a model of this configuration; a model with LoRA on `model.encoder` saves such "
                 "checkpoints: merge LoRA into the encoder first (`model.encoder = model.encoder.merge_and_unload()`)."
             )
-        model.output_layer.check_invariants(source=pretrained_model_name_or_path)
-        hub_kwargs = {name: kwargs[name] for name in (*_HUB_KWARGS, "subfolder") if name in kwargs}
-        names_file = cached_file(
-            pretrained_model_name_or_path,
-            LABEL_NAMES_FILE,
-            _raise_exceptions_for_missing_entries=False,
-            _raise_exceptions_for_connection_errors=False,
-            **hub_kwargs,
+        if reheaded:
+            model._replace_output_layer()
+            logger.warning(
+                f"{source}: re-headed. Its output layer ({_describe(saved_shape)}) was left out and the model has a new "
+                f"one ({_describe(_output_layer_shape(model.config))}, random weights, labels in id order, no label "
+                "names): train it before use."
+            )
+            return (model, loading_info) if output_loading_info else model
+        model.output_layer.check_invariants(source=source)
+        names_file = (
+            cached_file(
+                pretrained_model_name_or_path,
+                LABEL_NAMES_FILE,
+                _raise_exceptions_for_missing_entries=False,
+                _raise_exceptions_for_connection_errors=False,
+                **hub_kwargs,
+            )
+            if from_folder
+            else None
         )
         if names_file is not None:
             with open(names_file, encoding="utf-8") as f:
                 model.set_label_names(json.load(f))
         return (model, loading_info) if output_loading_info else model
+
+    @torch.no_grad()
+    def _replace_output_layer(self) -> None:
+        """A new output layer for `self.config`, initialised as a new model's (`post_init`), on the old one's device
+        and in its dtype; the label names go back to `LABEL_{id}`."""
+        reference = next(iter(self.output_layer.parameters()))
+        layer = HasteOutputLayer.from_config(self.config, initialize=False)
+        layer.apply(self._init_weights)
+        device = reference.device if reference.device.type != "meta" else "cpu"
+        self.output_layer = layer.to(device=device, dtype=reference.dtype)
+        self.set_label_names(None)
+
+
+def _offload_output_layer_whole(model) -> None:
+    """An output layer offloaded by a device map (CPU or disk) gets all its weights for the whole of its forward.
+
+    accelerate hooks an offloaded block module by module, each bringing its own weights for its own forward only;
+    the loss and the top-k read the head's and the tail's weights from the layer's forward, where they would still be
+    on the meta device. The layer is hooked again as one block that brings them all (accelerate's
+    `preload_module_classes`, which `from_pretrained` does not pass)."""
+    layer = model.output_layer
+    hooks = []
+    for module in layer.modules():
+        hook = getattr(module, "_hf_hook", None)
+        hooks.extend(getattr(hook, "hooks", None) or ([hook] if hook is not None else []))
+    offloading = next((hook for hook in hooks if getattr(hook, "offload", False)), None)
+    if offloading is None:
+        return
+    from accelerate.hooks import attach_align_device_hook, remove_hook_from_module
+
+    weights_map = offloading.weights_map
+    remove_hook_from_module(layer, recurse=True)
+    attach_align_device_hook(
+        layer,
+        execution_device=offloading.execution_device,
+        offload=True,
+        weights_map=getattr(weights_map, "dataset", weights_map),
+        offload_buffers=offloading.offload_buffers,
+        module_name=next(name for name, module in model.named_modules() if module is layer),
+        skip_keys=offloading.skip_keys,
+        preload_module_classes=[type(layer).__name__],
+        tied_params_map=getattr(offloading, "tied_params_map", None),
+    )
+
+
+def _output_layer_shape(config: HasteConfig) -> tuple:
+    """What the output layer's tensors and their meaning depend on."""
+    return (
+        config.encoder.hidden_size,
+        config.label_count,
+        config.head_label_count,
+        config.group_size,
+        config.fan_in,
+        config.head_projection_dim,
+        config.tail_projection_dim,
+        config.tail_bias,
+    )
+
+
+def _describe(shape: tuple) -> str:
+    hidden, labels, head, group_size, fan_in, head_projection, tail_projection, tail_bias = shape
+    described = f"{labels} labels, head {head}, G {group_size}, F {fan_in}, on {hidden} features"
+    for name, value in (
+        ("head_projection_dim", head_projection),
+        ("tail_projection_dim", tail_projection),
+        ("tail_bias", tail_bias or None),
+    ):
+        if value is not None:
+            described += f", {name} {value}"
+    return described
 
 
 def __getattr__(name: str):

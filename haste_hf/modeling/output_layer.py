@@ -301,6 +301,10 @@ class HasteOutputLayer(nn.Module):
     @property
     def label_positions(self) -> torch.Tensor:
         """Inverse of `output_labels`: the output position of each label id `[L]` (derived, cached)."""
+        if torch.compiler.is_compiling():
+            # A traced graph (torch.compile, torch.export) has no data pointer to key the cache on: it derives the
+            # map from the buffer itself, in ops whose shapes do not depend on the data.
+            return label_positions_of(self.output_labels, self.label_count)
         key = (self.output_labels.data_ptr(), self.output_labels._version, self.output_labels.device)
         if self._label_positions_cache is None or self._label_positions_cache[0] != key:
             self._label_positions_cache = (key, label_positions_of(self.output_labels, self.label_count))

@@ -8,9 +8,9 @@ any other model gets the parent's behaviour unchanged.
 
 Nothing installs it globally. `pipeline("text-classification", model=..., pipeline_class=HasteTextClassificationPipeline)`
 uses it with the package; a saved HASTE model's `config.json` names it in `custom_pipelines`, so
-`pipeline(..., trust_remote_code=True)` finds it in the exported code where `haste_hf` is not installed (and where
-the label names are too many for `id2label`, see `HasteConfig.custom_pipelines`). With the package and names in
-`id2label`, transformers' own `TextClassificationPipeline` serves the model from its logits, with the same result.
+`pipeline(..., trust_remote_code=True)` finds it in the exported code where `haste_hf` is not installed. With the
+package, transformers' own `TextClassificationPipeline` serves the model of any label count from its logits (names
+from `id2label`, see `HasteConfig.custom_pipelines`), with the same result.
 
 Flat and imports only transformers and numpy, so it is exported with the model's code.
 """

@@ -37,11 +37,17 @@ def communication_device(group=None) -> torch.device:
     return torch.device("cpu")
 
 
+# torch 2.13 renamed the tensor collectives (`all_gather_into_tensor` -> `all_gather_single`, `reduce_scatter_tensor` ->
+# `reduce_scatter_single`) and warns on the old names; earlier versions have only those.
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
 def all_gather_sizes(values: list[int], group=None) -> torch.Tensor:
     """`[world_size, len(values)]` int64: every rank's `values`."""
     local = torch.tensor([values], dtype=torch.int64, device=communication_device(group))
     gathered = torch.empty(dist.get_world_size(group), len(values), dtype=torch.int64, device=local.device)
-    dist.all_gather_into_tensor(gathered, local, group=group)
+    _all_gather_single(gathered, local, group=group)
     return gathered.cpu()
 
 
@@ -56,7 +62,7 @@ def all_gather_rows(x: torch.Tensor, counts: list[int], group=None, pad_value=0)
     """The rows of every rank, in rank order (`counts[r]` rows from rank r), without autograd."""
     most = max(counts)
     gathered = x.new_empty(len(counts) * most, *x.shape[1:])
-    dist.all_gather_into_tensor(gathered, _padded(x, most, pad_value), group=group)
+    _all_gather_single(gathered, _padded(x, most, pad_value), group=group)
     if all(count == most for count in counts):
         return gathered
     return torch.cat([gathered[rank * most : rank * most + count] for rank, count in enumerate(counts)])
@@ -70,7 +76,7 @@ def reduce_scatter_rows(x: torch.Tensor, counts: list[int], group=None) -> torch
         starts = [0, *torch.tensor(counts).cumsum(0).tolist()]
         x = torch.cat([_padded(x[starts[r] : starts[r + 1]], most) for r in range(len(counts))])
     out = x.new_empty(most, *x.shape[1:])
-    dist.reduce_scatter_tensor(out, x.contiguous(), group=group)
+    _reduce_scatter_single(out, x.contiguous(), group=group)
     return out[: counts[rank]]
 
 

@@ -8,6 +8,7 @@ every `rewiring_interval` steps; evaluation ranks labels with top-k, never gathe
 
 import copy
 import functools
+import inspect
 import json
 import os
 import pickle
@@ -16,14 +17,15 @@ from contextlib import contextmanager
 
 import torch
 from safetensors import SafetensorError
-from transformers import PreTrainedTokenizerBase, Trainer
+from torch import nn
+from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase, Trainer
 from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME, TRAINER_STATE_NAME
 from transformers.trainer_callback import TrainerState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.training_args import OptimizerNames
 from transformers.utils import CONFIG_NAME
 
-from ..data import XMCDataCollator
+from ..data import LabelIdPadding, XMCDataCollator
 from ..modeling.logging_utils import get_logger
 from ..modeling.losses import chunk_loss_backward_
 from ..modeling.modeling_haste import HasteForExtremeClassification
@@ -88,6 +90,31 @@ def checkpoint_model_differences(folder: str | os.PathLike, config) -> list[str]
 
 
 logger = get_logger(__name__)
+
+
+# torch 2.13 renamed DDP's `broadcast_buffers` `forward_sync_buffers` and warns on the old name, which accelerate passes
+# (`ddp_broadcast_buffers`). The new one also syncs the buffers once, when DDP wraps the model: harmless here, where
+# every buffer a rank holds differently (a sharded output layer's) is kept out of DDP (`ignore_shards_in_ddp`) and the
+# others are equal on every rank.
+DDP_TAKES_FORWARD_SYNC_BUFFERS = (
+    "forward_sync_buffers" in inspect.signature(nn.parallel.DistributedDataParallel.__init__).parameters
+)
+
+
+class _ForwardSyncBuffersKwargs:
+    """accelerate's DDP kwargs handler, passing `broadcast_buffers` under its current name `forward_sync_buffers`."""
+
+    def __init__(self, handler):
+        self.handler = handler
+
+    def to_kwargs(self) -> dict:
+        kwargs = self.handler.to_kwargs()
+        if "broadcast_buffers" in kwargs:
+            kwargs["forward_sync_buffers"] = kwargs.pop("broadcast_buffers")
+        return kwargs
+
+    def __getattr__(self, name):  # `register_comm_hook`, ... of the wrapped handler
+        return getattr(self.handler, name)
 
 
 def _as_haste_arguments(args) -> HasteTrainingArguments:
@@ -169,6 +196,9 @@ class HasteTrainer(Trainer):
                     f"`processing_class=tokenizer` to build one, got processing_class={type(tokenizer).__name__}."
                 )
             kwargs["data_collator"] = XMCDataCollator(tokenizer)
+        if isinstance(kwargs.get("data_collator"), DataCollatorWithPadding):
+            # It pads the token columns, and fails on the label-id lists, one length per example.
+            kwargs["data_collator"] = LabelIdPadding(kwargs["data_collator"])
         self.memory_plan = self._plan_memory(args, haste_model, sharded, kwargs.get("data_collator"))
         self._gathered = None  # see `_gathered_for_saving`
         super().__init__(model, args, *trainer_args, **kwargs)
@@ -198,6 +228,20 @@ class HasteTrainer(Trainer):
             )
             rewiring.check_model(self.model)
             self.add_callback(rewiring)
+
+    def create_accelerator_and_postprocess(self) -> None:
+        super().create_accelerator_and_postprocess()
+        handler = getattr(self.accelerator, "ddp_handler", None)
+        if DDP_TAKES_FORWARD_SYNC_BUFFERS and handler is not None:
+            self.accelerator.ddp_handler = _ForwardSyncBuffersKwargs(handler)
+
+    def _set_signature_columns_if_needed(self) -> None:
+        """The columns `remove_unused_columns` keeps: the model's arguments, and the columns the collator reads (an
+        `XMCDataCollator` tokenizes the raw `text` itself), so that a stock `TrainingArguments` trains on raw text."""
+        if self._signature_columns is None:
+            super()._set_signature_columns_if_needed()
+            read = [getattr(self.data_collator, name, None) for name in ("text_column", "label_column")]
+            self._signature_columns += [column for column in read if isinstance(column, str)]
 
     @staticmethod
     def _plan_memory(args: HasteTrainingArguments, model, sharded: bool, data_collator) -> memory_plan.MemoryPlan:

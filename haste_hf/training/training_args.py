@@ -2,7 +2,7 @@
 """Training arguments of HASTE: two optimizers with their own schedules, and rewiring."""
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 from transformers import TrainingArguments
@@ -19,6 +19,13 @@ from .callbacks import NON_FINITE_ACTIONS
 
 
 OUTPUT_LAYER_DTYPES = ("float32", "bfloat16")
+
+
+# transformers 5.24 renamed `gradient_checkpointing` `activation_checkpointing` (the old name still works, with a
+# deprecation warning); earlier 5.x have only the old one. `HasteTrainingArguments` takes the new name on every version.
+HAS_ACTIVATION_CHECKPOINTING = any(
+    argument.name == "activation_checkpointing" for argument in fields(TrainingArguments)
+)
 
 
 def bf16_is_supported(use_cpu: bool = False) -> bool:
@@ -191,8 +198,21 @@ class HasteTrainingArguments(TrainingArguments):
     remove_unused_columns: bool = field(default=False, metadata={"help": "Keep dataset columns for the collator."})
     # Rewiring is identical on every rank; re-sending the supports from rank 0 each step is pure cost.
     ddp_broadcast_buffers: bool | None = field(default=False, metadata={"help": "Broadcast buffers every step (DDP)."})
+    if not HAS_ACTIVATION_CHECKPOINTING:
+        activation_checkpointing: bool | None = field(
+            default=None,
+            metadata={
+                "help": "Recompute the encoder's activations in the backward instead of keeping them (transformers' "
+                "`gradient_checkpointing`, under its name from transformers 5.24); default: the memory plan chooses.",
+                # As transformers 5.24 declares it: a bare `--activation_checkpointing` means True.
+                "nargs": "?",
+                "const": True,
+            },
+        )
 
     def __post_init__(self):
+        if not HAS_ACTIVATION_CHECKPOINTING and self.activation_checkpointing is not None:
+            self.gradient_checkpointing = self.activation_checkpointing
         # The Trainer accepts these and fails deep inside (or trains nothing); refused here, by name.
         for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
             if getattr(self, name) < 1:
@@ -218,7 +238,7 @@ class HasteTrainingArguments(TrainingArguments):
         self._checkpointing_given = (
             self.gradient_checkpointing is not None or getattr(self, "activation_checkpointing", None) is not None
         )
-        if self.gradient_checkpointing is None and not hasattr(self, "activation_checkpointing"):
+        if self.gradient_checkpointing is None and not HAS_ACTIVATION_CHECKPOINTING:
             self.gradient_checkpointing = False
         if self.bf16 and self.output_layer_dtype is None:
             self.output_layer_dtype = "bfloat16"

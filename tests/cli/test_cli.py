@@ -295,9 +295,10 @@ def test_flags_from_the_snapshot_answer_as_the_live_parser(command, monkeypatch,
         assert errors[0] == errors[1] and "error: " in errors[0]
 
 
-def test_flags_come_from_the_live_parser_under_other_versions_than_the_snapshots(monkeypatch):
+def test_flags_come_from_the_live_parser_under_other_versions_than_the_snapshots(monkeypatch, tmp_path):
     from haste_hf.cli import flags as train_flags
 
+    monkeypatch.setenv(train_flags.CACHE_VARIABLE, str(tmp_path))
     monkeypatch.setattr(train_flags, "installed_versions", lambda: {"transformers": "5.999.0", "torch": "2.13.0"})
     train_flags.flag_description.cache_clear()
     try:

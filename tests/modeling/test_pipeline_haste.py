@@ -199,21 +199,18 @@ def test_config_names_the_pipeline_only_for_remote_code(saved):
 
 
 def test_past_the_config_names_the_exported_pipeline_serves(tmp_path, monkeypatch):
-    """Past `MAX_CONFIG_LABEL_NAMES` the config holds no names for transformers' pipeline: the HASTE pipeline saved
-    with the model serves it (remote code), or `pipeline_class` with the package."""
+    """Past `MAX_CONFIG_LABEL_NAMES` the config holds no names: with the package, transformers' pipeline names the
+    labels from the model's `label_names.json`, as the HASTE pipeline (`pipeline_class`) does."""
     monkeypatch.setattr(configuration_haste, "MAX_CONFIG_LABEL_NAMES", LABELS - 1)
     model = make_model()
-    assert model.config.id2label is None and model.config.num_labels == LABELS
+    assert model.config.num_labels == LABELS and model.config.id2label[3] == "tag 3"
     model.save_pretrained(tmp_path / "model")
     tokenizer = tiny_tokenizer(tmp_path / "model")
     assert "id2label" not in json.loads((tmp_path / "model" / "config.json").read_text())
-    with pytest.raises(ValueError, match="trust_remote_code=True"):
-        pipeline("text-classification", model=str(tmp_path / "model"), top_k=3)
     for classifier in (
-        pipeline("text-classification", model=str(tmp_path / "model"), top_k=3, trust_remote_code=True),
+        pipeline("text-classification", model=str(tmp_path / "model"), top_k=3),
         haste_pipeline(model=str(tmp_path / "model"), top_k=3),
     ):
-        assert type(classifier).__name__ == "HasteTextClassificationPipeline"
         assert_same(classifier(TEXTS), expected(model, tokenizer, TEXTS, 3))
 
 

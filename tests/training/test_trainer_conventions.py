@@ -1,0 +1,98 @@
+"""What a user of transformers' training conventions gets with a HASTE model, as with a transformers classifier: a
+stock `TrainingArguments` (`remove_unused_columns=True`) over raw text, `DataCollatorWithPadding` over tokenized text
+with ragged label-id lists, and the metric from `evaluate.load`."""
+
+import evaluate
+import numpy as np
+import pytest
+from datasets import Dataset
+from tiny_encoders import planted_texts, tiny_tokenizer
+from tiny_haste import make_tiny_model
+from transformers import DataCollatorWithPadding, TrainingArguments
+
+from haste_hf import HasteTrainer
+from haste_hf.metrics import compute_xmc_metrics
+
+
+LABELS = 40
+
+
+@pytest.fixture
+def tokenizer(tmp_path):
+    return tiny_tokenizer(tmp_path / "tokenizer")
+
+
+def texts(size, seed):
+    """Raw text, ragged label-id lists, and a column the model does not take."""
+    return Dataset.from_list([{**row, "source": f"doc {i}"} for i, row in enumerate(planted_texts(LABELS, size, seed))])
+
+
+def stock_arguments(tmp_path, **fields):
+    return TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        max_steps=3,
+        per_device_train_batch_size=8,
+        report_to=[],
+        use_cpu=True,
+        **fields,
+    )
+
+
+def test_a_stock_training_arguments_trains_on_raw_text(tmp_path, tokenizer):
+    arguments = stock_arguments(tmp_path)
+    assert arguments.remove_unused_columns  # transformers' default
+    trainer = HasteTrainer(
+        model=make_tiny_model(label_count=LABELS),
+        args=arguments,
+        train_dataset=texts(24, 0),
+        processing_class=tokenizer,
+    )
+    assert trainer.args.remove_unused_columns
+    assert trainer.train().global_step == 3
+    batch = next(iter(trainer.get_train_dataloader()))  # the unused column is removed, the text was kept for tokenizing
+    assert set(batch) == {"input_ids", "token_type_ids", "attention_mask", "labels"}
+
+
+def test_data_collator_with_padding_pads_ragged_label_lists(tmp_path, tokenizer):
+    tokenized = texts(24, 0).map(lambda batch: tokenizer(batch["text"], truncation=True, max_length=16), batched=True)
+    trainer = HasteTrainer(
+        model=make_tiny_model(label_count=LABELS),
+        args=stock_arguments(tmp_path),
+        train_dataset=tokenized,
+        processing_class=tokenizer,
+        data_collator=DataCollatorWithPadding(tokenizer),
+    )
+    # What the Trainer hands the collator: the model's columns (the text columns are removed, as for any classifier).
+    features = [tokenized.remove_columns(["text", "source"])[i] for i in range(8)]
+    batch = trainer.data_collator(features)
+    rows = [feature["labels"] for feature in features]
+    assert len({len(row) for row in rows}) > 1  # ragged
+    assert batch["labels"].shape == (8, max(len(row) for row in rows))
+    assert [[label for label in row if label != -100] for row in batch["labels"].tolist()] == rows
+    assert batch["input_ids"].shape[0] == 8
+    assert trainer.train().global_step == 3
+
+
+def test_evaluate_load_finds_the_metric(tmp_path, tokenizer):
+    from haste_hf.metrics import EVALUATE_METRIC_PATH
+
+    metric = evaluate.load(EVALUATE_METRIC_PATH, ks=(1, 3))
+    predictions = [[3, 1, 2], [0, 5, 4]]
+    references = [[1, -100], [4, 7]]
+    expected = compute_xmc_metrics(np.array(predictions), [[1], [4, 7]], ks=(1, 3))
+    assert metric.compute(predictions=predictions, references=references) == pytest.approx(expected)
+
+    # As the `compute_metrics` of a Trainer: the model's top-k ids against the padded label ids.
+    def compute_metrics(prediction):
+        top_ids = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
+        return metric.compute(predictions=top_ids, references=prediction.label_ids)
+
+    trainer = HasteTrainer(
+        model=make_tiny_model(label_count=LABELS),
+        args=stock_arguments(tmp_path, per_device_eval_batch_size=8),
+        eval_dataset=texts(16, 1),
+        processing_class=tokenizer,
+        compute_metrics=compute_metrics,
+    )
+    scores = trainer.evaluate()
+    assert {"eval_P@1", "eval_P@3", "eval_nDCG@3"} <= set(scores) and 0 <= scores["eval_P@1"] <= 1
