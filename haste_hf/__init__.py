@@ -34,7 +34,7 @@ _LAZY_EXPORTS = {
     "ExtremeClassifierOutput": "modeling.modeling_haste",
     "HasteForExtremeClassification": "modeling.modeling_haste",
     "HastePreTrainedModel": "modeling.modeling_haste",
-    "GroupSparseLinear": "modeling.output_layer",
+    "GroupSparseLinear": "modeling.sparse_ops",
     "HasteOutputLayer": "modeling.output_layer",
     "TopKOutput": "modeling.output_layer",
     "HasteTextClassificationPipeline": "modeling.pipeline_haste",

@@ -2,6 +2,7 @@
 """Model cards of HASTE models: what was trained, how, and how well, rendered from `model_cards/`."""
 
 import importlib.util
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -307,3 +308,37 @@ def write_model_card(data: HasteModelCardData, path: str | os.PathLike) -> Model
     card = render_model_card(data, PLOT_FILE if has_plot else None)
     card.save(path)
     return card
+
+
+@dataclass
+class CardFields:
+    """What a run's model card says beyond what its trainer knows. `test_metrics`: None until computed.
+    `dataset_id`: the Hub dataset the card's `datasets:` names (the user's `dataset_name`; a local folder's name
+    names no Hub dataset)."""
+
+    encoder_name: str
+    dataset_name: str
+    propensity: Any
+    test_metrics: dict | None = None
+    hub_model_id: str | None = None
+    dataset_id: str | None = None
+
+
+def write_results(folder: Path, trainer, layout, output_dir: str, card: CardFields) -> None:
+    """A training run's model card (with the test metrics, when computed) and `test_metrics.json`, written into
+    `folder`; `layout`: the run's `LabelLayout`."""
+    card_data = HasteModelCardData.from_trainer(
+        trainer,
+        model_id=card.hub_model_id or Path(output_dir).name,
+        encoder=card.encoder_name,
+        dataset_name=card.dataset_name,
+        dataset_id=card.dataset_id,
+        grouping=layout.strategy,
+        metrics=card.test_metrics or {},
+        split="test",
+        propensity={"A": card.propensity.a, "B": card.propensity.b},
+        label_frequencies=layout.label_frequencies.numpy() if layout.label_frequencies is not None else None,
+    )
+    write_model_card(card_data, folder / "README.md")
+    if card.test_metrics is not None:
+        (folder / "test_metrics.json").write_text(json.dumps(card.test_metrics, indent=2))

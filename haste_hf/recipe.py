@@ -17,18 +17,14 @@ import copy
 import dataclasses
 import json
 import os
-import shutil
-import tempfile
 import time
-from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from transformers.trainer_utils import IntervalStrategy, set_seed
 
-from .data import DATA_FORMATS
 from .evaluation import (
     EVALUATION_SETTINGS,
     EVALUATION_SETTINGS_FILE,
@@ -39,177 +35,23 @@ from .evaluation import (
 )
 from .labels.layout import LabelLayout
 from .metrics import DEFAULT_KS
+from .model_card import CardFields, write_results
 from .modeling.configuration_haste import default_pooling
 from .modeling.defaults import (
     DEFAULT_EVAL_BATCH_SIZE,
     DEFAULT_FAN_IN,
     DEFAULT_GROUP_SIZE,
-    DEFAULT_HEAD_LABEL_FRACTION,
     DEFAULT_MAX_LENGTH,
     LAST_CHECKPOINT,
 )
 from .modeling.logging_utils import get_logger
-from .modeling.model_sources import DEMO_ENCODER, check_model_source, encoder_model_id, resolve_encoder
+from .modeling.model_sources import DEMO_ENCODER, encoder_model_id, resolve_encoder
 from .modeling.modeling_haste import encoder_token_limit
-from .modeling.saving import checkpoint_folders, save_folder_atomically
+from .recipe_arguments import DEFAULT_BETA, DEFAULT_GROUPING, DEMO_DATASET_NAME, RecipeArguments
+from .training.run_folder import RunFolder, check_output_dir
 
-
-DEMO_DATASET_NAME = "debian_tags_mini"
-DEFAULT_GROUPING = "semantic"
-DEFAULT_BETA = 16.0
 
 logger = get_logger(__name__)
-
-
-@dataclass
-class RecipeArguments:
-    """What the recipe needs besides `HasteTrainingArguments`: data, encoder, output-layer structure, label layout.
-
-    Each field is also a `haste-hf train` flag (`--group-size`, ...); `None` means the default named in its help
-    or, for the structure fields, the label layout's value when a layout is given.
-    """
-
-    data: str | None = field(
-        default=None,
-        metadata={
-            "help": "Dataset folder in an Extreme Classification Repository "
-            "format (raw-text JSON lines, raw text + sparse labels). Default: the embedded demo set."
-        },
-    )
-    encoder: str = field(
-        default=DEMO_ENCODER, metadata={"help": "Encoder model id or path ('minilm': the offline MiniLM package)."}
-    )
-    format: str = field(default="auto", metadata={"help": "Dataset format; 'auto' detects it from the file names."})
-    text_fields: Literal["title", "title_content"] | None = field(
-        default=None,
-        metadata={
-            "help": "Text of a JSON-lines "
-            "instance: its title, or title + content. Default: title (title_content for the demo set)."
-        },
-    )
-    label_texts: bool = field(default=False, metadata={"help": "Add the labels' own texts as training points."})
-    init_from_label_texts: bool = field(
-        default=False,
-        metadata={
-            "help": "Start each label's head row or tail weights from the encoder's embedding of its text (the "
-            "dataset's label texts), through the projections and on its group's support, instead of at random."
-        },
-    )
-    label_text_init_scale: float = field(
-        default=1.0,
-        metadata={"help": "With --init-from-label-texts: norm of those rows, relative to the random rows' norm."},
-    )
-    label_text_grouping_below: int = field(
-        default=0,
-        metadata={
-            "help": "Semantic grouping: labels with fewer training points than this are grouped by their text too "
-            "(blended into their embedding with weight 1 - count / this); 0: off."
-        },
-    )
-    validation_fraction: float = field(
-        default=0.0,
-        metadata={
-            "help": "Share of training points held out for model "
-            "selection (never the test set); 0: none, all points train (a long tail would lose rare labels to it)."
-        },
-    )
-    dataset_name: str | None = field(
-        default=None, metadata={"help": "Name for the model card and propensity presets (default: the folder name)."}
-    )
-    propensity_a: float | None = field(
-        default=None, metadata={"help": "Propensity A for PSP (default: preset by dataset name)."}
-    )
-    propensity_b: float | None = field(
-        default=None, metadata={"help": "Propensity B for PSP (default: preset by dataset name)."}
-    )
-    max_length: int = field(
-        default=DEFAULT_MAX_LENGTH, metadata={"help": "Tokens per text; longer texts are truncated."}
-    )
-    head_label_fraction: float | None = field(
-        default=None,
-        metadata={
-            "aliases": ["--head-fraction"],
-            "help": f"Share of labels (the most frequent) in the dense head (default {DEFAULT_HEAD_LABEL_FRACTION}: the paper "
-            "models the top 2-5%% densely).",
-        },
-    )
-    group_size: int | None = field(
-        default=None, metadata={"help": f"Labels per tail group G (default {DEFAULT_GROUP_SIZE}; 1: per-label fan-in)."}
-    )
-    fan_in: int = field(default=DEFAULT_FAN_IN, metadata={"help": "Features F each tail label connects to."})
-    head_projection_dim: int | None = field(
-        default=None, metadata={"help": "Width of the head's projection (default: none)."}
-    )
-    tail_projection_dim: int | None = field(
-        default=None, metadata={"help": "Width of the tail's projection (default: none)."}
-    )
-    pooling: Literal["cls", "mean", "last_token"] | None = field(
-        default=None,
-        metadata={
-            "help": "Pooling of the encoder's token states (default: a SentenceTransformer's own, else by encoder family)."
-        },
-    )
-    grouping: Literal["semantic", "frequency", "random"] | None = field(
-        default=None,
-        metadata={
-            "help": "How tail labels "
-            "are grouped: by label embeddings (semantic, the paper; the default), by frequency, or at random."
-        },
-    )
-    beta: float | None = field(
-        default=None,
-        metadata={"help": f"Semantic grouping: k-means buckets hold about beta groups (default {DEFAULT_BETA})."},
-    )
-    layout_file: str | None = field(
-        default=None,
-        metadata={
-            "aliases": ["--grouping-file"],
-            "help": "A label layout saved "
-            "by `haste-hf group` with the same data, --validation-fraction and --seed (skips the head/tail split and the "
-            "grouping).",
-        },
-    )
-    overwrite_output_dir: bool = field(
-        default=False,
-        metadata={
-            "help": "Replace the model and checkpoints already in "
-            "the output folder; without it (or --resume-from-checkpoint) such a folder is refused."
-        },
-    )
-
-    def __post_init__(self):
-        """Refuses values that would fail deep in the run (or after it), naming the field: checked before
-        anything loads."""
-        if self.data is not None and not os.path.isdir(self.data):
-            raise ValueError(
-                f"`data`: no folder {self.data!r}" + (" (it is a file)" if os.path.isfile(self.data) else "") + "."
-            )
-        check_model_source(self.encoder, "encoder")
-        if self.layout_file is not None and not os.path.isfile(self.layout_file):
-            raise ValueError(f"`layout_file`: no file {self.layout_file!r}.")
-        if self.format not in DATA_FORMATS:
-            raise ValueError(f"`format` must be one of {DATA_FORMATS}, got {self.format!r}.")
-        if not 0 <= self.validation_fraction < 1:
-            raise ValueError(
-                f"`validation_fraction` must lie in [0, 1) (0: no validation split), got {self.validation_fraction}."
-            )
-        if self.head_label_fraction is not None and not 0 <= self.head_label_fraction <= 1:
-            raise ValueError(f"`head_label_fraction` must lie in [0, 1], got {self.head_label_fraction}.")
-        for name in ("max_length", "group_size", "fan_in", "head_projection_dim", "tail_projection_dim"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"`{name}` must be >= 1, got {value}.")
-        if not self.label_text_init_scale > 0:
-            raise ValueError(f"`label_text_init_scale` must be > 0, got {self.label_text_init_scale}.")
-        if self.label_text_grouping_below < 0:
-            raise ValueError(
-                f"`label_text_grouping_below` must be >= 0 (0: off), got {self.label_text_grouping_below}."
-            )
-        if self.beta is not None and not self.beta >= 1:
-            raise ValueError(f"`beta` (average bucket size in groups) must be >= 1, got {self.beta}.")
-        for name in ("propensity_a", "propensity_b"):
-            if getattr(self, name) is not None and not getattr(self, name) > 0:
-                raise ValueError(f"`{name}` must be > 0, got {getattr(self, name)}.")
 
 
 @dataclass
@@ -433,47 +275,6 @@ def model_selection_arguments(has_validation: bool, eval_steps: int | None = Non
     )
 
 
-def check_output_dir(output_dir, *, overwrite: bool = False, resume: bool = False) -> None:
-    """Raises a `ValueError` when `output_dir` holds a model or checkpoints and neither `overwrite` (replace
-    them) nor `resume` (continue from the last checkpoint) was asked for: a run must not silently replace a
-    finished one, nor rotate its checkpoints away."""
-    if overwrite and resume:
-        raise ValueError("Give --overwrite-output-dir (start afresh) or --resume-from-checkpoint (continue), not both.")
-    folder = Path(output_dir)
-    check_writable_folder(folder)
-    held = [
-        name
-        for name in ("config.json", "model.safetensors", "model.safetensors.index.json")
-        if (folder / name).is_file()
-    ]
-    held += [path.name for path in checkpoint_folders(folder)]
-    if held and not (overwrite or resume):
-        shown = ", ".join(held[:4]) + (", ..." if len(held) > 4 else "")
-        raise ValueError(
-            f"{folder} already holds a model ({shown}): pass --overwrite-output-dir (`overwrite_output_dir=True`) "
-            "to replace it, or --resume-from-checkpoint (`resume_from_checkpoint=True`) to continue its training."
-        )
-
-
-def check_writable_folder(folder: Path) -> None:
-    """Raises a `ValueError` naming `folder` when a run could not write into it: it is a file, a file stands where
-    one of its parents should be, or the folder (or the nearest existing parent that would hold it) refuses new
-    files. Tried by writing, since permissions do not tell (root, read-only mounts, network file systems)."""
-    existing = folder
-    while not existing.exists() and existing.parent != existing:
-        existing = existing.parent
-    if not existing.is_dir():
-        where = "is a file" if existing == folder else f"cannot be created: {existing} is a file"
-        raise ValueError(f"{folder} {where}; give a folder path.")
-    try:
-        handle, probe = tempfile.mkstemp(prefix=".haste-write-test-", dir=existing)
-    except OSError as error:
-        shown = folder if existing == folder else f"{folder} (to be created in {existing})"
-        raise ValueError(f"{shown} is not writable: {error.strerror or error}.") from None
-    os.close(handle)
-    os.remove(probe)
-
-
 def build_trainer(
     model, tokenizer, training_args, train_split, validation_split, propensity, max_length: int, callbacks=None
 ):
@@ -494,20 +295,6 @@ def build_trainer(
     )
 
 
-@dataclass
-class CardFields:
-    """What a run's model card says beyond what its trainer knows. `test_metrics`: None until computed.
-    `dataset_id`: the Hub dataset the card's `datasets:` names (the user's `dataset_name`; a local folder's name
-    names no Hub dataset)."""
-
-    encoder_name: str
-    dataset_name: str
-    propensity: Any
-    test_metrics: dict | None = None
-    hub_model_id: str | None = None
-    dataset_id: str | None = None
-
-
 def save_trained(
     trainer,
     tokenizer,
@@ -519,49 +306,15 @@ def save_trained(
 ) -> None:
     """The model, its tokenizer (whose `model_max_length` is the training length), its training arguments, its
     model card and the settings its test metrics are computed with, switched into `output_dir` at once
-    (`saving.save_trained_folder`); `test_metrics.json` too unless `card.test_metrics` is None (not computed yet).
+    (`RunFolder.save_trained`); `test_metrics.json` too unless `card.test_metrics` is None (not computed yet).
     Checkpoints and logs in `output_dir` stay."""
-    import torch
-    from transformers.trainer import TRAINING_ARGS_NAME
-
-    from .modeling.saving import save_trained_folder
-    from .training.callbacks import unwrap_model
-    from .training.sharded_output_layer import sharded_output_layer
-
-    model = unwrap_model(trainer.model)
-    shard = sharded_output_layer(model)
-    state_dict = shard.full_state_dict(model) if shard is not None else None  # on every rank: the shares are gathered
-    if not trainer.is_world_process_zero():
-        return
 
     def write_extra(folder: Path):
-        torch.save(trainer.args, folder / TRAINING_ARGS_NAME)
         if evaluation_settings is not None:
             (folder / EVALUATION_SETTINGS_FILE).write_text(json.dumps(evaluation_settings, indent=2))
         write_results(folder, trainer, layout, output_dir, card)
 
-    save_trained_folder(output_dir, model, tokenizer, write_extra, state_dict=state_dict)
-
-
-def write_results(folder: Path, trainer, layout: LabelLayout, output_dir: str, card: CardFields) -> None:
-    """The model card (with the test metrics, when computed) and `test_metrics.json`, written into `folder`."""
-    from .model_card import HasteModelCardData, write_model_card
-
-    card_data = HasteModelCardData.from_trainer(
-        trainer,
-        model_id=card.hub_model_id or Path(output_dir).name,
-        encoder=card.encoder_name,
-        dataset_name=card.dataset_name,
-        dataset_id=card.dataset_id,
-        grouping=layout.strategy,
-        metrics=card.test_metrics or {},
-        split="test",
-        propensity={"A": card.propensity.a, "B": card.propensity.b},
-        label_frequencies=layout.label_frequencies.numpy() if layout.label_frequencies is not None else None,
-    )
-    write_model_card(card_data, folder / "README.md")
-    if card.test_metrics is not None:
-        (folder / "test_metrics.json").write_text(json.dumps(card.test_metrics, indent=2))
+    RunFolder(output_dir).save_trained(trainer, tokenizer, write_extra)
 
 
 # ------------------------------------------------------------------------------------------------ the recipe
@@ -606,6 +359,153 @@ def _check_process_group(training_args) -> None:
         )
 
 
+def _recipe_arguments(data, encoder: str, recipe_args: RecipeArguments | None, options: dict) -> RecipeArguments:
+    """`recipe_args`, or the `RecipeArguments` of `train`'s keywords (not both)."""
+    if recipe_args is None:
+        path = os.fspath(data) if isinstance(data, (str, os.PathLike)) else None
+        return RecipeArguments(data=path, encoder=encoder, **options)
+    if options:
+        raise ValueError(
+            f"Give the recipe's options in `recipe_args` or as keywords, not both (got {sorted(options)})."
+        )
+    return recipe_args
+
+
+def _run_arguments(training_args, output_dir: str | None, recipe: RecipeArguments, save: bool, resume_from_checkpoint):
+    """`(training_args, push, resume_from_checkpoint)` of the run (see `_training_arguments`), checked against its
+    processes and `save`; resuming: the argument, else the training arguments'; `"last"` reads as True."""
+    training_args, push = _training_arguments(training_args, output_dir, recipe.validation_fraction > 0)
+    _check_process_group(training_args)
+    if push and not save:
+        raise ValueError("`push_to_hub=True` pushes the saved folder: it needs `save=True`.")
+    if resume_from_checkpoint is None:
+        resume_from_checkpoint = training_args.resume_from_checkpoint
+    return training_args, push, True if resume_from_checkpoint == LAST_CHECKPOINT else resume_from_checkpoint
+
+
+def _dataset_of(data, recipe: RecipeArguments):
+    """`(dataset, label_texts)`: the `XMCDataset` given, or the one `recipe.data` names, refused when no training
+    point has a label; its label texts where an option reads them (`label_texts_for`)."""
+    dataset = (
+        data
+        if data is not None and not isinstance(data, (str, os.PathLike))
+        else load_dataset(recipe.data, recipe.format, recipe.text_fields, recipe.label_texts)
+    )
+    if dataset.train_label_frequencies is not None and not np.asarray(dataset.train_label_frequencies).any():
+        raise ValueError(
+            f"The training split of {recipe.data or DEMO_DATASET_NAME} has no positive label (every point's label list "
+            "is empty): there is nothing to learn. Check the label column or file."
+        )
+    label_texts = label_texts_for(
+        dataset,
+        recipe.data,
+        init_from_label_texts=recipe.init_from_label_texts,
+        label_text_grouping_below=recipe.label_text_grouping_below,
+    )
+    return dataset, label_texts
+
+
+def _encoder_of(recipe: RecipeArguments):
+    """`(encoder, tokenizer)`, the tokenizer set to the recipe's length (the model's input length from now on,
+    saved with it) once the encoder is known to read it."""
+    encoder_model, tokenizer = load_encoder(recipe.encoder)
+    check_max_length(encoder_model, recipe.max_length, recipe.encoder)
+    tokenizer.model_max_length = recipe.max_length
+    return encoder_model, tokenizer
+
+
+def _shared_layout(train_split, dataset, encoder_model, tokenizer, pooling, recipe, training_args, layout, label_texts):
+    """The label layout, computed (or checked) once by the main process: the other ranks take rank 0's (CUDA
+    reductions need not agree between runs)."""
+    from .training.distributed import broadcast_object
+
+    if process_rank_and_count()[0] == 0:
+        layout = build_layout(
+            train_split,
+            dataset.label_count,
+            encoder_model,
+            tokenizer,
+            layout=layout if layout is not None else recipe.layout_file,
+            group_size=recipe.group_size,
+            head_label_fraction=recipe.head_label_fraction,
+            grouping=recipe.grouping,
+            beta=recipe.beta,
+            pooling=pooling,
+            seed=training_args.seed,
+            max_length=recipe.max_length,
+            batch_size=training_args.per_device_eval_batch_size,
+            label_texts=label_texts,
+            label_text_grouping_below=recipe.label_text_grouping_below,
+        )
+    return broadcast_object(layout)
+
+
+def _model_of(
+    encoder_model,
+    tokenizer,
+    layout: LabelLayout,
+    dataset,
+    pooling: str,
+    normalize: bool,
+    recipe,
+    training_args,
+    label_texts,
+):
+    """The new model; its head and tail started from the label texts where asked for (on every rank, as the random
+    weights they replace)."""
+    model = build_model(
+        encoder_model,
+        layout,
+        label_count=dataset.label_count,
+        label_names=dataset.label_texts,
+        fan_in=recipe.fan_in,
+        pooling=pooling,
+        normalize=normalize,
+        head_projection_dim=recipe.head_projection_dim,
+        tail_projection_dim=recipe.tail_projection_dim,
+    )
+    if recipe.init_from_label_texts:
+        from .labels.embeddings import init_from_label_texts_
+
+        init_from_label_texts_(
+            model,
+            label_texts,
+            tokenizer=tokenizer,
+            scale=recipe.label_text_init_scale,
+            batch_size=training_args.per_device_eval_batch_size,
+            device=training_args.device,
+        )
+    return model
+
+
+def _card_fields(recipe: RecipeArguments, dataset_name: str, propensity, training_args) -> CardFields:
+    return CardFields(
+        encoder_name=encoder_model_id(recipe.encoder),
+        dataset_name=dataset_name,
+        propensity=propensity,
+        hub_model_id=training_args.hub_model_id,
+        dataset_id=recipe.dataset_name,
+    )
+
+
+def _test_metrics(trainer, tokenizer, dataset, propensity, recipe, training_args, evaluate_test: bool) -> dict:
+    """The trained model's metrics on the test split; none where not asked for or the dataset has no test split."""
+    if not (evaluate_test and "test" in dataset.splits):
+        return {}
+    sizes = dict(max_length=recipe.max_length, batch_size=training_args.per_device_eval_batch_size)
+    return evaluate_split(trainer.model, tokenizer, dataset, "test", propensity, **sizes)
+
+
+def _evaluation_settings(recipe: RecipeArguments, training_args) -> dict:
+    """How the test metrics are computed, saved for `haste-hf evaluate`: the text read as resolved (`evaluate`
+    without --data reads the demo set, whose default differs)."""
+    return (
+        {name: getattr(recipe, name) for name in EVALUATION_SETTINGS}
+        | {"text_fields": resolved_text_fields(recipe.data, recipe.text_fields)}
+        | {"eval_batch_size": training_args.per_device_eval_batch_size}
+    )
+
+
 def train(
     data=None,
     encoder: str = DEMO_ENCODER,
@@ -642,95 +542,27 @@ def train(
             or `"last"`) or from the checkpoint folder given; default: `training_args.resume_from_checkpoint`.
     """
     from .training.callbacks import TrainingSplitFingerprint
-    from .training.distributed import broadcast_object
-    from .training.run_lock import output_dir_lock
 
-    if recipe_args is None:
-        path = os.fspath(data) if isinstance(data, (str, os.PathLike)) else None
-        recipe_args = RecipeArguments(data=path, encoder=encoder, **options)
-    elif options:
-        raise ValueError(
-            f"Give the recipe's options in `recipe_args` or as keywords, not both (got {sorted(options)})."
-        )
-    recipe = recipe_args
+    recipe = _recipe_arguments(data, encoder, recipe_args, options)
     started = time.time()
-    training_args, push = _training_arguments(training_args, output_dir, recipe.validation_fraction > 0)
+    training_args, push, resume = _run_arguments(training_args, output_dir, recipe, save, resume_from_checkpoint)
     output_dir, seed = training_args.output_dir, training_args.seed
-    _check_process_group(training_args)
+    run_folder = RunFolder(output_dir, overwrite=recipe.overwrite_output_dir, resume=bool(resume))
+    run_folder.check()
     is_main = process_rank_and_count()[0] == 0
-    if push and not save:
-        raise ValueError("`push_to_hub=True` pushes the saved folder: it needs `save=True`.")
-    if resume_from_checkpoint is None:
-        resume_from_checkpoint = training_args.resume_from_checkpoint
-    if resume_from_checkpoint == LAST_CHECKPOINT:
-        resume_from_checkpoint = True
-    check_output_dir(output_dir, overwrite=recipe.overwrite_output_dir, resume=bool(resume_from_checkpoint))
     # Held from here to the end: a second run into this folder is refused now, not after its training.
-    with output_dir_lock(output_dir) if is_main else nullcontext():
-        dataset = (
-            data
-            if data is not None and not isinstance(data, (str, os.PathLike))
-            else load_dataset(recipe.data, recipe.format, recipe.text_fields, recipe.label_texts)
-        )
-        if dataset.train_label_frequencies is not None and not np.asarray(dataset.train_label_frequencies).any():
-            raise ValueError(
-                f"The training split of {recipe.data or DEMO_DATASET_NAME} has no positive label (every point's label list "
-                "is empty): there is nothing to learn. Check the label column or file."
-            )
-
-        label_texts = label_texts_for(
-            dataset,
-            recipe.data,
-            init_from_label_texts=recipe.init_from_label_texts,
-            label_text_grouping_below=recipe.label_text_grouping_below,
-        )
+    with run_folder.held(is_main):
+        dataset, label_texts = _dataset_of(data, recipe)
         train_split, validation_split = split_validation(dataset.splits["train"], recipe.validation_fraction, seed)
-        encoder_model, tokenizer = load_encoder(recipe.encoder)
+        encoder_model, tokenizer = _encoder_of(recipe)
         pooling, normalize = encoder_pooling(recipe.encoder, encoder_model, recipe.pooling)
-        check_max_length(encoder_model, recipe.max_length, recipe.encoder)
-        tokenizer.model_max_length = recipe.max_length  # the model's input length from now on, saved with it
-        if is_main:  # once: the other ranks take rank 0's layout (CUDA reductions need not agree between runs)
-            layout = build_layout(
-                train_split,
-                dataset.label_count,
-                encoder_model,
-                tokenizer,
-                layout=layout if layout is not None else recipe.layout_file,
-                group_size=recipe.group_size,
-                head_label_fraction=recipe.head_label_fraction,
-                grouping=recipe.grouping,
-                beta=recipe.beta,
-                pooling=pooling,
-                seed=seed,
-                max_length=recipe.max_length,
-                batch_size=training_args.per_device_eval_batch_size,
-                label_texts=label_texts,
-                label_text_grouping_below=recipe.label_text_grouping_below,
-            )
-        layout = broadcast_object(layout)
-        set_seed(seed)  # the new head and tail weights: a function of the seed, the same on every rank
-        model = build_model(
-            encoder_model,
-            layout,
-            label_count=dataset.label_count,
-            label_names=dataset.label_texts,
-            fan_in=recipe.fan_in,
-            pooling=pooling,
-            normalize=normalize,
-            head_projection_dim=recipe.head_projection_dim,
-            tail_projection_dim=recipe.tail_projection_dim,
+        layout = _shared_layout(
+            train_split, dataset, encoder_model, tokenizer, pooling, recipe, training_args, layout, label_texts
         )
-        if recipe.init_from_label_texts:  # on every rank, as the random weights it replaces
-            from .labels.embeddings import init_from_label_texts_
-
-            init_from_label_texts_(
-                model,
-                label_texts,
-                tokenizer=tokenizer,
-                scale=recipe.label_text_init_scale,
-                batch_size=training_args.per_device_eval_batch_size,
-                device=training_args.device,
-            )
+        set_seed(seed)  # the new head and tail weights: a function of the seed, the same on every rank
+        model = _model_of(
+            encoder_model, tokenizer, layout, dataset, pooling, normalize, recipe, training_args, label_texts
+        )
         dataset_name = dataset_name_of(recipe.data, recipe.dataset_name)
         propensity = propensity_of(dataset, dataset_name, recipe.propensity_a, recipe.propensity_b)
         if layout.split_fingerprint is not None:  # kept in each checkpoint: resuming on other data is refused
@@ -738,70 +570,22 @@ def train(
         trainer = build_trainer(
             model, tokenizer, training_args, train_split, validation_split, propensity, recipe.max_length, callbacks
         )
-        if recipe.overwrite_output_dir and not resume_from_checkpoint and trainer.is_world_process_zero():
-            for checkpoint in checkpoint_folders(output_dir):  # another run's: resuming or rotation would pick them
-                shutil.rmtree(checkpoint)
-        trainer.train(resume_from_checkpoint=resume_from_checkpoint)
-        training_seconds = time.time() - started
-
-        model = trainer.model
-        card = CardFields(
-            encoder_name=encoder_model_id(recipe.encoder),
-            dataset_name=dataset_name,
-            propensity=propensity,
-            hub_model_id=training_args.hub_model_id,
-            dataset_id=recipe.dataset_name,
-        )
+        if trainer.is_world_process_zero():
+            run_folder.clear_checkpoints()
+        trainer.train(resume_from_checkpoint=resume)
+        seconds = time.time() - started
+        card = _card_fields(recipe, dataset_name, propensity, training_args)
         if save:  # before the test evaluation: whatever happens there, the trained model is kept
-            save_trained(
-                trainer,
-                tokenizer,
-                layout,
-                output_dir,
-                card,
-                # The text read as resolved: `evaluate` without --data reads the demo set, whose default differs.
-                evaluation_settings={name: getattr(recipe, name) for name in EVALUATION_SETTINGS}
-                | {"text_fields": resolved_text_fields(recipe.data, recipe.text_fields)}
-                | {"eval_batch_size": training_args.per_device_eval_batch_size},
-            )
-        test_metrics = {}
-        if evaluate_test and "test" in dataset.splits:
-            test_metrics = evaluate_split(
-                model,
-                tokenizer,
-                dataset,
-                "test",
-                propensity,
-                max_length=recipe.max_length,
-                batch_size=training_args.per_device_eval_batch_size,
-            )
+            evaluation_settings = _evaluation_settings(recipe, training_args)
+            save_trained(trainer, tokenizer, layout, output_dir, card, evaluation_settings=evaluation_settings)
+        test_metrics = _test_metrics(trainer, tokenizer, dataset, propensity, recipe, training_args, evaluate_test)
         if save and is_main:
-            save_folder_atomically(
-                output_dir,
-                lambda folder: write_results(
-                    Path(folder), trainer, layout, output_dir, dataclasses.replace(card, test_metrics=test_metrics)
-                ),
-            )
+            card = dataclasses.replace(card, test_metrics=test_metrics)
+            run_folder.add_files(lambda folder: write_results(folder, trainer, layout, output_dir, card))
         if push and is_main:
-            from .hub import push_to_hub
-
-            push_to_hub(
-                output_dir,
-                training_args.hub_model_id or Path(output_dir).name,
-                private=training_args.hub_private_repo,
-                revision=training_args.hub_revision,
-                token=training_args.hub_token,
-            )
-        return TrainingRun(
-            model=model,
-            tokenizer=tokenizer,
-            layout=layout,
-            trainer=trainer,
-            test_metrics=test_metrics,
-            propensity=propensity,
-            training_seconds=training_seconds,
-            output_dir=output_dir if save else None,
-        )
+            run_folder.push(training_args)
+        saved_to = output_dir if save else None
+        return TrainingRun(trainer.model, tokenizer, layout, trainer, test_metrics, propensity, seconds, saved_to)
 
 
 __all__ = [

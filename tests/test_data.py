@@ -13,7 +13,6 @@ from transformers import PreTrainedTokenizerFast
 from haste_hf.data import (
     XMCDataCollator,
     XMCFormatError,
-    _json_rows,
     demo_dataset_path,
     detect_format,
     label_frequencies,
@@ -26,6 +25,7 @@ from haste_hf.data import (
     read_sparse_label_split,
     read_text_split,
 )
+from haste_hf.xmc_files import _json_rows
 
 
 REAL_DEPS = Path("/work/shared/data/debian-xmc/deps/trn.json.gz")

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from haste_hf import data
+from haste_hf import xmc_files
 from haste_hf.data import XMCFormatError, read_json_label_texts
 
 
@@ -34,7 +34,7 @@ def test_label_texts_are_read_without_a_json_parse_per_line(tmp_path, monkeypatc
     def refuse(*args, **kwargs):
         raise AssertionError("json.loads called per line")
 
-    monkeypatch.setattr(data.json, "loads", refuse)
+    monkeypatch.setattr(xmc_files.json, "loads", refuse)
     assert read_json_label_texts(path) == TITLES
 
 

@@ -73,16 +73,17 @@ def evaluate_split(model, tokenizer, data, split, args, propensity):
 
 def command_train(args) -> int:
     from ..evaluation import process_rank_and_count
-    from ..recipe import check_output_dir, train
+    from ..recipe import train
+    from ..training.run_folder import RunFolder
 
     training = args.training
     check_report_to(training.report_to)
     try:
-        check_output_dir(
+        RunFolder(
             training.output_dir,
             overwrite=args.recipe.overwrite_output_dir,
             resume=bool(training.resume_from_checkpoint),
-        )
+        ).check()
     except ValueError as error:
         raise UsageError(f"argument --output-dir: {error}") from None
     run = train(args.recipe.data, args.recipe.encoder, training_args=training, recipe_args=args.recipe)

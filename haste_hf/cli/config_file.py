@@ -2,7 +2,6 @@
 """`--config FILE`: a YAML or JSON file of flag values, read strictly (no duplicate keys, no unknown keys) and
 checked against the flags' types, naming the key at fault."""
 
-import argparse
 import json
 import os
 from pathlib import Path
@@ -87,30 +86,32 @@ def read_config_file(path: str, known: set[str]) -> dict:
     return normalized
 
 
-def check_config_values(path: str, values: dict, parser: argparse.ArgumentParser, may_be_null: set[str]) -> None:
+def check_config_values(path: str, values: dict, flag_records: list[dict], may_be_null: set[str]) -> None:
     """Refuses a config value of the wrong type for its flag, naming the key: argparse checks a default only
     when it is a string, and then names the flag but not the file, so `fan_in: 6.7` or `batch_size: null`
-    would reach the run unchecked. `may_be_null`: the fields whose type allows None."""
-    from transformers.hf_argparser import string_to_bool
+    would reach the run unchecked. `flag_records`: the flags as `flags.flag_description` describes them;
+    `may_be_null`: the fields whose type allows None."""
+    from .flags import string_to_bool
 
-    from .flags import string_to_bool as flags_string_to_bool
-
-    actions = {action.dest: action for action in parser._actions}
+    records = {record["dest"]: record for record in flag_records}
     for key, value in values.items():
-        action = actions.get(key)
-        if action is None:
+        record = records.get(key)
+        if record is None:
             continue
         if value is None:
             if key not in may_be_null:
                 raise UsageError(f"argument --config: {path}: {key!r} is null; give a value or leave the key out.")
             continue
-        kind = string_to_bool if action.type is flags_string_to_bool else action.type  # the snapshot's own copy
-        items = value if isinstance(value, list) and action.nargs in ("+", "*") else [value]
+        kind = {"int": int, "float": float, "bool": string_to_bool}.get(record["type"])
+        choices = record["choices"]
+        items = value if isinstance(value, list) and record["nargs"] in ("+", "*") else [value]
         for item in items:
-            if action.choices is not None:
-                choice = kind(item) if callable(kind) and isinstance(item, str) else item
-                ok, expected = choice in action.choices, f"one of {', '.join(map(str, action.choices))}"
-            elif kind not in (int, float, string_to_bool):
+            if choices is not None:
+                # As the flag reads its text: a choice by its printed form, or through the flag's type.
+                by_text = {str(choice): choice for choice in choices}
+                choice = (kind(item) if kind else by_text.get(item, item)) if isinstance(item, str) else item
+                ok, expected = choice in choices, f"one of {', '.join(map(str, choices))}"
+            elif kind is None:
                 continue
             elif isinstance(item, str):  # as the flag's text: "1e-4" (YAML reads it as a string), "true"
                 try:

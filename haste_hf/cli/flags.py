@@ -32,7 +32,7 @@ REGENERATE_COMMAND = "python -m haste_hf.cli.flags"
 CACHE_VARIABLE = "HASTE_HF_CACHE"
 DATACLASS_NAMES = ("RecipeArguments", "HasteTrainingArguments")
 VERSIONED_PACKAGES = ("transformers", "torch")
-_ACTION_KINDS = {"_StoreAction": "store", "_StoreTrueAction": "store_true", "_StoreFalseAction": "store_false"}
+ACTION_KINDS = ("store", "store_true", "store_false")
 
 
 def string_to_bool(text):
@@ -71,27 +71,44 @@ def installed_versions() -> dict:
     return {package: version(package).split("+")[0] for package in VERSIONED_PACKAGES}
 
 
+def _added_actions(dataclass) -> list[tuple[str, argparse.Action]]:
+    """The argparse actions `HfArgumentParser` makes of `dataclass`, each with the action name it was added with,
+    as `add_argument` hands them back (imports transformers)."""
+    from transformers import HfArgumentParser
+
+    added = []
+
+    class RecordingParser(HfArgumentParser):
+        def add_argument(self, *args, **kwargs):
+            action = super().add_argument(*args, **kwargs)
+            added.append((kwargs.get("action", "store"), action))
+            return action
+
+    if hasattr(dataclass, "_argument_group_name"):  # its flags would go to an argument group, past `add_argument`
+        raise TypeError(f"{dataclass.__name__}: the snapshot has no form for an argument group; add one to {__name__}.")
+    RecordingParser(dataclass, add_help=False)
+    return added
+
+
 def describe_live_flags() -> dict:
     """The argparse actions `HfArgumentParser` makes of each dataclass, as JSON-ready records, and the versions they
     were made under (imports transformers)."""
-    from transformers import HfArgumentParser
-
-    from ..recipe import RecipeArguments
+    from ..recipe_arguments import RecipeArguments
     from ..training.training_args import HasteTrainingArguments
 
     description = {"versions": installed_versions()}
     for dataclass in (RecipeArguments, HasteTrainingArguments):
         records = []
-        for action in HfArgumentParser(dataclass, add_help=False)._actions:
-            if type(action).__name__ not in _ACTION_KINDS:
+        for kind, action in _added_actions(dataclass):
+            if kind not in ACTION_KINDS:
                 raise TypeError(
-                    f"{dataclass.__name__}.{action.dest}: the snapshot has no form for a {type(action).__name__}; add one to {__name__}."
+                    f"{dataclass.__name__}.{action.dest}: the snapshot has no form for a {kind!r} action; add one to {__name__}."
                 )
             records.append(
                 dict(
                     option_strings=action.option_strings,
                     dest=action.dest,
-                    action=_ACTION_KINDS[type(action).__name__],
+                    action=kind,
                     type=_type_name(action),
                     nargs=action.nargs,
                     const=action.const,
@@ -166,9 +183,14 @@ def flag_description() -> dict:
     return description
 
 
+def flag_records() -> list[dict]:
+    """The description of every flag of the dataclasses, in their order."""
+    return [record for name in DATACLASS_NAMES for record in flag_description()[name]]
+
+
 def field_names() -> set[str]:
     """The names of the dataclasses' fields that are flags (the keys a `--config` file may have)."""
-    return {record["dest"] for name in DATACLASS_NAMES for record in flag_description()[name]}
+    return {record["dest"] for record in flag_records()}
 
 
 def flags_parser(*dataclass_names: str) -> argparse.ArgumentParser:

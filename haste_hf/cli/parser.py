@@ -13,7 +13,7 @@ from .config_file import (
     read_config_file,
 )
 from .errors import DEBUG_VARIABLE, UsageError
-from .flags import REGENERATE_COMMAND, field_names, flag_description, flags_parser
+from .flags import REGENERATE_COMMAND, field_names, flag_description, flag_records, flags_parser
 
 
 def _positive(kind):
@@ -293,7 +293,7 @@ def _recipe_parser(live=False):
         return flags_parser("RecipeArguments")
     from transformers import HfArgumentParser
 
-    from ..recipe import RecipeArguments
+    from ..recipe_arguments import RecipeArguments
 
     return HfArgumentParser(RecipeArguments, add_help=False)
 
@@ -306,7 +306,7 @@ def _train_parser_kwargs(live=False) -> dict:
     if live:
         from transformers import HfArgumentParser
 
-        from ..recipe import RecipeArguments
+        from ..recipe_arguments import RecipeArguments
         from ..training.training_args import HasteTrainingArguments
 
         fields = HfArgumentParser((RecipeArguments, HasteTrainingArguments), add_help=False)
@@ -359,6 +359,7 @@ def build_parser(config: dict | None = None, command: str | None = None, live: b
         help="Print the versions of haste-hf, transformers and torch.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
+    parser.command_parsers = commands.choices  # name -> the command's parser, for its errors and its `prog`
 
     for name, help, demo_defaults in (("train", TRAIN_HELP, {}), ("demo", DEMO_HELP, DEMO_DEFAULTS)):
         if name != command:
@@ -512,7 +513,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         config = read_config_file(_config_path(argv), field_names())  # an unknown key is refused before anything loads
         import typing
 
-        from ..recipe import RecipeArguments
+        from ..recipe_arguments import RecipeArguments
         from ..training.training_args import HasteTrainingArguments
 
         fields = {
@@ -527,11 +528,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     command = argv[0] if argv and argv[0] in DATACLASS_COMMANDS else None
     parser = build_parser(config, command=command)
     if config:
-        check_config_values(
-            _config_path(argv), config, parser._subparsers._group_actions[0].choices[argv[0]], may_be_null
-        )
+        check_config_values(_config_path(argv), config, flag_records(), may_be_null)
     args, unknown = parser.parse_known_args(argv)
-    subparser = parser._subparsers._group_actions[0].choices[args.command]
+    subparser = parser.command_parsers[args.command]
     if unknown:
         subparser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if command:
@@ -544,7 +543,7 @@ def parse_args(argv=None) -> argparse.Namespace:
             )
     args.prog = subparser.prog
     if command:
-        from ..recipe import RecipeArguments
+        from ..recipe_arguments import RecipeArguments
 
         dataclass_types = [RecipeArguments]
         if args.command != "group":

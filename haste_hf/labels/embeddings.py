@@ -23,8 +23,8 @@ from ..modeling.defaults import (
     POOLING_MODES,
     check_one_of,
 )
+from ..modeling.encoder import pool_hidden_states
 from ..modeling.logging_utils import get_logger
-from ..modeling.modeling_haste import pool_hidden_states
 from .grouping import ArrayLike, _as_int64_vector, _default_device
 
 

@@ -10,7 +10,6 @@ This file is flat and imports only torch, transformers and its exportable siblin
 """
 
 import functools
-import inspect
 import json
 import os
 import types
@@ -22,27 +21,22 @@ import torch.utils.checkpoint
 from torch import nn
 from transformers import AutoConfig, AutoModel, PreTrainedModel
 from transformers import initialization as init
-from transformers.utils import ModelOutput, cached_file, logging
+from transformers.utils import ModelOutput, cached_file
 
 from .configuration_haste import HasteConfig
 from .defaults import DEFAULT_HEAD_LABEL_FRACTION, head_label_count_for
+from .encoder import checkpointed_forward, layer_stack, load_pretrained_encoder, pool_hidden_states, pooler_free_kwargs
+from .label_positions import check_layout, default_output_labels, output_labels_from_frequencies
 from .logging_utils import get_logger
 from .model_sources import resolve_encoder
-from .output_layer import (
-    GroupSparseLinear,
-    HasteOutputLayer,
-    TopKOutput,
-    check_layout,
-    default_output_labels,
-    output_labels_from_frequencies,
-    random_supports,
-)
+from .output_layer import HasteOutputLayer, TopKOutput
 from .saving import LABEL_NAMES_FILE, check_finite_weights, read_one_save, save_folder_atomically
 from .sentence_transformer_encoder import (
     from_sentence_transformer,
     is_sentence_transformer,
     sentence_transformer_folder,
 )
+from .sparse_ops import GroupSparseLinear, random_supports
 
 
 logger = get_logger(__name__)
@@ -91,37 +85,6 @@ def encoder_token_limit(encoder) -> int | None:
     return limit
 
 
-def pool_hidden_states(states: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
-    """`[B, T, d]` token states -> `[B, d]`: the first token (`"cls"`), the masked mean (`"mean"`) or the
-    last attended token (`"last_token"`, whichever side the padding is on)."""
-    if pooling == "cls":
-        return states[:, 0]
-    if pooling == "mean":
-        mask = attention_mask.unsqueeze(-1).to(states.dtype)
-        return (states * mask).sum(1) / mask.sum(1).clamp(min=1)
-    positions = torch.arange(states.shape[1], device=states.device)
-    last = (attention_mask.bool() * positions).argmax(dim=1)
-    return states[torch.arange(states.shape[0], device=states.device), last]
-
-
-def _layer_stack(encoder: nn.Module) -> nn.ModuleList | None:
-    """The encoder's stack of transformer blocks: its largest `nn.ModuleList` of modules of one class."""
-    stacks = [
-        module
-        for module in encoder.modules()
-        if isinstance(module, nn.ModuleList) and len(module) > 0 and len({type(layer) for layer in module}) == 1
-    ]
-    return max(stacks, key=lambda stack: sum(param.numel() for param in stack.parameters()), default=None)
-
-
-def _checkpointed_forward(self, *args, **kwargs):
-    """A block's forward that keeps only its inputs and recomputes its activations in the backward."""
-    forward = functools.partial(type(self).forward, self)
-    if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
-        return self._gradient_checkpointing_func(forward, *args, **kwargs)
-    return forward(*args, **kwargs)
-
-
 class HastePreTrainedModel(PreTrainedModel):
     config_class = HasteConfig
     base_model_prefix = "encoder"
@@ -159,7 +122,7 @@ class HastePreTrainedModel(PreTrainedModel):
             if every_n_layers != 1:
                 kwargs["every_n_layers"] = every_n_layers
             return super()._set_gradient_checkpointing(enable, **kwargs)
-        layers = _layer_stack(encoder)
+        layers = layer_stack(encoder)
         if layers is None:
             raise ValueError(
                 f"The encoder ({type(encoder).__name__}) has no stack of layers to checkpoint; train without "
@@ -171,7 +134,7 @@ class HastePreTrainedModel(PreTrainedModel):
                 layer._gradient_checkpointing_func = gradient_checkpointing_func or functools.partial(
                     torch.utils.checkpoint.checkpoint, use_reentrant=False
                 )
-                layer.forward = types.MethodType(_checkpointed_forward, layer)
+                layer.forward = types.MethodType(checkpointed_forward, layer)
             else:
                 layer.__dict__.pop("forward", None)
 
@@ -185,52 +148,6 @@ class HastePreTrainedModel(PreTrainedModel):
             init.copy_(module.supports, supports)
         elif isinstance(module, HasteOutputLayer):
             init.copy_(module.output_labels, default_output_labels(module))
-
-
-def _encoder_kwargs(encoder_config) -> dict:
-    """Drops the pooler where the architecture has an optional one: HASTE pools itself, and an unused
-    pooler breaks DDP with gradient checkpointing."""
-    model_class = AutoModel._model_mapping[type(encoder_config)]
-    return (
-        {"add_pooling_layer": False}
-        if "add_pooling_layer" in inspect.signature(model_class.__init__).parameters
-        else {}
-    )
-
-
-class _HeldLoadReports:
-    """A logging filter that holds back transformers' load report (a table of the keys a checkpoint lacked or held
-    in excess)."""
-
-    def __init__(self):
-        self.records = []
-
-    def filter(self, record) -> bool:
-        if "LOAD REPORT" in str(record.msg):
-            self.records.append(record)
-            return False
-        return True
-
-
-def _load_encoder(name, **kwargs) -> PreTrainedModel:
-    """`AutoModel.from_pretrained(name)`, without transformers' load report when all it says is that the checkpoint's
-    pooler was not loaded: `_encoder_kwargs` leaves the pooler out on purpose. Any other report is shown."""
-    report_logger = logging.get_logger("transformers.modeling_utils")
-    held = _HeldLoadReports()
-    report_logger.addFilter(held)
-    try:
-        encoder, info = AutoModel.from_pretrained(name, output_loading_info=True, **kwargs)
-    finally:
-        report_logger.removeFilter(held)
-    only_the_pooler = (
-        not info["missing_keys"]
-        and not info["mismatched_keys"]
-        and all(key.startswith("pooler.") for key in info["unexpected_keys"])
-    )
-    if not only_the_pooler:
-        for record in held.records:
-            report_logger.handle(record)
-    return encoder
 
 
 class HasteForExtremeClassification(HastePreTrainedModel):
@@ -247,7 +164,9 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         super().__init__(config)
         # A given encoder keeps its weights: transformers marks them initialised, so `post_init` skips them.
         self.encoder = (
-            encoder if encoder is not None else AutoModel.from_config(config.encoder, **_encoder_kwargs(config.encoder))
+            encoder
+            if encoder is not None
+            else AutoModel.from_config(config.encoder, **pooler_free_kwargs(config.encoder))
         )
         self.dropout = nn.Dropout(config.classifier_dropout)
         # Initialised by `post_init` (transformers' initialisation, which loading skips), not by the layer.
@@ -336,7 +255,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
                 if subfolder:
                     encoder_kwargs.setdefault("subfolder", subfolder)
             encoder_config = AutoConfig.from_pretrained(encoder, **encoder_kwargs)
-            encoder = _load_encoder(encoder, **_encoder_kwargs(encoder_config), **encoder_kwargs)
+            encoder = load_pretrained_encoder(encoder, **pooler_free_kwargs(encoder_config), **encoder_kwargs)
         elif is_sentence_transformer(encoder):
             encoder, config_kwargs["pooling"], normalize = from_sentence_transformer(
                 encoder, config_kwargs.get("pooling")
@@ -346,7 +265,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             raise ValueError(
                 f"`encoder` must be a model id, a path, a PreTrainedModel or a SentenceTransformer, got {type(encoder).__name__}."
             )
-        if _encoder_kwargs(encoder.config) and getattr(encoder, "pooler", None) is not None:
+        if pooler_free_kwargs(encoder.config) and getattr(encoder, "pooler", None) is not None:
             encoder.pooler = None  # as `__init__` builds it: no pooler, so saved weights match a fresh model
         config = HasteConfig(
             encoder=encoder.config, label_count=label_count, head_label_count=head_label_count, **config_kwargs

@@ -19,7 +19,6 @@ with the modeling file (`trust_remote_code=True` loading without `haste_hf`).
 
 import math
 import numbers
-import os
 from dataclasses import dataclass
 
 import torch
@@ -28,18 +27,26 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.utils import ModelOutput
 
+from . import label_positions
 from .defaults import (
     DEFAULT_FAN_IN,
     DEFAULT_GROUP_SIZE,
     DEFAULT_HEAD_LABEL_FRACTION,
-    LABEL_PADDING_ID,
     LOSS_REDUCTIONS,
     check_one_of,
     head_label_count_for,
 )
+from .label_positions import (
+    check_layout,
+    default_output_labels,
+    dense_labels,
+    label_positions_of,
+    output_labels_from_frequencies,
+    positive_positions,
+)
 from .losses import LOSSES, output_layer_loss, targets_of_chunk
 from .rewiring import RewiringResult, check_rewiring_options, rewire_
-from .sparse_ops import chunks, group_sparse_linear, group_sparse_topk, merge_topk
+from .sparse_ops import GroupSparseLinear, chunks, group_sparse_topk, merge_topk, random_supports
 
 
 # Bounds the `[B, chunk]` block of logits scored at once by top-k off the fused kernels (head, CPU).
@@ -48,10 +55,6 @@ TOPK_CHUNK_ELEMENTS = 1 << 24
 # Expected norm of a row of n weights drawn U(-1/sqrt(n), 1/sqrt(n)): PyTorch's default for the head, the paper's
 # for the tail (n = F), whatever n is.
 INITIAL_ROW_NORM = 1 / math.sqrt(3)
-
-# Check label ids on accelerators too, at the cost of a device synchronization per step (CPU tensors are
-# always checked; the collator checks them when given `label_count`).
-VALIDATE_LABELS = os.environ.get("HASTE_HF_VALIDATE", "0") == "1"
 
 
 @dataclass
@@ -82,141 +85,6 @@ class TopKOutput(ModelOutput):
     scores: torch.FloatTensor | None = None
 
 
-class GroupSparseLinear(nn.Module):
-    """The sparse tail: `group_count` groups of `group_size` labels, each group reading `fan_in` of the
-    `in_features` inputs through its support (`supports[k]`, distinct int32 indices)."""
-
-    def __init__(self, in_features: int, group_count: int, group_size: int, fan_in: int, bias: bool = False):
-        super().__init__()
-        self.in_features = in_features
-        self.weight = nn.Parameter(torch.empty(group_count, group_size, fan_in))
-        self.bias = nn.Parameter(torch.empty(group_count * group_size)) if bias else None
-        self.register_buffer("supports", torch.empty(group_count, fan_in, dtype=torch.int32))
-
-    @property
-    def out_features(self) -> int:
-        return self.weight.shape[0] * self.weight.shape[1]
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return group_sparse_linear(x, self.weight, self.supports, self.bias)
-
-    def initial_weights(self, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(weight bound 1/sqrt(F), supports drawn from `seed`): what a new tail starts from."""
-        groups, _, fan_in = self.weight.shape
-        return 1.0 / math.sqrt(fan_in), random_supports(groups, fan_in, self.in_features, seed)
-
-    def extra_repr(self) -> str:
-        groups, group_size, fan_in = self.weight.shape
-        return f"in_features={self.in_features}, groups={groups}, group_size={group_size}, fan_in={fan_in}, bias={self.bias is not None}"
-
-
-def random_supports(group_count: int, fan_in: int, in_features: int, seed: int) -> torch.Tensor:
-    """`[group_count, fan_in]` int32 supports, each row `fan_in` distinct features drawn uniformly.
-
-    Drawn on the CPU from `seed` in fixed-size blocks of groups, so the result depends on the seed
-    alone (not on the device, nor on how many groups exist before a given one) and memory stays
-    bounded at millions of groups.
-    """
-    # Explicitly on the CPU, also under a `with torch.device("cuda"):` block, so every device gets these supports.
-    generator = torch.Generator(device="cpu").manual_seed(seed)
-    supports = torch.empty(group_count, fan_in, dtype=torch.int32, device="cpu")
-    for block in chunks(group_count, in_features, 1 << 22):
-        start, stop = block.start, block.stop
-        keys = torch.rand(stop - start, in_features, generator=generator, device="cpu")
-        supports[start:stop] = keys.topk(fan_in, dim=1, sorted=False).indices.sort(dim=1).values.int()
-    return supports
-
-
-def default_output_labels(shape) -> torch.Tensor:
-    """Positions in label-id order for a layer or configuration `shape` (its `label_count`,
-    `head_label_count`, `tail_group_count`, `group_size`): label l at position l, padding slots -1."""
-    padded = shape.head_label_count + shape.tail_group_count * shape.group_size
-    output_labels = torch.full((padded,), -1, dtype=torch.int64)
-    output_labels[: shape.label_count] = torch.arange(shape.label_count)
-    return output_labels
-
-
-def output_labels_from_frequencies(shape, label_frequencies, tail_order=None) -> torch.Tensor:
-    """Output positions for a layer or configuration `shape`: the `head_label_count` most frequent labels
-    (ties by id), then the tail labels in `tail_order` (an ordering of exactly the tail labels, e.g. a
-    semantic grouping), or by decreasing frequency when `tail_order` is None; padding slots -1."""
-    frequencies = torch.as_tensor(label_frequencies)
-    if frequencies.shape != (shape.label_count,):
-        raise ValueError(
-            f"`label_frequencies` must have one count per label ({shape.label_count}), got shape {tuple(frequencies.shape)}."
-        )
-    by_frequency = torch.sort(-frequencies.to(torch.float64), stable=True).indices
-    head, tail = by_frequency[: shape.head_label_count], by_frequency[shape.head_label_count :]
-    if tail_order is not None:
-        grouped_by = getattr(tail_order, "group_size", None)
-        if grouped_by is not None and grouped_by != shape.group_size:
-            raise ValueError(
-                f"`label_grouping` groups the tail in groups of {grouped_by} labels, but the model's `group_size` is "
-                f"{shape.group_size}: its groups would straddle the model's. Pass group_size={grouped_by}, or "
-                f"group the tail again with group_size={shape.group_size}."
-            )
-        tail_order = torch.as_tensor(getattr(tail_order, "order", tail_order), dtype=torch.int64)
-        if tail_order.shape != tail.shape or not torch.equal(tail_order.sort().values, tail.sort().values):
-            raise ValueError(
-                "`label_grouping` must order exactly the tail labels (all labels but the "
-                f"{shape.head_label_count} most frequent), each once; got {tail_order.numel()} ids for "
-                f"{tail.numel()} tail labels. Group the tail labels returned by the head/tail split."
-            )
-        tail = tail_order
-    output_labels = default_output_labels(shape)
-    output_labels[: shape.label_count] = torch.cat([head, tail])
-    return output_labels
-
-
-def check_layout(layout, label_count: int | None = None, group_size: int | None = None) -> tuple[int, int]:
-    """`(label_count, head_label_count)` of a `LabelLayout` (head ids, tail order, G), after checking that it
-    agrees with `label_count` and `group_size` where those are given and holds every label once."""
-    if label_count is not None and label_count != layout.label_count:
-        raise ValueError(
-            f"`label_count` ({label_count}) differs from the layout's ({layout.label_count}): the layout was made for other data."
-        )
-    if group_size is not None and group_size != layout.group_size:
-        raise ValueError(
-            f"`group_size` ({group_size}) differs from the layout's G ({layout.group_size}): its tail order groups "
-            f"{layout.group_size} labels at a time. Leave `group_size` out, or make a layout with G = {group_size}."
-        )
-    head_ids = torch.as_tensor(layout.head_ids)
-    every_label = torch.cat([head_ids, torch.as_tensor(layout.tail_order)])
-    if not torch.equal(every_label.sort().values, torch.arange(layout.label_count, device=every_label.device)):
-        raise ValueError(
-            f"The layout's head and tail must hold every label id in [0, {layout.label_count}) exactly once."
-        )
-    return layout.label_count, head_ids.numel()
-
-
-def _is_integer_multi_hot(labels: torch.Tensor, label_count: int) -> bool:
-    """Whether integer `labels` `[B, label_count]` of 0s and 1s (what `MultiLabelBinarizer` gives) is a multi-hot.
-
-    Read as padded ids, such a tensor would list labels 0 and 1 over and over, which no collator produces;
-    with 2 labels or fewer both readings are plausible, so the caller must say which one it means."""
-    if labels.dtype.is_floating_point or labels.dtype == torch.bool or labels.shape[1] != label_count:
-        return False
-    if not bool(((labels == 0) | (labels == 1)).all()):
-        return False
-    if label_count <= 2:
-        raise ValueError(
-            f"Integer `labels` of shape {tuple(labels.shape)} holding only 0 and 1 read both as a multi-hot and as "
-            f"padded label ids: pass a multi-hot as bool or float, or pad label ids with {LABEL_PADDING_ID}."
-        )
-    return True
-
-
-def _check_labels(invalid: torch.Tensor, message: str) -> None:
-    """Raises `ValueError(message)` where `invalid` has a True: at once on the CPU (or with
-    `HASTE_HF_VALIDATE=1`), else without a host synchronization (nor graph break) per step, stopping the
-    run on the device."""
-    if VALIDATE_LABELS or (invalid.device.type == "cpu" and not torch.compiler.is_compiling()):
-        if bool(invalid.any()):
-            raise ValueError(message)
-    else:
-        torch._assert_async(~invalid.any(), message)
-
-
 def _check_ranked_scores(top_scores: torch.Tensor) -> None:
     """Raises a `ValueError` when a ranked score is NaN: `topk` puts NaN first, so a NaN among the best scores means
     one among all of them. Checked on the CPU (or with `HASTE_HF_VALIDATE=1`) in a single process; on accelerators
@@ -224,7 +92,9 @@ def _check_ranked_scores(top_scores: torch.Tensor) -> None:
     leave the others waiting in their next collective: there NaN scores are returned as they are, first, for the
     caller to check once gathered (as `haste-hf predict` and `evaluate` do)."""
     in_group = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-    checked = (VALIDATE_LABELS or top_scores.device.type == "cpu") and not (torch.compiler.is_compiling() or in_group)
+    checked = (label_positions.VALIDATE_LABELS or top_scores.device.type == "cpu") and not (
+        torch.compiler.is_compiling() or in_group
+    )
     if checked and bool(top_scores.isnan().any()):
         raise ValueError(
             "The scores hold NaN (NaN or infinite `features`, or weights): the labels cannot be ranked. Check "
@@ -470,57 +340,20 @@ class HasteOutputLayer(nn.Module):
         if torch.compiler.is_compiling():
             # A traced graph (torch.compile, torch.export) has no data pointer to key the cache on: it derives the
             # map from the buffer itself, in ops whose shapes do not depend on the data.
-            return self._positions_of_labels()
+            return label_positions_of(self.output_labels, self.label_count)
         key = (self.output_labels.data_ptr(), self.output_labels._version, self.output_labels.device)
         if self._label_positions_cache is None or self._label_positions_cache[0] != key:
-            self._label_positions_cache = (key, self._positions_of_labels())
+            self._label_positions_cache = (key, label_positions_of(self.output_labels, self.label_count))
         return self._label_positions_cache[1]
-
-    def _positions_of_labels(self) -> torch.Tensor:
-        """`label_positions` computed from `output_labels`: padding slots (-1) scatter into one spare entry past
-        the last label, which is dropped."""
-        output_labels = self.output_labels
-        targets = torch.where(output_labels >= 0, output_labels, self.label_count)
-        positions = torch.full((self.label_count + 1,), -1, dtype=torch.int64, device=output_labels.device)
-        positions.scatter_(0, targets, torch.arange(output_labels.shape[0], device=output_labels.device))
-        return positions[: self.label_count]
 
     def positive_positions(self, labels: torch.Tensor) -> torch.Tensor:
         """Padded positive label ids `[B, P]` -> their output positions, -1 for padding (repeats kept: every
         loss path counts a position once)."""
-        if not labels.dtype.is_signed:
-            raise ValueError(
-                f"`labels` of dtype {labels.dtype} cannot hold the {LABEL_PADDING_ID} padding of label ids: pass "
-                "padded ids as int64, or a multi-hot as float or bool."
-            )
-        valid = labels != LABEL_PADDING_ID
-        invalid = (valid & (labels < 0)) | (labels >= self.label_count)
-        _check_labels(
-            invalid,
-            f"`labels` holds ids outside [0, {self.label_count}) other than the padding value {LABEL_PADDING_ID}: "
-            f"pass positive label ids padded with {LABEL_PADDING_ID}, or a dense [batch, label_count] multi-hot.",
-        )
-        return torch.where(valid, self.label_positions[labels.masked_fill(~valid | invalid, 0).long()], -1)
+        return positive_positions(labels, self.label_positions, self.label_count)
 
     def dense_labels(self, labels: torch.Tensor, batch_size: int) -> torch.Tensor | None:
-        """`labels` as a dense multi-hot (float, bool, or an integer one of 0s and 1s read as bool), or None
-        for padded ids; raises on a malformed `labels`."""
-        if labels.dim() != 2 or labels.shape[0] != batch_size:
-            raise ValueError(f"`labels` must be 2-D with one row per example, got shape {tuple(labels.shape)}.")
-        if _is_integer_multi_hot(labels, self.label_count):
-            return labels.bool()
-        if not (labels.dtype.is_floating_point or labels.dtype == torch.bool):
-            return None
-        if labels.shape[1] != self.label_count:
-            raise ValueError(
-                f"A dense multi-hot `labels` needs {self.label_count} columns, got {labels.shape[1]}: "
-                f"pass one column per label, or padded positive ids (int64, {LABEL_PADDING_ID} padding)."
-            )
-        if labels.dtype != torch.bool:
-            _check_labels(
-                ~((labels >= 0) & (labels <= 1)), "A dense float `labels` must hold targets in [0, 1] (NaN is not one)."
-            )
-        return labels
+        """`labels` as a dense multi-hot, or None for padded ids (`label_positions.dense_labels`)."""
+        return dense_labels(labels, batch_size, self.label_count)
 
     def check_k(self, k: int) -> None:
         if not 1 <= k <= self.label_count:

@@ -6,15 +6,17 @@ Output slot ``s = k * G + g`` reads the ``F`` features ``supports[k]`` of ``x`` 
 
     out[b, k * G + g] = sum_f weight[k, g, f] * x[b, supports[k, f]]  (+ bias[k * G + g])
 
-`group_sparse_linear` is the single entry point. On CUDA tensors it hands the work to the compiled
+`group_sparse_linear` is the single entry point, and `GroupSparseLinear` the tail module around it. On CUDA tensors it hands the work to the compiled
 kernels of `haste_hf.kernels.ops` when they are installed and built; everywhere else (and in a checkpoint
 folder exported to the Hub, where `haste_hf` may be absent) the PyTorch path below computes the same
 thing.
 """
 
 import importlib
+import math
 
 import torch
+from torch import nn
 
 
 # Bounds the transient gathered block `[B, groups, F]` of the PyTorch path to this many elements, so
@@ -174,3 +176,48 @@ def group_sparse_topk(
         scores, top = logits.topk(min(k, logits.shape[1]), dim=1)
         best = merge_topk(best, (scores, columns[top]), k)
     return best
+
+
+class GroupSparseLinear(nn.Module):
+    """The sparse tail: `group_count` groups of `group_size` labels, each group reading `fan_in` of the
+    `in_features` inputs through its support (`supports[k]`, distinct int32 indices)."""
+
+    def __init__(self, in_features: int, group_count: int, group_size: int, fan_in: int, bias: bool = False):
+        super().__init__()
+        self.in_features = in_features
+        self.weight = nn.Parameter(torch.empty(group_count, group_size, fan_in))
+        self.bias = nn.Parameter(torch.empty(group_count * group_size)) if bias else None
+        self.register_buffer("supports", torch.empty(group_count, fan_in, dtype=torch.int32))
+
+    @property
+    def out_features(self) -> int:
+        return self.weight.shape[0] * self.weight.shape[1]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return group_sparse_linear(x, self.weight, self.supports, self.bias)
+
+    def initial_weights(self, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(weight bound 1/sqrt(F), supports drawn from `seed`): what a new tail starts from."""
+        groups, _, fan_in = self.weight.shape
+        return 1.0 / math.sqrt(fan_in), random_supports(groups, fan_in, self.in_features, seed)
+
+    def extra_repr(self) -> str:
+        groups, group_size, fan_in = self.weight.shape
+        return f"in_features={self.in_features}, groups={groups}, group_size={group_size}, fan_in={fan_in}, bias={self.bias is not None}"
+
+
+def random_supports(group_count: int, fan_in: int, in_features: int, seed: int) -> torch.Tensor:
+    """`[group_count, fan_in]` int32 supports, each row `fan_in` distinct features drawn uniformly.
+
+    Drawn on the CPU from `seed` in fixed-size blocks of groups, so the result depends on the seed
+    alone (not on the device, nor on how many groups exist before a given one) and memory stays
+    bounded at millions of groups.
+    """
+    # Explicitly on the CPU, also under a `with torch.device("cuda"):` block, so every device gets these supports.
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    supports = torch.empty(group_count, fan_in, dtype=torch.int32, device="cpu")
+    for block in chunks(group_count, in_features, 1 << 22):
+        start, stop = block.start, block.stop
+        keys = torch.rand(stop - start, in_features, generator=generator, device="cpu")
+        supports[start:stop] = keys.topk(fan_in, dim=1, sorted=False).indices.sort(dim=1).values.int()
+    return supports

@@ -23,6 +23,7 @@ from transformers import PreTrainedModel
 
 from ..modeling.logging_utils import get_logger
 from ..modeling.losses import DEFAULT_LOSS_CHUNK_ELEMENTS
+from .optimization import split_parameters
 from .training_args import fused_update_conflicts
 
 
@@ -87,7 +88,6 @@ def planned_peak_bytes(
     cast and sharded as it trains) on one device: encoder-side weights, gradients and AdamW state; the output
     layer's weights, gradients (none with the fused update) and momentum; the logits' share (a chunk with the
     chunked backward); and the encoder's stored activations, of `checkpoint_every` (0: none)."""
-    from .trainer import split_parameters
 
     encoder_side, output_layer = split_parameters(model)
     trained = {id(param) for _, param in encoder_side}

@@ -13,6 +13,7 @@
 import hashlib
 import math
 from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import get_scheduler
@@ -21,9 +22,29 @@ from ..kernels import triton_sgd
 from ..modeling.sparse_ops import chunks
 
 
+if TYPE_CHECKING:
+    from ..modeling.modeling_haste import HasteForExtremeClassification
+
+
 # Bounds the float32 copies of parameter, gradient and momentum made by one update, so an output layer
 # of 10^8+ bf16 weights is updated with ~100 MB of scratch memory instead of several GB.
 _CHUNK_ELEMENTS = 1 << 24
+
+
+def split_parameters(
+    model: "HasteForExtremeClassification",
+) -> tuple[list[tuple[str, torch.nn.Parameter]], list[torch.nn.Parameter]]:
+    """(encoder-side named parameters, output-layer parameters) of a HASTE model: the output layer's
+    `output_parameters()` (the dense head and the sparse tail) train with SGD; everything else trainable,
+    the projections included, with the encoder."""
+    output_layer = model.output_layer.output_parameters()
+    in_output_layer = {id(param) for param in output_layer}
+    encoder_side = [
+        (name, param)
+        for name, param in model.named_parameters()
+        if param.requires_grad and id(param) not in in_output_layer
+    ]
+    return encoder_side, output_layer
 
 
 def _row_chunks(tensor: torch.Tensor) -> Iterator[slice]:

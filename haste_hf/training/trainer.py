@@ -32,7 +32,13 @@ from ..modeling.modeling_haste import HasteForExtremeClassification
 from ..modeling.saving import LABEL_NAMES_FILE, checkpoint_problem, exported_code_files, last_complete_checkpoint
 from . import memory_plan
 from .callbacks import NonFiniteGradientCallback, RewiringCallback, TrainingSplitFingerprint, unwrap_model
-from .optimization import HasteOptimizer, StochasticRoundingSGD, get_haste_scheduler, unwrap_haste_optimizer
+from .optimization import (
+    HasteOptimizer,
+    StochasticRoundingSGD,
+    get_haste_scheduler,
+    split_parameters,
+    unwrap_haste_optimizer,
+)
 from .peft_utils import check_no_peft_encoder, check_peft_model, is_peft_model
 from .sharded_output_layer import (
     ignore_shards_in_ddp,
@@ -89,20 +95,6 @@ logger = get_logger(__name__)
 def _name_at(names, index: int):
     """`names[index]`, or None where `names` is None or shorter."""
     return names[index] if isinstance(names, list) and index < len(names) else None
-
-
-def split_parameters(model: HasteForExtremeClassification) -> tuple[list[tuple[str, nn.Parameter]], list[nn.Parameter]]:
-    """(encoder-side named parameters, output-layer parameters) of a HASTE model: the output layer's
-    `output_parameters()` (the dense head and the sparse tail) train with SGD; everything else trainable,
-    the projections included, with the encoder."""
-    output_layer = model.output_layer.output_parameters()
-    in_output_layer = {id(param) for param in output_layer}
-    encoder_side = [
-        (name, param)
-        for name, param in model.named_parameters()
-        if param.requires_grad and id(param) not in in_output_layer
-    ]
-    return encoder_side, output_layer
 
 
 # torch 2.13 renamed DDP's `broadcast_buffers` `forward_sync_buffers` and warns on the old name, which accelerate passes

@@ -356,10 +356,10 @@ def test_model_on_gpu_fused_step_predict_and_cuda_build():
 
 @gpu
 def test_validation_mode_checks_label_ids_on_the_device(monkeypatch):
-    from haste_hf.modeling import output_layer
+    from haste_hf.modeling import label_positions
 
     model = tiny_model().cuda()
-    monkeypatch.setattr(output_layer, "VALIDATE_LABELS", True)
+    monkeypatch.setattr(label_positions, "VALIDATE_LABELS", True)
     with pytest.raises(ValueError, match="outside"):
         model.output_layer.positive_positions(torch.tensor([[50, -100]], device="cuda"))
 

@@ -1,0 +1,120 @@
+# Copyright 2026 The haste_hf Authors. Apache-2.0.
+"""The output folder of a training run, owned in one place: checked before anything loads, held by a lock for the
+whole run (`run_lock`), cleared of another run's checkpoints when it is overwritten, and finalised by switching the
+trained model and its results into it at once (`saving.save_folder_atomically`), then pushed to the Hub if asked."""
+
+import os
+import shutil
+import tempfile
+from contextlib import nullcontext
+from pathlib import Path
+
+from ..modeling.saving import checkpoint_folders, save_folder_atomically, save_trained_folder
+from .run_lock import output_dir_lock
+
+
+MODEL_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json")
+
+
+def check_writable_folder(folder: Path) -> None:
+    """Raises a `ValueError` naming `folder` when a run could not write into it: it is a file, a file stands where
+    one of its parents should be, or the folder (or the nearest existing parent that would hold it) refuses new
+    files. Tried by writing, since permissions do not tell (root, read-only mounts, network file systems)."""
+    existing = folder
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        where = "is a file" if existing == folder else f"cannot be created: {existing} is a file"
+        raise ValueError(f"{folder} {where}; give a folder path.")
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".haste-write-test-", dir=existing)
+    except OSError as error:
+        shown = folder if existing == folder else f"{folder} (to be created in {existing})"
+        raise ValueError(f"{shown} is not writable: {error.strerror or error}.") from None
+    os.close(handle)
+    os.remove(probe)
+
+
+class RunFolder:
+    """The output folder `path` of one training run. `overwrite`: replace the model and checkpoints it holds;
+    `resume`: continue its training from them (not both)."""
+
+    def __init__(self, path: str | os.PathLike, *, overwrite: bool = False, resume: bool = False):
+        self.path = os.fspath(path)
+        self.overwrite = overwrite
+        self.resume = resume
+
+    def check(self) -> None:
+        """Raises a `ValueError` when the folder cannot be written, or holds a model or checkpoints and neither
+        `overwrite` nor `resume` was asked for: a run must not silently replace a finished one, nor rotate its
+        checkpoints away."""
+        if self.overwrite and self.resume:
+            raise ValueError(
+                "Give --overwrite-output-dir (start afresh) or --resume-from-checkpoint (continue), not both."
+            )
+        folder = Path(self.path)
+        check_writable_folder(folder)
+        held = [name for name in MODEL_FILES if (folder / name).is_file()]
+        held += [path.name for path in checkpoint_folders(folder)]
+        if held and not (self.overwrite or self.resume):
+            shown = ", ".join(held[:4]) + (", ..." if len(held) > 4 else "")
+            raise ValueError(
+                f"{folder} already holds a model ({shown}): pass --overwrite-output-dir (`overwrite_output_dir=True`) "
+                "to replace it, or --resume-from-checkpoint (`resume_from_checkpoint=True`) to continue its training."
+            )
+
+    def held(self, is_main: bool = True):
+        """A context in which this process (the main one of the run; the others hold nothing) owns the folder."""
+        return output_dir_lock(self.path) if is_main else nullcontext()
+
+    def clear_checkpoints(self) -> None:
+        """Removes the checkpoints of the run that `overwrite` replaces: resuming or rotation would pick them."""
+        if self.overwrite and not self.resume:
+            for checkpoint in checkpoint_folders(self.path):
+                shutil.rmtree(checkpoint)
+
+    def save_trained(self, trainer, tokenizer, write_extra) -> None:
+        """Switches the trained model of `trainer`, its `tokenizer`, its training arguments and what
+        `write_extra(folder)` writes into the folder at once. Called on every rank: a sharded output layer's
+        shares are gathered from all; the main process writes."""
+        import torch
+        from transformers.trainer import TRAINING_ARGS_NAME
+
+        from .callbacks import unwrap_model
+        from .sharded_output_layer import sharded_output_layer
+
+        model = unwrap_model(trainer.model)
+        shard = sharded_output_layer(model)
+        state_dict = shard.full_state_dict(model) if shard is not None else None
+        if not trainer.is_world_process_zero():
+            return
+
+        def write(folder: Path):
+            torch.save(trainer.args, folder / TRAINING_ARGS_NAME)
+            write_extra(folder)
+
+        save_trained_folder(self.path, model, tokenizer, write, state_dict=state_dict)
+
+    def add_files(self, write) -> None:
+        """Switches what `write(folder)` writes (the results of the test evaluation) into the folder at once."""
+        save_folder_atomically(self.path, lambda staging: write(Path(staging)))
+
+    def push(self, training_args) -> None:
+        """Publishes the finished folder to `training_args.hub_model_id` (default: the folder's name)."""
+        from ..hub import push_to_hub
+
+        push_to_hub(
+            self.path,
+            training_args.hub_model_id or Path(self.path).name,
+            private=training_args.hub_private_repo,
+            revision=training_args.hub_revision,
+            token=training_args.hub_token,
+        )
+
+
+def check_output_dir(output_dir, *, overwrite: bool = False, resume: bool = False) -> None:
+    """`RunFolder(output_dir, overwrite=overwrite, resume=resume).check()`."""
+    RunFolder(output_dir, overwrite=overwrite, resume=resume).check()
+
+
+__all__ = ["RunFolder", "check_output_dir", "check_writable_folder"]
