@@ -219,14 +219,18 @@ def test_push_round_trip(hub, tokenizer):
     assert "label_names.json" in HfApi().list_repo_files(repo_id)
 
 
-def test_names_past_the_config_limit_leave_the_config_maps(tokenizer, monkeypatch):
+def test_names_past_the_config_limit_become_the_config_views(tokenizer, monkeypatch):
     from haste_hf.modeling import configuration_haste
 
     model = make_model()
     monkeypatch.setattr(configuration_haste, "MAX_CONFIG_LABEL_NAMES", LABELS + 2)
-    assert model.config.id2label is not None and MAX_CONFIG_LABEL_NAMES > LABELS
-    model.add_labels(NEW_TEXTS, tokenizer=tokenizer)
-    assert model.config.id2label is None and model.config.label2id is None
+    assert isinstance(model.config.id2label, dict) and MAX_CONFIG_LABEL_NAMES > LABELS
+    model.add_labels(NEW_TEXTS, tokenizer=tokenizer, names=[f"new {i}" for i in range(len(NEW_TEXTS))])
+    # Past the limit the maps are views over the model's names (every label, the new ones too), not config.json's.
+    assert isinstance(model.config.id2label, configuration_haste.LabelNames)
+    assert len(model.config.id2label) == LABELS + len(NEW_TEXTS)
+    assert model.config.id2label[LABELS] == "new 0" and model.config.label2id["new 0"] == LABELS
+    assert "new 0" not in model.config.to_json_string()
 
 
 @pytest.mark.parametrize(
