@@ -417,6 +417,27 @@ def handler_of(command: str):
     }[command]
 
 
+def _run_command(args) -> int:
+    """The command's handler; under torchrun, this process's part of the process group ended when it is done. Left
+    to the interpreter's exit, gloo's threads can be torn down while running, and the rank aborts after its work
+    ("terminate called without an active exception"), failing a finished run."""
+    had_group = _process_group_started()  # a caller's own group (a script calling `main`) is the caller's to end
+    status = handler_of(args.command)(args)
+    if not had_group and _process_group_started():
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+    return status
+
+
+def _process_group_started() -> bool:
+    if "torch" not in sys.modules:  # nothing heavy loaded: no process group either
+        return False
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
 def main(argv=None) -> int:
     """Runs a command. Usage errors (bad flags, paths, combinations) print one line and exit with status 2,
     before anything heavy loads where they can be told from the arguments; errors the library reports
@@ -430,11 +451,11 @@ def main(argv=None) -> int:
         print(f"haste-hf{command}: error: {one_line(error)}", file=sys.stderr)
         return 2
     if os.environ.get(DEBUG_VARIABLE):
-        return handler_of(args.command)(args)
+        return _run_command(args)
     from ..training.run_lock import OutputDirInUseError
 
     try:
-        return handler_of(args.command)(args)
+        return _run_command(args)
     except UsageError as error:
         report(args.prog, f"error: {one_line(error)}")
         return 2
