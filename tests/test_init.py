@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +60,18 @@ def test_the_registration_imports_nothing_half_loaded(module):
     imports must not need that module. In a fresh process, as `haste-hf train` runs."""
     code = f"import haste_hf, {module}\nfrom transformers.models.auto.modeling_auto import MODEL_MAPPING\nassert MODEL_MAPPING[haste_hf.HasteConfig] is haste_hf.HasteForExtremeClassification\n"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+PACKAGE_MODULES = sorted(
+    "haste_hf." + ".".join(path.relative_to(Path(haste_hf.__file__).parent).with_suffix("").parts)
+    for path in Path(haste_hf.__file__).parent.rglob("*.py")
+    if path.name not in ("__init__.py", "__main__.py") and "evaluate_metric" not in path.parts
+)
+
+
+@pytest.mark.parametrize("module", PACKAGE_MODULES)
+def test_every_module_imports_first_in_a_fresh_interpreter(module):
+    # Loading transformers' auto classes registers HASTE's, which imports the modeling code: a module that the
+    # modeling code imports and that loads the auto classes at its top fails when it is the first one imported.
+    result = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]

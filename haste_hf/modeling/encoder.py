@@ -10,7 +10,7 @@ import inspect
 
 import torch
 from torch import nn
-from transformers import AutoModel, PreTrainedModel
+from transformers import PreTrainedModel
 from transformers.utils import logging
 
 
@@ -48,6 +48,8 @@ def checkpointed_forward(self, *args, **kwargs):
 def pooler_free_kwargs(encoder_config) -> dict:
     """Drops the pooler where the architecture has an optional one: HASTE pools itself, and an unused
     pooler breaks DDP with gradient checkpointing."""
+    from transformers import AutoModel  # here: loading the auto classes registers HASTE's, which imports this module
+
     model_class = AutoModel._model_mapping[type(encoder_config)]
     return (
         {"add_pooling_layer": False}
@@ -73,6 +75,8 @@ class _HeldLoadReports:
 def load_pretrained_encoder(name, **kwargs) -> PreTrainedModel:
     """`AutoModel.from_pretrained(name)`, without transformers' load report when all it says is that the checkpoint's
     pooler was not loaded: `pooler_free_kwargs` leaves the pooler out on purpose. Any other report is shown."""
+    from transformers import AutoModel
+
     report_logger = logging.get_logger("transformers.modeling_utils")
     held = _HeldLoadReports()
     report_logger.addFilter(held)
