@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from transformers.trainer_utils import IntervalStrategy, set_seed
 
+from .encoders import check_max_length, encoder_pooling, load_encoder
 from .evaluation import (
     EVALUATION_SETTINGS,
     EVALUATION_SETTINGS_FILE,
@@ -36,7 +37,6 @@ from .evaluation import (
 from .labels.layout import LabelLayout
 from .metrics import DEFAULT_KS
 from .model_card import CardFields, write_results
-from .modeling.configuration_haste import default_pooling
 from .modeling.defaults import (
     DEFAULT_EVAL_BATCH_SIZE,
     DEFAULT_FAN_IN,
@@ -46,7 +46,7 @@ from .modeling.defaults import (
 )
 from .modeling.logging_utils import get_logger
 from .modeling.model_sources import DEMO_ENCODER, encoder_model_id, resolve_encoder
-from .modeling.modeling_haste import encoder_token_limit
+from .modeling.modeling_haste import encoder_token_limit  # noqa: F401 (re-exported: `haste-hf` imports it from here)
 from .recipe_arguments import DEFAULT_BETA, DEFAULT_GROUPING, DEMO_DATASET_NAME, RecipeArguments
 from .training.run_folder import RunFolder, check_output_dir
 
@@ -69,43 +69,6 @@ class TrainingRun:
 
 
 # ------------------------------------------------------------------------------------------------ steps
-
-
-def load_encoder(name: str):
-    """`(encoder, tokenizer)` of a model id or path, the encoder in float32; of a SentenceTransformer folder or Hub
-    id, its transformer (`encoder_pooling` gives its pooling and normalisation)."""
-    import torch
-    from transformers import AutoModel, AutoTokenizer
-
-    from .modeling.sentence_transformer_encoder import sentence_transformer_folder
-
-    path = resolve_encoder(name)
-    sentence_transformer = sentence_transformer_folder(path)
-    where = {"subfolder": sentence_transformer[0]} if sentence_transformer and sentence_transformer[0] else {}
-    return AutoModel.from_pretrained(path, dtype=torch.float32, **where), AutoTokenizer.from_pretrained(path, **where)
-
-
-def encoder_pooling(name: str, encoder, pooling: str | None = None) -> tuple[str, bool]:
-    """`(pooling, normalize)` of the encoder `name` (loaded as `encoder`), as `from_encoder_pretrained` reads them: a
-    SentenceTransformer's own pooling (unless `pooling` is given) and its Normalize; another model's `pooling` or
-    its family's default, and no normalisation."""
-    from .modeling.sentence_transformer_encoder import sentence_transformer_folder
-
-    sentence_transformer = sentence_transformer_folder(resolve_encoder(name), pooling)
-    if sentence_transformer is not None:
-        return sentence_transformer[1], sentence_transformer[2]
-    return pooling or default_pooling(encoder.config), False
-
-
-def check_max_length(encoder, max_length: int, name: str) -> None:
-    """Raises a `ValueError` when texts of `max_length` tokens exceed what `encoder` (named `name`) reads: the first
-    long text would crash the run, and the saved tokenizer would keep the bad length for `predict` and `pipeline`."""
-    limit = encoder_token_limit(encoder)
-    if limit is not None and max_length > limit:
-        raise ValueError(
-            f"`max_length` (--max-length) is {max_length}, but the encoder {name} reads at most {limit} tokens "
-            f"(its max_position_embeddings): pass --max-length {limit} or less."
-        )
 
 
 def load_dataset(

@@ -488,6 +488,33 @@ class HasteConfig(PretrainedConfig):
         return output
 
 
+def _output_layer_shape(config: HasteConfig) -> tuple:
+    """What the output layer's tensors and their meaning depend on."""
+    return (
+        config.encoder.hidden_size,
+        config.label_count,
+        config.head_label_count,
+        config.group_size,
+        config.fan_in,
+        config.head_projection_dim,
+        config.tail_projection_dim,
+        config.tail_bias,
+    )
+
+
+def _describe(shape: tuple) -> str:
+    hidden, labels, head, group_size, fan_in, head_projection, tail_projection, tail_bias = shape
+    described = f"{labels} labels, head {head}, G {group_size}, F {fan_in}, on {hidden} features"
+    for name, value in (
+        ("head_projection_dim", head_projection),
+        ("tail_projection_dim", tail_projection),
+        ("tail_bias", tail_bias or None),
+    ):
+        if value is not None:
+            described += f", {name} {value}"
+    return described
+
+
 __all__ = [
     "DEFAULT_EVAL_BATCH_SIZE",
     "DEFAULT_FAN_IN",

@@ -95,4 +95,23 @@ def load_pretrained_encoder(name, **kwargs) -> PreTrainedModel:
     return encoder
 
 
-__all__ = ["checkpointed_forward", "layer_stack", "load_pretrained_encoder", "pool_hidden_states", "pooler_free_kwargs"]
+def encoder_token_limit(encoder) -> int | None:
+    """The most tokens `encoder` reads: its `max_position_embeddings`, less the positions RoBERTa-style encoders
+    reserve below their first (padding index + 1); None when its config names no limit."""
+    limit = getattr(encoder.config, "max_position_embeddings", None)
+    if limit is None:
+        return None
+    positions = getattr(getattr(encoder, "embeddings", None), "position_embeddings", None)
+    if isinstance(positions, nn.Embedding) and positions.padding_idx is not None:
+        limit -= positions.padding_idx + 1
+    return limit
+
+
+__all__ = [
+    "checkpointed_forward",
+    "encoder_token_limit",
+    "layer_stack",
+    "load_pretrained_encoder",
+    "pool_hidden_states",
+    "pooler_free_kwargs",
+]

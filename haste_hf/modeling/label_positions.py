@@ -13,7 +13,7 @@ import os
 
 import torch
 
-from .defaults import LABEL_PADDING_ID
+from .defaults import DEFAULT_HEAD_LABEL_FRACTION, LABEL_PADDING_ID, head_label_count_for
 
 
 # Check label ids on accelerators too, at the cost of a device synchronization per step (CPU tensors are
@@ -160,7 +160,44 @@ def dense_labels(labels: torch.Tensor, batch_size: int, label_count: int) -> tor
     return labels
 
 
+def label_count_and_head(
+    label_count, head_label_count, head_label_fraction, layout, label_frequencies, label_grouping, config_kwargs
+) -> tuple[int, int]:
+    """`(label_count, head_label_count)` of `HasteForExtremeClassification.from_encoder_pretrained`'s arguments, after
+    their checks; a `layout` also sets `config_kwargs["group_size"]`."""
+    if layout is not None:
+        given = [
+            name
+            for name, value in (
+                ("label_frequencies", label_frequencies),
+                ("label_grouping", label_grouping),
+                ("head_label_fraction", head_label_fraction),
+            )
+            if value is not None
+        ]
+        if given:
+            raise ValueError(f"`layout` already fixes the head and the tail order: leave out {', '.join(given)}.")
+        label_count, layout_head = check_layout(layout, label_count, config_kwargs.get("group_size"))
+        if head_label_count is not None and head_label_count != layout_head:
+            raise ValueError(
+                f"`head_label_count` ({head_label_count}) differs from the layout's head ({layout_head} labels): leave it out."
+            )
+        head_label_count, config_kwargs["group_size"] = layout_head, layout.group_size
+    elif label_count is None:
+        raise ValueError("Give `label_count` (the number of labels), or a `layout` that holds it.")
+    if head_label_count is not None and head_label_fraction is not None:
+        raise ValueError("Give `head_label_count` or `head_label_fraction`, not both.")
+    if head_label_count is None and head_label_fraction is None:
+        head_label_fraction = DEFAULT_HEAD_LABEL_FRACTION
+    if head_label_fraction is not None:
+        if not 0.0 <= head_label_fraction <= 1.0:
+            raise ValueError(f"`head_label_fraction` must lie in [0, 1], got {head_label_fraction}.")
+        head_label_count = head_label_count_for(head_label_fraction, label_count)
+    return label_count, head_label_count
+
+
 __all__ = [
+    "label_count_and_head",
     "VALIDATE_LABELS",
     "check_labels",
     "check_layout",

@@ -23,10 +23,17 @@ from transformers import AutoConfig, AutoModel, PreTrainedModel
 from transformers import initialization as init
 from transformers.utils import ModelOutput, cached_file
 
-from .configuration_haste import HasteConfig
-from .defaults import DEFAULT_HEAD_LABEL_FRACTION, head_label_count_for
-from .encoder import checkpointed_forward, layer_stack, load_pretrained_encoder, pool_hidden_states, pooler_free_kwargs
-from .label_positions import check_layout, default_output_labels, output_labels_from_frequencies
+from .configuration_haste import HasteConfig, _describe, _output_layer_shape
+from .device_map import _offload_output_layer_whole
+from .encoder import (
+    checkpointed_forward,
+    encoder_token_limit,
+    layer_stack,
+    load_pretrained_encoder,
+    pool_hidden_states,
+    pooler_free_kwargs,
+)
+from .label_positions import default_output_labels, label_count_and_head, output_labels_from_frequencies
 from .logging_utils import get_logger
 from .model_sources import resolve_encoder
 from .output_layer import HasteOutputLayer, TopKOutput
@@ -71,18 +78,6 @@ class ExtremeClassifierOutput(ModelOutput):
     top_scores: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
-
-
-def encoder_token_limit(encoder) -> int | None:
-    """The most tokens `encoder` reads: its `max_position_embeddings`, less the positions RoBERTa-style encoders
-    reserve below their first (padding index + 1); None when its config names no limit."""
-    limit = getattr(encoder.config, "max_position_embeddings", None)
-    if limit is None:
-        return None
-    positions = getattr(getattr(encoder, "embeddings", None), "position_embeddings", None)
-    if isinstance(positions, nn.Embedding) and positions.padding_idx is not None:
-        limit -= positions.padding_idx + 1
-    return limit
 
 
 class HastePreTrainedModel(PreTrainedModel):
@@ -212,34 +207,9 @@ class HasteForExtremeClassification(HastePreTrainedModel):
                 where those are given.
             **config_kwargs: the other [`HasteConfig`] fields (`group_size`, `fan_in`, ...).
         """
-        if layout is not None:
-            given = [
-                name
-                for name, value in (
-                    ("label_frequencies", label_frequencies),
-                    ("label_grouping", label_grouping),
-                    ("head_label_fraction", head_label_fraction),
-                )
-                if value is not None
-            ]
-            if given:
-                raise ValueError(f"`layout` already fixes the head and the tail order: leave out {', '.join(given)}.")
-            label_count, layout_head = check_layout(layout, label_count, config_kwargs.get("group_size"))
-            if head_label_count is not None and head_label_count != layout_head:
-                raise ValueError(
-                    f"`head_label_count` ({head_label_count}) differs from the layout's head ({layout_head} labels): leave it out."
-                )
-            head_label_count, config_kwargs["group_size"] = layout_head, layout.group_size
-        elif label_count is None:
-            raise ValueError("Give `label_count` (the number of labels), or a `layout` that holds it.")
-        if head_label_count is not None and head_label_fraction is not None:
-            raise ValueError("Give `head_label_count` or `head_label_fraction`, not both.")
-        if head_label_count is None and head_label_fraction is None:
-            head_label_fraction = DEFAULT_HEAD_LABEL_FRACTION
-        if head_label_fraction is not None:
-            if not 0.0 <= head_label_fraction <= 1.0:
-                raise ValueError(f"`head_label_fraction` must lie in [0, 1], got {head_label_fraction}.")
-            head_label_count = head_label_count_for(head_label_fraction, label_count)
+        label_count, head_label_count = label_count_and_head(
+            label_count, head_label_count, head_label_fraction, layout, label_frequencies, label_grouping, config_kwargs
+        )
         if encoder_kwargs and not isinstance(encoder, (str, os.PathLike)):
             logger.warning(
                 "`encoder_kwargs` is ignored: they are arguments of loading, and the encoder is given as a model."
@@ -592,65 +562,6 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         device = reference.device if reference.device.type != "meta" else "cpu"
         self.output_layer = layer.to(device=device, dtype=reference.dtype)
         self.set_label_names(None)
-
-
-def _offload_output_layer_whole(model) -> None:
-    """An output layer offloaded by a device map (CPU or disk) gets all its weights for the whole of its forward.
-
-    accelerate hooks an offloaded block module by module, each bringing its own weights for its own forward only;
-    the loss and the top-k read the head's and the tail's weights from the layer's forward, where they would still be
-    on the meta device. The layer is hooked again as one block that brings them all (accelerate's
-    `preload_module_classes`, which `from_pretrained` does not pass)."""
-    layer = model.output_layer
-    hooks = []
-    for module in layer.modules():
-        hook = getattr(module, "_hf_hook", None)
-        hooks.extend(getattr(hook, "hooks", None) or ([hook] if hook is not None else []))
-    offloading = next((hook for hook in hooks if getattr(hook, "offload", False)), None)
-    if offloading is None:
-        return
-    from accelerate.hooks import attach_align_device_hook, remove_hook_from_module
-
-    weights_map = offloading.weights_map
-    remove_hook_from_module(layer, recurse=True)
-    attach_align_device_hook(
-        layer,
-        execution_device=offloading.execution_device,
-        offload=True,
-        weights_map=getattr(weights_map, "dataset", weights_map),
-        offload_buffers=offloading.offload_buffers,
-        module_name=next(name for name, module in model.named_modules() if module is layer),
-        skip_keys=offloading.skip_keys,
-        preload_module_classes=[type(layer).__name__],
-        tied_params_map=getattr(offloading, "tied_params_map", None),
-    )
-
-
-def _output_layer_shape(config: HasteConfig) -> tuple:
-    """What the output layer's tensors and their meaning depend on."""
-    return (
-        config.encoder.hidden_size,
-        config.label_count,
-        config.head_label_count,
-        config.group_size,
-        config.fan_in,
-        config.head_projection_dim,
-        config.tail_projection_dim,
-        config.tail_bias,
-    )
-
-
-def _describe(shape: tuple) -> str:
-    hidden, labels, head, group_size, fan_in, head_projection, tail_projection, tail_bias = shape
-    described = f"{labels} labels, head {head}, G {group_size}, F {fan_in}, on {hidden} features"
-    for name, value in (
-        ("head_projection_dim", head_projection),
-        ("tail_projection_dim", tail_projection),
-        ("tail_bias", tail_bias or None),
-    ):
-        if value is not None:
-            described += f", {name} {value}"
-    return described
 
 
 def __getattr__(name: str):

@@ -22,12 +22,11 @@ import numbers
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from transformers.utils import ModelOutput
 
-from . import label_positions
+from .checks import _check_ranked_scores, check_features, check_layer_arguments, check_output_layer_invariants
 from .defaults import (
     DEFAULT_FAN_IN,
     DEFAULT_GROUP_SIZE,
@@ -83,30 +82,6 @@ class TopKOutput(ModelOutput):
 
     label_ids: torch.LongTensor | None = None
     scores: torch.FloatTensor | None = None
-
-
-def _check_ranked_scores(top_scores: torch.Tensor) -> None:
-    """Raises a `ValueError` when a ranked score is NaN: `topk` puts NaN first, so a NaN among the best scores means
-    one among all of them. Checked on the CPU (or with `HASTE_HF_VALIDATE=1`) in a single process; on accelerators
-    a check would cost a device synchronization per batch, and in a process group one rank raising alone would
-    leave the others waiting in their next collective: there NaN scores are returned as they are, first, for the
-    caller to check once gathered (as `haste-hf predict` and `evaluate` do)."""
-    in_group = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-    checked = (label_positions.VALIDATE_LABELS or top_scores.device.type == "cpu") and not (
-        torch.compiler.is_compiling() or in_group
-    )
-    if checked and bool(top_scores.isnan().any()):
-        raise ValueError(
-            "The scores hold NaN (NaN or infinite `features`, or weights): the labels cannot be ranked. Check "
-            "the encoder's output and the model's weights."
-        )
-
-
-def _positive_int(name: str, value, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer{' or None' if allow_none else ''}, got {value!r}.")
 
 
 class HasteOutputLayer(nn.Module):
@@ -191,24 +166,9 @@ class HasteOutputLayer(nn.Module):
             head_label_count = head_ids.numel()
             output_labels = torch.cat([head_ids, torch.nonzero(~in_head).squeeze(1)])
         group_size = DEFAULT_GROUP_SIZE if group_size is None else group_size
-        for name, value in (
-            ("in_features", in_features),
-            ("label_count", label_count),
-            ("group_size", group_size),
-            ("fan_in", fan_in),
-        ):
-            _positive_int(name, value)
-        _positive_int("head_projection_dim", head_projection_dim, allow_none=True)
-        _positive_int("tail_projection_dim", tail_projection_dim, allow_none=True)
-        if isinstance(head_label_count, bool) or not 0 <= head_label_count <= label_count:
-            raise ValueError(
-                f"The head must hold between 0 and label_count={label_count} labels, got {head_label_count!r}."
-            )
-        if head_label_count < label_count and fan_in > (tail_projection_dim or in_features):
-            raise ValueError(
-                f"`fan_in` ({fan_in}) exceeds the tail's input size ({tail_projection_dim or in_features}): a group cannot "
-                "connect to more distinct features than exist. Lower `fan_in` or raise `tail_projection_dim`."
-            )
+        check_layer_arguments(
+            in_features, label_count, head_label_count, group_size, fan_in, head_projection_dim, tail_projection_dim
+        )
         check_one_of("loss", loss, tuple(LOSSES))
         check_one_of("loss_reduction", loss_reduction, LOSS_REDUCTIONS)
 
@@ -363,9 +323,7 @@ class HasteOutputLayer(nn.Module):
 
     def check_features(self, features) -> None:
         """Raises a `ValueError` unless `features` is `[batch, in_features]` (shapes only: no device sync)."""
-        if not isinstance(features, torch.Tensor) or features.dim() != 2 or features.shape[1] != self.in_features:
-            shape = tuple(features.shape) if isinstance(features, torch.Tensor) else type(features).__name__
-            raise ValueError(f"`features` must be a [batch, {self.in_features}] tensor, got {shape}.")
+        check_features(features, self.in_features)
 
     def _check_supports(self) -> None:
         """Raises a `ValueError` when the tail's supports hold a feature index out of range, checked once per change
@@ -608,32 +566,7 @@ class HasteOutputLayer(nn.Module):
         """Raises a `ValueError` naming `source` unless the tail's supports are distinct features in range and
         `output_labels` places every label exactly once before the padding slots: a corrupt checkpoint would
         otherwise load and fail in an index error, or rank the wrong labels."""
-        if self.tail is not None:
-            supports = self.tail.supports
-            if supports.numel() and (int(supports.min()) < 0 or int(supports.max()) >= self.tail.in_features):
-                raise ValueError(
-                    f"{source}: tail supports hold feature indices in [{int(supports.min())}, {int(supports.max())}], "
-                    f"outside [0, {self.tail.in_features}): the weights file is corrupt or belongs to another model."
-                )
-            ordered = supports.sort(dim=1).values
-            repeated = (ordered[:, 1:] == ordered[:, :-1]).any(dim=1)
-            if bool(repeated.any()):
-                group = int(torch.nonzero(repeated)[0])
-                raise ValueError(
-                    f"{source}: tail group {group} lists a feature twice in its support {supports[group].tolist()}: "
-                    "the weights file is corrupt."
-                )
-        placed = self.output_labels[: self.label_count]
-        if (
-            bool((placed < 0).any())
-            or bool((self.output_labels[self.label_count :] != -1).any())
-            or int(placed.max()) >= self.label_count
-            or placed.unique().numel() != self.label_count
-        ):
-            raise ValueError(
-                f"{source}: `output_labels` must place each of the {self.label_count} labels exactly once (padding -1): "
-                "the weights file is corrupt or belongs to another model."
-            )
+        check_output_layer_invariants(self, source)
 
     def extra_repr(self) -> str:
         return (

@@ -1,0 +1,86 @@
+# Copyright 2026 The haste_hf Authors. Apache-2.0.
+"""What `HasteTrainer` checks of a checkpoint it resumes or loads from: that its model and label names are this run's,
+and that its files load (a damaged one is named in a `ValueError`)."""
+
+import json
+import os
+import pickle
+from contextlib import contextmanager
+
+from safetensors import SafetensorError
+from transformers.utils import CONFIG_NAME
+
+from ..modeling.saving import LABEL_NAMES_FILE
+
+
+@contextmanager
+def _reading(checkpoint: str | None, files: str):
+    """Reports what the loaders raise on a damaged checkpoint file as a `ValueError` naming the checkpoint and file."""
+    try:
+        yield
+    except (SafetensorError, pickle.UnpicklingError, EOFError, RuntimeError) as error:
+        if checkpoint is None:
+            raise
+        message = " ".join(str(error).split()) or type(error).__name__
+        raise ValueError(
+            f"{checkpoint}: its {files} does not load ({message}); resume from an earlier checkpoint, or start afresh."
+        ) from error
+
+
+# What a checkpoint's config.json must share with the model that resumes it, in the words of the message.
+_STRUCTURE_FIELDS = (
+    "label_count",
+    "head_label_count",
+    "group_size",
+    "fan_in",
+    "head_projection_dim",
+    "tail_projection_dim",
+)
+_ENCODER_FIELDS = ("model_type", "hidden_size", "num_hidden_layers", "vocab_size")
+
+
+def checkpoint_model_differences(folder: str | os.PathLike, config) -> list[str]:
+    """The settings in which the model of checkpoint `folder` differs from a model of `config` (a `HasteConfig`),
+    each as `name is <checkpoint's> (this run: <config's>)`; [] when it has no readable config.json."""
+    try:
+        with open(os.path.join(folder, CONFIG_NAME), encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        return []
+    pairs = [(name, saved.get(name), getattr(config, name, None)) for name in _STRUCTURE_FIELDS]
+    encoder = saved.get("encoder") if isinstance(saved.get("encoder"), dict) else {}
+    pairs += [(f"encoder {name}", encoder.get(name), getattr(config.encoder, name, None)) for name in _ENCODER_FIELDS]
+    return [f"{name} is {theirs} (this run: {ours})" for name, theirs, ours in pairs if theirs != ours]
+
+
+def _name_at(names, index: int):
+    """`names[index]`, or None where `names` is None or shorter."""
+    return names[index] if isinstance(names, list) and index < len(names) else None
+
+
+def check_label_names(checkpoint: str, ours) -> None:
+    """Refuses a checkpoint trained under other label names than `ours` (the names of this run's model; same count,
+    other names or order: the weights would continue under the wrong names)."""
+    path = os.path.join(checkpoint, LABEL_NAMES_FILE)
+    if not os.path.isfile(path):
+        return
+    try:
+        with open(path, encoding="utf-8") as f:
+            theirs = json.load(f)
+    except (UnicodeDecodeError, ValueError) as error:
+        raise ValueError(
+            f"{path} is not a JSON list of label names ({error}); resume from another checkpoint."
+        ) from None
+    if theirs != ours:
+        first = next(
+            (i for i in range(max(len(theirs or []), len(ours or []))) if _name_at(theirs, i) != _name_at(ours, i)),
+            0,
+        )
+        raise ValueError(
+            f"{checkpoint} was trained under other label names: label {first} is {_name_at(theirs, first)!r} there "
+            f"and {_name_at(ours, first)!r} in this run. Resume it with the data it was trained with, or start "
+            "afresh (--overwrite-output-dir)."
+        )
+
+
+__all__ = ["check_label_names", "checkpoint_model_differences"]
