@@ -133,7 +133,12 @@ def plan_memory(args, model, *, tokens: int, sharded: bool, device_memory: int |
     on_gpu = device_memory is not None
     lean = on_gpu and args.output_layer_dtype == "bfloat16"
     momentum_dtype = args.output_momentum_dtype or ("bfloat16" if lean else "float32")
-    chunked = lean if args.output_chunked_backward is None else args.output_chunked_backward
+    # A chunk size given asks for the chunked backward it sizes (unasked on a CPU, it would be ignored).
+    chunked = (
+        lean or bool(args.output_loss_chunk_labels)
+        if args.output_chunked_backward is None
+        else args.output_chunked_backward
+    )
     fused = args.output_fused_update
     if fused is None:
         fused = lean

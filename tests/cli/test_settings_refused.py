@@ -31,7 +31,12 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 
 def test_a_chunk_size_without_the_chunked_backward_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"`output_loss_chunk_labels` \(64\) sizes the chunks .* which is off"):
-        HasteTrainingArguments(output_dir=str(tmp_path), output_loss_chunk_labels=64)
+        HasteTrainingArguments(
+            output_dir=str(tmp_path),
+            output_loss_chunk_labels=64,
+            output_chunked_backward=False,
+            output_fused_update=False,
+        )
     chunked = HasteTrainingArguments(
         output_dir=str(tmp_path), output_loss_chunk_labels=64, output_chunked_backward=True
     )
@@ -39,7 +44,8 @@ def test_a_chunk_size_without_the_chunked_backward_is_refused(tmp_path):
 
 
 def test_the_command_line_refuses_it_in_one_line(tmp_path, capsys):
-    status = main(["train", "--output-dir", str(tmp_path / "out"), "--output-loss-chunk-labels", "64"])
+    off = ["--output-chunked-backward", "false", "--output-fused-update", "false"]
+    status = main(["train", "--output-dir", str(tmp_path / "out"), "--output-loss-chunk-labels", "64", *off])
     assert status == 2
     assert "output_chunked_backward" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
@@ -137,3 +143,16 @@ def test_the_built_wheel_carries_the_snapshot_and_answers_help_without_it(tmp_pa
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "--learning-rate" in result.stdout
+
+
+def test_a_chunk_size_alone_turns_the_chunked_backward_on_where_the_plan_would_not(tmp_path):
+    from tiny_haste import make_tiny_model
+
+    from haste_hf.training.memory_plan import plan_memory
+
+    def planned(**fields):
+        args = HasteTrainingArguments(output_dir=str(tmp_path), use_cpu=True, **fields)
+        return plan_memory(args, make_tiny_model(), tokens=8, sharded=False, device_memory=None)
+
+    assert planned(output_loss_chunk_labels=64).output_chunked_backward
+    assert not planned().output_chunked_backward
