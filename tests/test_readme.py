@@ -91,6 +91,7 @@ def test_every_python_block_is_run():
         example("The output layer on its own"),
         example("Pipelines, stock `Trainer`, SentenceTransformers"),
         example("LoRA with PEFT"),
+        example("Labels added to a trained model"),  # tests/labels/test_additions.py::test_readme_example
     ]
     assert python_blocks() == tested
 
