@@ -34,15 +34,19 @@ HASTE_FORMAT_VERSION = 3
 #   3: the output layer's weights under `output_layer.` (`output_layer.head.weight`, ...; formats 1 and 2
 #      name them `head.weight`, `tail.supports`, `output_labels`, ..., and still load)
 
-# The fields that `from_pretrained(..., field=value)` gives to `__init__` (checked and derived from there) rather than
-# setting them on the loaded config; the label maps too, to go with a new `label_count`.
-_GIVEN_AT_LOADING = (
+# The shape of the output layer: what a checkpoint must share with the model that resumes it.
+OUTPUT_LAYER_STRUCTURE_FIELDS = (
     "label_count",
     "head_label_count",
     "group_size",
     "fan_in",
     "head_projection_dim",
     "tail_projection_dim",
+)
+# The fields that `from_pretrained(..., field=value)` gives to `__init__` (checked and derived from there) rather than
+# setting them on the loaded config; the label maps too, to go with a new `label_count`.
+_GIVEN_AT_LOADING = (
+    *OUTPUT_LAYER_STRUCTURE_FIELDS,
     "pooling",
     "normalize",
     "classifier_dropout",

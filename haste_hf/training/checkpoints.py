@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from safetensors import SafetensorError
 from transformers.utils import CONFIG_NAME
 
+from ..modeling.configuration_haste import OUTPUT_LAYER_STRUCTURE_FIELDS
 from ..modeling.saving import LABEL_NAMES_FILE
 
 
@@ -27,15 +28,6 @@ def _reading(checkpoint: str | None, files: str):
         ) from error
 
 
-# What a checkpoint's config.json must share with the model that resumes it, in the words of the message.
-_STRUCTURE_FIELDS = (
-    "label_count",
-    "head_label_count",
-    "group_size",
-    "fan_in",
-    "head_projection_dim",
-    "tail_projection_dim",
-)
 _ENCODER_FIELDS = ("model_type", "hidden_size", "num_hidden_layers", "vocab_size")
 
 
@@ -47,7 +39,7 @@ def checkpoint_model_differences(folder: str | os.PathLike, config) -> list[str]
             saved = json.load(f)
     except (OSError, ValueError):
         return []
-    pairs = [(name, saved.get(name), getattr(config, name, None)) for name in _STRUCTURE_FIELDS]
+    pairs = [(name, saved.get(name), getattr(config, name, None)) for name in OUTPUT_LAYER_STRUCTURE_FIELDS]
     encoder = saved.get("encoder") if isinstance(saved.get("encoder"), dict) else {}
     pairs += [(f"encoder {name}", encoder.get(name), getattr(config.encoder, name, None)) for name in _ENCODER_FIELDS]
     return [f"{name} is {theirs} (this run: {ours})" for name, theirs, ours in pairs if theirs != ours]
