@@ -30,21 +30,19 @@ def cls_normalize_folder(encoder_dir, tmp_path_factory):
 
 def test_the_recipe_reads_a_sentence_transformer_folder_as_the_api_does(cls_normalize_folder, encoder_dir):
     encoder, _ = load_encoder(str(cls_normalize_folder))
-    assert encoder_pooling(str(cls_normalize_folder), encoder) == ("cls", True)
-    assert encoder_pooling(str(cls_normalize_folder), encoder, "mean") == (
-        "mean",
-        True,
-    )  # --pooling wins, as in the API
+    # The folder's pooling; its Normalize is left out (the recipe's learning rates are for unnormalised features).
+    assert encoder_pooling(str(cls_normalize_folder), encoder) == ("cls", False)
+    assert encoder_pooling(str(cls_normalize_folder), encoder, "mean") == ("mean", False)  # --pooling wins
     plain, _ = load_encoder(str(encoder_dir))
     assert encoder_pooling(str(encoder_dir), plain) == ("mean", False)  # a plain transformers folder: its family's
     assert torch.equal(encoder.embeddings.word_embeddings.weight, plain.embeddings.word_embeddings.weight)
 
 
-def test_train_keeps_the_folders_pooling_and_normalisation(capsys, cli_files, cls_normalize_folder, tmp_path):
+def test_train_keeps_the_folders_pooling(capsys, cli_files, cls_normalize_folder, tmp_path):
     output = tmp_path / "out"
     status, lines = run_cli(
         capsys, train_flags(cli_files["data"], cls_normalize_folder, output, "--validation-fraction", "0")
     )
     assert status == 0, lines
     config = json.loads((output / "config.json").read_text())
-    assert (config["pooling"], config["normalize"]) == ("cls", True)
+    assert (config["pooling"], config["normalize"]) == ("cls", False)
