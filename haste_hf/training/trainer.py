@@ -216,8 +216,7 @@ class HasteTrainer(Trainer):
         args.output_fused_update = plan.output_fused_update
         if plan.checkpoint_every:
             # On the model, not through `args`: transformers releases read other fields and take `every_n_layers` or not.
-            every = {} if plan.checkpoint_every == 1 else {"every_n_layers": plan.checkpoint_every}
-            model.gradient_checkpointing_enable(**every)
+            memory_plan.enable_encoder_checkpointing(model, plan.checkpoint_every)
         return plan
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
