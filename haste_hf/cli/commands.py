@@ -392,7 +392,6 @@ def command_add_labels(args) -> int:
         seed=args.seed,
         batch_size=args.eval_batch_size,
         max_length=args.max_length,
-        show_progress=True,
     )
     settings = Path(args.model) / EVALUATION_SETTINGS_FILE
     addition = LabelAddition(

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
+from transformers.utils.logging import is_progress_bar_enabled
 
 from ..modeling.defaults import DEFAULT_EVAL_BATCH_SIZE, DEFAULT_MAX_LENGTH
 from ..modeling.output_layer import HasteOutputLayer
@@ -168,11 +169,10 @@ def embed_texts(
     *,
     batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
     max_length: int = DEFAULT_MAX_LENGTH,
-    show_progress: bool = False,
 ) -> torch.Tensor:
     """The model's pooled features `[len(texts), d]` (float32, on the model's device) of `texts`: what its output
     layer reads, so a label's text lands where the texts it should score high land (`label_text_embeddings` over
-    the model's encoder, pooling and normalisation). `show_progress`: a progress bar over the batches."""
+    the model's encoder, pooling and normalisation)."""
     batches = label_text_embeddings(
         model.encoder,
         texts,
@@ -182,7 +182,7 @@ def embed_texts(
         batch_size=batch_size,
         max_length=max_length,
         device=model.device,
-        show_progress=show_progress,
+        show_progress=is_progress_bar_enabled(),  # as transformers' own bars: `disable_progress_bar()` hides it
     )
     return torch.cat(list(batches))
 
@@ -362,16 +362,15 @@ def fit_new_labels(
     *,
     steps: int,
     learning_rate: float,
-    show_progress: bool = False,
 ) -> list[float]:
     """Adam on the new weights alone, on the model's own objective restricted to them: BCE summed over the new
     labels' positive pairs and over every (negative, new label) pair, per negative text. Summed, not balanced, so
     that the negatives outweigh the few positives as they do in training, and the new labels' scores fall where the
-    existing labels' do. Returns the loss of each step. `show_progress`: a progress bar over the steps."""
+    existing labels' do. Returns the loss of each step."""
     optimizer = torch.optim.Adam(weights.parameters(), lr=learning_rate)
     rows, labels = pairs
     losses = []
-    for _ in tqdm(range(steps), desc="Fitting the new labels", unit="step", disable=not show_progress):
+    for _ in tqdm(range(steps), desc="Fitting the new labels", unit="step", disable=not is_progress_bar_enabled()):
         optimizer.zero_grad(set_to_none=True)
         positive = F.softplus(-weights.pair_logits(*positives, rows, labels)).sum()
         negative_logits = weights.logits(*negatives)
@@ -470,14 +469,12 @@ def add_labels(
     seed: int = 0,
     batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
     max_length: int | None = None,
-    show_progress: bool = False,
 ) -> list[int]:
     """`HasteForExtremeClassification.add_labels`: see its docstring. Returns the ids of the new labels.
 
     `fit_steps` Adam steps of `learning_rate` fit the new weights (with `negatives`); `seed` draws the new groups;
     texts are embedded `batch_size` at a time, cut at `max_length` tokens (default: the tokenizer's
-    `model_max_length`, which `haste-hf train` sets to the training length, else `DEFAULT_MAX_LENGTH`).
-    `show_progress`: progress bars over the embedding of the texts and the fit (`haste-hf add-labels` shows them)."""
+    `model_max_length`, which `haste-hf train` sets to the training length, else `DEFAULT_MAX_LENGTH`)."""
     layer = model.output_layer
     if type(layer) is not HasteOutputLayer:
         raise ValueError(
@@ -515,12 +512,7 @@ def add_labels(
     count = len(texts)
     example_texts = [text for values in examples for text in values]
     embedded = embed_texts(
-        model,
-        tokenizer,
-        texts + example_texts + (negatives or []),
-        batch_size=batch_size,
-        max_length=max_length,
-        show_progress=show_progress,
+        model, tokenizer, texts + example_texts + (negatives or []), batch_size=batch_size, max_length=max_length
     )
     branches = [
         branch for branch, present in (("head", layer.head is not None), ("tail", layer.tail is not None)) if present
@@ -551,13 +543,7 @@ def add_labels(
             try:
                 torch.manual_seed(seed)
                 fit_new_labels(
-                    weights,
-                    positive_x,
-                    (rows, labels),
-                    negative_x,
-                    steps=fit_steps,
-                    learning_rate=learning_rate,
-                    show_progress=show_progress,
+                    weights, positive_x, (rows, labels), negative_x, steps=fit_steps, learning_rate=learning_rate
                 )
             finally:
                 torch.random.set_rng_state(generator_state)

@@ -297,7 +297,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             names: the new labels' names (default: their texts where the model has names).
             head: put the new labels in the dense head rather than in tail groups of their own.
             tokenizer: the model's tokenizer (default: the one saved with it).
-            **options: `fit_steps`, `learning_rate`, `seed`, `batch_size`, `max_length`, `show_progress` (see
+            **options: `fit_steps`, `learning_rate`, `seed`, `batch_size`, `max_length` (see
                 `haste_hf.labels.additions.add_labels`).
         """
         try:
