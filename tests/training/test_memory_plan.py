@@ -212,6 +212,21 @@ def test_the_plan_says_in_one_line_what_it_chose_and_why_and_checkpoints_through
     ]
 
 
+def test_log_level_info_shows_the_plan(tmp_path, caplog):
+    """transformers' `log_level` (`--log-level info`) shows the plan's line, as it shows the Trainer's own."""
+    from transformers.utils import logging as transformers_logging
+
+    verbosity = transformers_logging.get_verbosity()
+    try:
+        tokenizer = tiny_tokenizer(tmp_path / "tokenizer")
+        make_tiny_trainer(tmp_path / "run", tokenizer, Dataset.from_list(planted_texts(40, 8)), log_level="info")
+    finally:
+        transformers_logging.set_verbosity(verbosity)
+    assert [record.levelno for record in caplog.records if record.getMessage().startswith("Memory plan:")] == [
+        logging.INFO
+    ]
+
+
 def test_on_a_cpu_the_trainer_chooses_nothing(tmp_path):
     """Without a GPU: float32 momentum, no chunked backward, no fused update, no checkpointing (see memory_plan);
     the caller's arguments keep saying "not given"."""
