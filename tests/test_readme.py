@@ -43,9 +43,27 @@ def test_pipeline_example(tmp_path, tiny_encoder, monkeypatch, capsys):
     model.set_label_names([f"tag{i}" for i in range(12)])
     model.save_pretrained(tmp_path / "haste-demo")
     tiny_tokenizer(tmp_path / "haste-demo")
-    run(example("Pipelines, stock `Trainer`, SentenceTransformers"), tmp_path, monkeypatch)
+    run(example("Pipelines"), tmp_path, monkeypatch)
     printed = eval(capsys.readouterr().out.strip().splitlines()[-1])
     assert len(printed) == 2 and all(len(row) == 3 and row[0]["label"].startswith("tag") for row in printed)
+
+
+def test_stock_trainer_example(tmp_path, monkeypatch, capsys):
+    model = make_tiny_model(label_count=452, head_label_count=14, group_size=16)
+    model.save_pretrained(tmp_path / "haste-demo")
+    tiny_tokenizer(tmp_path / "haste-demo")
+    code = replaced(
+        example("Stock `Trainer`, `evaluate`, SentenceTransformers"),
+        (
+            ("num_train_epochs=1", "max_steps=2, per_device_train_batch_size=8, report_to=[], use_cpu=True"),
+            ('eval_dataset=data.splits["test"]', 'eval_dataset=data.splits["test"].select(range(16))'),
+        ),
+    )
+    names = run(code, tmp_path, monkeypatch)
+    assert names["trainer"].state.global_step == 2
+    evaluated, computed = (eval(line) for line in capsys.readouterr().out.strip().splitlines()[-2:])
+    assert {"eval_P@1", "eval_P@3", "eval_nDCG@5"} <= set(evaluated)
+    assert computed["P@1"] == 0 and computed["P@3"] == pytest.approx(1 / 3)
 
 
 def test_peft_example(tmp_path, tiny_encoder, monkeypatch):
@@ -89,7 +107,8 @@ def test_every_python_block_is_run():
         example("Use it"),  # test_recipe_example
         python_blocks()[1],  # test_step_by_step_fragment
         example("The output layer on its own"),
-        example("Pipelines, stock `Trainer`, SentenceTransformers"),
+        example("Pipelines"),
+        example("Stock `Trainer`, `evaluate`, SentenceTransformers"),
         example("LoRA with PEFT"),
         example("Labels added to a trained model"),  # tests/labels/test_additions.py::test_readme_example
     ]
