@@ -498,10 +498,10 @@ class HasteConfig(PretrainedConfig):
 
     @property
     def custom_pipelines(self) -> dict:
-        """What `pipeline()` reads: with the package installed, nothing, so that transformers' own
-        `TextClassificationPipeline` serves the model of any label count without `trust_remote_code` (sigmoid scores
-        per `problem_type`, names from `id2label`). Otherwise the HASTE pipeline exported with the checkpoint,
-        which needs `trust_remote_code=True`."""
+        """What `pipeline()` reads: with the package installed, nothing, since transformers reads a config's custom
+        pipeline as remote code, refused without `trust_remote_code`; the package names its pipeline in transformers'
+        registry instead (`auto_registration.register_pipeline`). Otherwise the HASTE pipeline exported with the
+        checkpoint, which needs `trust_remote_code=True`."""
         if self.pipeline_is_installed:
             return {}
         return copy.deepcopy(TEXT_CLASSIFICATION_PIPELINE)  # a copy: `pipeline()` replaces its class names
