@@ -192,3 +192,20 @@ def test_step_by_step_fragment(tmp_path, tiny_encoder, monkeypatch):
     exec(compile(code, "README.md", "exec"), names)
     assert names["out"].loss.isfinite() and names["top"].label_ids.shape == (2, 5)
     assert (tmp_path / "layout.safetensors").exists()
+
+
+def test_ci_runs_the_readme_test_command_word_for_word():
+    """.ci/run runs the README's second command (install with the `test` extra, then `pytest -q`), its parts in order,
+    with only the lint checks between install and pytest."""
+    command = re.search(r"# 2\. install and run the tests\n(.*)\n", README).group(1)
+    parts = command.split(" && ")
+    assert parts[-1] == "pytest -q" and 'pip install -q -e ".[test]"' in parts
+    ci = (Path(__file__).parent.parent / ".ci" / "run").read_text().splitlines()
+    lines = [line for line in ci if line and not line.startswith("#")]
+    start = lines.index(" && ".join(parts[:2]))
+    assert lines[start : start + 4] == [
+        " && ".join(parts[:2]),
+        " && ".join(parts[2:-1]),
+        "ruff check . && ruff format --check .",
+        parts[-1],
+    ]
