@@ -9,8 +9,8 @@ An export folder holds one of two layouts (`haste_onnx.json` says which):
   the output layer (`head_features`, `tail_features`), and `output_layer.safetensors` holds the output layer,
   scored here in numpy a chunk of labels at a time, so memory stays `O(batch * (k + chunk))`.
 
-`OnnxClassifier` serves both. This file is flat and imports only numpy, onnxruntime and safetensors (and the
-tokenizer's library for `predict`): the export copies it beside the model as `haste_onnx.py`.
+`OnnxClassifier` serves both. This file is flat and imports only numpy and onnxruntime (and safetensors for the split
+layout, transformers for `predict`'s tokenizer; never torch): the export copies it beside the model as `haste_onnx.py`.
 """
 
 import hashlib
@@ -442,7 +442,13 @@ class OnnxClassifier:
 
     def _load_tokenizer(self):
         if self._tokenizer is None:
-            from transformers import AutoTokenizer
+            try:
+                from transformers import AutoTokenizer
+            except ImportError:
+                raise ImportError(
+                    "`predict` tokenizes texts with the export's tokenizer through transformers (torch not needed): "
+                    "pip install transformers, or tokenize the texts yourself and call `top_k(input_ids, attention_mask)`."
+                ) from None
 
             tokenizer = AutoTokenizer.from_pretrained(self.folder)
             files = self.metadata.get("files")

@@ -348,10 +348,12 @@ def command_export(args) -> int:
 
 
 def command_add_labels(args) -> int:
+    import datetime
     import shutil
 
     from ..evaluation import EVALUATION_SETTINGS_FILE
     from ..labels.additions import check_new_names, examples_from_split, read_new_labels, sample_texts
+    from ..model_card import PLOT_FILE, LabelAddition, card_with_added_labels
     from ..modeling.saving import save_trained_folder
     from ..recipe import check_output_dir, load_dataset
 
@@ -392,10 +394,27 @@ def command_add_labels(args) -> int:
         max_length=args.max_length,
     )
     settings = Path(args.model) / EVALUATION_SETTINGS_FILE
+    addition = LabelAddition(
+        ids=ids,
+        names=names,
+        texts=texts,
+        branch="head" if args.head else "tail",
+        example_count=sum(len(values) for values in examples or []),
+        negative_count=len(negatives or []),
+        when=datetime.datetime.now(datetime.timezone.utc),
+    )
 
-    def write_extra(folder: Path):  # evaluate and predict keep reading texts as training did
-        if settings.is_file():
+    def write_extra(folder: Path):
+        if settings.is_file():  # evaluate and predict keep reading texts as training did
             shutil.copyfile(settings, folder / settings.name)
+        # The card: the model's own (a regular file: a link is not followed), with this addition appended.
+        source = Path(args.model)
+        card = source / "README.md"
+        text = card.read_text(encoding="utf-8") if card.is_file() and not card.is_symlink() else None
+        if text is not None and (source / PLOT_FILE).is_file() and not (source / PLOT_FILE).is_symlink():
+            shutil.copyfile(source / PLOT_FILE, folder / PLOT_FILE)  # the card shows it
+        text = card_with_added_labels(text, model, Path(args.output_dir).name, addition)
+        (folder / "README.md").write_text(text, encoding="utf-8")
 
     save_trained_folder(args.output_dir, model, tokenizer, write_extra)
     where = "the head" if args.head else "the tail"

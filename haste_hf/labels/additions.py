@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from tqdm.auto import tqdm
+from transformers.utils.logging import is_progress_bar_enabled
 
 from ..modeling.defaults import DEFAULT_EVAL_BATCH_SIZE, DEFAULT_MAX_LENGTH
 from ..modeling.output_layer import HasteOutputLayer
@@ -180,7 +182,7 @@ def embed_texts(
         batch_size=batch_size,
         max_length=max_length,
         device=model.device,
-        show_progress=False,
+        show_progress=is_progress_bar_enabled(),  # as transformers' own bars: `disable_progress_bar()` hides it
     )
     return torch.cat(list(batches))
 
@@ -368,7 +370,7 @@ def fit_new_labels(
     optimizer = torch.optim.Adam(weights.parameters(), lr=learning_rate)
     rows, labels = pairs
     losses = []
-    for _ in range(steps):
+    for _ in tqdm(range(steps), desc="Fitting the new labels", unit="step", disable=not is_progress_bar_enabled()):
         optimizer.zero_grad(set_to_none=True)
         positive = F.softplus(-weights.pair_logits(*positives, rows, labels)).sum()
         negative_logits = weights.logits(*negatives)

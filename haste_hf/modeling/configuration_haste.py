@@ -6,7 +6,10 @@ into a checkpoint folder that loads with `trust_remote_code=True` where `haste_h
 """
 
 import copy
+import logging
 import numbers
+import os
+import re
 from collections.abc import Mapping, Sequence
 
 from transformers import AutoConfig, PretrainedConfig
@@ -24,6 +27,38 @@ from .defaults import (
     check_one_of,
     head_label_count_for,
 )
+
+
+class _RepeatedCodeNotice(logging.Filter):
+    """Drops transformers' notice that code files were downloaded ("A new version of the following files was
+    downloaded from <repository>") where the repository is the one this module was loaded from as remote code and
+    every file listed lies beside this module. The configuration's files (this module and `defaults`) were announced
+    before any of them ran; the model's files, fetched next from the same repository and revision, would add one
+    notice of 3 to 14 lines for each of its 16 files."""
+
+    NOTICE = "A new version of the following files was downloaded from https://huggingface.co/"
+
+    def __init__(self, folder: str, sanitize):
+        super().__init__()
+        self.folder, self.sanitize = folder, sanitize
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not message.startswith(self.NOTICE) or ":\n" not in message:
+            return True
+        repository = message[len(self.NOTICE) : message.index(":\n")]
+        files = re.findall(r"^- (.+)$", message, flags=re.MULTILINE)
+        here = os.path.dirname(self.folder).endswith(os.sep + os.sep.join(map(self.sanitize, repository.split("/"))))
+        return not (here and files and all(os.path.isfile(os.path.join(self.folder, name)) for name in files))
+
+
+if __name__.startswith("transformers_modules."):  # loaded as remote code (see `_RepeatedCodeNotice`)
+    from transformers import dynamic_module_utils
+
+    if hasattr(dynamic_module_utils, "_sanitize_module_name"):
+        logging.getLogger(dynamic_module_utils.__name__).addFilter(
+            _RepeatedCodeNotice(os.path.dirname(os.path.abspath(__file__)), dynamic_module_utils._sanitize_module_name)
+        )
 
 
 # Bumped whenever a checkpoint written by this code could not be read correctly by older code.
@@ -463,10 +498,10 @@ class HasteConfig(PretrainedConfig):
 
     @property
     def custom_pipelines(self) -> dict:
-        """What `pipeline()` reads: with the package installed, nothing, so that transformers' own
-        `TextClassificationPipeline` serves the model of any label count without `trust_remote_code` (sigmoid scores
-        per `problem_type`, names from `id2label`). Otherwise the HASTE pipeline exported with the checkpoint,
-        which needs `trust_remote_code=True`."""
+        """What `pipeline()` reads: with the package installed, nothing, since transformers reads a config's custom
+        pipeline as remote code, refused without `trust_remote_code`; the package names its pipeline in transformers'
+        registry instead (`auto_registration.register_pipeline`). Otherwise the HASTE pipeline exported with the
+        checkpoint, which needs `trust_remote_code=True`."""
         if self.pipeline_is_installed:
             return {}
         return copy.deepcopy(TEXT_CLASSIFICATION_PIPELINE)  # a copy: `pipeline()` replaces its class names

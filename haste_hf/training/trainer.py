@@ -20,6 +20,7 @@ from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME, TRAINER_STATE_N
 from transformers.trainer_callback import TrainerState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.training_args import OptimizerNames
+from transformers.utils import logging as transformers_logging
 
 from ..data import LabelIdPadding, XMCDataCollator
 from ..modeling.logging_utils import get_logger
@@ -156,6 +157,8 @@ class HasteTrainer(Trainer):
         if isinstance(kwargs.get("data_collator"), DataCollatorWithPadding):
             # It pads the token columns, and fails on the label-id lists, one length per example.
             kwargs["data_collator"] = LabelIdPadding(kwargs["data_collator"])
+        # The verbosity `Trainer.__init__` sets from `log_level`, set before the plan logs what it chose.
+        transformers_logging.set_verbosity(args.get_process_log_level())
         self.memory_plan = self._plan_memory(args, haste_model, sharded, kwargs.get("data_collator"))
         self._gathered = None  # see `_gathered_for_saving`
         super().__init__(model, args, *trainer_args, **kwargs)
@@ -216,8 +219,7 @@ class HasteTrainer(Trainer):
         args.output_fused_update = plan.output_fused_update
         if plan.checkpoint_every:
             # On the model, not through `args`: transformers releases read other fields and take `every_n_layers` or not.
-            every = {} if plan.checkpoint_every == 1 else {"every_n_layers": plan.checkpoint_every}
-            model.gradient_checkpointing_enable(**every)
+            memory_plan.enable_encoder_checkpointing(model, plan.checkpoint_every)
         return plan
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):

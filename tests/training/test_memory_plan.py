@@ -4,6 +4,7 @@ calibration against the measured peaks, and through `HasteTrainer`, the command 
 import dataclasses
 import logging
 import types
+import warnings
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ from haste_hf.training.training_args import HasteTrainingArguments
 
 
 GPU = 80 * 2**30
+PLAN_LOGGER = "transformers.haste_hf.training.memory_plan"
 OPTIONS = ("output_momentum_dtype", "output_chunked_backward", "output_fused_update")
 
 
@@ -169,6 +171,60 @@ def test_the_trainer_takes_the_plan_into_its_own_arguments(tmp_path, monkeypatch
     assert trainer.model.is_gradient_checkpointing
     trainer.train()
     assert trainer.model.output_layer.tail.weight.grad is None  # the fused update stepped it inside the backward
+
+
+def test_the_plan_says_in_one_line_what_it_chose_and_why_and_checkpoints_through_the_current_call(
+    tmp_path, monkeypatch, caplog
+):
+    """A GPU where the tiny model's planned peak does not fit: one info line names the choice, the planned peak and
+    the GPU's memory; turning checkpointing on warns of no deprecated call (transformers 5.24 renamed it)."""
+    tokenizer = tiny_tokenizer(tmp_path / "tokenizer")
+    data = Dataset.from_list(planted_texts(40, 8))
+    monkeypatch.setattr(memory_plan, "device_memory_of", lambda device: 2**20)
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.INFO, logger=PLAN_LOGGER):
+        warnings.simplefilter("always")
+        trainer = make_tiny_trainer(tmp_path / "run", tokenizer, data, output_layer_dtype="bfloat16", max_steps=1)
+    assert trainer.model.is_gradient_checkpointing
+    assert [str(warning.message) for warning in caught if issubclass(warning.category, FutureWarning)] == []
+    # (and a warning: at 1 MiB even every block checkpointed does not fit)
+    lines = [
+        record.getMessage()
+        for record in caplog.records
+        if record.name == PLAN_LOGGER and record.levelno == logging.INFO
+    ]
+    peak = trainer.memory_plan.planned_peak / 2**30
+    assert lines == [
+        "Memory plan: output layer momentum bfloat16, chunked backward on, fused update on (a bf16 output layer on a "
+        f"GPU, options not given); encoder checkpointing of every block (planned peak {peak:.1f} GiB; with fewer "
+        "blocks it exceeds 85% of the GPU's 0.0 GiB)."
+    ]
+    caplog.clear()
+    monkeypatch.setattr(memory_plan, "device_memory_of", lambda device: None)
+    with caplog.at_level(logging.INFO, logger=PLAN_LOGGER):
+        make_tiny_trainer(tmp_path / "cpu", tokenizer, data, max_steps=1)
+    assert [
+        record.getMessage()
+        for record in caplog.records
+        if record.name == PLAN_LOGGER and record.levelno == logging.INFO
+    ] == [
+        "Memory plan: output layer momentum float32, chunked backward off, fused update off; no encoder "
+        "checkpointing (a CPU: no device memory to plan against)."
+    ]
+
+
+def test_log_level_info_shows_the_plan(tmp_path, caplog):
+    """transformers' `log_level` (`--log-level info`) shows the plan's line, as it shows the Trainer's own."""
+    from transformers.utils import logging as transformers_logging
+
+    verbosity = transformers_logging.get_verbosity()
+    try:
+        tokenizer = tiny_tokenizer(tmp_path / "tokenizer")
+        make_tiny_trainer(tmp_path / "run", tokenizer, Dataset.from_list(planted_texts(40, 8)), log_level="info")
+    finally:
+        transformers_logging.set_verbosity(verbosity)
+    assert [record.levelno for record in caplog.records if record.getMessage().startswith("Memory plan:")] == [
+        logging.INFO
+    ]
 
 
 def test_on_a_cpu_the_trainer_chooses_nothing(tmp_path):
