@@ -12,6 +12,7 @@ import subprocess
 import tempfile
 
 import pytest
+import torch
 from hub_server import start_subprocess
 
 
@@ -33,6 +34,11 @@ os.environ.update(
     HF_HUB_OFFLINE="0",
 )
 os.environ.pop("TRANSFORMERS_OFFLINE", None)
+
+# Without a GPU the Triton kernels' tests run on CPU tensors through Triton's interpreter, which `triton.jit` picks
+# when it decorates a kernel: set before anything imports one (tests/kernels/triton/conftest.py).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def _stop_hub():

@@ -1,0 +1,56 @@
+# Copyright 2026 The haste_hf Authors. Apache-2.0.
+"""`haste_hf.kernels.triton.forward` against the float64 reference (GPU, or CPU through Triton's interpreter)."""
+
+import pytest
+import torch
+from kernel_operands import TOLERANCE, make_layer, reference_logits, relative_error
+
+from haste_hf.kernels.triton import forward
+
+
+# (B, d, K, G, F): tensor-core shapes, ragged batches and a run of groups past K (K = 40), G = 48 and F = 96
+# (padded to powers of two), then shapes off the tensor cores (any G, F >= 1).
+SMALL_SHAPES = [
+    (70, 96, 40, 32, 64, torch.bfloat16),
+    (33, 100, 3, 16, 32, torch.float16),
+    (5, 130, 7, 48, 96, torch.bfloat16),
+    (9, 40, 6, 5, 7, torch.float32),
+    (3, 12, 2, 1, 1, torch.float32),
+]
+GPU_SHAPES = [
+    (300, 768, 121, 48, 64),
+    (97, 1400, 11, 16, 128),
+    (1, 300, 1, 64, 128),
+    (256, 768, 2500, 64, 32),
+    (129, 4000, 50, 16, 256),
+    (40, 96, 6, 20, 33),
+]
+
+
+def check(shape, dtype, device, seed, bias=True):
+    x, weight, supports, bias_tensor = make_layer(*shape, dtype, device, seed, bias)
+    out = forward.forward(x, weight, supports, bias_tensor)
+    assert out.dtype == dtype and out.shape == (shape[0], shape[2] * shape[3])
+    assert torch.isfinite(out).all()
+    error = relative_error(out, reference_logits(x, weight, supports, bias_tensor))
+    assert error < TOLERANCE[dtype], f"relative error {error:.2e}"
+
+
+@pytest.mark.parametrize("shape", SMALL_SHAPES, ids=lambda s: "B{}-d{}-K{}-G{}-F{}-{}".format(*s))
+def test_matches_reference(device, shape):
+    check(shape[:5], shape[5], device, seed=sum(shape[:5]), bias=shape[0] % 2 == 1)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "B{}-d{}-K{}-G{}-F{}".format(*s))
+def test_matches_reference_on_gpu(shape, dtype):
+    check(shape, dtype, "cuda", seed=sum(shape))
+
+
+def test_empty_and_featureless_layers(device):
+    x, weight, supports, bias = make_layer(4, 8, 3, 16, 32, torch.float32, device, seed=1)
+    assert forward.forward(x[:0], weight, supports, bias).shape == (0, 48)
+    empty = forward.forward(x, weight[:, :, :0], supports[:, :0], bias)
+    torch.testing.assert_close(empty, bias.expand(4, 48))
