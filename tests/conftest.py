@@ -16,6 +16,12 @@ import torch
 from hub_server import start_subprocess
 
 
+# Without a GPU, the Triton kernels run through Triton's interpreter. It is chosen when a kernel (and
+# `triton.language`'s own helpers) is decorated, so before anything imports triton.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
 HUB_TOKEN = "hf_haste_test_token"
 HUB_USER = "haste-tester"
 
