@@ -60,18 +60,17 @@ def _grad_input_kernel(
     acc_rows = acc_ptr + rows[None, :]
     first = split.to(tl.int64) * groups_per_program
     count = tl.minimum(groups_per_program, num_groups - first)
+    operand_masks = (label_mask[:, None] & row_mask[None, :], slot_mask[:, None] & label_mask[None, :], slot_mask)
+    mask = slot_mask[:, None] & row_mask[None, :]
+    # The next group's operands are loaded before this group's update (by hand: Triton's software
+    # pipelining does not cross the deterministic mode's barrier).
+    next_operands = _load_group(grad_out_rows, weight_slots, supports_ptr, first, G, F, operand_masks)
     for step in tl.range(0, count, num_stages=NUM_STAGES):
-        group64 = first + step
-        grad_block = tl.load(
-            grad_out_rows + group64 * G, mask=label_mask[:, None] & row_mask[None, :], other=0.0
-        )  # [G, rows]
-        weight_block = tl.load(
-            weight_slots + group64 * G * F, mask=slot_mask[:, None] & label_mask[None, :], other=0.0
-        )  # [F, G]
-        features = tl.load(supports_ptr + group64 * F + slots, mask=slot_mask, other=0)
+        grad_block, weight_block, features = next_operands
+        following = first + tl.minimum(step + 1, count - 1)  # the last group loads itself again: no read past K
+        next_operands = _load_group(grad_out_rows, weight_slots, supports_ptr, following, G, F, operand_masks)
         update = tl.dot(weight_block, grad_block, input_precision=PRECISION)  # [F, rows] fp32
         target = acc_rows + features[:, None].to(tl.int64) * batch
-        mask = slot_mask[:, None] & row_mask[None, :]
         if DETERMINISTIC:
             # Read-modify-write of this program's own partial; the barrier keeps the next group's reads
             # (other threads, maybe the same rows: supports of two groups overlap) after these writes.
@@ -80,6 +79,16 @@ def _grad_input_kernel(
             tl.debug_barrier()
         else:
             tl.atomic_add(target, update, mask=mask, sem="relaxed")
+
+
+@triton.jit
+def _load_group(grad_out_rows, weight_slots, supports_ptr, group, G: tl.constexpr, F: tl.constexpr, masks):
+    """`grad_out_k^T [G, rows]`, `weight_k^T [F, G]` and the support of group `group` (int64)."""
+    grad_mask, weight_mask, slot_mask = masks
+    grad_block = tl.load(grad_out_rows + group * G, mask=grad_mask, other=0.0)
+    weight_block = tl.load(weight_slots + group * G * F, mask=weight_mask, other=0.0)
+    features = tl.load(supports_ptr + group * F + tl.arange(0, slot_mask.shape[0]), mask=slot_mask, other=0)
+    return grad_block, weight_block, features
 
 
 @triton.jit
