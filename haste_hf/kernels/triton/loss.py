@@ -9,7 +9,8 @@ slots), or nothing when no gradient is needed.
 
 The positives come as per-row positions `[B, P]` (any order, repeats, -1 padding, columns past the layer); one
 small kernel turns them into a bit mask `[B, ceil(n / 32)]` that the epilogues read. Each program sums its loss
-terms in a fixed order (fp32 per tile, fp64 across tiles) into its own slot; the slots are added by PyTorch, so
+terms in a fixed order (each tile element over the program's groups in fp32, then across the tile in fp64) into
+its own slot; the slots are added by PyTorch, so
 the loss is the same bits run to run. The loss is computed on each logit rounded to the layer's dtype, as the
 logits kernel would have stored it.
 """
@@ -20,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .forward import LaunchConfig, group_logits, transposed_padded
+from .forward import LaunchConfig, group_logits, pack_columns, transposed_padded
 
 
 LOSS_KINDS = {"bce": 0, "squared_hinge": 1}
@@ -70,7 +71,8 @@ def _sparse_loss_kernel(
     B,
     Bp,
     K,
-    groups_per_program,
+    packs,
+    packs_per_program,
     words,
     valid_count,
     scale,
@@ -79,34 +81,51 @@ def _sparse_loss_kernel(
     BLOCK_B: tl.constexpr,
     BLOCK_G: tl.constexpr,
     BLOCK_F: tl.constexpr,
+    PACK: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     IEEE: tl.constexpr,
     LOSS: tl.constexpr,
     STORE: tl.constexpr,
 ):
     tile_rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
-    labels = tl.arange(0, BLOCK_G)
-    first = tl.program_id(1) * groups_per_program
+    first = tl.program_id(1) * packs_per_program
     L = K.to(tl.int64) * G
     rows64 = tl.minimum(tile_rows, B - 1).to(tl.int64)
-    in_tile = (tile_rows[:, None] < B) & (labels[None, :] < G)
-    total = tl.zeros((), dtype=tl.float64)
-    # A fixed trip count, as in forward.py: groups past K recompute group K - 1 and count nothing.
-    for step in range(groups_per_program):
-        group = tl.minimum(first + step, K - 1)
+    in_batch = tile_rows[:, None] < B
+    # Each element of the tile sums its own terms over the run (fp32, a fixed order); one reduction at the end.
+    terms = tl.zeros((BLOCK_B, PACK * BLOCK_G), dtype=tl.float32)
+    # A fixed trip count, as in forward.py: packs past the end recompute the last one and count nothing.
+    for step in range(packs_per_program):
+        pack = tl.minimum(first + step, packs - 1)
         logits = group_logits(
-            xt_ptr, weight_ptr, supports_ptr, bias_ptr, group, tile_rows, Bp, G, F, BLOCK_G, BLOCK_F, HAS_BIAS, IEEE
+            xt_ptr,
+            weight_ptr,
+            supports_ptr,
+            bias_ptr,
+            pack,
+            K,
+            tile_rows,
+            Bp,
+            G,
+            F,
+            BLOCK_G,
+            BLOCK_F,
+            PACK,
+            HAS_BIAS,
+            IEEE,
         )
         z = logits.to(grad_ptr.dtype.element_ty).to(tl.float32)
-        columns = group.to(tl.int64) * G + labels
+        columns, exists = pack_columns(pack, K, G, BLOCK_G, PACK)
+        in_tile = in_batch & exists[None, :] & (first + step < packs)
         word = tl.load(mask_ptr + rows64[:, None] * words + (columns // 32)[None, :], mask=in_tile, other=0)
         y = ((word >> (columns % 32).to(tl.int32)[None, :]) & 1).to(tl.float32)
         loss, gradient = loss_and_gradient(z, y, LOSS)
-        counted = in_tile & (columns[None, :] < valid_count) & (first + step < K)
-        total += tl.sum(tl.sum(tl.where(counted, loss, 0.0), axis=1), axis=0).to(tl.float64)
+        counted = in_tile & (columns < valid_count)[None, :]
+        terms += tl.where(counted, loss, 0.0)
         if STORE:
             stored = tl.where(counted, gradient * scale, 0.0).to(grad_ptr.dtype.element_ty)
-            tl.store(grad_ptr + rows64[:, None] * L + columns[None, :], stored, mask=in_tile & (first + step < K))
+            tl.store(grad_ptr + rows64[:, None] * L + columns[None, :], stored, mask=in_tile)
+    total = tl.sum(tl.sum(terms, axis=1).to(tl.float64), axis=0)
     tl.store(partials_ptr + tl.program_id(1) * tl.num_programs(0) + tl.program_id(0), total)
 
 
@@ -203,21 +222,17 @@ def sparse_loss(x, weight, supports, bias, mask, valid_count: int, scale: float,
             batch,
             config.padded_batch,
             num_groups,
-            config.groups_per_program,
+            config.packs,
+            config.packs_per_program,
             mask.shape[1],
             valid_count,
             scale,
             G=group_size,
             F=fan_in,
-            BLOCK_B=config.block_b,
-            BLOCK_G=config.block_g,
-            BLOCK_F=config.block_f,
             HAS_BIAS=bias is not None,
-            IEEE=config.ieee,
             LOSS=LOSS_KINDS[loss],
             STORE=store,
-            num_warps=config.num_warps,
-            num_stages=config.num_stages,
+            **config.launch_options(),
         )
     return (partials.sum() * scale).float(), grad
 

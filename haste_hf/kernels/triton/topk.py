@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .forward import LaunchConfig, group_logits, transposed_padded
+from .forward import LaunchConfig, group_logits, pack_columns, transposed_padded
 
 
 @triton.jit
@@ -38,37 +38,51 @@ def _topk_kernel(
     B,
     Bp,
     K,
-    groups_per_program,
+    packs,
+    packs_per_program,
     valid_count,
     G: tl.constexpr,
     F: tl.constexpr,
     BLOCK_B: tl.constexpr,
     BLOCK_G: tl.constexpr,
     BLOCK_F: tl.constexpr,
+    PACK: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     IEEE: tl.constexpr,
     KP: tl.constexpr,
     OUT_DTYPE: tl.constexpr,
 ):
     tile_rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
-    labels = tl.arange(0, BLOCK_G)
     slots = tl.arange(0, KP)
-    first = tl.program_id(1) * groups_per_program
+    first = tl.program_id(1) * packs_per_program
     # Empty slots: the key of -inf above the slot's index (distinct keys, below every real score); a discarded
     # candidate: below them all.
     empty = _ordered_key(tl.full((), float("-inf"), tl.float32)).to(tl.int64) << 32
     floor = empty - 1
     best = tl.zeros((BLOCK_B, KP), dtype=tl.int64) + (empty + slots)[None, :]
     bar = tl.min(best, axis=1)
-    for step in range(groups_per_program):
-        group = tl.minimum(first + step, K - 1)
+    for step in range(packs_per_program):
+        pack = tl.minimum(first + step, packs - 1)
         logits = group_logits(
-            xt_ptr, weight_ptr, supports_ptr, bias_ptr, group, tile_rows, Bp, G, F, BLOCK_G, BLOCK_F, HAS_BIAS, IEEE
+            xt_ptr,
+            weight_ptr,
+            supports_ptr,
+            bias_ptr,
+            pack,
+            K,
+            tile_rows,
+            Bp,
+            G,
+            F,
+            BLOCK_G,
+            BLOCK_F,
+            PACK,
+            HAS_BIAS,
+            IEEE,
         )
         z = logits.to(OUT_DTYPE).to(tl.float32)
-        columns = group * G + labels
-        scored = (tile_rows[:, None] < B) & (labels[None, :] < G) & (columns[None, :] < valid_count)
-        scored = scored & (first + step < K)
+        columns, exists = pack_columns(pack, K, G, BLOCK_G, PACK)
+        scored = (tile_rows[:, None] < B) & (exists & (columns < valid_count))[None, :] & (first + step < packs)
         keys = (_ordered_key(z).to(tl.int64) << 32) + columns[None, :]
         candidates = tl.where(scored, keys, floor)
         top = tl.max(candidates, axis=1)
@@ -112,7 +126,6 @@ def group_sparse_topk(
     list_size = max(2, triton.next_power_of_2(k))
     if list_size > 32:  # the [BLOCK_B, KP] lists live in registers
         config.block_b = min(config.block_b, 32)
-        config.batch_tiles = triton.cdiv(batch, config.block_b)
     xt = transposed_padded(x, config.padded_batch)
     lists = config.runs * list_size
     scores = torch.empty(batch, lists, dtype=torch.float32, device=x.device)
@@ -128,19 +141,15 @@ def group_sparse_topk(
             batch,
             config.padded_batch,
             num_groups,
-            config.groups_per_program,
+            config.packs,
+            config.packs_per_program,
             valid_count,
             G=group_size,
             F=fan_in,
-            BLOCK_B=config.block_b,
-            BLOCK_G=config.block_g,
-            BLOCK_F=config.block_f,
             HAS_BIAS=bias is not None,
-            IEEE=config.ieee,
             KP=list_size,
             OUT_DTYPE=_TRITON_DTYPES[x.dtype],
-            num_warps=config.num_warps,
-            num_stages=config.num_stages,
+            **config.launch_options(),
         )
     scores, best = scores.topk(k, dim=1)
     return scores, ids.gather(1, best)
