@@ -115,7 +115,7 @@ def _forward_kernel(
 ):
     tile_rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     first = tl.program_id(1) * packs_per_program
-    L = K.to(tl.int64) * G
+    L = (tl.zeros((), dtype=tl.int64) + K) * G  # K may arrive as the constant 1 (Triton specializes it)
     out_rows = out_ptr + tile_rows.to(tl.int64)[:, None] * L
     in_batch = tile_rows[:, None] < B
     # A fixed trip count (the last run's packs past the end recompute the last one and store nothing): the loop
@@ -194,7 +194,13 @@ class LaunchConfig:
     def padded_batch(self):
         return self.batch_tiles * self.block_b
 
-    def launch_options(self):
+    @property
+    def epilogue_warps(self):
+        """Warps of the kernels with a heavy epilogue (the loss): 8 once the tile holds 64 x 64 logits, where 4
+        warps spill registers (ptxas, sm_90: 4 warps at 128 rows x 32 labels use 255 registers and spill)."""
+        return 8 if self.block_b * self.pack * self.block_g >= 64 * 64 else self.num_warps
+
+    def launch_options(self, num_warps=None):
         """The keyword arguments every kernel of the family takes from this configuration."""
         return {
             "BLOCK_B": self.block_b,
@@ -202,7 +208,7 @@ class LaunchConfig:
             "BLOCK_F": self.block_f,
             "PACK": self.pack,
             "IEEE": self.ieee,
-            "num_warps": self.num_warps,
+            "num_warps": num_warps or self.num_warps,
             "num_stages": self.num_stages,
         }
 

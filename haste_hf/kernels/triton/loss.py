@@ -86,10 +86,11 @@ def _sparse_loss_kernel(
     IEEE: tl.constexpr,
     LOSS: tl.constexpr,
     STORE: tl.constexpr,
+    WORDS_PER_PACK: tl.constexpr,
 ):
     tile_rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     first = tl.program_id(1) * packs_per_program
-    L = K.to(tl.int64) * G
+    L = (tl.zeros((), dtype=tl.int64) + K) * G  # K may arrive as the constant 1 (Triton specializes it)
     rows64 = tl.minimum(tile_rows, B - 1).to(tl.int64)
     in_batch = tile_rows[:, None] < B
     # Each element of the tile sums its own terms over the run (fp32, a fixed order); one reduction at the end.
@@ -117,8 +118,20 @@ def _sparse_loss_kernel(
         z = logits.to(grad_ptr.dtype.element_ty).to(tl.float32)
         columns, exists = pack_columns(pack, K, G, BLOCK_G, PACK)
         in_tile = in_batch & exists[None, :] & (first + step < packs)
-        word = tl.load(mask_ptr + rows64[:, None] * words + (columns // 32)[None, :], mask=in_tile, other=0)
-        y = ((word >> (columns % 32).to(tl.int32)[None, :]) & 1).to(tl.float32)
+        if WORDS_PER_PACK > 0:
+            # The pack's columns are whole 32-bit words of the mask (or lie in one): a load per row and word, not per
+            # logit (a [BLOCK_B, PACK * G] tensor of 64-bit addresses costs the registers the epilogue needs).
+            first_column = pack.to(tl.int64) * (PACK * G)
+            word0 = first_column // 32
+            bit = (first_column % 32).to(tl.int32) + tl.arange(0, PACK * BLOCK_G)
+            word = tl.zeros((BLOCK_B, PACK * BLOCK_G), dtype=tl.int32)
+            for i in tl.static_range(WORDS_PER_PACK):
+                row_word = tl.load(mask_ptr + rows64 * words + word0 + i, mask=(word0 + i < words), other=0)
+                word = tl.where((bit // 32 == i)[None, :], row_word[:, None], word)
+            y = ((word >> (bit % 32)[None, :]) & 1).to(tl.float32)
+        else:
+            word = tl.load(mask_ptr + rows64[:, None] * words + (columns // 32)[None, :], mask=in_tile, other=0)
+            y = ((word >> (columns % 32).to(tl.int32)[None, :]) & 1).to(tl.float32)
         loss, gradient = loss_and_gradient(z, y, LOSS)
         counted = in_tile & (columns < valid_count)[None, :]
         terms += tl.where(counted, loss, 0.0)
@@ -201,6 +214,15 @@ def logits_loss_(logits: torch.Tensor, mask: torch.Tensor, valid_count: int, sca
     return (partials.sum() * scale).float()
 
 
+def _words_per_pack(group_size: int, config) -> int:
+    """Mask words a pack's columns cover when they are whole words or lie inside one (then the epilogue loads one
+    word per row and word); 0 otherwise (one load per logit)."""
+    columns = config.pack * group_size
+    if group_size != config.block_g or (columns % 32 and 32 % columns):
+        return 0
+    return max(1, columns // 32)
+
+
 def sparse_loss(x, weight, supports, bias, mask, valid_count: int, scale: float, loss: str, store: bool):
     """(loss, logit gradient `[B, K * G]` or `[0, K * G]` without `store`) of a group-sparse layer, its logits
     never stored."""
@@ -208,6 +230,9 @@ def sparse_loss(x, weight, supports, bias, mask, valid_count: int, scale: float,
     num_groups, group_size, fan_in = weight.shape
     grad = x.new_empty(batch if store else 0, num_groups * group_size)
     config = LaunchConfig(batch, num_groups, group_size, fan_in, x.dtype, x.device)
+    # The epilogue's registers: tiles above 128 rows x 32 labels spill (ptxas, sm_90, 128 x 64 even at 8 warps).
+    if config.block_b * config.pack * config.block_g > 128 * 32:
+        config.block_b = 64
     xt = transposed_padded(x, config.padded_batch)
     partials = torch.empty(config.batch_tiles * config.runs, dtype=torch.float64, device=x.device)
     with _device(x):
@@ -232,7 +257,8 @@ def sparse_loss(x, weight, supports, bias, mask, valid_count: int, scale: float,
             HAS_BIAS=bias is not None,
             LOSS=LOSS_KINDS[loss],
             STORE=store,
-            **config.launch_options(),
+            WORDS_PER_PACK=_words_per_pack(group_size, config),
+            **config.launch_options(num_warps=config.epilogue_warps),
         )
     return (partials.sum() * scale).float(), grad
 

@@ -41,7 +41,15 @@ def check(layer, positions, valid_count, loss, store, dtype):
     assert torch.equal(again[0], value) and torch.equal(again[1], grad)
 
 
-SPARSE = [(21, 96, 40, 32, 64, torch.bfloat16), (9, 40, 6, 5, 7, torch.float32), (33, 100, 3, 16, 32, torch.float16)]
+# The epilogue reads the positives' mask one word per row for packs of 32 columns (G = 32; G = 16 packed two to a
+# dot), of 64 (G = 64: two words), of 16 (G = 16 alone at F = 128: half a word), and one word per logit otherwise.
+SPARSE = [
+    (21, 96, 40, 32, 64, torch.bfloat16),
+    (9, 40, 6, 5, 7, torch.float32),
+    (33, 100, 3, 16, 32, torch.float16),
+    (12, 160, 5, 64, 32, torch.bfloat16),
+    (10, 200, 5, 16, 128, torch.bfloat16),
+]
 
 
 @pytest.mark.parametrize("loss", sorted(losses.LOSSES))
