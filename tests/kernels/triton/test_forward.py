@@ -1,6 +1,10 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
 """`haste_hf.kernels.triton.forward` against the float64 reference (GPU, or CPU through Triton's interpreter)."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from kernel_operands import TOLERANCE, make_layer, reference_logits, relative_error
@@ -54,3 +58,25 @@ def test_empty_and_featureless_layers(device):
     assert forward.forward(x[:0], weight, supports, bias).shape == (0, 48)
     empty = forward.forward(x, weight[:, :, :0], supports[:, :0], bias)
     torch.testing.assert_close(empty, bias.expand(4, 48))
+
+
+COMPILE_WITH_ONES = """
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource, compile
+from haste_hf.kernels.triton import forward
+
+pointers = {"xt_ptr": "*bf16", "weight_ptr": "*bf16", "supports_ptr": "*i32", "bias_ptr": "*bf16", "out_ptr": "*bf16"}
+constants = dict(B=1, Bp=64, K=1, packs=1, packs_per_program=1, G=64, F=128, BLOCK_B=64, BLOCK_G=64, BLOCK_F=128,
+                 PACK=1, HAS_BIAS=True, IEEE=False)
+source = ASTSource(forward._forward_kernel, {**pointers, **dict.fromkeys(constants, "constexpr")}, constants)
+kernel = compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "num_stages": 3})
+assert ".entry _forward_kernel" in kernel.asm["ptx"]
+"""
+
+
+def test_compiles_for_hopper_when_arguments_are_one():
+    """Triton passes an integer argument equal to 1 as a constant (K = 1 group, one pack per program): the kernel
+    must compile then too. Compiled for sm_90 without a GPU (Triton's own ptxas), outside the interpreter."""
+    environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", COMPILE_WITH_ONES], env=environment, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
