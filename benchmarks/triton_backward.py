@@ -27,6 +27,7 @@ from haste_hf.kernels.triton.grad_weight import grad_weight
 
 
 PASSES = ("bwd_w", "bwd_x", "bwd_x_det")
+UPDATES = {1: "ordered-atomics", 2: "rmw-L2", 3: "rmw-L1"}
 
 
 def make_operands(batch, groups, group_size, fan_in, features, dtype):
@@ -92,10 +93,14 @@ def sweep_grad_input(operands, features, block_sizes, programs_per_sm):
     for block_b, per_sm in itertools.product(block_sizes, programs_per_sm):
         tiles = -(-batch // block_b)
         per_program = -(-groups // max(1, per_sm * processors // tiles))
-        for deterministic in (False, True):
-            split = dict(deterministic=deterministic, block_b=block_b, groups_per_program=per_program)
+        for deterministic, update in ((False, 1), (True, 1), (True, 2), (True, 3)):
+            split = dict(deterministic=deterministic, block_b=block_b, groups_per_program=per_program, update=update)
             ms = median_ms(lambda x, w, s, g, split=split: grad_input(g, w, s, features, **split), operands)
-            results.append((block_b, per_sm, deterministic, ms))
+            results.append((block_b, per_sm, f"det-{UPDATES[update]}" if deterministic else "fast", ms))
+    group_size = operands[0][3].shape[1] // groups
+    for per_program in (1, None):  # the weight gradient: one group a program, or the default runs
+        ms = median_ms(lambda x, w, s, g, n=per_program: grad_weight(g, x, s, group_size, n), operands)
+        results.append(("-", "-", f"bwd_w groups/program={per_program or 'default'}", ms))
     return results
 
 
@@ -139,12 +144,12 @@ def main(argv=None):
             lines.append(line)
             print(line, flush=True)
         if args.sweep:
-            for block_b, per_sm, deterministic, ms in sweep_grad_input(
+            for block_b, per_sm, mode, ms in sweep_grad_input(
                 operands, args.features, args.sweep_block_b, args.sweep_programs_per_sm
             ):
                 sweeps.append(
                     f"# sweep B={batch} L={groups * group_size / 1e6:.2f}M F={fan_in} G={group_size} "
-                    f"block_b={block_b} programs/SM={per_sm} {'det' if deterministic else 'fast'}: {ms:.3f} ms"
+                    f"block_b={block_b} programs/SM={per_sm} {mode}: {ms:.3f} ms"
                 )
                 print(sweeps[-1], flush=True)
         del operands

@@ -131,6 +131,17 @@ def test_grad_input_matches_reference(kernels, poisoned_outputs, shape, dtype, d
     check("grad_x", grad_input(grad_out, weight, supports, shape[1], deterministic), expected, dtype)
 
 
+@pytest.mark.parametrize("groups_per_program", [1, 3, 10])
+def test_grad_weight_runs_of_groups(kernels, poisoned_outputs, groups_per_program):
+    """Every run of groups stores every group once, from a fresh accumulator: runs that do or do not divide
+    K, batches of one and of several chunks, supports in two feature tiles (F = 96 over G = 48)."""
+    grad_weight, _ = kernels
+    for shape in ((70, 130, 10, 48, 96), (150, 64, 10, 16, 32)):
+        x, weight, supports, grad_out = make_operands(*shape, torch.float32, seed=groups_per_program)
+        _, expected = reference_gradients(x, weight, supports, grad_out)
+        check("grad_weight", grad_weight(grad_out, x, supports, shape[3], groups_per_program), expected, torch.float32)
+
+
 @pytest.mark.parametrize("block_b, groups_per_program", [(16, 1), (32, 3), (64, 7)])
 def test_grad_input_work_splits(kernels, poisoned_outputs, block_b, groups_per_program):
     """Every split of the work adds every group once: batch tiles of 16-64 rows, runs of groups that do or

@@ -7,18 +7,20 @@ the rows `supports[k]` of an fp32 accumulator `grad_x^T [d, B]`, where the batch
 feature's update is one run of `BLOCK_B` floats. What costs is that addition: `B * K * F` fp32 updates
 at addresses chosen by the data (the products are small); Triton has no scatter into shared memory, so
 the accumulator lives in global memory, small enough (`d * B * 4` bytes, or that per split) to stay in
-the L2 cache.
+the L2 cache, and is updated by fp32 atomics (relaxed, result unused, 16 bytes each: 4 batch rows).
 
-- fast mode: the programs add with fp32 atomics (relaxed, no returned value: `red.global.add`) into
-  one `[d, B]` buffer; the order of the additions varies from run to run.
-- deterministic mode: each program owns a partial `[d, BLOCK_B]` of a `[splits, d, B]` buffer and updates
-  it with plain loads and stores (no atomics). Two groups of a run may share a feature, and the threads
-  that read an accumulator row for the next group are not those that wrote it for this one, so a
-  barrier orders each group's update before the next. A second kernel adds the splits in their order.
+- fast mode: all programs add into one `[d, B]` buffer; the order of the additions varies from run to run.
+- deterministic mode: each program adds, with the same atomics, into a partial `[d, BLOCK_B]` of its own in a
+  `[splits, d, B]` buffer, with a barrier after each group: an element of a partial then receives its
+  additions one group at a time, in the order of the groups (a support has no repeated feature, and the
+  barrier orders two groups' additions at a feature they share), so the sum's order is fixed without
+  waiting for the values, as a read-modify-write would. A second kernel adds the splits in their order.
   Same inputs, same bits.
 
 Both end with that kernel, which also transposes back to `[B, d]` and casts to the operands' dtype.
 """
+
+import functools
 
 import torch
 import triton
@@ -41,6 +43,7 @@ def _grad_input_kernel(
     BLOCK_F: tl.constexpr,
     BLOCK_B: tl.constexpr,
     DETERMINISTIC: tl.constexpr,
+    UPDATE: tl.constexpr,
     PRECISION: tl.constexpr,
     NUM_STAGES: tl.constexpr,
 ):
@@ -71,14 +74,19 @@ def _grad_input_kernel(
         next_operands = _load_group(grad_out_rows, weight_slots, supports_ptr, following, G, F, operand_masks)
         update = tl.dot(weight_block, grad_block, input_precision=PRECISION)  # [F, rows] fp32
         target = acc_rows + features[:, None].to(tl.int64) * batch
-        if DETERMINISTIC:
-            # Read-modify-write of this program's own partial; the barrier keeps the next group's reads
-            # (other threads, maybe the same rows: supports of two groups overlap) after these writes.
+        if UPDATE == 2:  # read-modify-write through L2 only
             current = tl.load(target, mask=mask, other=0.0, cache_modifier=".cg")
             tl.store(target, current + update, mask=mask)
-            tl.debug_barrier()
+        elif UPDATE == 3:  # read-modify-write through L1 too
+            current = tl.load(target, mask=mask, other=0.0)
+            tl.store(target, current + update, mask=mask)
         else:
             tl.atomic_add(target, update, mask=mask, sem="relaxed")
+        if DETERMINISTIC:
+            # This program alone adds into its partial, and one group's support has no repeated feature: an
+            # element's additions come from different groups, and the barrier orders each group's after the
+            # previous one's (two groups may share a feature, held by different threads).
+            tl.debug_barrier()
 
 
 @triton.jit
@@ -119,6 +127,7 @@ def _block(size: int) -> int:
     return max(16, triton.next_power_of_2(size))
 
 
+@functools.cache
 def _program_count(device: torch.device) -> int:
     """Programs of one launch: a few per multiprocessor, enough to hide the latency of the updates."""
     if device.type != "cuda":
@@ -134,6 +143,7 @@ def grad_input(
     deterministic: bool,
     block_b: int = 32,
     groups_per_program: int | None = None,
+    update: int = 1,
 ) -> torch.Tensor:
     """`[B, d]` feature gradient of `out = group_sparse_linear(x, weight, supports)` for `grad_out [B, K * G]`,
     in the dtype of `weight`, summed in fp32; bitwise reproducible when `deterministic`.
@@ -169,6 +179,7 @@ def grad_input(
         BLOCK_F=_block(fan_in),
         BLOCK_B=block_b,
         DETERMINISTIC=deterministic,
+        UPDATE=update if deterministic else 1,
         PRECISION="ieee" if fp32 else "tf32",
         NUM_STAGES=3,
         num_warps=4,
