@@ -93,10 +93,15 @@ def sweep_grad_input(operands, features, block_sizes, programs_per_sm):
     for block_b, per_sm in itertools.product(block_sizes, programs_per_sm):
         tiles = -(-batch // block_b)
         per_program = -(-groups // max(1, per_sm * processors // tiles))
-        for deterministic, update in ((False, 1), (True, 1), (True, 2), (True, 3)):
-            split = dict(deterministic=deterministic, block_b=block_b, groups_per_program=per_program, update=update)
-            ms = median_ms(lambda x, w, s, g, split=split: grad_input(g, w, s, features, **split), operands)
-            results.append((block_b, per_sm, f"det-{UPDATES[update]}" if deterministic else "fast", ms))
+        modes = [(False, 1, stages) for stages in (2, 3, 4)] + [(True, update, 1) for update in UPDATES]
+        for deterministic, update, stages in modes:
+            split = dict(block_b=block_b, groups_per_program=per_program, update=update, num_stages=stages)
+            ms = median_ms(
+                lambda x, w, s, g, det=deterministic, split=split: grad_input(g, w, s, features, det, **split),
+                operands,
+            )
+            mode = f"det-{UPDATES[update]}" if deterministic else f"fast-stages{stages}"
+            results.append((block_b, per_sm, mode, ms))
     group_size = operands[0][3].shape[1] // groups
     for per_program in (1, None):  # the weight gradient: one group a program, or the default runs
         ms = median_ms(lambda x, w, s, g, n=per_program: grad_weight(g, x, s, group_size, n), operands)

@@ -65,28 +65,39 @@ def _grad_input_kernel(
     count = tl.minimum(groups_per_program, num_groups - first)
     operand_masks = (label_mask[:, None] & row_mask[None, :], slot_mask[:, None] & label_mask[None, :], slot_mask)
     mask = slot_mask[:, None] & row_mask[None, :]
-    # The next group's operands are loaded before this group's update (by hand: Triton's software
-    # pipelining does not cross the deterministic mode's barrier).
-    next_operands = _load_group(grad_out_rows, weight_slots, supports_ptr, first, G, F, operand_masks)
-    for step in tl.range(0, count, num_stages=NUM_STAGES):
-        grad_block, weight_block, features = next_operands
-        following = first + tl.minimum(step + 1, count - 1)  # the last group loads itself again: no read past K
-        next_operands = _load_group(grad_out_rows, weight_slots, supports_ptr, following, G, F, operand_masks)
-        update = tl.dot(weight_block, grad_block, input_precision=PRECISION)  # [F, rows] fp32
-        target = acc_rows + features[:, None].to(tl.int64) * batch
-        if UPDATE == 2:  # read-modify-write through L2 only
-            current = tl.load(target, mask=mask, other=0.0, cache_modifier=".cg")
-            tl.store(target, current + update, mask=mask)
-        elif UPDATE == 3:  # read-modify-write through L1 too
-            current = tl.load(target, mask=mask, other=0.0)
-            tl.store(target, current + update, mask=mask)
-        else:
-            tl.atomic_add(target, update, mask=mask, sem="relaxed")
-        if DETERMINISTIC:
+    if DETERMINISTIC:
+        # Triton's software pipeline stops at the barrier: the next group's operands are loaded by hand
+        # before this group's update.
+        next_operands = _load_group(grad_out_rows, weight_slots, supports_ptr, first, G, F, operand_masks)
+        for step in range(count):
+            operands = next_operands
+            following = first + tl.minimum(step + 1, count - 1)  # the last group loads itself again: none past K
+            next_operands = _load_group(grad_out_rows, weight_slots, supports_ptr, following, G, F, operand_masks)
+            _add_group(acc_rows, operands, batch, mask, PRECISION, UPDATE)
             # This program alone adds into its partial, and one group's support has no repeated feature: an
             # element's additions come from different groups, and the barrier orders each group's after the
             # previous one's (two groups may share a feature, held by different threads).
             tl.debug_barrier()
+    else:
+        for step in tl.range(0, count, num_stages=NUM_STAGES):
+            operands = _load_group(grad_out_rows, weight_slots, supports_ptr, first + step, G, F, operand_masks)
+            _add_group(acc_rows, operands, batch, mask, PRECISION, 1)
+
+
+@triton.jit
+def _add_group(acc_rows, operands, batch, mask, PRECISION: tl.constexpr, UPDATE: tl.constexpr):
+    """Adds `weight_k^T @ grad_out_k^T` `[F, rows]` (fp32) into the accumulator rows of the group's support."""
+    grad_block, weight_block, features = operands
+    update = tl.dot(weight_block, grad_block, input_precision=PRECISION)
+    target = acc_rows + features[:, None].to(tl.int64) * batch
+    if UPDATE == 2:  # read-modify-write through L2 only
+        current = tl.load(target, mask=mask, other=0.0, cache_modifier=".cg")
+        tl.store(target, current + update, mask=mask)
+    elif UPDATE == 3:  # read-modify-write through L1 too
+        current = tl.load(target, mask=mask, other=0.0)
+        tl.store(target, current + update, mask=mask)
+    else:
+        tl.atomic_add(target, update, mask=mask, sem="relaxed")
 
 
 @triton.jit
@@ -144,6 +155,7 @@ def grad_input(
     block_b: int = 32,
     groups_per_program: int | None = None,
     update: int = 1,
+    num_stages: int = 3,
 ) -> torch.Tensor:
     """`[B, d]` feature gradient of `out = group_sparse_linear(x, weight, supports)` for `grad_out [B, K * G]`,
     in the dtype of `weight`, summed in fp32; bitwise reproducible when `deterministic`.
@@ -181,7 +193,7 @@ def grad_input(
         DETERMINISTIC=deterministic,
         UPDATE=update if deterministic else 1,
         PRECISION="ieee" if fp32 else "tf32",
-        NUM_STAGES=3,
+        NUM_STAGES=num_stages,
         num_warps=4,
     )
     reduce_d, reduce_b = 32, 64
