@@ -27,7 +27,6 @@ from haste_hf.kernels.triton.grad_weight import grad_weight
 
 
 PASSES = ("bwd_w", "bwd_x", "bwd_x_det")
-UPDATES = {1: "ordered-atomics", 2: "rmw-L2", 3: "rmw-L1"}
 
 
 def make_operands(batch, groups, group_size, fan_in, features, dtype):
@@ -85,7 +84,8 @@ def compile_triton(batches, fan_in, group_size, features, dtype):
 
 
 def sweep_grad_input(operands, features, block_sizes, programs_per_sm):
-    """Feature-gradient splits: (block_b, programs per multiprocessor) -> ms, fast and deterministic."""
+    """Feature-gradient splits (block_b, programs per multiprocessor; the fast mode's pipeline depth) and the
+    weight gradient's runs of groups: (block_b, programs per SM, mode, ms) rows."""
     processors = torch.cuda.get_device_properties(0).multi_processor_count
     groups = operands[0][1].shape[0]
     batch = operands[0][0].shape[0]
@@ -93,14 +93,11 @@ def sweep_grad_input(operands, features, block_sizes, programs_per_sm):
     for block_b, per_sm in itertools.product(block_sizes, programs_per_sm):
         tiles = -(-batch // block_b)
         per_program = -(-groups // max(1, per_sm * processors // tiles))
-        modes = [(False, 1, stages) for stages in (2, 3, 4)] + [(True, update, 1) for update in UPDATES]
-        for deterministic, update, stages in modes:
-            split = dict(block_b=block_b, groups_per_program=per_program, update=update, num_stages=stages)
-            ms = median_ms(
-                lambda x, w, s, g, det=deterministic, split=split: grad_input(g, w, s, features, det, **split),
-                operands,
-            )
-            mode = f"det-{UPDATES[update]}" if deterministic else f"fast-stages{stages}"
+        for deterministic, stages in [(False, 2), (False, 3), (False, 4), (True, 1)]:
+            split = dict(deterministic=deterministic, block_b=block_b, groups_per_program=per_program)
+            split["num_stages"] = stages
+            ms = median_ms(lambda x, w, s, g, split=split: grad_input(g, w, s, features, **split), operands)
+            mode = "det" if deterministic else f"fast-stages{stages}"
             results.append((block_b, per_sm, mode, ms))
     group_size = operands[0][3].shape[1] // groups
     for per_program in (1, None):  # the weight gradient: one group a program, or the default runs

@@ -133,10 +133,10 @@ def test_grad_input_matches_reference(kernels, poisoned_outputs, shape, dtype, d
 
 @pytest.mark.parametrize("groups_per_program", [1, 3, 10])
 def test_grad_weight_runs_of_groups(kernels, poisoned_outputs, groups_per_program):
-    """Every run of groups stores every group once, from a fresh accumulator: runs that do or do not divide
-    K, batches of one and of several chunks, supports in two feature tiles (F = 96 over G = 48)."""
+    """A batch of one chunk (fp32: B <= 32): runs of groups that do or do not divide K, supports in two
+    feature tiles (F = 96 over G = 48); several chunks: one group a program whatever is asked."""
     grad_weight, _ = kernels
-    for shape in ((70, 130, 10, 48, 96), (150, 64, 10, 16, 32)):
+    for shape in ((20, 130, 10, 48, 96), (32, 64, 10, 16, 32), (150, 64, 10, 16, 32)):
         x, weight, supports, grad_out = make_operands(*shape, torch.float32, seed=groups_per_program)
         _, expected = reference_gradients(x, weight, supports, grad_out)
         check("grad_weight", grad_weight(grad_out, x, supports, shape[3], groups_per_program), expected, torch.float32)
