@@ -192,6 +192,22 @@ def test_64_bit_offsets(kernels):
         check("grad_x", grad_input(grad_out, weight, supports, 768, deterministic), x32.grad, torch.bfloat16)
 
 
+def test_operands_are_checked(kernels):
+    grad_weight, grad_input = kernels
+    x, weight, supports, grad_out = make_operands(8, 64, 4, 16, 32, torch.float32, seed=0)
+    with pytest.raises(ValueError, match="int32 `supports`"):
+        grad_weight(grad_out, x, supports.long(), 16)
+    with pytest.raises(ValueError, match="`grad_out` must be"):
+        grad_weight(grad_out[:, :-16], x, supports, 16)
+    with pytest.raises(ValueError, match="contiguous `weight`"):
+        grad_input(grad_out, weight.transpose(1, 2).contiguous().transpose(1, 2), supports, 64, False)
+    with pytest.raises(ValueError, match="`grad_out` must be"):
+        grad_input(grad_out.half(), weight, supports, 64, True)
+    with pytest.raises(ValueError, match="at most 65535"):
+        many = torch.zeros(70_000, 16, 1, device=DEVICE)  # checked before any launch: never read
+        grad_input(many.new_zeros(1, 70_000 * 16), many, supports[:1, :1].repeat(70_000, 1), 64, False, 32, 1)
+
+
 def test_interpreter_is_what_runs_on_cpu(kernels):
     """On a CPU the fixture must have swapped in interpreted kernels (and on a GPU, compiled ones)."""
     module = importlib.import_module(MODULES[1])

@@ -160,6 +160,13 @@ def grad_input(
     default spreads the groups over a few programs per multiprocessor and batch tile)."""
     num_groups, group_size, fan_in = weight.shape
     batch = grad_out.shape[0]
+    if not weight.is_contiguous() or supports.dtype != torch.int32 or not supports.is_contiguous():
+        raise ValueError("grad_input needs a contiguous `weight` and contiguous int32 `supports` (`.contiguous()`).")
+    if tuple(grad_out.shape) != (batch, num_groups * group_size) or grad_out.dtype != weight.dtype:
+        raise ValueError(
+            f"`grad_out` must be {weight.dtype} [B, K * G = {num_groups * group_size}], got {grad_out.dtype} "
+            f"{tuple(grad_out.shape)}."
+        )
     grad_x = torch.empty(batch, num_features, dtype=weight.dtype, device=weight.device)
     if grad_x.numel() == 0:
         return grad_x
@@ -170,6 +177,8 @@ def grad_input(
     if groups_per_program is None:
         groups_per_program = triton.cdiv(num_groups, max(1, _program_count(weight.device) // batch_tiles))
     splits = triton.cdiv(num_groups, groups_per_program)
+    if splits > 65535:  # the launch grid's second axis
+        raise ValueError(f"`groups_per_program` = {groups_per_program} splits the groups {splits} ways; at most 65535.")
     acc = torch.zeros(splits if deterministic else 1, num_features, batch, dtype=torch.float32, device=weight.device)
     fp32 = weight.dtype == torch.float32
     _grad_input_kernel[(batch_tiles, splits)](

@@ -118,6 +118,13 @@ def grad_weight(
     multiprocessor); otherwise one group a program."""
     num_groups, fan_in = supports.shape
     batch = x.shape[0]
+    if supports.dtype != torch.int32 or not supports.is_contiguous():
+        raise ValueError("grad_weight needs contiguous int32 `supports`; use `supports.int().contiguous()`.")
+    if tuple(grad_out.shape) != (batch, num_groups * group_size) or grad_out.dtype != x.dtype:
+        raise ValueError(
+            f"`grad_out` must be {x.dtype} [B, K * G = {num_groups * group_size}], got {grad_out.dtype} "
+            f"{tuple(grad_out.shape)}."
+        )
     grad_weight_out = torch.empty(num_groups, group_size, fan_in, dtype=x.dtype, device=x.device)
     if grad_weight_out.numel() == 0:
         return grad_weight_out
