@@ -84,7 +84,8 @@ def compile_triton(batches, fan_in, group_size, features, dtype):
 
 
 def sweep_grad_input(operands, features, block_sizes, programs_per_sm):
-    """Feature-gradient splits: (block_b, programs per multiprocessor) -> ms, fast and deterministic."""
+    """Feature-gradient splits (block_b, programs per multiprocessor; the fast mode's pipeline depth) and the
+    weight gradient's runs of groups: (block_b, programs per SM, mode, ms) rows."""
     processors = torch.cuda.get_device_properties(0).multi_processor_count
     groups = operands[0][1].shape[0]
     batch = operands[0][0].shape[0]
@@ -92,10 +93,16 @@ def sweep_grad_input(operands, features, block_sizes, programs_per_sm):
     for block_b, per_sm in itertools.product(block_sizes, programs_per_sm):
         tiles = -(-batch // block_b)
         per_program = -(-groups // max(1, per_sm * processors // tiles))
-        for deterministic in (False, True):
+        for deterministic, stages in [(False, 2), (False, 3), (False, 4), (True, 1)]:
             split = dict(deterministic=deterministic, block_b=block_b, groups_per_program=per_program)
+            split["num_stages"] = stages
             ms = median_ms(lambda x, w, s, g, split=split: grad_input(g, w, s, features, **split), operands)
-            results.append((block_b, per_sm, deterministic, ms))
+            mode = "det" if deterministic else f"fast-stages{stages}"
+            results.append((block_b, per_sm, mode, ms))
+    group_size = operands[0][3].shape[1] // groups
+    for per_program in (1, None):  # the weight gradient: one group a program, or the default runs
+        ms = median_ms(lambda x, w, s, g, n=per_program: grad_weight(g, x, s, group_size, n), operands)
+        results.append(("-", "-", f"bwd_w groups/program={per_program or 'default'}", ms))
     return results
 
 
@@ -139,12 +146,12 @@ def main(argv=None):
             lines.append(line)
             print(line, flush=True)
         if args.sweep:
-            for block_b, per_sm, deterministic, ms in sweep_grad_input(
+            for block_b, per_sm, mode, ms in sweep_grad_input(
                 operands, args.features, args.sweep_block_b, args.sweep_programs_per_sm
             ):
                 sweeps.append(
                     f"# sweep B={batch} L={groups * group_size / 1e6:.2f}M F={fan_in} G={group_size} "
-                    f"block_b={block_b} programs/SM={per_sm} {'det' if deterministic else 'fast'}: {ms:.3f} ms"
+                    f"block_b={block_b} programs/SM={per_sm} {mode}: {ms:.3f} ms"
                 )
                 print(sweeps[-1], flush=True)
         del operands

@@ -131,6 +131,17 @@ def test_grad_input_matches_reference(kernels, poisoned_outputs, shape, dtype, d
     check("grad_x", grad_input(grad_out, weight, supports, shape[1], deterministic), expected, dtype)
 
 
+@pytest.mark.parametrize("groups_per_program", [1, 3, 10])
+def test_grad_weight_runs_of_groups(kernels, poisoned_outputs, groups_per_program):
+    """A batch of one chunk (fp32: B <= 32): runs of groups that do or do not divide K, supports in two
+    feature tiles (F = 96 over G = 48); several chunks: one group a program whatever is asked."""
+    grad_weight, _ = kernels
+    for shape in ((20, 130, 10, 48, 96), (32, 64, 10, 16, 32), (150, 64, 10, 16, 32)):
+        x, weight, supports, grad_out = make_operands(*shape, torch.float32, seed=groups_per_program)
+        _, expected = reference_gradients(x, weight, supports, grad_out)
+        check("grad_weight", grad_weight(grad_out, x, supports, shape[3], groups_per_program), expected, torch.float32)
+
+
 @pytest.mark.parametrize("block_b, groups_per_program", [(16, 1), (32, 3), (64, 7)])
 def test_grad_input_work_splits(kernels, poisoned_outputs, block_b, groups_per_program):
     """Every split of the work adds every group once: batch tiles of 16-64 rows, runs of groups that do or
@@ -179,6 +190,22 @@ def test_64_bit_offsets(kernels):
     sparse_ops._GroupSparseLinearFunction.apply(x32, weight.float(), supports).backward(grad_out.float())
     for deterministic in (False, True):
         check("grad_x", grad_input(grad_out, weight, supports, 768, deterministic), x32.grad, torch.bfloat16)
+
+
+def test_operands_are_checked(kernels):
+    grad_weight, grad_input = kernels
+    x, weight, supports, grad_out = make_operands(8, 64, 4, 16, 32, torch.float32, seed=0)
+    with pytest.raises(ValueError, match="int32 `supports`"):
+        grad_weight(grad_out, x, supports.long(), 16)
+    with pytest.raises(ValueError, match="`grad_out` must be"):
+        grad_weight(grad_out[:, :-16], x, supports, 16)
+    with pytest.raises(ValueError, match="contiguous `weight`"):
+        grad_input(grad_out, weight.transpose(1, 2).contiguous().transpose(1, 2), supports, 64, False)
+    with pytest.raises(ValueError, match="`grad_out` must be"):
+        grad_input(grad_out.half(), weight, supports, 64, True)
+    with pytest.raises(ValueError, match="at most 65535"):
+        many = torch.zeros(70_000, 16, 1, device=DEVICE)  # checked before any launch: never read
+        grad_input(many.new_zeros(1, 70_000 * 16), many, supports[:1, :1].repeat(70_000, 1), 64, False, 32, 1)
 
 
 def test_interpreter_is_what_runs_on_cpu(kernels):
