@@ -238,7 +238,7 @@ def forward(
             xt,
             weight,
             supports,
-            bias if bias is not None else weight,
+            bias.contiguous() if bias is not None else weight,
             out,
             batch,
             config.padded_batch,

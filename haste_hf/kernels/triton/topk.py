@@ -135,7 +135,7 @@ def group_sparse_topk(
             xt,
             weight,
             supports,
-            bias if bias is not None else weight,
+            bias.contiguous() if bias is not None else weight,
             scores,
             ids,
             batch,

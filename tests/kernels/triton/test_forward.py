@@ -60,6 +60,15 @@ def test_empty_and_featureless_layers(device):
     torch.testing.assert_close(empty, bias.expand(4, 48))
 
 
+def test_strided_bias(device):
+    x, weight, supports, bias = make_layer(9, 64, 4, 16, 32, torch.bfloat16, device, seed=2)
+    strided = torch.stack([bias, -bias], dim=1)[:, 0]  # the values of `bias`, every other element of a buffer
+    assert not strided.is_contiguous()
+    torch.testing.assert_close(
+        forward.forward(x, weight, supports, strided), forward.forward(x, weight, supports, bias)
+    )
+
+
 COMPILE_WITH_ONES = """
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile
