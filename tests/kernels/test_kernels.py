@@ -135,6 +135,25 @@ def test_backend_is_chosen_by_name(monkeypatch):
     assert kernels._backend_from_environment() == "triton"
 
 
+def test_cuda_build_says_once_that_it_builds(monkeypatch, tmp_path, capsys):
+    """The CUDA build's first use prints one line (it takes about a minute); a cached build prints nothing."""
+    import torch.utils.cpp_extension
+
+    def build(name, build_directory, **kwargs):
+        (tmp_path / "haste_hf_kernels.so").touch()
+        return "extension"
+
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", build)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args: (9, 0))
+    monkeypatch.setattr(kernels, "_build_directory", lambda sources: tmp_path)
+    for expected_lines in (1, 0):
+        monkeypatch.setattr(kernels, "_extension", None)
+        monkeypatch.setattr(kernels, "_build_failed", False)
+        assert kernels._load_extension() == "extension"
+        lines = [line for line in capsys.readouterr().err.splitlines() if "building the CUDA kernels" in line]
+        assert len(lines) == expected_lines
+
+
 def test_missing_triton_warns_once_and_falls_back(monkeypatch):
     monkeypatch.setattr(kernels, "_triton", None)
     monkeypatch.setattr(kernels, "_triton_failed", False)
