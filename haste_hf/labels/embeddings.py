@@ -110,22 +110,31 @@ def _as_is(texts: list[str]) -> list[str]:
 PREPARE_THREADS = min(8, os.cpu_count() or 1)
 
 
-def _prepared_ahead(prepare, batches: Iterable[list], texts_of=_as_is) -> Iterator[tuple[list, object]]:
+def prepared_ahead(prepare, batches: Iterable[list], texts_of=_as_is) -> Iterator[tuple[list, object]]:
     """`(batch, prepare(texts_of(batch)))` for each batch, in order, with up to 2 x `PREPARE_THREADS` batches
-    prepared ahead."""
+    prepared ahead.
+
+    The first batch is prepared in the calling thread before any other: a fast tokenizer's first call sets its
+    truncation and padding on the Rust tokenizer, which fails ("Already borrowed") while another thread encodes.
+    """
+    batches = iter(batches)
     if prepare is _as_is or PREPARE_THREADS == 1:
         yield from ((batch, prepare(texts_of(batch))) for batch in batches)
         return
+    first = next(batches, None)
+    if first is None:
+        return
+    first_prepared = prepare(texts_of(first))
     with ThreadPoolExecutor(PREPARE_THREADS) as pool:
-        pending = deque()
+        pending = deque([(first, None)])
         for batch in batches:
             pending.append((batch, pool.submit(lambda batch: prepare(texts_of(batch)), batch)))
             if len(pending) == 2 * PREPARE_THREADS:
                 batch, prepared = pending.popleft()
-                yield batch, prepared.result()
+                yield batch, first_prepared if prepared is None else prepared.result()
         while pending:
             batch, prepared = pending.popleft()
-            yield batch, prepared.result()
+            yield batch, first_prepared if prepared is None else prepared.result()
 
 
 def _batched(iterable: Iterable, size: int):
@@ -206,7 +215,7 @@ def _embedded_batches(
     prepare, embed, restore, _ = _text_embedder(encoder, tokenizer, pooling, max_length, device)
     try:
         for batch, prepared in tqdm(
-            _prepared_ahead(prepare, _batched(texts, batch_size)),
+            prepared_ahead(prepare, _batched(texts, batch_size)),
             total=num_batches,
             desc="Label texts",
             unit="batch",
@@ -304,7 +313,7 @@ def _sums_of_batches(embedder, pairs, label_count, batch_size, device, progress)
     """The label sums of unit text embeddings, a batch of `batch_size` texts at a time in their order (an encoder
     that embeds texts itself, or a tokenizer without a Rust backend)."""
     sums = None
-    batches = _prepared_ahead(
+    batches = prepared_ahead(
         embedder.prepare, _batched(pairs, batch_size), texts_of=lambda batch: [text for text, _ in batch]
     )
     for batch_index, (batch, prepared) in enumerate(batches):
@@ -346,7 +355,7 @@ def _sums_of_token_chunks(embedder, backend, pairs, label_count, token_budget, d
         )
 
     sums = None
-    for _, host_chunk in _prepared_ahead(prepare, _batched(pairs, CHUNK_TEXTS)):
+    for _, host_chunk in prepared_ahead(prepare, _batched(pairs, CHUNK_TEXTS)):
         chunk = host_chunk.to(device)
         for start, end in zip(chunk.bounds, chunk.bounds[1:]):
             inputs = chunk.padded_inputs(start, end, tokenizer.pad_token_id, pad_type_id, left)

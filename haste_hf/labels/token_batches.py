@@ -7,7 +7,7 @@ share the cores; the GIL is released), unpadded; its token ids become one flat a
 token budget of padded tokens, so the padding is small and short texts go many to a batch. The chunk's arrays
 (tokens, the texts' label ids in the same order) go to the device in one pinned, non-blocking copy each; a batch's
 padded `input_ids` and `attention_mask` are gathered there from the flat tokens (`padded_inputs`). Chunks are
-prepared in threads ahead of the encoder (`embeddings._prepared_ahead`).
+prepared in threads ahead of the encoder (`embeddings.prepared_ahead`).
 """
 
 import bisect

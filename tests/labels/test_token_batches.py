@@ -135,3 +135,22 @@ def test_fast_path_groups_planted_labels_as_the_reference_path(tiny_bert, monkey
     reference = LabelLayout.from_training_split(split, 48, 4, **options)
     assert torch.equal(fast.tail_order, reference.tail_order)
     assert torch.equal(fast.head_ids, reference.head_ids)
+
+
+def test_prepared_ahead_prepares_the_first_batch_here_and_keeps_the_order(monkeypatch):
+    """A fast tokenizer's first call sets its truncation and padding, which fails while another thread encodes:
+    the first batch is prepared in the calling thread, before any other starts."""
+    import threading
+
+    monkeypatch.setattr(embeddings, "PREPARE_THREADS", 4)
+    threads = []
+
+    def prepare(batch):
+        threads.append(threading.current_thread())
+        return [2 * value for value in batch]
+
+    batches = [[i, i + 1] for i in range(0, 40, 2)]
+    assert list(embeddings.prepared_ahead(prepare, batches)) == [(batch, [2 * v for v in batch]) for batch in batches]
+    assert threads[0] is threading.main_thread() and len(threads) == 20
+    assert any(thread is not threading.main_thread() for thread in threads[1:])
+    assert list(embeddings.prepared_ahead(prepare, [])) == []
