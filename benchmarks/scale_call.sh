@@ -23,7 +23,7 @@ if [ -d .whl ] && ! python3 -c "import datasets" 2>/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
     export PYTHONPATH="$PWD:/tmp/site"
 fi
-python3 -c "import datasets, torch; print('datasets', datasets.__version__, 'torch', torch.__version__, torch.cuda.get_device_name())"
+python3 -c "import datasets, torch; print('datasets', datasets.__version__, 'torch', torch.__version__, torch.cuda.is_available() and torch.cuda.get_device_name())"
 python3 benchmarks/int8_transit.py unpack .device-data/minilm-int8 /tmp/minilm
 # What is left of 570 s for the stages, less 15 s for the table and the copies.
 budget=$((570 - (SECONDS - started) - 15))
