@@ -25,6 +25,9 @@ if [ -d .whl ] && ! python3 -c "import datasets" 2>/dev/null; then
 fi
 python3 -c "import datasets, torch; print('datasets', datasets.__version__, 'torch', torch.__version__, torch.cuda.is_available() and torch.cuda.get_device_name())"
 python3 benchmarks/int8_transit.py unpack .device-data/minilm-int8 /tmp/minilm
+# The fast label-embedding path on the GPU against the CPU reference (bf16 autocast, pinned non-blocking copies).
+python3 -m pytest -q -m gpu -p no:cacheprovider tests/labels/test_grouping_at_scale.py tests/labels/test_grouping.py \
+    2>&1 | tail -3 || true
 # What is left of 570 s for the stages, less 15 s for the table and the copies.
 budget=$((570 - (SECONDS - started) - 15))
 python3 benchmarks/scale.py --preset lf-paper2keywords-8.6m --encoder /tmp/minilm --work /tmp/haste-scale \
