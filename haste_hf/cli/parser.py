@@ -447,7 +447,8 @@ def _add_group_parser(commands, live):
         dest="per_device_eval_batch_size",
         type=positive_int,
         default=eval_batch_size,
-        help="Batch size of the label embeddings.",
+        help="Batch size of the label embeddings at full length: with a fast tokenizer the texts are sorted by length "
+        "and a batch holds up to this many x --max-length padded tokens, so short texts go many to a batch.",
     )
 
 

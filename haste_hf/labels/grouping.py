@@ -15,6 +15,7 @@ model's `output_labels` buffer, which is how the grouping is saved with the mode
 """
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,6 +24,10 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from ..modeling.logging_utils import get_logger
+
+
+logger = get_logger(__name__)
 
 GROUPING_STRATEGIES = ("semantic", "frequency", "random")
 
@@ -274,6 +279,21 @@ def _greedy_groups(
     return groups, leftover
 
 
+class _StageClock:
+    """Seconds spent in each named stage (the device synchronised at each end), for the log."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.seconds = device, {}
+
+    def __call__(self, name: str, function, *args):
+        started = time.perf_counter()
+        result = function(*args)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+        return result
+
+
 def _semantic_order(
     x: torch.Tensor, group_size: int, beta: float, kmeans_iters: int, generator: torch.Generator, show_progress: bool
 ) -> torch.Tensor:
@@ -281,8 +301,10 @@ def _semantic_order(
 
     Each round clusters the pool into `max(1, n // (beta * G))` buckets (halving buckets larger than
     `2 * beta * G`), forms the greedy groups and carries the bucket remainders over to the next round. The
-    round with a single bucket leaves fewer than `G` rows: the last, partial group.
+    round with a single bucket leaves fewer than `G` rows: the last, partial group. The time of the clustering
+    and of the greedy groups is logged.
     """
+    clock = _StageClock(x.device)
     pool = torch.arange(x.shape[0], device=x.device)
     pieces = []
     progress = tqdm(total=x.shape[0], desc="Grouping labels", unit="label", disable=not show_progress)
@@ -293,9 +315,9 @@ def _semantic_order(
         if num_clusters == 1:
             bucket = torch.zeros(pool.numel(), dtype=torch.int64, device=x.device)
         else:
-            bucket = _spherical_kmeans(vectors, num_clusters, kmeans_iters, generator)
-            bucket = _split_large_buckets(vectors, bucket, int(2 * bucket_size), generator)
-        groups, leftover = _greedy_groups(vectors, bucket, group_size, generator)
+            bucket = clock("clustering", _spherical_kmeans, vectors, num_clusters, kmeans_iters, generator)
+            bucket = clock("clustering", _split_large_buckets, vectors, bucket, int(2 * bucket_size), generator)
+        groups, leftover = clock("greedy groups", _greedy_groups, vectors, bucket, group_size, generator)
         pieces.append(pool[groups.reshape(-1)])
         progress.update(groups.numel())
         if num_clusters == 1:
@@ -306,6 +328,10 @@ def _semantic_order(
             beta *= 2  # no bucket held a full group: use fewer, larger buckets (ends with a single bucket)
         pool = pool[leftover]
     progress.close()
+    logger.info(
+        f"Grouped {x.shape[0]:,} labels: "
+        + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in clock.seconds.items())
+    )
     return torch.cat(pieces) if pieces else pool  # no label with an embedding: nothing to order
 
 

@@ -13,6 +13,7 @@ builds (G, label count, head size).
 import hashlib
 import os
 import tempfile
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -25,8 +26,12 @@ from ..modeling.defaults import (
     DEFAULT_MAX_LENGTH,
     head_label_count_for,
 )
+from ..modeling.logging_utils import get_logger
 from .embeddings import blend_label_texts_, compute_label_embeddings
 from .grouping import GROUPING_STRATEGIES, ArrayLike, LabelGrouping, group_labels
+
+
+logger = get_logger(__name__)
 
 
 # Bumped whenever a layout file written by this code could not be read correctly by older code.
@@ -308,7 +313,9 @@ class LabelLayout:
                 )
             if label_texts is None or encoder is None:
                 raise ValueError("`label_text_grouping_below` needs the `label_texts` and the `encoder` to embed them.")
+        started = time.perf_counter()
         frequencies, fingerprint, points = count_labels(split, label_count)
+        logger.info(f"Counted the labels of {points:,} training points in {time.perf_counter() - started:.1f} s.")
         embedding_options = dict(
             tokenizer=tokenizer,
             batch_size=batch_size,

@@ -38,6 +38,7 @@ from .optimization import (
     unwrap_haste_optimizer,
 )
 from .peft_utils import check_no_peft_encoder, check_peft_model, is_peft_model
+from .scaling import multi_gpu_advice
 from .sharded_output_layer import (
     ignore_shards_in_ddp,
     resolve_shard_output_layer,
@@ -143,6 +144,11 @@ class HasteTrainer(Trainer):
         if sharded:
             shard_output_layer_(haste_model)
             ignore_shards_in_ddp(haste_model)
+        advice = multi_gpu_advice(
+            haste_model.config.label_count, args.per_device_train_batch_size, args.world_size, sharded
+        )
+        if advice and args.process_index == 0:
+            logger.warning(advice)
         if args.world_size > 1 and args.data_seed is None:
             args.data_seed = args.seed  # see below: the data order must not follow the per-rank seeds
         if not trainer_args and kwargs.get("data_collator") is None:

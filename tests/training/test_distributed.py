@@ -195,10 +195,12 @@ def test_cli_train_on_two_processes_equals_one(tmp_path):
 
     arguments = cli_train_arguments(tmp_path)
     # On CPUs the processes join a gloo group only with --use_cpu (without it the recipe refuses to run).
-    torchrun(
+    launched = torchrun(
         ["-m", "haste_hf.cli", *arguments, "--use_cpu", "--output-dir", str(tmp_path / "two"), "--batch-size", "8"],
         tmp_path,
     )
+    # A small label set at a small batch: the user is told, once, that one process would train as fast.
+    assert (launched.stdout + launched.stderr).count("2 processes will likely train slower than one") == 1
     assert main([*arguments, "--output-dir", str(tmp_path / "one"), "--batch-size", "16"]) == 0
     one, two = load_file(tmp_path / "one" / "model.safetensors"), load_file(tmp_path / "two" / "model.safetensors")
     assert set(one) == set(two) and torch.equal(one["output_layer.tail.supports"], two["output_layer.tail.supports"])
