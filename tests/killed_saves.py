@@ -110,7 +110,7 @@ def sample_points(events: list) -> list[int]:
             files = []
             points.append(number)
         elif kind == "move" and name == SAVE_GENERATION_FILE:
-            points += [files[i] for i in sorted({0, 3, 11, len(files) - 1}) if i < len(files)]
+            points += [files[i] for i in sorted({0, 3, 11, len(files) - 1}) if 0 <= i < len(files)]
             points.append(number)
         elif kind == "move":
             files.append(number)

@@ -347,9 +347,29 @@ def command_export(args) -> int:
     return 0
 
 
-def command_add_labels(args) -> int:
-    import shutil
+def copy_keeping_a_link(source: Path, destination: Path) -> None:
+    """Copies the file `source` (if there is one) to `destination`; a link is copied as the same link, never turned
+    into a file holding what it points to (which a push would then publish). Opened without following a link, so
+    that a file swapped for one meanwhile is not read either."""
+    import errno
+    import stat
 
+    try:
+        handle = os.open(source, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+        os.symlink(os.readlink(source), destination)
+        return
+    with os.fdopen(handle, "rb") as file:
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
+            raise ValueError(f"{source} is not a regular file: remove it, then run the command again.")
+        destination.write_bytes(file.read())
+
+
+def command_add_labels(args) -> int:
     from ..evaluation import EVALUATION_SETTINGS_FILE
     from ..labels.additions import check_new_names, examples_from_split, read_new_labels, sample_texts
     from ..modeling.saving import save_trained_folder
@@ -394,8 +414,7 @@ def command_add_labels(args) -> int:
     settings = Path(args.model) / EVALUATION_SETTINGS_FILE
 
     def write_extra(folder: Path):  # evaluate and predict keep reading texts as training did
-        if settings.is_file():
-            shutil.copyfile(settings, folder / settings.name)
+        copy_keeping_a_link(settings, folder / settings.name)
 
     save_trained_folder(args.output_dir, model, tokenizer, write_extra)
     where = "the head" if args.head else "the tail"

@@ -83,7 +83,9 @@ def read_mark(path: str):
 def check_complete_save(folder: str):
     """Raises an `OSError` when `folder` holds the mark of a save that is unfinished, or was interrupted and cannot
     be finished (see `save_folder_atomically`)."""
-    if os.path.lexists(os.path.join(folder, INCOMPLETE_SAVE_FILE)):
+    path = os.path.join(folder, INCOMPLETE_SAVE_FILE)
+    if os.path.lexists(path):
+        read_mark(path)  # a file there that is no mark is named as such
         raise OSError(
             f"{folder} holds an interrupted save, or one still running ({INCOMPLETE_SAVE_FILE} is present): its files "
             "may mix two saves. Let a running save finish, save the model to it again, or load an earlier checkpoint."
@@ -250,6 +252,9 @@ def save_folder_atomically(target: str, write) -> None:
     committed = switched = False
     try:
         write(staging)
+        for name in INTERNAL_FILES:  # the id of a save `write` made into the staging folder: this save writes its own
+            with suppress(FileNotFoundError):
+                os.remove(os.path.join(staging, name))
         new_files = sorted(os.listdir(staging))
         journal = {
             "staging": os.path.basename(staging),

@@ -505,7 +505,10 @@ class HasteTrainer(Trainer):
         if self.is_world_process_zero():
             self._check_publishable_output_dir()
             for path in exported_code_files():
-                shutil.copyfile(path, os.path.join(self.args.output_dir, os.path.basename(path)))
+                destination = os.path.join(self.args.output_dir, os.path.basename(path))
+                if os.path.islink(destination):  # replaced, never written through
+                    os.remove(destination)
+                shutil.copyfile(path, destination)
         super()._push_from_checkpoint(checkpoint_folder)
 
     def push_to_hub(self, *args, **kwargs):

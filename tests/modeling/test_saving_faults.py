@@ -1,13 +1,16 @@
 """Saving and loading faults: a save never leaves a half-written folder, and loading refuses what a
 killed or corrupted save left."""
 
+import contextlib
 import json
 import os
+import shutil
 import stat
 
 import pytest
 import torch
 from faults import assert_no_leftovers, check_killed_saves, corrupt, folder_state, killed_saves, make_model, top_labels
+from tiny_encoders import tiny_tokenizer
 from transformers import PreTrainedModel
 
 import haste_hf.hub
@@ -181,3 +184,69 @@ def test_save_pretrained_pushes_to_the_folders_name_not_the_staging_folder(tmp_p
     model.save_pretrained(tmp_path / "other", push_to_hub=True, repo_id="user/named")
     assert pushed == [("my-model", {"private": True}), ("user/named", {})]
     assert (tmp_path / "my-model" / "model.safetensors").exists()
+
+
+MARK_CASES = """
+import json, os, resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))  # reading /dev/zero fails fast instead of filling the host
+from haste_hf import HasteForExtremeClassification
+from haste_hf.onnx_serving import OnnxClassifier
+results = {}
+for folder in sys.argv[1:]:
+    load = OnnxClassifier if folder.endswith("-onnx") else HasteForExtremeClassification.from_pretrained
+    try:
+        load(folder)
+        results[folder] = "loaded"
+    except BaseException as error:
+        results[folder] = f"{type(error).__name__}: {error}"
+print(json.dumps(results))
+"""
+
+
+def test_a_mark_that_is_not_a_small_regular_file_is_refused_at_load_in_one_line(tmp_path):
+    """A FIFO at a mark's name would block every load forever, a link to /dev/zero fill the memory: each is refused
+    at once, in one line naming it (a model folder's marks, and an ONNX export's id)."""
+    import subprocess
+    import sys
+
+    import processes
+
+    from haste_hf.export import export_onnx
+    from haste_hf.modeling.saving import SAVE_GENERATION_FILE
+
+    source = tmp_path / "model"
+    make_model().save_pretrained(source)
+    folders, marks = [], {}
+    for mark in (INCOMPLETE_SAVE_FILE, SAVE_GENERATION_FILE):
+        for kind in ("fifo", "link to /dev/zero", "oversized"):
+            folder = tmp_path / f"{len(folders)}"
+            shutil.copytree(source, folder)
+            path = folder / mark
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            if kind == "fifo":
+                os.mkfifo(path)
+            elif kind == "link to /dev/zero":
+                path.symlink_to("/dev/zero")
+            else:
+                path.write_text(json.dumps({"generation": "x" * (2 << 20)}))
+            folders.append(str(folder))
+            marks[str(folder)] = (path, kind)
+    tiny_tokenizer(source)
+    exported = tmp_path / "export-onnx"
+    export_onnx(str(source), exported, top_k=3)
+    (exported / SAVE_GENERATION_FILE).unlink()
+    os.mkfifo(exported / SAVE_GENERATION_FILE)
+    folders.append(str(exported))
+    marks[str(exported)] = (exported / SAVE_GENERATION_FILE, "fifo")
+    try:
+        result = processes.run(
+            [sys.executable, "-c", MARK_CASES, *folders], timeout=180, env=processes.child_environment()
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("a load blocked on a mark")
+    outcomes = json.loads(result.stdout.strip().splitlines()[-1])
+    for folder, outcome in outcomes.items():
+        path, kind = marks[folder]
+        assert outcome.startswith(("OSError", "ExportError")), (kind, outcome[:300])
+        assert str(path) in outcome and "\n" not in outcome, (kind, outcome[:300])
