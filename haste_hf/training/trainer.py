@@ -505,10 +505,7 @@ class HasteTrainer(Trainer):
         if self.is_world_process_zero():
             self._check_publishable_output_dir()
             for path in exported_code_files():
-                destination = os.path.join(self.args.output_dir, os.path.basename(path))
-                if os.path.islink(destination):  # replaced, never written through
-                    os.remove(destination)
-                shutil.copyfile(path, destination)
+                shutil.copyfile(path, os.path.join(self.args.output_dir, os.path.basename(path)))
         super()._push_from_checkpoint(checkpoint_folder)
 
     def push_to_hub(self, *args, **kwargs):

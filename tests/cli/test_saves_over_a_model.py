@@ -51,3 +51,33 @@ def test_training_over_a_model_killed_at_any_point_of_its_saves_leaves_the_old_o
     result = killed_saves(tmp_path, model, ["cli", *map(str, argv)])
     assert sum(event == ["move", faults.INCOMPLETE_SAVE_FILE] for event in result["events"]) == 2  # model, results
     check_killed_saves(tmp_path / "runs", result, old, batch)
+
+
+def test_resuming_a_run_whose_model_gained_labels_since_its_checkpoint_is_refused(
+    tmp_path, cli_files, encoder_dir, capsys
+):
+    """`add-labels` into a run's folder, then `train --resume-from-checkpoint` of its checkpoint: the run's final save
+    would put the checkpoint's 30 labels over the 32 of the folder's model, without a word. Refused in one line."""
+    from launch import assert_one_line_error
+
+    from haste_hf.modeling.saving import checkpoint_folders
+
+    folder = tmp_path / "run"
+    status, lines = run_cli(capsys, train_flags(cli_files["data"], encoder_dir, folder))
+    assert status == 0, lines
+    (checkpoint,) = checkpoint_folders(folder)[-1:]
+    labels = tmp_path / "labels.json"
+    labels.write_text(json.dumps([{"name": "planted", "text": "w90 w91"}, {"name": "other", "text": "w92"}]))
+    argv = ["add-labels", "--model", folder, "--labels", labels, "--output-dir", folder, "--overwrite-output-dir"]
+    status, lines = run_cli(capsys, argv)
+    assert status == 0, lines
+    batch = batch_of(folder)
+    added = top_labels(folder, batch)
+    assert added[1] == 32
+    for resume in (checkpoint, "last"):
+        status, lines = run_cli(
+            capsys, train_flags(cli_files["data"], encoder_dir, folder, "--resume-from-checkpoint", resume)
+        )
+        assert_one_line_error(status, lines, 1, "train", "32 labels", "30", "add-labels", "--output-dir")
+    kept = top_labels(folder, batch)
+    assert kept[1] == 32 and (kept[0] == added[0]).all()
