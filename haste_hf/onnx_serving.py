@@ -192,11 +192,24 @@ class OnnxClassifier:
                 f"{self._path(INCOMPLETE_SAVE_FILE)} is present: an export to {self.folder} was interrupted or is "
                 "running, so its files may mix two exports. Export the model again (or wait for the running export)."
             )
+        # Read only as a small regular file, without following a link: a FIFO there would block the load forever,
+        # a device (`/dev/zero`) fill the memory.
+        path = self._path(SAVE_GENERATION_FILE)
         try:
-            with open(self._path(SAVE_GENERATION_FILE), encoding="utf-8") as f:
-                return f.read()
+            handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
         except FileNotFoundError:
             return None
+        except OSError as error:
+            raise ExportError(
+                f"{path} cannot be read ({error.strerror}): remove it, then export the model again."
+            ) from None
+        try:
+            info = os.fstat(handle)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > 1 << 20:
+                raise ExportError(f"{path} is not a mark an export wrote: remove it, then export the model again.")
+            return os.read(handle, info.st_size + 1)
+        finally:
+            os.close(handle)
 
     def _read_metadata(self) -> dict:
         path = self._path(METADATA_FILE)

@@ -47,6 +47,7 @@ from .modeling.defaults import (
 from .modeling.logging_utils import get_logger
 from .modeling.model_sources import DEMO_ENCODER, encoder_model_id, resolve_encoder
 from .modeling.modeling_haste import encoder_token_limit  # noqa: F401 (re-exported: `haste-hf` imports it from here)
+from .modeling.saving import last_complete_checkpoint
 from .recipe_arguments import DEFAULT_BETA, DEFAULT_GROUPING, DEMO_DATASET_NAME, RecipeArguments
 from .training.run_folder import RunFolder, check_output_dir
 
@@ -512,6 +513,8 @@ def train(
     output_dir, seed = training_args.output_dir, training_args.seed
     run_folder = RunFolder(output_dir, overwrite=recipe.overwrite_output_dir, resume=bool(resume))
     run_folder.check()
+    if resume:
+        run_folder.check_resume_keeps_the_model(last_complete_checkpoint(output_dir) if resume is True else resume)
     is_main = process_rank_and_count()[0] == 0
     # Held from here to the end: a second run into this folder is refused now, not after its training.
     with run_folder.held(is_main):

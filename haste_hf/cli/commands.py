@@ -347,6 +347,28 @@ def command_export(args) -> int:
     return 0
 
 
+def copy_keeping_a_link(source: Path, destination: Path) -> None:
+    """Copies the file `source` (if there is one) to `destination`; a link is copied as the same link, never turned
+    into a file holding what it points to (which a push would then publish). Opened without following a link, so
+    that a file swapped for one meanwhile is not read either."""
+    import errno
+    import stat
+
+    try:
+        handle = os.open(source, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+        os.symlink(os.readlink(source), destination)
+        return
+    with os.fdopen(handle, "rb") as file:
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
+            raise ValueError(f"{source} is not a regular file: remove it, then run the command again.")
+        destination.write_bytes(file.read())
+
+
 def command_add_labels(args) -> int:
     import datetime
     import shutil
@@ -405,8 +427,7 @@ def command_add_labels(args) -> int:
     )
 
     def write_extra(folder: Path):
-        if settings.is_file():  # evaluate and predict keep reading texts as training did
-            shutil.copyfile(settings, folder / settings.name)
+        copy_keeping_a_link(settings, folder / settings.name)  # evaluate and predict read texts as training did
         # The card: the model's own (a regular file: a link is not followed), with this addition appended.
         source = Path(args.model)
         card = source / "README.md"

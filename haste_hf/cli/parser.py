@@ -339,7 +339,9 @@ def push_description() -> str:
     endpoint = os.environ.get("HF_ENDPOINT", HUB_ENDPOINT).rstrip("/")
     return (
         f"{PUSH_HELP} It goes to {endpoint} (set HF_ENDPOINT for another Hub; default {HUB_ENDPOINT}), with the "
-        "token saved by `hf auth login` (or HF_TOKEN); log in first."
+        "token saved by `hf auth login` (or HF_TOKEN); log in first. Every regular file of the folder is published "
+        "but checkpoints, logs and hidden files (the program's marks among them); a link is refused, and a hard link "
+        "is a regular file: what it holds is published."
     )
 
 
