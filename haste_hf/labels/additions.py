@@ -170,7 +170,7 @@ def embed_texts(
 ) -> torch.Tensor:
     """The model's pooled features `[len(texts), d]` (float32, on the model's device) of `texts`: what its output
     layer reads, so a label's text lands where the texts it should score high land (`label_text_embeddings` over
-    the model's encoder, pooling and normalisation)."""
+    the model's encoder, pooling, normalisation and feature norm)."""
     batches = label_text_embeddings(
         model.encoder,
         texts,
@@ -182,7 +182,7 @@ def embed_texts(
         device=model.device,
         show_progress=False,
     )
-    return torch.cat(list(batches))
+    return torch.cat(list(batches)) * model.config.feature_norm  # 1 unless normalised
 
 
 @torch.no_grad()
