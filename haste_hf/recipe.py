@@ -34,8 +34,8 @@ from .evaluation import (
     process_rank_and_count,
     saved_evaluation_settings,
 )
-from .labels.additions import sample_texts
 from .labels.layout import LabelLayout
+from .labels.new_label_files import sample_texts
 from .metrics import DEFAULT_KS
 from .model_card import CardFields, write_results
 from .modeling.defaults import (

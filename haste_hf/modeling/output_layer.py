@@ -50,6 +50,8 @@ from .sparse_ops import GroupSparseLinear, chunks, group_sparse_topk, merge_topk
 
 # Bounds the `[B, chunk]` block of logits scored at once by top-k off the fused kernels (head, CPU).
 TOPK_CHUNK_ELEMENTS = 1 << 24
+# Head rows per matmul of the position logits, the last block padded with zeros: a matmul's sums depend on its shape,
+HEAD_LOGIT_ROWS = 512  # and rows added to the head (`add_labels(head=True)`) leave the existing logits bit-identical.
 
 # Expected norm of a row of n weights drawn U(-1/sqrt(n), 1/sqrt(n)): PyTorch's default for the head, the paper's
 # for the tail (n = F), whatever n is.
@@ -361,8 +363,19 @@ class HasteOutputLayer(nn.Module):
         return self._position_logits(*self.branch_inputs(features))
 
     def _position_logits(self, head_x, tail_x) -> torch.Tensor:
-        parts = [branch(x) for branch, x in ((self.head, head_x), (self.tail, tail_x)) if branch is not None]
+        parts = [self._head_logits(head_x)] if self.head is not None else []
+        parts += [self.tail(tail_x)] if self.tail is not None else []
         return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+
+    def _head_logits(self, head_x) -> torch.Tensor:
+        """The head's logits `[B, H]`, `HEAD_LOGIT_ROWS` rows per matmul of one shape whatever H is."""
+        weight, bias, rows = self.head.weight, self.head.bias, self.head.weight.shape[0]
+        logits = []
+        for start in range(0, rows, HEAD_LOGIT_ROWS):
+            block, padding = slice(start, start + HEAD_LOGIT_ROWS), max(0, start + HEAD_LOGIT_ROWS - rows)
+            block_bias = None if bias is None else F.pad(bias[block], (0, padding))
+            logits.append(F.linear(head_x, F.pad(weight[block], (0, 0, 0, padding)), block_bias)[:, : rows - start])
+        return torch.cat(logits, dim=1)
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         """`[B, label_count]` logits in label-id order: for small L, or the few who need every score."""
