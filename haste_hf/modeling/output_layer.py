@@ -150,7 +150,7 @@ class HasteOutputLayer(nn.Module):
             head_ids = torch.as_tensor(head_labels)
             if (
                 isinstance(head_labels, (bool, numbers.Real))
-                or head_ids.dtype.is_floating_point
+                or (head_ids.dtype.is_floating_point and head_ids.numel())  # `[]` is float: no head, as 0
                 or head_ids.dtype == torch.bool
             ):
                 # `True` would be a 1-label head, 2.5 label 2: neither is what was meant.
