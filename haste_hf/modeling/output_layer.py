@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.utils import ModelOutput
 
+from . import label_positions
 from .checks import _check_ranked_scores, check_features, check_layer_arguments, check_output_layer_invariants
 from .defaults import (
     DEFAULT_FAN_IN,
@@ -328,14 +329,13 @@ class HasteOutputLayer(nn.Module):
         check_features(features, self.in_features)
 
     def _check_supports(self) -> None:
-        """Raises a `ValueError` when the tail's supports hold a feature index out of range, checked once per change
-        of the buffer (loading, rewiring, an edit by hand): the kernels would read outside the features."""
+        """Raises a `ValueError` when the tail's supports index outside the features (the kernels would read there): at
+        each use on a CPU or with `HASTE_HF_VALIDATE=1` (edits through `.data` keep the version), else once a version."""
         if self.tail is None or torch.compiler.is_compiling() or getattr(torch.compiler, "is_exporting", bool)():
             return
         supports = self.tail.supports
-        # A tensor made under `torch.inference_mode()` keeps no version: checked once, as made.
         key = (id(supports), 0 if supports.is_inference() else supports._version, supports.device)
-        if key == self._checked_supports:
+        if key == self._checked_supports and supports.device.type != "cpu" and not label_positions.VALIDATE_LABELS:
             return
         if supports.numel() and (int(supports.min()) < 0 or int(supports.max()) >= self.tail.in_features):
             raise ValueError(
