@@ -374,7 +374,8 @@ def command_add_labels(args) -> int:
     import shutil
 
     from ..evaluation import EVALUATION_SETTINGS_FILE
-    from ..labels.additions import check_new_names, examples_from_split, read_new_labels, sample_texts
+    from ..labels.additions import check_new_names
+    from ..labels.new_label_files import examples_from_split, read_new_labels, sample_texts
     from ..model_card import PLOT_FILE, LabelAddition, card_with_added_labels
     from ..modeling.saving import save_trained_folder
     from ..recipe import check_output_dir, load_dataset

@@ -6,13 +6,15 @@ into a checkpoint folder that loads with `trust_remote_code=True` where `haste_h
 """
 
 import copy
-import logging
+import difflib
+import functools
+import inspect
+import math
 import numbers
-import os
-import re
 from collections.abc import Mapping, Sequence
 
 from transformers import AutoConfig, PretrainedConfig
+from transformers.utils import logging
 
 from .defaults import (
     DEFAULT_EVAL_BATCH_SIZE,
@@ -29,45 +31,14 @@ from .defaults import (
 )
 
 
-class _RepeatedCodeNotice(logging.Filter):
-    """Drops transformers' notice that code files were downloaded ("A new version of the following files was
-    downloaded from <repository>") where the repository is the one this module was loaded from as remote code and
-    every file listed lies beside this module. The configuration's files (this module and `defaults`) were announced
-    before any of them ran; the model's files, fetched next from the same repository and revision, would add one
-    notice of 3 to 14 lines for each of its 16 files."""
-
-    NOTICE = "A new version of the following files was downloaded from https://huggingface.co/"
-
-    def __init__(self, folder: str, sanitize):
-        super().__init__()
-        self.folder, self.sanitize = folder, sanitize
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if not message.startswith(self.NOTICE) or ":\n" not in message:
-            return True
-        repository = message[len(self.NOTICE) : message.index(":\n")]
-        files = re.findall(r"^- (.+)$", message, flags=re.MULTILINE)
-        here = os.path.dirname(self.folder).endswith(os.sep + os.sep.join(map(self.sanitize, repository.split("/"))))
-        return not (here and files and all(os.path.isfile(os.path.join(self.folder, name)) for name in files))
-
-
-if __name__.startswith("transformers_modules."):  # loaded as remote code (see `_RepeatedCodeNotice`)
-    from transformers import dynamic_module_utils
-
-    if hasattr(dynamic_module_utils, "_sanitize_module_name"):
-        logging.getLogger(dynamic_module_utils.__name__).addFilter(
-            _RepeatedCodeNotice(os.path.dirname(os.path.abspath(__file__)), dynamic_module_utils._sanitize_module_name)
-        )
-
-
 # Bumped whenever a checkpoint written by this code could not be read correctly by older code.
-HASTE_FORMAT_VERSION = 3
+HASTE_FORMAT_VERSION = 4
 # What each format added that older code would misread. A checkpoint is written with the oldest format that
 # holds what it uses, so older installs keep reading every checkpoint they can read correctly.
 #   2: `normalize` (L2-normalised pooled output, as a SentenceTransformer encoder's Normalize module)
 #   3: the output layer's weights under `output_layer.` (`output_layer.head.weight`, ...; formats 1 and 2
 #      name them `head.weight`, `tail.supports`, `output_labels`, ..., and still load)
+#   4: `feature_norm` other than 1 (normalised pooled output scaled to that norm)
 
 # The shape of the output layer: what a checkpoint must share with the model that resumes it.
 OUTPUT_LAYER_STRUCTURE_FIELDS = (
@@ -84,6 +55,7 @@ _GIVEN_AT_LOADING = (
     *OUTPUT_LAYER_STRUCTURE_FIELDS,
     "pooling",
     "normalize",
+    "feature_norm",
     "classifier_dropout",
     "loss",
     "loss_reduction",
@@ -101,6 +73,41 @@ _GIVEN_AT_LOADING = (
 # config built in memory with it), so the names stay in `label_names.json` alone, which always holds the full list.
 MAX_CONFIG_LABEL_NAMES = 10_000
 PROBLEM_TYPE = "multi_label_classification"
+logger = logging.get_logger(__name__)
+# Keys `PretrainedConfig` reads beyond its `__init__` parameters and attributes, and others a HASTE config.json holds.
+# fmt: off
+_TRANSFORMERS_KEYS = (
+    "model_type", "custom_pipelines", "auto_map", "torch_dtype", "name_or_path", "num_labels", "output_attentions",
+    "attn_implementation", "experts_implementation", "per_layer_config", "rope_scaling", "rope_theta",
+)
+# fmt: on
+
+
+@functools.cache
+def _known_keys() -> tuple[frozenset, tuple]:
+    """(every key a HASTE config.json may hold, HASTE's own fields)."""
+    own = tuple(name for name in inspect.signature(HasteConfig.__init__).parameters if name not in ("self", "kwargs"))
+    transformers_keys = {*inspect.signature(PretrainedConfig.__init__).parameters, *vars(PretrainedConfig())}
+    return frozenset({*transformers_keys, *_TRANSFORMERS_KEYS, *own}), own
+
+
+def check_unknown_keys(keys) -> None:
+    """Refuses a key near one of HASTE's fields (`group_sise`: transformers keeps unknown keys as unused attributes);
+    warns of other unknown keys, naming the nearest known one. Transformers' own keys (and private ones) pass."""
+    known, own = _known_keys()
+    for key in keys:
+        if key in known or key.startswith("_"):
+            continue
+        near = difflib.get_close_matches(key, own, n=1, cutoff=0.75)
+        if near:
+            raise ValueError(
+                f"HasteConfig: `{key}` is not a field; did you mean `{near[0]}`? Fix the key in config.json."
+            )
+        nearest = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+        logger.warning_once(
+            f"HasteConfig: `{key}` is not a field of HASTE or transformers (kept, unused)"
+            + (f"; did you mean `{nearest[0]}`?" if nearest else ".")
+        )
 
 
 class LabelNames(Mapping):
@@ -244,6 +251,10 @@ class HasteConfig(PretrainedConfig):
         normalize (`bool`, *optional*, defaults to `False`):
             L2-normalise the pooled encoder output, as a SentenceTransformer with a Normalize module does
             (`from_encoder_pretrained` sets it from such an encoder).
+        feature_norm (`float`, *optional*, defaults to 1.0):
+            With `normalize`, the norm the pooled output is scaled to: the output layer's learning rates are set
+            for an encoder's own feature scale, and unit-norm features train it far slower (the recipe sets it to
+            the mean norm of the encoder's pooled features on training texts, `encoders.feature_norm_of`).
         classifier_dropout (`float`, *optional*, defaults to 0.0):
             Dropout on the pooled encoder output during training.
         loss (`str`, *optional*, defaults to `"bce"`):
@@ -281,6 +292,7 @@ class HasteConfig(PretrainedConfig):
         tail_projection_dim: int | None = None,
         pooling: str | None = None,
         normalize: bool = False,
+        feature_norm: float = 1.0,
         classifier_dropout: float = 0.0,
         loss: str = "bce",
         loss_reduction: str = "sum",
@@ -290,6 +302,7 @@ class HasteConfig(PretrainedConfig):
         format_version: int = HASTE_FORMAT_VERSION,
         **kwargs,
     ):
+        check_unknown_keys(kwargs)
         if isinstance(encoder, dict):
             encoder = dict(encoder)
             if "model_type" not in encoder:
@@ -309,6 +322,7 @@ class HasteConfig(PretrainedConfig):
         self.tail_projection_dim = tail_projection_dim
         self.pooling = pooling if pooling is not None else default_pooling(encoder)
         self.normalize = normalize
+        self.feature_norm = feature_norm
         self.classifier_dropout = classifier_dropout
         self.loss = loss
         self.loss_reduction = loss_reduction
@@ -463,6 +477,12 @@ class HasteConfig(PretrainedConfig):
                     f"`{name}` must be a positive integer{' or None' if allow_none else ''}, got {value!r}."
                 )
 
+        version = self.format_version
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise ValueError(
+                f"`format_version` must be an integer in [1, {HASTE_FORMAT_VERSION}], got {version!r}: config.json is "
+                "damaged; save the model again."
+            )
         if self.format_version > HASTE_FORMAT_VERSION:
             raise ValueError(
                 f"This checkpoint has `format_version` {self.format_version}, but the installed haste_hf reads "
@@ -489,6 +509,13 @@ class HasteConfig(PretrainedConfig):
         check_one_of("pooling", self.pooling, POOLING_MODES)
         check_one_of("loss", self.loss, LOSSES)
         check_one_of("loss_reduction", self.loss_reduction, LOSS_REDUCTIONS)
+        norm = self.feature_norm
+        if isinstance(norm, bool) or not isinstance(norm, numbers.Real) or not 0 < norm < math.inf:
+            raise ValueError(f"`feature_norm` must be a positive finite number, got {norm!r}.")
+        if self.feature_norm != 1 and not self.normalize:
+            raise ValueError(
+                f"`feature_norm` ({self.feature_norm}) scales normalised features: set `normalize=True`, or leave it 1."
+            )
         if not 0.0 <= self.classifier_dropout < 1.0:
             raise ValueError(f"`classifier_dropout` must lie in [0, 1), got {self.classifier_dropout!r}.")
 
@@ -509,7 +536,7 @@ class HasteConfig(PretrainedConfig):
     @property
     def required_format_version(self) -> int:
         """The oldest checkpoint format that holds this configuration (see `HASTE_FORMAT_VERSION`)."""
-        return 3
+        return 4 if self.feature_norm != 1 else 3
 
     def to_dict(self):
         output = super().to_dict()
