@@ -210,7 +210,8 @@ def test_the_recipe_starts_the_output_layer_from_the_label_texts(described_datas
     encoder, tokenizer = load_encoder(str(encoder_dir))
     set_seed(run.trainer.args.seed)  # as the run seeds its new weights: the same projection and biases
     reference = build_model(encoder, run.layout, label_count=12, fan_in=8, tail_projection_dim=16)
-    init_from_label_texts_(reference, [WORDS[label] for label in range(12)], tokenizer=tokenizer, scale=2.0)
+    texts = [WORDS[label] for label in range(12)]
+    assert init_from_label_texts_(reference, texts, tokenizer=tokenizer, scale=2.0) == 12  # every label has a text
     for name in ("head.weight", "tail.weight", "tail_projection.weight"):
         torch.testing.assert_close(
             run.model.output_layer.state_dict()[name], reference.output_layer.state_dict()[name], msg=name
