@@ -133,6 +133,14 @@ def test_label_text_embeddings_check_their_arguments_at_the_call():
     torch.testing.assert_close(batches[1], torch.full((1, 2), 1 / math.sqrt(2)))
 
 
+@pytest.mark.parametrize("label_count", [0, -1, True, 2.0])
+def test_label_embeddings_from_instances_refuse_a_label_count_that_is_not_positive(label_count):
+    from haste_hf.labels.embeddings import compute_label_embeddings
+
+    with pytest.raises(ValueError, match="`label_count` must be a positive integer"):
+        compute_label_embeddings(lambda texts: torch.ones(len(texts), 2), ["a"], [[0]], label_count)
+
+
 def test_rarely_seen_labels_blend_their_text_into_their_embedding():
     directions = torch.eye(4)
     text_vectors = {"zero": directions[0], "one": directions[1], "two": directions[2], "many": directions[3]}
