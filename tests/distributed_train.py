@@ -152,14 +152,15 @@ def evaluate_and_predict(trainer) -> dict:
 
 
 def end_process_group() -> None:
-    """Ends this rank's part of the process group, once nothing else holds the group: called after the function
+    """Ends this rank's part of the process group once nothing else holds the group: call it after the function
     that trained has returned. A trainer left alive (its DDP wrapper's reducer holds the group; trainer, callbacks
-    and accelerator hold each other in reference cycles) is freed later, at a garbage collection or the
-    interpreter's exit, under the GIL: the group's last reference then goes in a C++ destructor that joins gloo's
-    threads without releasing the GIL, while a thread that drops a tensor of a finished collective waits for the
-    GIL. That rank hangs after its work, the other one exits: the hang of `test_a_nan_on_one_rank_stops_or_skips_
-    on_every_rank` under load. Collected here, the group's last reference goes in `destroy_process_group`, whose
-    binding releases the GIL while the group is torn down."""
+    and accelerator hold each other in reference cycles) is freed after `destroy_process_group`, at a collection
+    or at the exit, with the GIL held: the group's last reference then goes in a C++ destructor that joins gloo's
+    threads. The hang of `test_a_nan_on_one_rank_stops_or_skips_on_every_rank` under load was that: py-spy showed
+    the hung rank's main thread in native code at the line that called `main` (its frame gone: its locals being
+    freed) beside a Python thread with no frame (a native thread waiting for the GIL), after both ranks had written
+    their results; the other rank had exited. Collected here, the last reference goes in `destroy_process_group`,
+    whose binding releases the GIL while the group is torn down."""
     gc.collect()
     dist.barrier()
     dist.destroy_process_group()
