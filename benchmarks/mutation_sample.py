@@ -66,6 +66,7 @@ class Mutant:
     old: str  # the exact text replaced on that line
     new: str
     gpu_only: bool
+    column: int = -1  # where `old` starts on the line (-1: its first occurrence)
 
     def describe(self) -> str:
         return f"{self.path}:{self.line} [{self.kind}] `{self.old}` -> `{self.new}`"
@@ -106,7 +107,9 @@ def mutants_of(path: Path) -> list[Mutant]:
         old = _segment(lines, node)
         if old is None or old == new or lines[node.lineno - 1].lstrip().startswith("#"):
             return
-        found.append(Mutant(relative, node.lineno, kind, old, new, _gpu_only(relative, parents, lines)))
+        found.append(
+            Mutant(relative, node.lineno, kind, old, new, _gpu_only(relative, parents, lines), node.col_offset)
+        )
 
     def visit(node, parents):
         docstring_owner = isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
@@ -178,8 +181,9 @@ def apply(mutant: Mutant, root: Path) -> None:
     path = root / mutant.path
     lines = path.read_text().split("\n")
     line = lines[mutant.line - 1]
-    assert mutant.old in line, (mutant, line)
-    lines[mutant.line - 1] = line.replace(mutant.old, mutant.new, 1)
+    start = line.index(mutant.old) if mutant.column < 0 else mutant.column
+    assert line[start : start + len(mutant.old)] == mutant.old, (mutant, line)
+    lines[mutant.line - 1] = line[:start] + mutant.new + line[start + len(mutant.old) :]
     path.write_text("\n".join(lines))
 
 
