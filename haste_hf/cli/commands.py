@@ -465,8 +465,14 @@ def _run_command(args) -> int:
     had_group = _process_group_started()  # a caller's own group (a script calling `main`) is the caller's to end
     status = handler_of(args.command)(args)
     if not had_group and _process_group_started():
+        import gc
+
         import torch.distributed as dist
 
+        # The handler's trainer first: it holds the group, in reference cycles that only a collection frees. Freed
+        # after the group's end (at a later collection or the exit, under the GIL), it would tear the group down in
+        # a C++ destructor that joins gloo's threads holding the GIL, which a thread of the group can be waiting for.
+        gc.collect()
         dist.destroy_process_group()
     return status
 

@@ -262,3 +262,31 @@ def test_not_given_reads_apart_from_an_explicit_value_on_the_command_line_and_in
     assert off.training.output_fused_update is False and off.training._checkpointing_given
     copied = dataclasses.replace(arguments(tmp_path), output_fused_update=False)
     assert copied.output_chunked_backward is None and copied.output_fused_update is False
+
+
+def test_the_output_layer_counts_its_weights_gradients_momentum_and_logits_in_bytes(monkeypatch):
+    """The plan's output-layer terms, each against the bytes counted by hand from the layer's shape: a head of 4
+    rows over 32 features (weights and biases) and a tail of 9 groups of 4 labels of 8 weights: 420 weights; the
+    logits of 8 rows over 4 + 36 columns (padding slots included), 100 elements a chunk."""
+    model = make_tiny_model(label_count=40, head_label_count=4, group_size=4, fan_in=8)  # float32 output layer
+    layer = model.output_layer
+    assert (layer.in_features, layer.tail_group_count) == (32, 9) and layer.tail.bias is None
+    monkeypatch.setattr(memory_plan, "DEFAULT_LOSS_CHUNK_ELEMENTS", 100)
+    common = dict(batch_size=8, tokens=16, loss_rows=8, checkpoint_every=0, autocast_bf16=False)
+
+    def peak(**options):
+        return planned_peak_bytes(model, **{**common, **options})
+
+    lean = dict(momentum_dtype="float32", momentum=False, chunked_backward=True)
+    assert peak(**lean, fused_update=False) - peak(**lean, fused_update=True) == 1680  # float32 gradients
+    fused = dict(chunked_backward=True, fused_update=True)
+    no_momentum = peak(**fused, momentum=False, momentum_dtype="float32")
+    assert peak(**fused, momentum=True, momentum_dtype="float32") - no_momentum == 1680
+    assert peak(**fused, momentum=True, momentum_dtype="bfloat16") - no_momentum == 840
+    whole = dict(momentum_dtype="float32", momentum=False, fused_update=False)
+    # 8 x 40 logits of WHOLE_LOGIT_BYTES each against a chunk of 100 float32 elements.
+    assert memory_plan.WHOLE_LOGIT_BYTES == 4
+    assert peak(**whole, chunked_backward=False) - peak(**whole, chunked_backward=True) == 8 * 40 * 4 - 400
+    before = peak(**lean, fused_update=True)
+    layer.head.weight.data = layer.head.weight.data.bfloat16()  # 128 weights of 2 bytes instead of 4
+    assert before - peak(**lean, fused_update=True) == 256
