@@ -7,10 +7,6 @@ from .modeling.model_sources import resolve_encoder
 from .modeling.modeling_haste import encoder_token_limit
 
 
-# Training texts whose pooled features set a normalising encoder's `feature_norm` in the recipe.
-FEATURE_NORM_SAMPLE = 256
-
-
 def load_encoder(name: str):
     """`(encoder, tokenizer)` of a model id or path, the encoder in float32; of a SentenceTransformer folder or Hub
     id, its transformer (`encoder_pooling` gives its pooling and normalisation)."""
@@ -26,31 +22,16 @@ def load_encoder(name: str):
 
 
 def encoder_pooling(name: str, encoder, pooling: str | None = None) -> tuple[str, bool]:
-    """`(pooling, normalize)` of the encoder `name` (loaded as `encoder`), as `from_encoder_pretrained` reads them: a
-    SentenceTransformer's own pooling (unless `pooling` is given) and its Normalize; another model's `pooling` or
-    its family's default, and no normalisation."""
+    """`(pooling, normalize)` the recipe trains the encoder `name` (loaded as `encoder`) with: a SentenceTransformer's
+    own pooling (unless `pooling` is given), another model's `pooling` or its family's default; no normalisation."""
     from .modeling.sentence_transformer_encoder import sentence_transformer_folder
 
     sentence_transformer = sentence_transformer_folder(resolve_encoder(name), pooling)
     if sentence_transformer is not None:
-        return sentence_transformer[1], sentence_transformer[2]
+        # Not the folder's Normalize: the recipe's output learning rates are set for the encoder's own feature scale,
+        # and unit-norm features train the output layer at a fraction of it (the demo fell from P@1 66.4 to 16.6).
+        return sentence_transformer[1], False
     return pooling or default_pooling(encoder.config), False
-
-
-def feature_norm_of(encoder, tokenizer, texts: list[str], pooling: str, **embedding_options) -> float:
-    """The mean norm of `encoder`'s pooled features of `texts`: what a normalising model scales its features to
-    (`HasteConfig.feature_norm`), so that its output layer trains at the learning rates set for the encoder's own
-    feature scale (unit-norm features trained the demo to P@1 16.6 against 66.4). Rounded to 4 significant digits,
-    so that every rank reads the same number. `embedding_options` go to `label_text_embeddings`."""
-    import torch
-
-    from .labels.embeddings import label_text_embeddings
-
-    batches = label_text_embeddings(
-        encoder, texts, tokenizer=tokenizer, pooling=pooling, normalize=False, show_progress=False, **embedding_options
-    )
-    norms = torch.cat([batch.norm(dim=1) for batch in batches])
-    return float(f"{norms.mean().item():.4g}")
 
 
 def check_max_length(encoder, max_length: int, name: str) -> None:
@@ -64,4 +45,4 @@ def check_max_length(encoder, max_length: int, name: str) -> None:
         )
 
 
-__all__ = ["FEATURE_NORM_SAMPLE", "check_max_length", "encoder_pooling", "feature_norm_of", "load_encoder"]
+__all__ = ["check_max_length", "encoder_pooling", "load_encoder"]

@@ -406,7 +406,6 @@ def _metadata(model, tokenizer, layout, top_k, quantize, features, source, files
         "fan_in": config.fan_in,
         "pooling": config.pooling,
         "normalize": config.normalize,
-        "feature_norm": config.feature_norm,
         "max_length": tokenizer.model_max_length,
         "max_positions": encoder_token_limit(model.encoder),
         "quantization": "dynamic int8 (encoder matmuls)" if quantize else None,

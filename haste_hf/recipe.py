@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from transformers.trainer_utils import IntervalStrategy, set_seed
 
-from .encoders import FEATURE_NORM_SAMPLE, check_max_length, encoder_pooling, feature_norm_of, load_encoder
+from .encoders import check_max_length, encoder_pooling, load_encoder
 from .evaluation import (
     EVALUATION_SETTINGS,
     EVALUATION_SETTINGS_FILE,
@@ -35,7 +35,6 @@ from .evaluation import (
     saved_evaluation_settings,
 )
 from .labels.layout import LabelLayout
-from .labels.new_label_files import sample_texts
 from .metrics import DEFAULT_KS
 from .model_card import CardFields, write_results
 from .modeling.defaults import (
@@ -205,7 +204,6 @@ def build_model(
     fan_in: int = DEFAULT_FAN_IN,
     pooling: str | None = None,
     normalize: bool = False,
-    feature_norm: float = 1.0,
     head_projection_dim: int | None = None,
     tail_projection_dim: int | None = None,
 ):
@@ -220,7 +218,6 @@ def build_model(
         fan_in=fan_in,
         pooling=pooling,
         normalize=normalize,
-        feature_norm=feature_norm,
         head_projection_dim=head_projection_dim,
         tail_projection_dim=tail_projection_dim,
     )
@@ -417,17 +414,9 @@ def _model_of(
     recipe,
     training_args,
     label_texts,
-    train_texts,
 ):
     """The new model; its head and tail started from the label texts where asked for (on every rank, as the random
-    weights they replace). A normalising encoder's features are scaled to their mean norm on `train_texts` (a
-    sample of the training split): the recipe's output learning rates are set for the encoder's own scale."""
-    options = dict(batch_size=training_args.per_device_eval_batch_size, device=training_args.device)
-    feature_norm = 1.0
-    if normalize:
-        feature_norm = feature_norm_of(
-            encoder_model, tokenizer, train_texts, pooling, max_length=recipe.max_length, **options
-        )
+    weights they replace)."""
     model = build_model(
         encoder_model,
         layout,
@@ -436,14 +425,20 @@ def _model_of(
         fan_in=recipe.fan_in,
         pooling=pooling,
         normalize=normalize,
-        feature_norm=feature_norm,
         head_projection_dim=recipe.head_projection_dim,
         tail_projection_dim=recipe.tail_projection_dim,
     )
     if recipe.init_from_label_texts:
         from .labels.embeddings import init_from_label_texts_
 
-        init_from_label_texts_(model, label_texts, tokenizer=tokenizer, scale=recipe.label_text_init_scale, **options)
+        init_from_label_texts_(
+            model,
+            label_texts,
+            tokenizer=tokenizer,
+            scale=recipe.label_text_init_scale,
+            batch_size=training_args.per_device_eval_batch_size,
+            device=training_args.device,
+        )
     return model
 
 
@@ -532,9 +527,8 @@ def train(
         )
         set_seed(seed)  # the new head and tail weights: a function of the seed, the same on every rank
         model = _model_of(
-            encoder_model, tokenizer, layout, dataset, pooling, normalize, recipe, training_args, label_texts,
-            sample_texts(train_split, FEATURE_NORM_SAMPLE, seed),
-        )  # fmt: skip
+            encoder_model, tokenizer, layout, dataset, pooling, normalize, recipe, training_args, label_texts
+        )
         dataset_name = dataset_name_of(recipe.data, recipe.dataset_name)
         propensity = propensity_of(dataset, dataset_name, recipe.propensity_a, recipe.propensity_b)
         if layout.split_fingerprint is not None:  # kept in each checkpoint: resuming on other data is refused

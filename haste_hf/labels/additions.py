@@ -171,7 +171,7 @@ def embed_texts(
 ) -> torch.Tensor:
     """The model's pooled features `[len(texts), d]` (float32, on the model's device) of `texts`: what its output
     layer reads, so a label's text lands where the texts it should score high land (`label_text_embeddings` over
-    the model's encoder, pooling, normalisation and feature norm)."""
+    the model's encoder, pooling and normalisation)."""
     batches = label_text_embeddings(
         model.encoder,
         texts,
@@ -183,7 +183,7 @@ def embed_texts(
         device=model.device,
         show_progress=is_progress_bar_enabled(),  # as transformers' own bars: `disable_progress_bar()` hides it
     )
-    return torch.cat(list(batches)) * model.config.feature_norm  # 1 unless normalised
+    return torch.cat(list(batches))
 
 
 @torch.no_grad()

@@ -9,7 +9,6 @@ import copy
 import difflib
 import functools
 import inspect
-import math
 import numbers
 from collections.abc import Mapping, Sequence
 
@@ -32,13 +31,12 @@ from .defaults import (
 
 
 # Bumped whenever a checkpoint written by this code could not be read correctly by older code.
-HASTE_FORMAT_VERSION = 4
+HASTE_FORMAT_VERSION = 3
 # What each format added that older code would misread. A checkpoint is written with the oldest format that
 # holds what it uses, so older installs keep reading every checkpoint they can read correctly.
 #   2: `normalize` (L2-normalised pooled output, as a SentenceTransformer encoder's Normalize module)
 #   3: the output layer's weights under `output_layer.` (`output_layer.head.weight`, ...; formats 1 and 2
 #      name them `head.weight`, `tail.supports`, `output_labels`, ..., and still load)
-#   4: `feature_norm` other than 1 (normalised pooled output scaled to that norm)
 
 # The shape of the output layer: what a checkpoint must share with the model that resumes it.
 OUTPUT_LAYER_STRUCTURE_FIELDS = (
@@ -55,7 +53,6 @@ _GIVEN_AT_LOADING = (
     *OUTPUT_LAYER_STRUCTURE_FIELDS,
     "pooling",
     "normalize",
-    "feature_norm",
     "classifier_dropout",
     "loss",
     "loss_reduction",
@@ -251,10 +248,6 @@ class HasteConfig(PretrainedConfig):
         normalize (`bool`, *optional*, defaults to `False`):
             L2-normalise the pooled encoder output, as a SentenceTransformer with a Normalize module does
             (`from_encoder_pretrained` sets it from such an encoder).
-        feature_norm (`float`, *optional*, defaults to 1.0):
-            With `normalize`, the norm the pooled output is scaled to: the output layer's learning rates are set
-            for an encoder's own feature scale, and unit-norm features train it far slower (the recipe sets it to
-            the mean norm of the encoder's pooled features on training texts, `encoders.feature_norm_of`).
         classifier_dropout (`float`, *optional*, defaults to 0.0):
             Dropout on the pooled encoder output during training.
         loss (`str`, *optional*, defaults to `"bce"`):
@@ -292,7 +285,6 @@ class HasteConfig(PretrainedConfig):
         tail_projection_dim: int | None = None,
         pooling: str | None = None,
         normalize: bool = False,
-        feature_norm: float = 1.0,
         classifier_dropout: float = 0.0,
         loss: str = "bce",
         loss_reduction: str = "sum",
@@ -322,7 +314,6 @@ class HasteConfig(PretrainedConfig):
         self.tail_projection_dim = tail_projection_dim
         self.pooling = pooling if pooling is not None else default_pooling(encoder)
         self.normalize = normalize
-        self.feature_norm = feature_norm
         self.classifier_dropout = classifier_dropout
         self.loss = loss
         self.loss_reduction = loss_reduction
@@ -509,13 +500,6 @@ class HasteConfig(PretrainedConfig):
         check_one_of("pooling", self.pooling, POOLING_MODES)
         check_one_of("loss", self.loss, LOSSES)
         check_one_of("loss_reduction", self.loss_reduction, LOSS_REDUCTIONS)
-        norm = self.feature_norm
-        if isinstance(norm, bool) or not isinstance(norm, numbers.Real) or not 0 < norm < math.inf:
-            raise ValueError(f"`feature_norm` must be a positive finite number, got {norm!r}.")
-        if self.feature_norm != 1 and not self.normalize:
-            raise ValueError(
-                f"`feature_norm` ({self.feature_norm}) scales normalised features: set `normalize=True`, or leave it 1."
-            )
         if not 0.0 <= self.classifier_dropout < 1.0:
             raise ValueError(f"`classifier_dropout` must lie in [0, 1), got {self.classifier_dropout!r}.")
 
@@ -536,7 +520,7 @@ class HasteConfig(PretrainedConfig):
     @property
     def required_format_version(self) -> int:
         """The oldest checkpoint format that holds this configuration (see `HASTE_FORMAT_VERSION`)."""
-        return 4 if self.feature_norm != 1 else 3
+        return 3
 
     def to_dict(self):
         output = super().to_dict()

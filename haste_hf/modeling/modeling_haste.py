@@ -335,7 +335,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         attention_mask = attention_mask.to(states.device)
         pooled = pool_hidden_states(states, attention_mask, self.config.pooling)
         if self.config.normalize:
-            pooled = F.normalize(pooled, dim=-1) * self.config.feature_norm
+            pooled = F.normalize(pooled, dim=-1)
         return self.dropout(pooled), outputs
 
     # ----------------------------------------------------------------------------------------- forward

@@ -66,16 +66,3 @@ def test_head_must_be_a_bool(tokenizer, head):
         model.add_labels(["w60 w61"], tokenizer=tokenizer, head=head)
     assert "\n" not in str(refused.value)
     assert model.config.label_count == 30
-
-
-def test_new_labels_are_fit_on_the_features_the_output_layer_reads(tokenizer):
-    """A normalising model scales its features to `feature_norm`: the texts of new labels are embedded so too."""
-    from haste_hf.labels.additions import embed_texts
-
-    model = make_tiny_model(label_count=30, normalize=True, feature_norm=4.5, training=False)
-    texts = ["w60 w61", "w62 w63 w64", "w1"]
-    batch = tokenizer(texts, padding=True, return_tensors="pt")
-    with torch.no_grad():
-        pooled, _ = model.encode(batch["input_ids"], batch["attention_mask"])
-    torch.testing.assert_close(embed_texts(model, tokenizer, texts), pooled)
-    torch.testing.assert_close(pooled.norm(dim=1), torch.full((3,), 4.5))

@@ -59,8 +59,7 @@ def test_old_checkpoint_loads_scores_as_saved_and_saves_in_the_current_format(fo
     assert "output_layer.tail.supports" in saved and not any(
         name.startswith(("head.", "tail.", "output_labels")) for name in saved
     )
-    # The oldest format that holds it: 3 (the output layer's names), not 4 (a feature norm other than 1).
-    assert json.loads((tmp_path / "again" / "config.json").read_text())["format_version"] == 3 < HASTE_FORMAT_VERSION
+    assert json.loads((tmp_path / "again" / "config.json").read_text())["format_version"] == HASTE_FORMAT_VERSION
     assert_scores_as_saved(HasteForExtremeClassification.from_pretrained(tmp_path / "again").eval(), expected)
 
 

@@ -1,7 +1,7 @@
-"""Tail supports edited out of range are refused however they were edited: through `.data`, or in a buffer made
-under `torch.inference_mode()` (as a load there makes it), the buffer's version does not change, and the check, run
-once per version, let them through (the kernels would read outside the features). On a CPU they are checked at each
-use; on accelerators once per version (a check is a device sync), and at each use with `HASTE_HF_VALIDATE=1`."""
+"""Tail supports edited out of range are refused however they were edited: through `.data`, or of a buffer made
+under `torch.inference_mode()` (as a load there makes it), the buffer's version does not change, and the check, run once per version, let them through
+(the kernels would read outside the features). On a CPU they are checked at each use; on accelerators once per
+version (a check is a device sync), and at each use with `HASTE_HF_VALIDATE=1`."""
 
 import pytest
 import torch
