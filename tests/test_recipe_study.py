@@ -72,3 +72,36 @@ def test_jobs_name_their_dataset_variant_and_seeds():
     for bad in ("deps:defaults", "deps:defaults:x", "deps:defaults+nolever:0"):
         with pytest.raises((STUDY.argparse.ArgumentTypeError, ValueError)):
             STUDY.parse_job(bad)
+
+
+def test_a_run_records_where_its_points_come_from_by_training_frequency(dataset_dir, encoder_dir, tmp_path):
+    """The worker trains through `haste-hf train` and then writes `by_frequency`: the diagnosis of the tail study
+    (issue 39). Its shares add up to the run's own test metrics, so it scores the folder as the run scored it."""
+    argv = STUDY.command_line(
+        STUDY.variant_flags("defaults"), Path(dataset_dir), str(encoder_dir), tmp_path / "run", seed=0, workers=0
+    )
+    argv += [
+        "--use-cpu",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "16",
+        "--group-size",
+        "4",
+        "--fan-in",
+        "8",
+        "--max-length",
+        "64",
+    ]
+    result_file = tmp_path / "result.json"
+    assert STUDY.run_worker(argv, result_file) == 0
+    result = STUDY.json.loads(result_file.read_text())
+    table = result["by_frequency"]
+    assert list(table) == ["head", "0", "1", "2-5", "6-20", "21-100", "101+"]
+    assert sum(row["test_pairs"] for row in table.values()) > 0
+    assert sum(row["P@5 share"] for row in table.values()) == pytest.approx(result["metrics"]["P@5"], abs=1e-9)
+    assert sum(row["PSP@5 share"] for row in table.values()) == pytest.approx(result["metrics"]["PSP@5"], abs=1e-9)
+    runs = tmp_path / "out" / "runs"
+    runs.mkdir(parents=True)
+    result_file.rename(runs / "tiny__defaults__s0.json")
+    assert "by training frequency" in STUDY.report(tmp_path / "out")
