@@ -151,12 +151,14 @@ def build_layout(
     batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
     label_texts=None,
     label_text_grouping_below: int = 0,
+    frequency_bands=None,
 ) -> LabelLayout:
     """The label layout of `train_split`.
 
     A given `layout` (object or file) is checked against the split and against the structure options given
     (None: take the layout's); otherwise it is computed with those options (None: the defaults), the labels with
-    fewer than `label_text_grouping_below` training points grouped by their `label_texts` too.
+    fewer than `label_text_grouping_below` training points grouped by their `label_texts` too, and the tail grouped
+    within the bands of training count `frequency_bands` (`group_labels`).
     """
     if layout is not None:
         if not isinstance(layout, LabelLayout):
@@ -172,7 +174,12 @@ def build_layout(
                 "out (`haste-hf group` takes --label-text-grouping-below)."
             )
         layout.check_split(train_split)
-        layout.check_options(group_size=group_size, head_label_fraction=head_label_fraction, strategy=grouping)
+        layout.check_options(
+            group_size=group_size,
+            head_label_fraction=head_label_fraction,
+            strategy=grouping,
+            frequency_bands=frequency_bands,
+        )
         if beta is not None:
             logger.warning("`beta` is ignored: the label layout's groups are already formed.")
         return layout
@@ -191,6 +198,7 @@ def build_layout(
         seed=seed,
         label_texts=label_texts,
         label_text_grouping_below=label_text_grouping_below,
+        frequency_bands=frequency_bands,
     )
 
 
@@ -399,6 +407,7 @@ def _shared_layout(train_split, dataset, encoder_model, tokenizer, pooling, reci
             batch_size=training_args.per_device_eval_batch_size,
             label_texts=label_texts,
             label_text_grouping_below=recipe.label_text_grouping_below,
+            frequency_bands=recipe.frequency_bands,
         )
     return broadcast_object(layout)
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .data import DATA_FORMATS
+from .labels.grouping import check_frequency_bands
 from .modeling.defaults import DEFAULT_FAN_IN, DEFAULT_GROUP_SIZE, DEFAULT_HEAD_LABEL_FRACTION, DEFAULT_MAX_LENGTH
 from .modeling.model_sources import DEMO_ENCODER, check_model_source
 
@@ -115,6 +116,15 @@ class RecipeArguments:
         default=None,
         metadata={"help": f"Semantic grouping: k-means buckets hold about beta groups (default {DEFAULT_BETA})."},
     )
+    frequency_bands: list[int] | None = field(
+        default=None,
+        metadata={
+            "help": "Group each tail label only with labels of its band of training counts, given by the bands' upper "
+            "bounds (e.g. 1 5: labels seen once, 2-5 times, more often), so that rare labels do not share a support "
+            "chosen for frequent ones; each band holds whole groups (its few most frequent labels move up a band). "
+            "Default: one pool."
+        },
+    )
     layout_file: str | None = field(
         default=None,
         metadata={
@@ -160,6 +170,8 @@ class RecipeArguments:
             raise ValueError(
                 f"`label_text_grouping_below` must be >= 0 (0: off), got {self.label_text_grouping_below}."
             )
+        if self.frequency_bands is not None:
+            check_frequency_bands(self.frequency_bands)
         if self.beta is not None and not self.beta >= 1:
             raise ValueError(f"`beta` (average bucket size in groups) must be >= 1, got {self.beta}.")
         for name in ("propensity_a", "propensity_b"):

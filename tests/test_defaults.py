@@ -51,6 +51,7 @@ RECIPE_STRUCTURE = dict(
     init_from_label_texts=False,
     label_text_init_scale=1.0,
     label_text_grouping_below=0,
+    frequency_bands=None,
     head_projection_dim=None,
     tail_projection_dim=None,
 )

@@ -295,6 +295,7 @@ def command_group(args) -> int:
         batch_size=args.per_device_eval_batch_size,
         label_texts=label_texts,
         label_text_grouping_below=recipe.label_text_grouping_below,
+        frequency_bands=recipe.frequency_bands,
     )
     layout.save(args.output)
     print(f"{layout.describe()} -> {args.output}")
