@@ -97,6 +97,23 @@ LEVERS = {
     "labelinit": {"--init-from-label-texts": None},
     "labelinit3": {"--init-from-label-texts": None, "--label-text-init-scale": "3"},
     "labelgroup": {"--label-text-grouping-below": "5"},
+    # The tail study (issue 39, benchmarks/results/tail_study/PLAN.md): the causes of the rare labels' loss, one lever
+    # a hypothesis. Capacity without sparsity: a tail that reads every feature and is never rewired.
+    "F384": {"--fan-in": "384", "rewirings": "0"},
+    "F256": {"--fan-in": "256"},
+    "G4": {"--group-size": "4"},
+    "G1": {"--group-size": "1"},
+    # Rare labels grouped among themselves: bands of training count (seen once / 2-5 times / more often).
+    "bands1": {"--frequency-bands": "1"},
+    "bands1-5": {"--frequency-bands": "1 5"},
+    "bands1-5-20": {"--frequency-bands": "1 5 20"},
+    # The tail's learning rate as a multiple of the head's (same cosine schedule).
+    "tailx0.5": {"--output-tail-lr-scale": "0.5"},
+    "tailx2": {"--output-tail-lr-scale": "2"},
+    "tailx4": {"--output-tail-lr-scale": "4"},
+    # Rewiring scored per label (each label's |w| over its own mean); `rewire0` turns it off.
+    "rewirenorm": {"--rewiring-score": "label_normalized"},
+    "head0": {"--head-fraction": "0"},
 }
 
 
@@ -157,8 +174,8 @@ def command_line(
     ]
     if flags or rewirings is not None:  # `defaults`: nothing but the data
         argv += RECIPE_FLAGS
-    for flag, value in flags.items():
-        argv += [flag] if value is None else [flag, value]
+    for flag, value in flags.items():  # a value of several words is a flag of several values (`--frequency-bands 1 5`)
+        argv += [flag] if value is None else [flag, *value.split()]
     return argv + list(extra)
 
 
