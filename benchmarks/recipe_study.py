@@ -419,15 +419,15 @@ def report(out: Path) -> str:
 
 
 def frequency_report(dataset: str, variants: dict) -> list[str]:
-    """Per variant and bucket of training frequency: R@5 and the share of PSP@5 (mean over seeds), for the variants
-    whose runs recorded `by_frequency`."""
+    """Per variant and bucket of training frequency: R@5, the share of PSP@5 and the share of the top-5 slots (mean
+    over seeds), for the variants whose runs recorded `by_frequency`."""
     diagnosed = {name: runs for name, runs in variants.items() if all(r.get("by_frequency") for r in runs)}
     if not diagnosed:
         return []
     buckets = list(next(iter(diagnosed.values()))[0]["by_frequency"])
     first = next(iter(diagnosed.values()))[0]["by_frequency"]
     lines = [
-        f"#### {dataset}: by training frequency (R@5 / share of PSP@5, %)",
+        f"#### {dataset}: by training frequency (R@5 / share of PSP@5 / share of the top-5 slots, %)",
         "",
         "| variant | "
         + " | ".join(f"{b} ({first[b]['labels']} labels, {first[b]['test_pairs']} pairs)" for b in buckets)
@@ -439,7 +439,8 @@ def frequency_report(dataset: str, variants: dict) -> list[str]:
         for bucket in buckets:
             recall = statistics.mean(r["by_frequency"][bucket]["R@5"] for r in runs)
             share = statistics.mean(r["by_frequency"][bucket].get("PSP@5 share", 0.0) for r in runs)
-            cells.append(f"{100 * recall:.1f} / {100 * share:.2f}")
+            slots = statistics.mean(r["by_frequency"][bucket].get("top-5 share", math.nan) for r in runs)
+            cells.append(f"{100 * recall:.1f} / {100 * share:.2f} / {100 * slots:.1f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines + [""]
 
