@@ -114,6 +114,9 @@ LEVERS = {
     # Rewiring scored per label (each label's |w| over its own mean); `rewire0` turns it off.
     "rewirenorm": {"--rewiring-score": "label_normalized"},
     "head0": {"--head-fraction": "0"},
+    # Tail labels with a bias, as Dense's labels have (the CPU pre-check in tail_study/PLAN.md: it closed most of the
+    # gap there, by keeping rare labels' false positives out of the top 5).
+    "tailbias": {"--tail-bias": None},
 }
 
 

@@ -213,6 +213,7 @@ def build_model(
     normalize: bool = False,
     head_projection_dim: int | None = None,
     tail_projection_dim: int | None = None,
+    tail_bias: bool = False,
 ):
     """A new model around `encoder` with `layout`'s head and tail (checked against `label_count`, the data's)."""
     from .modeling.modeling_haste import HasteForExtremeClassification
@@ -227,6 +228,7 @@ def build_model(
         normalize=normalize,
         head_projection_dim=head_projection_dim,
         tail_projection_dim=tail_projection_dim,
+        tail_bias=tail_bias,
     )
 
 
@@ -435,6 +437,7 @@ def _model_of(
         normalize=normalize,
         head_projection_dim=recipe.head_projection_dim,
         tail_projection_dim=recipe.tail_projection_dim,
+        tail_bias=recipe.tail_bias,
     )
     if recipe.init_from_label_texts:
         from .labels.embeddings import init_from_label_texts_

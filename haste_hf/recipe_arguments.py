@@ -99,6 +99,13 @@ class RecipeArguments:
     tail_projection_dim: int | None = field(
         default=None, metadata={"help": "Width of the tail's projection (default: none)."}
     )
+    tail_bias: bool = field(
+        default=False,
+        metadata={
+            "help": "Give every tail label a bias, as the dense head's labels have: a rare label's logit can then "
+            "learn its low prior instead of ranking as a false positive."
+        },
+    )
     pooling: Literal["cls", "mean", "last_token"] | None = field(
         default=None,
         metadata={

@@ -54,6 +54,7 @@ RECIPE_STRUCTURE = dict(
     label_text_init_scale=1.0,
     label_text_grouping_below=0,
     frequency_bands=None,
+    tail_bias=False,
     head_projection_dim=None,
     tail_projection_dim=None,
 )

@@ -134,3 +134,18 @@ def test_evaluation_with_more_filtered_labels_than_the_model_has_to_spare(tmp_pa
         kept = [label for label in order if [point, label] not in filters.tolist()][:5]
         expected_top[point, : len(kept)] = kept
     assert metrics == compute_xmc_metrics(expected_top, labels, ks=(1, 3, 5))
+
+
+def test_tail_bias_through_the_command_line(dataset_dir, encoder_dir, tmp_path, capsys):
+    """`--tail-bias` gives every tail label a trained bias (the tail study's lever, issue 39); without it, none."""
+    from haste_hf import HasteForExtremeClassification
+    from haste_hf.cli import main
+
+    common = ["--data", str(dataset_dir), "--encoder", str(encoder_dir), "--group-size", "2", "--fan-in", "8"]
+    common += ["--max-length", "16", "--max-steps", "2", "--use-cpu", "--report-to", "none"]
+    for flags, name in (([], "plain"), (["--tail-bias"], "bias")):
+        assert main(["train", *common, "--output-dir", str(tmp_path / name), *flags]) == 0, capsys.readouterr().err
+    plain = HasteForExtremeClassification.from_pretrained(tmp_path / "plain").output_layer.tail
+    tail = HasteForExtremeClassification.from_pretrained(tmp_path / "bias").output_layer.tail
+    assert plain.bias is None and tail.bias is not None and tail.bias.shape == (tail.weight.shape[0] * 2,)
+    assert bool(tail.bias.ne(0).any())  # trained, not left at its start

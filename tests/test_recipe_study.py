@@ -51,6 +51,10 @@ def test_the_tail_study_levers_turn_their_options_on(dataset_dir, tmp_path):
     args = parse_args(train_argv("defaults+bands1-5+tailx2+rewirenorm+F256+G4", dataset_dir, tmp_path))
     assert (args.recipe.frequency_bands, args.recipe.fan_in, args.recipe.group_size) == ([1, 5], 256, 4)
     assert (args.training.output_tail_lr_scale, args.training.rewiring_score) == (2.0, "label_normalized")
+    assert (
+        not args.recipe.tail_bias
+        and parse_args(train_argv("defaults+tailbias", dataset_dir, tmp_path)).recipe.tail_bias
+    )
     args = parse_args(train_argv("defaults+F384", dataset_dir, tmp_path))
     assert (args.recipe.fan_in, args.training.rewiring_interval) == (384, 0)
 

@@ -243,6 +243,7 @@ _NOT_GROUP_OPTIONS = (
     "label_text_init_scale",
     "head_projection_dim",
     "tail_projection_dim",
+    "tail_bias",
     "layout_file",
     "dataset_name",
     "propensity_a",
