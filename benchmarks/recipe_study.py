@@ -97,6 +97,26 @@ LEVERS = {
     "labelinit": {"--init-from-label-texts": None},
     "labelinit3": {"--init-from-label-texts": None, "--label-text-init-scale": "3"},
     "labelgroup": {"--label-text-grouping-below": "5"},
+    # The tail study (issue 39, benchmarks/results/tail_study/PLAN.md): the causes of the rare labels' loss, one lever
+    # a hypothesis. Capacity without sparsity: a tail that reads every feature and is never rewired.
+    "F384": {"--fan-in": "384", "rewirings": "0"},
+    "F256": {"--fan-in": "256"},
+    "G4": {"--group-size": "4"},
+    "G1": {"--group-size": "1"},
+    # Rare labels grouped among themselves: bands of training count (seen once / 2-5 times / more often).
+    "bands1": {"--frequency-bands": "1"},
+    "bands1-5": {"--frequency-bands": "1 5"},
+    "bands1-5-20": {"--frequency-bands": "1 5 20"},
+    # The tail's learning rate as a multiple of the head's (same cosine schedule).
+    "tailx0.5": {"--output-tail-lr-scale": "0.5"},
+    "tailx2": {"--output-tail-lr-scale": "2"},
+    "tailx4": {"--output-tail-lr-scale": "4"},
+    # Rewiring scored per label (each label's |w| over its own mean); `rewire0` turns it off.
+    "rewirenorm": {"--rewiring-score": "label_normalized"},
+    "head0": {"--head-fraction": "0"},
+    # Tail labels with a bias, as Dense's labels have (the CPU pre-check in tail_study/PLAN.md: it closed most of the
+    # gap there, by keeping rare labels' false positives out of the top 5).
+    "tailbias": {"--tail-bias": None},
 }
 
 
@@ -157,8 +177,8 @@ def command_line(
     ]
     if flags or rewirings is not None:  # `defaults`: nothing but the data
         argv += RECIPE_FLAGS
-    for flag, value in flags.items():
-        argv += [flag] if value is None else [flag, value]
+    for flag, value in flags.items():  # a value of several words is a flag of several values (`--frequency-bands 1 5`)
+        argv += [flag] if value is None else [flag, *value.split()]
     return argv + list(extra)
 
 
@@ -402,15 +422,15 @@ def report(out: Path) -> str:
 
 
 def frequency_report(dataset: str, variants: dict) -> list[str]:
-    """Per variant and bucket of training frequency: R@5 and the share of PSP@5 (mean over seeds), for the variants
-    whose runs recorded `by_frequency`."""
+    """Per variant and bucket of training frequency: R@5, the share of PSP@5 and the share of the top-5 slots (mean
+    over seeds), for the variants whose runs recorded `by_frequency`."""
     diagnosed = {name: runs for name, runs in variants.items() if all(r.get("by_frequency") for r in runs)}
     if not diagnosed:
         return []
     buckets = list(next(iter(diagnosed.values()))[0]["by_frequency"])
     first = next(iter(diagnosed.values()))[0]["by_frequency"]
     lines = [
-        f"#### {dataset}: by training frequency (R@5 / share of PSP@5, %)",
+        f"#### {dataset}: by training frequency (R@5 / share of PSP@5 / share of the top-5 slots, %)",
         "",
         "| variant | "
         + " | ".join(f"{b} ({first[b]['labels']} labels, {first[b]['test_pairs']} pairs)" for b in buckets)
@@ -422,7 +442,8 @@ def frequency_report(dataset: str, variants: dict) -> list[str]:
         for bucket in buckets:
             recall = statistics.mean(r["by_frequency"][bucket]["R@5"] for r in runs)
             share = statistics.mean(r["by_frequency"][bucket].get("PSP@5 share", 0.0) for r in runs)
-            cells.append(f"{100 * recall:.1f} / {100 * share:.2f}")
+            slots = statistics.mean(r["by_frequency"][bucket].get("top-5 share", math.nan) for r in runs)
+            cells.append(f"{100 * recall:.1f} / {100 * share:.2f} / {100 * slots:.1f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines + [""]
 

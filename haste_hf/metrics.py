@@ -259,9 +259,12 @@ def metrics_by_frequency(
     """Per bucket of training frequency (`frequency_buckets`): how many labels and test pairs it holds, its recall
     R@k (the bucket's true (point, label) pairs found in the top k, over the bucket's true pairs) and its share of
     P@k and, given `propensity`, of PSP@k: the shares of all buckets add up to `compute_xmc_metrics`'s P@k and PSP@k,
-    so the table says where a model gains or loses its points.
+    so the table says where a model gains or loses its points. Its share of the top-k slots (the predictions in the
+    bucket, right or wrong, over all `k * N`) tells a bucket that misses its labels from one that crowds out the
+    others' hits with false positives.
 
-    Returns: `{bucket: {"labels", "test_pairs", "R@k", "P@k share", "PSP@k share"}}`, fractions as floats."""
+    Returns: `{bucket: {"labels", "test_pairs", "R@k", "P@k share", "PSP@k share", "top-k share"}}`, fractions as
+    floats."""
     top = np.asarray(top_k_ids.cpu() if isinstance(top_k_ids, torch.Tensor) else top_k_ids)
     if top.ndim != 2 or top.shape[1] < k:
         raise ValueError(f"top_k_ids must be [N, >= {k}], got {top.shape}")
@@ -290,6 +293,9 @@ def metrics_by_frequency(
             "test_pairs": pairs,
             f"R@{k}": float((found & (true_bucket == index)).sum() / pairs) if pairs else 0.0,
             f"P@{k} share": float((hits & (hit_bucket == index)).sum() / (k * top.shape[0])) if top.shape[0] else 0.0,
+            f"top-{k} share": float(((predicted >= 0) & (hit_bucket == index)).sum() / (k * top.shape[0]))
+            if top.shape[0]
+            else 0.0,
         }
         if propensity is not None:
             row[f"PSP@{k} share"] = float(gains[hit_bucket == index].sum() / best_total) if best_total > 0 else 0.0

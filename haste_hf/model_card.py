@@ -105,7 +105,10 @@ class HasteModelCardData:
                 schedule=args.output_lr_scheduler_type,
                 warmup=args.output_warmup_steps,
                 other=f"momentum {args.output_momentum} ({args.output_momentum_dtype}), "
-                f"decoupled weight decay {args.output_weight_decay}",
+                f"decoupled weight decay {args.output_weight_decay}"
+                + (
+                    f", tail at {scale}x the rate" if (scale := getattr(args, "output_tail_lr_scale", 1.0)) != 1 else ""
+                ),
             ),
         ]
         rewiring = None
@@ -123,6 +126,7 @@ class HasteModelCardData:
                 end=args.rewiring_end_fraction,
                 init=args.rewiring_init,
                 scope=args.rewiring_scope,
+                score=getattr(args, "rewiring_score", "mean_abs"),
             )
         evaluations = [entry for entry in trainer.state.log_history if any(_METRIC_KEY.match(k) for k in entry)]
         training = {

@@ -269,3 +269,6 @@ def test_metrics_by_frequency_shares_add_up_to_the_ranking_metrics_and_recall_is
         assert table[name]["labels"] == int((bucket == index).sum())
         expected = sum(label in top[i] for i, label in pairs) / len(pairs) if pairs else 0.0
         assert table[name]["R@5"] == pytest.approx(expected, rel=1e-12)
+        slots = sum(bucket[label] == index for row in top for label in row if label >= 0)
+        assert table[name]["top-5 share"] == pytest.approx(slots / (5 * points), rel=1e-12)
+    assert sum(row["top-5 share"] for row in table.values()) == pytest.approx(1.0)

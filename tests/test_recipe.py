@@ -160,3 +160,19 @@ def test_the_run_keeps_the_checkpoint_of_the_best_validation_p_at_1(dataset_dir,
     best_step, best = max(evaluations, key=lambda evaluation: evaluation[1])  # the first of the highest
     assert run.trainer.state.best_metric == best
     assert run.trainer.state.best_model_checkpoint.endswith(f"checkpoint-{best_step}")
+
+
+def test_tail_bias_through_the_command_line(dataset_dir, encoder_dir, tmp_path, capsys):
+    """`--tail-bias` gives every tail label a trained bias (the tail study's lever, issue 39); without it, none."""
+    from haste_hf import HasteForExtremeClassification
+    from haste_hf.cli import main
+
+    common = ["--data", str(dataset_dir), "--encoder", str(encoder_dir), "--group-size", "2", "--fan-in", "8"]
+    common += ["--max-length", "16", "--max-steps", "2", "--use-cpu", "--report-to", "none"]
+    for flags, name in (([], "plain"), (["--tail-bias"], "bias")):
+        assert main(["train", *common, "--output-dir", str(tmp_path / name), *flags]) == 0, capsys.readouterr().err
+    plain = HasteForExtremeClassification.from_pretrained(tmp_path / "plain").output_layer.tail
+    tail = HasteForExtremeClassification.from_pretrained(tmp_path / "bias").output_layer.tail
+    assert plain.bias is None and tail.bias is not None and tail.bias.shape == (tail.weight.shape[0] * 2,)
+    assert bool(tail.bias.ne(0).any())  # trained, not left at its start
+

@@ -33,7 +33,8 @@ def test_every_lever_is_a_train_command_line(lever, dataset_dir, tmp_path):
         args = parse_args(argv)
         for flag, value in STUDY.LEVERS[lever].items():
             if flag.startswith("--"):
-                assert flag in argv and (value is None or argv[argv.index(flag) + 1] == value), (variant, flag)
+                at = argv.index(flag) + 1
+                assert value is None or argv[at : at + len(value.split())] == value.split(), (variant, flag)
         assert args.recipe.data == str(dataset_dir)
 
 
@@ -44,6 +45,18 @@ def test_the_label_text_levers_turn_their_options_on(dataset_dir, tmp_path):
         3.0,
         5,
     )
+
+
+def test_the_tail_study_levers_turn_their_options_on(dataset_dir, tmp_path):
+    args = parse_args(train_argv("defaults+bands1-5+tailx2+rewirenorm+F256+G4", dataset_dir, tmp_path))
+    assert (args.recipe.frequency_bands, args.recipe.fan_in, args.recipe.group_size) == ([1, 5], 256, 4)
+    assert (args.training.output_tail_lr_scale, args.training.rewiring_score) == (2.0, "label_normalized")
+    assert (
+        not args.recipe.tail_bias
+        and parse_args(train_argv("defaults+tailbias", dataset_dir, tmp_path)).recipe.tail_bias
+    )
+    args = parse_args(train_argv("defaults+F384", dataset_dir, tmp_path))
+    assert (args.recipe.fan_in, args.training.rewiring_interval) == (384, 0)
 
 
 def test_a_run_longer_than_a_device_call_resumes_from_its_checkpoint(dataset_dir, tmp_path):

@@ -243,6 +243,7 @@ _NOT_GROUP_OPTIONS = (
     "label_text_init_scale",
     "head_projection_dim",
     "tail_projection_dim",
+    "tail_bias",
     "layout_file",
     "dataset_name",
     "propensity_a",
@@ -295,6 +296,7 @@ def command_group(args) -> int:
         batch_size=args.per_device_eval_batch_size,
         label_texts=label_texts,
         label_text_grouping_below=recipe.label_text_grouping_below,
+        frequency_bands=recipe.frequency_bands,
     )
     layout.save(args.output)
     print(f"{layout.describe()} -> {args.output}")

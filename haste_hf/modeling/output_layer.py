@@ -562,14 +562,25 @@ class HasteOutputLayer(nn.Module):
         return torch.nn.utils.clip_grad_norm_(self.output_parameters(), max_norm)
 
     @torch.no_grad()
-    def rewire_(self, fraction: float, scope: str, init: str, seed: int, step: int) -> tuple[RewiringResult, int]:
+    def rewire_(
+        self, fraction: float, scope: str, init: str, seed: int, step: int, score: str = "mean_abs"
+    ) -> tuple[RewiringResult, int]:
         """`haste_hf.modeling.rewiring.rewire_` of the tail, padding slots kept out of the scores. Returns what changed
         and how many (group, slot) pairs were rewired in all."""
-        check_rewiring_options(fraction, scope, init, zero_fraction_ok=True)
+        check_rewiring_options(fraction, scope, init, zero_fraction_ok=True, score=score)
         groups, group_size = self.tail.weight.shape[:2]
         label_mask = (self.output_labels[self.tail_first_position :] >= 0).view(groups, group_size)
         result = rewire_(
-            self.tail.weight, self.tail.supports, self.tail.in_features, fraction, scope, init, seed, step, label_mask
+            self.tail.weight,
+            self.tail.supports,
+            self.tail.in_features,
+            fraction,
+            scope,
+            init,
+            seed,
+            step,
+            label_mask,
+            score,
         )
         return result, result.count
 

@@ -34,6 +34,7 @@ from .optimization import (
     HasteOptimizer,
     StochasticRoundingSGD,
     get_haste_scheduler,
+    output_parameter_groups,
     split_parameters,
     unwrap_haste_optimizer,
 )
@@ -191,6 +192,7 @@ class HasteTrainer(Trainer):
                 scope=args.rewiring_scope,
                 init=args.rewiring_init,
                 seed=args.rewiring_seed,
+                score=args.rewiring_score,
             )
             rewiring.check_model(self.model)
             self.add_callback(rewiring)
@@ -311,7 +313,7 @@ class HasteTrainer(Trainer):
         if self.optimizer is None:
             model = unwrap_model(self.model if model is None else model)
             args = self.args
-            encoder_side, output_layer = split_parameters(model)
+            encoder_side, _ = split_parameters(model)
             decay_names = set(self.get_decay_parameter_names(model))
             encoder_groups = [
                 {"params": [p for n, p in encoder_side if n in decay_names], "weight_decay": args.weight_decay},
@@ -324,7 +326,7 @@ class HasteTrainer(Trainer):
                 eps=args.adam_epsilon,
             )
             output_optimizer = StochasticRoundingSGD(
-                output_layer,
+                output_parameter_groups(model, args.output_learning_rate, args.output_tail_lr_scale),
                 lr=args.output_learning_rate,
                 momentum=args.output_momentum,
                 weight_decay=args.output_weight_decay,
