@@ -175,4 +175,3 @@ def test_tail_bias_through_the_command_line(dataset_dir, encoder_dir, tmp_path, 
     tail = HasteForExtremeClassification.from_pretrained(tmp_path / "bias").output_layer.tail
     assert plain.bias is None and tail.bias is not None and tail.bias.shape == (tail.weight.shape[0] * 2,)
     assert bool(tail.bias.ne(0).any())  # trained, not left at its start
-

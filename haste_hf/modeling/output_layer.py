@@ -568,20 +568,9 @@ class HasteOutputLayer(nn.Module):
         """`haste_hf.modeling.rewiring.rewire_` of the tail, padding slots kept out of the scores. Returns what changed
         and how many (group, slot) pairs were rewired in all."""
         check_rewiring_options(fraction, scope, init, zero_fraction_ok=True, score=score)
-        groups, group_size = self.tail.weight.shape[:2]
-        label_mask = (self.output_labels[self.tail_first_position :] >= 0).view(groups, group_size)
-        result = rewire_(
-            self.tail.weight,
-            self.tail.supports,
-            self.tail.in_features,
-            fraction,
-            scope,
-            init,
-            seed,
-            step,
-            label_mask,
-            score,
-        )
+        tail = self.tail
+        mask = (self.output_labels[self.tail_first_position :] >= 0).view(tail.weight.shape[:2])  # labels, not padding
+        result = rewire_(tail.weight, tail.supports, tail.in_features, fraction, scope, init, seed, step, mask, score)
         return result, result.count
 
     # ------------------------------------------------------------------------------------- invariants
