@@ -75,7 +75,7 @@ logger = logging.get_logger(__name__)
 # fmt: off
 _TRANSFORMERS_KEYS = (
     "model_type", "custom_pipelines", "auto_map", "torch_dtype", "name_or_path", "num_labels", "output_attentions",
-    "attn_implementation", "experts_implementation", "per_layer_config", "rope_scaling", "rope_theta",
+    "attn_implementation", "experts_implementation", "per_layer_config", "rope_scaling", "rope_theta", "use_cache",
 )
 # fmt: on
 
