@@ -15,26 +15,16 @@
 #   .device-data/minilm-int8          python benchmarks/int8_transit.py pack <all-MiniLM-L6-v2> .device-data/minilm-int8
 #   .device-data/debian-xmc/deps      cp -r /work/shared/data/debian-xmc/deps .device-data/debian-xmc/
 #   .whl/                             datasets, dill, multiprocess (see scale_call.sh)
+# HASTE_COMMIT and $OUT as in scale_call.sh (`call_setup.sh`). After the table, with the call's time left, the GPU
+# tests of the label embeddings and grouping (the fast path on CUDA against the CPU reference).
 #
 #   bash benchmarks/grouping_ab_call.sh
 # Pass: the fast path's P@1/3/5 and PSP@1/3/5 within the baseline's 3-seed spread (mean +- 2 standard deviations).
 set -uo pipefail
-export PYTHONUNBUFFERED=1
-tree=$PWD
-out=${OUT:-/tmp/grouping-ab}
-mkdir -p "$out"
-find_asset() {  # the ignored folder $1 of this tree, or of the checkout around it
-    for root in . ../..; do
-        if [ -e "$root/$1" ]; then (cd "$root/$1" && pwd) && return; fi
-    done
-    echo "missing: $1 (in this tree or ../..)" >&2 && return 1
-}
-site=""
-if ! python3 -c "import datasets" 2>/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        "$(find_asset .whl)"/*.whl || exit 1
-    site=:/tmp/site
-fi
+started=$SECONDS
+source benchmarks/call_setup.sh || exit 1
+study_out=/tmp/grouping-ab  # six runs' files: $OUT gets the two studies' logs and the table (grouping_ab.md)
+rm -rf "$study_out" && mkdir -p "$study_out"
 baseline=/tmp/ab-baseline
 rm -rf "$baseline" && mkdir -p "$baseline" && cp -r haste_hf "$baseline/"
 cat >> "$baseline/haste_hf/labels/token_batches.py" <<'EOF'
@@ -43,19 +33,26 @@ cat >> "$baseline/haste_hf/labels/token_batches.py" <<'EOF'
 def fast_backend(tokenizer, max_length):  # the A/B's baseline: every label embedding by the tokenizer's own call
     return None
 EOF
-(cd /tmp && PYTHONPATH="$baseline$site" python3 -c "
+check_path() {  # $1: the tree whose haste_hf runs; $2: whether its fast path is on (True / False)
+    (cd /tmp && PYTHONPATH="$1:$PYTHONPATH" python3 -c "
 import haste_hf, haste_hf.labels.embeddings as e
-assert haste_hf.__file__.startswith('$baseline') and e.fast_backend(None, None) is None") || exit 1
-study=(--data-root "$(find_asset .device-data/debian-xmc)" --datasets deps --encoder "$(find_asset .device-data/minilm-int8)"
+from transformers import AutoTokenizer
+fast = e.fast_backend(AutoTokenizer.from_pretrained('$encoder'), 128) is not None
+assert haste_hf.__file__.startswith('$1') and fast == $2, (haste_hf.__file__, fast)
+print('$1: fast label-embedding path', fast)")
+}
+check_path "$baseline" False && check_path "$PWD" True || exit 1
+study=(--data-root "$(find_asset .device-data/debian-xmc)" --datasets deps --encoder "$encoder"
     --parallel 3 --min-start-s 0 --budget-s 60 --stop-s 540 --jobs deps:defaults:0,1,2)
-(PYTHONPATH="$baseline$site" python3 benchmarks/recipe_study.py "${study[@]}" --out "$out/baseline" \
-    > "$out/baseline.log" 2>&1) &
-(PYTHONPATH="$tree$site" python3 benchmarks/recipe_study.py "${study[@]}" --out "$out/fast" > "$out/fast.log" 2>&1) &
+(PYTHONPATH="$baseline:$PYTHONPATH" python3 benchmarks/recipe_study.py "${study[@]}" --out "$study_out/baseline" \
+    > "$out/grouping_ab_baseline.log" 2>&1) &
+(python3 benchmarks/recipe_study.py "${study[@]}" --out "$study_out/fast" \
+    > "$out/grouping_ab_fast.log" 2>&1) &
 wait
-for log in "$out"/baseline/runs/*.log "$out"/fast/runs/*.log; do  # each run's label-embedding speed (its progress bar)
+for log in "$study_out"/{baseline,fast}/runs/*.log; do  # each run's label-embedding speed (its progress bar)
     echo "$log: $(tr '\r' '\n' < "$log" | grep -E 'Label embeddings: +100%' | tail -1)"
 done
-PYTHONPATH="$tree$site" python3 - "$out" <<'EOF'
+python3 - "$study_out" <<'EOF' | tee "$out/grouping_ab.md"
 import json, statistics, sys
 from pathlib import Path
 
@@ -85,3 +82,9 @@ if len(runs["baseline"]) == len(runs["fast"]) == 3:
 else:
     print(f"incomplete: {len(runs['baseline'])} baseline and {len(runs['fast'])} fast runs finished")
 EOF
+echo "wall of the trainings: $((SECONDS - started)) s"
+left=$((585 - (SECONDS - started)))
+if [ "$left" -gt 20 ]; then
+    timeout "$left" python3 -m pytest -q -m gpu -p no:cacheprovider tests/labels/test_grouping_at_scale.py \
+        tests/labels/test_grouping.py tests/labels/test_token_batches.py 2>&1 | tail -3
+fi
