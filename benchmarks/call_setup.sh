@@ -5,7 +5,7 @@
 # $encoder (/tmp/minilm), $out ($OUT or /tmp/scale-out). Git-ignored inputs are read from this tree or from the
 # checkout around it (../../, where a worktree sits in .wt/): `find_asset NAME`.
 started=${started:-$SECONDS}
-export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=true
+export PYTHONUNBUFFERED=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 out=${OUT:-/tmp/scale-out}
 mkdir -p "$out"
