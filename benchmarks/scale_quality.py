@@ -56,15 +56,20 @@ def train_command(args, data: Path, encoder: str, name: str) -> list[str]:
     return [sys.executable, str(HERE / "scale.py"), "probe", "--report", str(report), "--", *cli], folder, report
 
 
-def run_side_by_side(args, data: Path, encoder: str) -> dict:
-    """The variants' trainings at once; per variant its exit, wall time, metrics and probe report."""
-    runs, deadline = {}, time.time() + args.budget_s
+def start_side_by_side(args, data: Path, encoder: str) -> dict:
+    """The variants' trainings, started at once."""
+    runs = {}
     for name in VARIANTS:
         command, folder, report = train_command(args, data, encoder, name)
         log = open(Path(args.work) / f"{folder.name}.log", "w")  # noqa: SIM115  (closed when its run ends)
         print(f"[quality] {name}: {' '.join(command)}", flush=True)
         runs[name] = dict(process=subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log=log,
                           folder=folder, report=report, started=time.time())  # fmt: skip
+    return runs
+
+
+def finish_side_by_side(runs: dict, deadline: float) -> dict:
+    """Per variant its exit, wall time, metrics and probe report, once every run ended or `deadline` passed."""
     while any(run["process"].poll() is None for run in runs.values()) and time.time() < deadline:
         time.sleep(2)
     results = {}
@@ -99,7 +104,9 @@ def baselines(data: Path, preset: str, seed: int) -> dict:
     k = max(KS)
     most_frequent = np.tile(np.argsort(-frequencies, kind="stable")[:k], (len(test), 1))
     generator = np.random.default_rng(seed)
-    random = np.stack([generator.choice(frequencies.size, k, replace=False) for _ in range(len(test))])
+    random = generator.integers(0, frequencies.size, size=(len(test), k))
+    while (repeats := (np.diff(np.sort(random, axis=1), axis=1) == 0).any(axis=1)).any():  # k distinct labels a point
+        random[repeats] = generator.integers(0, frequencies.size, size=(int(repeats.sum()), k))
     return {
         name: compute_xmc_metrics(top, test, ks=KS, propensity=propensity)
         for name, top in (("most frequent labels", most_frequent), ("random labels", random))
@@ -153,7 +160,9 @@ def main(argv=None) -> int:
     parser.add_argument("--encoder", default="minilm", help="Encoder path or id; 'tiny': a small random BERT (CPU).")
     parser.add_argument("--workers", type=int, default=4, help="Data-loader workers of each training.")
     parser.add_argument("--work", default="/tmp/haste-quality")
-    parser.add_argument("--budget-s", type=float, default=520.0, help="Runs still going then are stopped.")
+    parser.add_argument(
+        "--budget-s", type=float, default=520.0, help="Runs still going this long after the start are stopped."
+    )
     parser.add_argument("--json", default=None)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
@@ -166,9 +175,9 @@ def main(argv=None) -> int:
     stats = scale_data.generate(data, args.preset, args.scale, args.test_points, args.seed)
     print(f"[quality] data: {stats['labels']:,} labels in {time.time() - started:.0f} s", flush=True)
     encoder = scale_data.tiny_encoder(work / "tiny-encoder") if args.encoder == "tiny" else args.encoder
-    args.budget_s -= time.time() - started
-    runs = run_side_by_side(args, data, encoder)
-    chance = baselines(data, args.preset, args.seed)
+    runs = start_side_by_side(args, data, encoder)
+    chance = baselines(data, args.preset, args.seed)  # while the runs train
+    runs = finish_side_by_side(runs, started + args.budget_s)
     text = table(args, stats, runs, chance, provenance.tree_commit())
     if args.json:
         Path(args.json).write_text(json.dumps({"stats": stats, "runs": runs, "chance": chance}, indent=1))
