@@ -99,6 +99,41 @@ def test_files_do_not_depend_on_the_process_count(scale_data, small_set, tmp_pat
     assert (other / "trn.json.gz").read_bytes() != (folder / "trn.json.gz").read_bytes()
 
 
+def test_the_100m_preset_has_every_label_in_few_points(scale_data):
+    sizes = scale_data.scaled(scale_data.PRESETS["synthetic-100m"], 1.0, 1000)
+    assert sizes == dict(labels=100_000_000, train_points=4_000_000, test_points=1000, train_positives=110_000_000)
+    counts = scale_data.label_counts(10_000, 11_000, 400, exponent=0.7)  # the preset at 10^-4
+    assert counts.min() == 1 and counts.sum() == 11_000 and counts[0] > 10  # every label seen, a power-law head
+
+
+def test_quality_baselines_score_as_the_generator_counts_them(small_set):
+    """scale_quality.py's most-frequent predictor is the generator's chance level; random labels are near 0."""
+    quality = load_script("scale_quality")
+    folder, stats = small_set
+    chance = quality.baselines(folder, "amazon-670k", seed=0)
+    for k in (1, 3, 5):
+        assert chance["most frequent labels"][f"P@{k}"] == pytest.approx(stats["chance"][f"most frequent P@{k}"])
+        assert chance["random labels"][f"P@{k}"] < 0.05
+    assert 0 < chance["most frequent labels"]["PSP@1"] < chance["most frequent labels"]["P@1"]
+
+
+def test_several_gpus_are_judged_against_their_own_targets():
+    table = load_script("scale_table")
+    report = {"gpu_allocated": 4 * 2**30, "gpu_reserved": 0, "phases": [], "texts_per_second": 3800.0, "device": "GPU"}
+    run = {"stages": {"train": {"exit": 0, "wall": 1.0, "reports": [report, dict(report, gpu_allocated=2**30)]}}}
+    base = {"stages": {"train": {"exit": 0, "wall": 1.0, "reports": [dict(report, gpu_allocated=8 * 2**30)]}}}
+    base["stages"]["train"]["reports"][0]["texts_per_second"] = 1000.0
+    for gpus, goal in ((2, ">= 1.9x"), (4, ">= 3.7x"), (8, "(reported)")):
+        run["args"] = {"gpus": gpus, "preset": "lf-paper2keywords-8.6m"}
+        lines = table.targets(run, base)
+        assert f"| texts/s vs one GPU ({gpus} GPUs) | {goal} | 3.80x |" in lines
+        peak = "<= 0.6" if gpus == 2 else "(reported)"
+        assert f"| busiest rank's peak GPU vs one GPU's ({gpus} GPUs) | {peak} | 0.50 |" in lines
+        assert "| train: peak GPU (busiest rank) | <= 10 GiB | 4.00 GiB |" in lines
+    run["args"]["preset"] = "synthetic-100m"
+    assert "| train: peak GPU (busiest rank) | <= 40 GiB | 4.00 GiB |" in table.targets(run, base)
+
+
 def test_steady_texts_per_second_leaves_out_the_first_steps_and_the_saves():
     scale = load_script("scale")
     steps = [(index, float(index), 8) for index in range(11)]  # one step a second, 8 texts each
