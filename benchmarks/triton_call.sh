@@ -10,7 +10,8 @@
 #   3. `step.py` at 8.6M labels (HASTE) with the CUDA build, then with Triton in an environment whose PATH holds no
 #      nvcc and no ninja (what `pip install torch` gives), `predict_topk` throughput included;
 #   4. `pytest tests/kernels/triton tests/kernels/test_triton_backward.py` on the GPU when $RUN_TESTS=1;
-#   5. `kernels.py` over the grid given (both backends side by side), stopped after $GRID_SECONDS.
+#   5. `triton_loss_sweep.py` over the shapes in $LOSS_SWEEP, if any;
+#   6. `kernels.py` over the grid given (both backends side by side), stopped after $GRID_SECONDS.
 set -uo pipefail
 out=${1:?usage: triton_call.sh OUT_DIR [kernels.py arguments]}
 shift
@@ -68,12 +69,18 @@ if [ "${RUN_TESTS:-0}" = 1 ]; then
         2>&1 | tail -5 | tee "$out/tests.txt"
 fi
 
-# 5. The kernels' grid, both backends side by side.
+# 5. The fused loss's launch configurations ($LOSS_SWEEP: triton_loss_sweep.py's --shapes, none when empty).
+if [ -n "${LOSS_SWEEP:-}" ]; then
+    timeout 150 "$python" benchmarks/triton_loss_sweep.py --shapes $LOSS_SWEEP --out "$out/loss_sweep.txt" 2>&1 | tail -3
+fi
+
+# 6. The kernels' grid, both backends side by side.
 timeout "${GRID_SECONDS:-200}" "$python" benchmarks/kernels.py "$@" 2>&1 | tee "$out/kernels.txt" |
     grep -v "^ *[0-9]" | tail -20
 
 echo "=== summary"
 cat "$out/machine.txt"
 cat "$out/first_use.md" 2>/dev/null
+grep -v "^#" "$out/loss_sweep.txt" 2>/dev/null
 cat "$out/step_cuda.md" "$out/step_triton.md" 2>/dev/null | grep "8.6M"
 "$python" benchmarks/kernels.py --summarize "$out/kernels.txt"
