@@ -119,12 +119,12 @@ def _words_per_pack(group_size: int, config) -> int:
 
 
 def loss_tile(config: LaunchConfig) -> int:
-    """Fits the forward's tile `config` to the loss's epilogue and returns the warps a program takes (ptxas, sm_90:
-    tiles above 128 rows x 32 labels spilled, 128 x 64 even at 8 warps; 4 warps at 128 x 32 used 255 registers and
-    spilled, hence 8 warps from 64 x 64 logits)."""
-    if config.block_b * config.pack * config.block_g > 128 * 32:
-        config.block_b = 64
-    return 8 if config.block_b * config.pack * config.block_g >= 64 * 64 else config.num_warps
+    """Fits the forward's tile `config` to the loss's epilogue and returns the warps a program takes: 2048 logits a
+    tile (64 rows x 32 labels, 32 x 64, 128 x 16; no more rows than the forward takes) and 4 warps. On an H200
+    (`benchmarks/results/triton_notes.md`, v4) 8 warps or 128 x 32 tiles were 4-30% slower, and 64 x 64 tiles use
+    255 registers a thread (ptxas, sm_90), 32 x 64 tiles 168."""
+    config.block_b = max(16, min(config.block_b, 2048 // (config.pack * config.block_g)))
+    return config.num_warps
 
 
 def sparse_loss(x, weight, supports, bias, mask, valid_count: int, scale: float, loss_kind: int, store: bool):
