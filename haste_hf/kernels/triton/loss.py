@@ -120,10 +120,12 @@ def _words_per_pack(group_size: int, config) -> int:
 
 def loss_tile(config: LaunchConfig) -> int:
     """Fits the forward's tile `config` to the loss's epilogue and returns the warps a program takes: 2048 logits a
-    tile (64 rows x 32 labels, 32 x 64, 128 x 16; no more rows than the forward takes) and 4 warps. On an H200
-    (`benchmarks/results/triton_notes.md`, v4) 8 warps or 128 x 32 tiles were 4-30% slower, and 64 x 64 tiles use
-    255 registers a thread (ptxas, sm_90), 32 x 64 tiles 168."""
+    tile (64 rows x 32 labels, 32 x 64, 128 x 16; no more rows than the forward takes), 4 warps, 2 pipeline stages.
+    On an H200 (`benchmarks/results/triton_notes.md`, v4) 8 warps or 128 x 32 tiles were 4-30% slower, 64 x 64 tiles
+    use 255 registers a thread (ptxas, sm_90), 32 x 64 tiles 168; the third stage took F = 32, G = 32 from 128 to 182
+    registers and 1.0-1.1x the CUDA build's time to 1.5x (2 stages: within 5% of 3 elsewhere)."""
     config.block_b = max(16, min(config.block_b, 2048 // (config.pack * config.block_g)))
+    config.num_stages = 2
     return config.num_warps
 
 
