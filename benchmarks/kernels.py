@@ -154,6 +154,21 @@ def summary_lines(ratios, passes, label, target):
     return lines
 
 
+def summarize(path):
+    """The summary of the two backends' `vs` columns of a table this script printed, whole or cut short."""
+    versus = {}
+    with open(path) as handle:
+        for line in handle:
+            fields = line.split()
+            if len(fields) < 16 or not fields[0].isdigit():
+                continue
+            point = (int(fields[0]), fields[1], int(fields[2]), int(fields[3]))
+            versus[(*point, fields[4])] = float(fields[15])
+            if len(fields) > 16:
+                versus[(*point, "bwd_x_det")] = float(fields[16])
+    return summary_lines(versus, [*PASSES, "bwd_x_det"], "triton / cuda", 1.3)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=int, nargs="+", default=[64, 256, 512])
@@ -168,7 +183,11 @@ def main(argv=None):
     )
     parser.add_argument("--torch-path", action="store_true", help="also time the PyTorch path (slow)")
     parser.add_argument("--out", default=None, help="also write the table to this file")
+    parser.add_argument("--summarize", default=None, help="only print the summary of a table (also one cut short)")
     args = parser.parse_args(argv)
+    if args.summarize:
+        print("\n".join(summarize(args.summarize)))
+        return
     dtype = getattr(torch, args.dtype)
     for backend in args.backends:
         kernels.set_backend(backend)

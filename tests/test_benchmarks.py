@@ -42,3 +42,26 @@ def test_floors_match_hand_arithmetic(kernel_floors, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "# bwd_x: 1/1 points whose floor alone exceeds 1.15x" in out
     assert "# fwd: 0/1 points" in out
+
+
+VERSUS = """# NVIDIA H200, torch 2.11.0+cu130, bfloat16, d = 768, ms (median); ours = triton, other = cuda
+   B        L    F   G pass       ours ours_det    flops    dense    torch  ratio peakGiB path    other other_det    vs vs_det
+  64    8.60M   32  16 fwd       1.145        -    0.540    3.520        -   2.12    1.54 ttt    0.826         -  1.39
+  64    8.60M   32  16 bwd_x     1.987    3.233    0.393    3.170        -   5.06    1.54 ttt    1.242     1.238  1.60   2.61
+ 512    8.60M   32  16 fwd       4.981        -    3.417   11.512        -   1.46    8.72 ttt    5.840         -  0.85
+"""
+
+
+def test_kernels_summary_reads_a_table_cut_short(tmp_path):
+    """`kernels.py --summarize` gives each pass's median and worst Triton / CUDA ratio of a table whose run was
+    stopped before its own summary (a device call's time limit)."""
+    spec = importlib.util.spec_from_file_location("kernels_benchmark", SCRIPT.parent / "kernels.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    table = tmp_path / "kernels.txt"
+    table.write_text(VERSUS)
+    lines = module.summarize(table)
+    assert lines[0] == "# fwd: triton / cuda median 1.12, max 1.39 at B=64 L=8.60M F=32 G=16, <= 1.3: 1/2"
+    assert lines[1] == "# bwd_x: triton / cuda median 1.60, max 1.60 at B=64 L=8.60M F=32 G=16, <= 1.3: 0/1"
+    assert lines[2] == "# bwd_x_det: triton / cuda median 2.61, max 2.61 at B=64 L=8.60M F=32 G=16, <= 1.3: 0/1"
+    assert len(lines) == 3

@@ -334,7 +334,8 @@ _forward_op.register_autograd(_backward, setup_context=_setup_context)
 # ------------------------------------------------------------------------------------------------
 # The fused loss of an output layer (haste_hf.modeling.losses) and the fused top-k of the tail.
 # ------------------------------------------------------------------------------------------------
-_LOSS_KINDS = {"bce": 0, "squared_hinge": 1}
+# The losses the kernels compute, by the integer both backends take (the Triton kernels' LOSS constant).
+LOSS_KINDS = {"bce": 0, "squared_hinge": 1}
 
 
 @torch.library.custom_op("haste::linear_loss", mutates_args=(), device_types="cuda")
@@ -353,10 +354,10 @@ def _linear_loss_op(
     # `deterministic` only travels to the backward, which reads it from the saved context.
     if _backend == "triton":
         return _load_triton().loss.linear_loss(
-            x, weight, bias, supports, positions, valid_count, scale, loss, store_gradient
+            x, weight, bias, supports, positions, valid_count, scale, LOSS_KINDS[loss], store_gradient
         )
     loss_value, grad_logits = _load_extension().linear_loss(
-        x, weight, bias, supports, positions, valid_count, scale, _LOSS_KINDS[loss], store_gradient
+        x, weight, bias, supports, positions, valid_count, scale, LOSS_KINDS[loss], store_gradient
     )
     return loss_value, grad_logits
 
@@ -408,10 +409,11 @@ def fuses_loss(x: torch.Tensor, weight: torch.Tensor, supports: torch.Tensor | N
     return supports is None or has_fast_path(x, weight)
 
 
-def _check_loss_inputs(x, weight, bias, supports, loss: str) -> None:
-    """Raises a `ValueError` naming what `linear_loss`'s layer gets wrong: the loss, or the shapes and dtypes."""
-    if loss not in _LOSS_KINDS:
-        raise ValueError(f"`loss` must be one of {sorted(_LOSS_KINDS)}, got {loss!r}.")
+def _check_loss_inputs(x, weight, bias, supports, valid_count: int, loss: str) -> None:
+    """Raises a `ValueError` naming what `linear_loss`'s layer gets wrong: the loss, the shapes and dtypes, or
+    `valid_count` (the one check of both backends)."""
+    if loss not in LOSS_KINDS:
+        raise ValueError(f"`loss` must be one of {sorted(LOSS_KINDS)}, got {loss!r}.")
     if supports is not None:
         validate_inputs(x, weight, supports, bias, check_indices=VALIDATE)
     elif x.dim() != 2 or weight.dim() != 2 or weight.shape[1] != x.shape[1] or weight.dtype != x.dtype:
@@ -419,6 +421,9 @@ def _check_loss_inputs(x, weight, bias, supports, loss: str) -> None:
             f"a dense layer needs x [B, d] and weight [n, d] of one dtype; got x {tuple(x.shape)} {x.dtype}, "
             f"weight {tuple(weight.shape)} {weight.dtype}."
         )
+    outputs = weight.shape[0] * weight.shape[1] if supports is not None else weight.shape[0]
+    if not 0 <= valid_count <= outputs:
+        raise ValueError(f"`valid_count` must lie in [0, {outputs}] (the layer's outputs), got {valid_count}.")
 
 
 def linear_loss(
@@ -437,7 +442,7 @@ def linear_loss(
     `haste_hf.modeling.losses.output_layer_loss`, which dispatches here). The forward stores the logit gradient
     `scale * dloss/dz` in the layer's dtype `[B, n]` for the backward, and no logits at all for a sparse
     layer on the tensor-core path; without autograd it stores nothing. Loss sums are reproducible."""
-    _check_loss_inputs(x, weight, bias, supports, loss)
+    _check_loss_inputs(x, weight, bias, supports, valid_count, loss)
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
     tracked = [x, weight] + ([bias] if bias is not None else [])
@@ -472,7 +477,7 @@ def linear_loss_gradient(
     `>= valid_count`), as the fused op's forward writes it for its backward; not differentiable. A slice of
     a layer (contiguous rows or groups) with positions relative to its first column gives that slice's
     gradient: `haste_hf.modeling.losses` recomputes the gradient chunk by chunk this way."""
-    _check_loss_inputs(x, weight, bias, supports, loss)
+    _check_loss_inputs(x, weight, bias, supports, valid_count, loss)
     with torch.no_grad(), torch.autocast("cuda", enabled=False):
         _, grad_logits = _linear_loss_op(
             x.contiguous(), weight.contiguous(), bias, supports, positions, valid_count, float(scale), loss, True, False

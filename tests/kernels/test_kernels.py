@@ -101,6 +101,15 @@ class TestValidation:
         with pytest.raises(ValueError, match="repeats a feature within group 2"):
             kernels.validate_inputs(x, weight, bad, check_indices=True)
 
+    @pytest.mark.parametrize("valid_count", [-1, 25])
+    def test_loss_valid_count(self, valid_count):
+        """`linear_loss` checks `valid_count` against the layer's outputs for both backends, before any kernel."""
+        x = torch.randn(4, 16)
+        weight = torch.randn(24, 16)
+        positions = torch.zeros(4, 2, dtype=torch.int64)
+        with pytest.raises(ValueError, match=r"`valid_count` must lie in \[0, 24\]"):
+            kernels.linear_loss(x, weight, None, None, positions, valid_count, 1.0)
+
 
 @pytest.mark.parametrize("backend_name", kernels.BACKENDS)
 def test_fast_path_envelope_is_computed_from_shapes(monkeypatch, backend_name):

@@ -1,14 +1,17 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
 """Triton kernels of the group-shared sparse tail, one kernel a file (Liger-Kernel's layout):
 
-- `forward.py`: the logits `[B, K * G]` (+ bias) of `x [B, d]`, `weight [K, G, F]`, `supports [K, F]`;
-- `loss.py`: the fused loss (BCE, squared hinge): in the tail's forward epilogue, and elementwise on a dense
-  head's materialised logits;
+- `forward.py`: the logits `[B, K * G]` (+ bias) of `x [B, d]`, `weight [K, G, F]`, `supports [K, F]`, and the
+  launch configuration of the kernels that share its main loop:
+- `loss.py`: the fused loss (BCE, squared hinge) in the tail's forward epilogue, with `positive_mask.py` (the
+  positives as bits) and `logits_loss.py` (the same loss elementwise on a dense head's materialised logits);
+  `loss_terms.py` holds the losses' elementwise terms;
 - `topk.py`: the tail's forward with a k-best list per program instead of logits;
-- `grad_weight.py`, `grad_input.py`: the two backward passes.
+- `grad_weight.py`, `grad_input.py`: the two backward passes (`split_sum.py`: the feature gradient's last step).
+`device.py` holds what every launch asks of the device.
 
-Each file exposes a plain launch function taking and returning torch tensors; `haste_hf.kernels.ops` registers
-them as `torch.library` custom ops. The modules import `triton` at their top: import them only when
+Each file exposes a plain launch function taking and returning torch tensors; `haste_hf.kernels.ops` checks the
+arguments once for both backends and registers them as `torch.library` custom ops. The modules import `triton` at their top: import them only when
 `is_available()` says so (Triton ships with torch's CUDA wheels; a CPU-only install may lack it).
 """
 

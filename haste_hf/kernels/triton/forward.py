@@ -12,11 +12,11 @@ padded to the next one by masks (correct for any G, F >= 1; tensor-core shapes w
 kernel here; each kernel only has its own epilogue.
 """
 
-import contextlib
-
 import torch
 import triton
 import triton.language as tl
+
+from .device import on_device, processor_count
 
 
 @triton.jit
@@ -164,13 +164,12 @@ class LaunchConfig:
             block_b = min(block_b, 64)
         self.block_b = block_b
         self.packs = triton.cdiv(max(num_groups, 1), self.pack)
-        processors = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
         self.programs_per_processor = 8
         self.num_warps = 4
         self.num_stages = 3
         self.ieee = dtype == torch.float32
         self.batch = batch
-        self.processors = processors
+        self.processors = processor_count(device)
 
     @property
     def batch_tiles(self):
@@ -194,12 +193,6 @@ class LaunchConfig:
     def padded_batch(self):
         return self.batch_tiles * self.block_b
 
-    @property
-    def epilogue_warps(self):
-        """Warps of the kernels with a heavy epilogue (the loss): 8 once the tile holds 64 x 64 logits, where 4
-        warps spill registers (ptxas, sm_90: 4 warps at 128 rows x 32 labels use 255 registers and spill)."""
-        return 8 if self.block_b * self.pack * self.block_g >= 64 * 64 else self.num_warps
-
     def launch_options(self, num_warps=None):
         """The keyword arguments every kernel of the family takes from this configuration."""
         return {
@@ -211,6 +204,32 @@ class LaunchConfig:
             "num_warps": num_warps or self.num_warps,
             "num_stages": self.num_stages,
         }
+
+    def launch(self, kernel, x, weight, supports, bias, outputs, scalars=(), num_warps=None, **constants):
+        """Runs `kernel` of the family over this configuration's grid, on x's GPU. Every kernel of the family takes
+        x^T (`transposed_padded`), weight, supports, bias (weight when there is none: HAS_BIAS says), then its
+        `outputs`, then B, Bp, K, packs, packs per program, its `scalars`, and as constants G, F, HAS_BIAS, this
+        configuration's tile (`launch_options`) and its own `constants`."""
+        num_groups, group_size, fan_in = weight.shape
+        with on_device(x):
+            kernel[self.grid](
+                transposed_padded(x, self.padded_batch),
+                weight,
+                supports,
+                bias.contiguous() if bias is not None else weight,
+                *outputs,
+                x.shape[0],
+                self.padded_batch,
+                num_groups,
+                self.packs,
+                self.packs_per_program,
+                *scalars,
+                G=group_size,
+                F=fan_in,
+                HAS_BIAS=bias is not None,
+                **self.launch_options(num_warps),
+                **constants,
+            )
 
 
 def transposed_padded(x: torch.Tensor, rows: int) -> torch.Tensor:
@@ -231,25 +250,9 @@ def forward(
         return out
     if fan_in == 0:
         return out.copy_(bias.expand_as(out)) if bias is not None else out.zero_()
-    config = LaunchConfig(batch, num_groups, group_size, fan_in, x.dtype, x.device)
-    xt = transposed_padded(x, config.padded_batch)
-    with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
-        _forward_kernel[config.grid](
-            xt,
-            weight,
-            supports,
-            bias.contiguous() if bias is not None else weight,
-            out,
-            batch,
-            config.padded_batch,
-            num_groups,
-            config.packs,
-            config.packs_per_program,
-            G=group_size,
-            F=fan_in,
-            HAS_BIAS=bias is not None,
-            **config.launch_options(),
-        )
+    LaunchConfig(batch, num_groups, group_size, fan_in, x.dtype, x.device).launch(
+        _forward_kernel, x, weight, supports, bias, outputs=(out,)
+    )
     return out
 
 

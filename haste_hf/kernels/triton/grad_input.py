@@ -19,14 +19,15 @@ the L2 cache.
   in their order. Same inputs, same bits. (Atomics into the program's own partial with the same barrier
   are also reproducible, but measured slower: 71.7 against 54.5 ms at B = 512, L = 8.6M, F = 128, G = 16.)
 
-Both end with that kernel, which also transposes back to `[B, d]` and casts to the operands' dtype.
+Both end with `split_sum.py`'s kernel, which also transposes back to `[B, d]` and casts to the operands' dtype.
 """
-
-import functools
 
 import torch
 import triton
 import triton.language as tl
+
+from .device import on_device, processor_count
+from .split_sum import sum_splits_transposed
 
 
 @triton.jit
@@ -107,40 +108,9 @@ def _load_group(grad_out_rows, weight_slots, supports_ptr, group, G: tl.constexp
     return grad_block, weight_block, features
 
 
-@triton.jit
-def _reduce_transpose_kernel(
-    acc_ptr,  # fp32 [splits, d, B]
-    grad_x_ptr,  # [B, d]
-    batch,
-    num_features,
-    splits,
-    BLOCK_D: tl.constexpr,
-    BLOCK_B: tl.constexpr,
-):
-    features = tl.program_id(0) * BLOCK_D + tl.arange(0, BLOCK_D)
-    rows = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)
-    mask = (features[:, None] < num_features) & (rows[None, :] < batch)
-    offsets = features[:, None] * batch + rows[None, :]
-    total = tl.zeros((BLOCK_D, BLOCK_B), dtype=tl.float32)
-    split_size = num_features.to(tl.int64) * batch
-    for _ in range(splits):  # a fixed order: the same sum on every run
-        total += tl.load(acc_ptr + offsets, mask=mask, other=0.0)
-        acc_ptr += split_size
-    out = grad_x_ptr + rows[None, :].to(tl.int64) * num_features + features[:, None]
-    tl.store(out, total.to(grad_x_ptr.dtype.element_ty), mask=mask)
-
-
 def _block(size: int) -> int:
     """The power-of-two tile covering `size` (at least 16, the tensor cores' smallest operand side)."""
     return max(16, triton.next_power_of_2(size))
-
-
-@functools.cache
-def _program_count(device: torch.device) -> int:
-    """Programs of one launch: a few per multiprocessor, enough to hide the latency of the updates."""
-    if device.type != "cuda":
-        return 8
-    return 4 * torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def grad_input(
@@ -175,33 +145,30 @@ def grad_input(
     grad_out = grad_out.contiguous()
     batch_tiles = triton.cdiv(batch, block_b)
     if groups_per_program is None:
-        groups_per_program = triton.cdiv(num_groups, max(1, _program_count(weight.device) // batch_tiles))
+        groups_per_program = triton.cdiv(num_groups, max(1, 4 * processor_count(weight.device) // batch_tiles))
     splits = triton.cdiv(num_groups, groups_per_program)
     if splits > 65535:  # the launch grid's second axis
         raise ValueError(f"`groups_per_program` = {groups_per_program} splits the groups {splits} ways; at most 65535.")
     acc = torch.zeros(splits if deterministic else 1, num_features, batch, dtype=torch.float32, device=weight.device)
     fp32 = weight.dtype == torch.float32
-    _grad_input_kernel[(batch_tiles, splits)](
-        grad_out,
-        weight,
-        supports,
-        acc,
-        batch,
-        num_features,
-        num_groups,
-        groups_per_program,
-        G=group_size,
-        F=fan_in,
-        BLOCK_G=_block(group_size),
-        BLOCK_F=_block(fan_in),
-        BLOCK_B=block_b,
-        DETERMINISTIC=deterministic,
-        PRECISION="ieee" if fp32 else "tf32",
-        NUM_STAGES=num_stages,
-        num_warps=4,
-    )
-    reduce_d, reduce_b = 32, 64
-    _reduce_transpose_kernel[(triton.cdiv(num_features, reduce_d), triton.cdiv(batch, reduce_b))](
-        acc, grad_x, batch, num_features, acc.shape[0], BLOCK_D=reduce_d, BLOCK_B=reduce_b, num_warps=4
-    )
-    return grad_x
+    with on_device(weight):
+        _grad_input_kernel[(batch_tiles, splits)](
+            grad_out,
+            weight,
+            supports,
+            acc,
+            batch,
+            num_features,
+            num_groups,
+            groups_per_program,
+            G=group_size,
+            F=fan_in,
+            BLOCK_G=_block(group_size),
+            BLOCK_F=_block(fan_in),
+            BLOCK_B=block_b,
+            DETERMINISTIC=deterministic,
+            PRECISION="ieee" if fp32 else "tf32",
+            NUM_STAGES=num_stages,
+            num_warps=4,
+        )
+    return sum_splits_transposed(acc, grad_x)

@@ -10,11 +10,11 @@ Triton's software pipeline over the chunks. A batch of one chunk: a program walk
 pipeline over the groups. fp32 operands use a true fp32 product (`input_precision="ieee"`, no TF32).
 """
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
+
+from .device import on_device, processor_count
 
 
 @triton.jit
@@ -141,29 +141,25 @@ def grad_weight(
         # Several chunks: one group a program (runs of groups: 1.15-2.1x slower at B = 512, G = 16, on an H200).
         groups_per_program = 1
     elif groups_per_program is None:
-        groups_per_program = max(1, num_groups // (16 * _processor_count(x.device)))
+        groups_per_program = max(1, num_groups // (16 * processor_count(x.device)))
     programs = triton.cdiv(num_groups, groups_per_program) * triton.cdiv(fan_in, block_f)
-    _grad_weight_kernel[(programs,)](
-        grad_out,
-        xt,
-        supports,
-        grad_weight_out,
-        batch,
-        num_groups,
-        groups_per_program,
-        G=group_size,
-        F=fan_in,
-        BLOCK_G=block_g,
-        BLOCK_F=block_f,
-        BLOCK_B=block_b,
-        SINGLE_CHUNK=single_chunk,
-        PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
-        NUM_STAGES=3,
-        num_warps=4,
-    )
+    with on_device(x):
+        _grad_weight_kernel[(programs,)](
+            grad_out,
+            xt,
+            supports,
+            grad_weight_out,
+            batch,
+            num_groups,
+            groups_per_program,
+            G=group_size,
+            F=fan_in,
+            BLOCK_G=block_g,
+            BLOCK_F=block_f,
+            BLOCK_B=block_b,
+            SINGLE_CHUNK=single_chunk,
+            PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+            NUM_STAGES=3,
+            num_warps=4,
+        )
     return grad_weight_out
-
-
-@functools.cache
-def _processor_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1

@@ -11,13 +11,11 @@ runs only while some row of the tile still has a better candidate). The lists `[
 fewer than k scored columns ends in (-inf, -1).
 """
 
-import contextlib
-
 import torch
 import triton
 import triton.language as tl
 
-from .forward import LaunchConfig, group_logits, pack_columns, transposed_padded
+from .forward import LaunchConfig, group_logits, pack_columns
 
 
 @triton.jit
@@ -126,31 +124,20 @@ def group_sparse_topk(
     list_size = max(2, triton.next_power_of_2(k))
     if list_size > 32:  # the [BLOCK_B, KP] lists live in registers
         config.block_b = min(config.block_b, 32)
-    xt = transposed_padded(x, config.padded_batch)
     lists = config.runs * list_size
     scores = torch.empty(batch, lists, dtype=torch.float32, device=x.device)
     ids = torch.empty(batch, lists, dtype=torch.int64, device=x.device)
-    with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
-        _topk_kernel[config.grid](
-            xt,
-            weight,
-            supports,
-            bias.contiguous() if bias is not None else weight,
-            scores,
-            ids,
-            batch,
-            config.padded_batch,
-            num_groups,
-            config.packs,
-            config.packs_per_program,
-            valid_count,
-            G=group_size,
-            F=fan_in,
-            HAS_BIAS=bias is not None,
-            KP=list_size,
-            OUT_DTYPE=_TRITON_DTYPES[x.dtype],
-            **config.launch_options(),
-        )
+    config.launch(
+        _topk_kernel,
+        x,
+        weight,
+        supports,
+        bias,
+        outputs=(scores, ids),
+        scalars=(valid_count,),
+        KP=list_size,
+        OUT_DTYPE=_TRITON_DTYPES[x.dtype],
+    )
     scores, best = scores.topk(k, dim=1)
     return scores, ids.gather(1, best)
 

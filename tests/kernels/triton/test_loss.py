@@ -1,11 +1,13 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
-"""`haste_hf.kernels.triton.loss` (the fused loss: the tail's epilogue and the elementwise pass on a dense head's
-logits) against the float64 reference (GPU, or CPU through Triton's interpreter)."""
+"""`haste_hf.kernels.triton.loss` (the fused loss: the tail's epilogue, and `logits_loss`'s elementwise pass on a dense
+head's logits, with `positive_mask`'s bits) against the float64 reference (GPU, or CPU through Triton's
+interpreter)."""
 
 import pytest
 import torch
 from kernel_operands import TOLERANCE, make_layer, random_positions, reference_logits, relative_error
 
+from haste_hf.kernels.ops import LOSS_KINDS
 from haste_hf.kernels.triton import loss as fused
 from haste_hf.modeling import losses
 
@@ -22,7 +24,7 @@ def reference(logits64, dtype, positions, valid_count, scale, loss):
 def check(layer, positions, valid_count, loss, store, dtype):
     x, weight, supports, bias = layer
     scale = 0.37
-    value, grad = fused.linear_loss(x, weight, bias, supports, positions, valid_count, scale, loss, store)
+    value, grad = fused.linear_loss(x, weight, bias, supports, positions, valid_count, scale, LOSS_KINDS[loss], store)
     if supports is None:
         logits64 = x.double() @ weight.double().t() + bias.double()
     else:
@@ -37,7 +39,7 @@ def check(layer, positions, valid_count, loss, store, dtype):
     assert (grad[:, valid_count:] == 0).all()
     error = relative_error(grad, expected_grad)
     assert error < TOLERANCE[dtype], f"gradient: relative error {error:.2e}"
-    again = fused.linear_loss(x, weight, bias, supports, positions, valid_count, scale, loss, store)
+    again = fused.linear_loss(x, weight, bias, supports, positions, valid_count, scale, LOSS_KINDS[loss], store)
     assert torch.equal(again[0], value) and torch.equal(again[1], grad)
 
 
@@ -72,26 +74,6 @@ def test_dense_layer(device, loss, dtype):
     positions = random_positions(13, 4100, device, seed=4, count=40)
     for store in (True, False):
         check((x, weight, None, bias), positions, 4090, loss, store, dtype)
-
-
-def test_bce_is_accurate_over_the_logit_range(device):
-    """softplus and sigmoid from one exponential: relative error ~1e-6 against float64 over [-40, 40]."""
-    logits64 = torch.linspace(-40, 40, 4001, dtype=torch.float64).reshape(1, -1)
-    positions = torch.arange(0, 4001, 3).reshape(1, -1).to(device)
-    mask = fused.positive_mask(positions, 4001, 4001)
-    logits = logits64.float().to(device)
-    value = fused.logits_loss_(logits, mask, 4001, 1.0, "bce", store=True)
-    targets = losses.targets_of_chunk(positions.cpu(), 0, 4001, 4001, torch.float64)
-    terms, grad = losses.bce(logits64.float().double(), targets)
-    assert abs(value.item() - terms.sum().item()) <= 1e-6 * terms.sum().item()
-    torch.testing.assert_close(logits.double().cpu(), grad, rtol=1e-5, atol=1e-7)
-
-
-def test_positive_mask(device):
-    positions = torch.tensor([[0, 33, 33, -1, 70, 31], [69, 64, 5, 71, 100, 2]], device=device)
-    mask = fused.positive_mask(positions, 72, 70).cpu().view(torch.uint32).long()
-    expected = torch.tensor([[1 | 1 << 31, 1 << 1, 0], [1 << 2 | 1 << 5, 0, 1 << 0 | 1 << 5]])
-    assert torch.equal(mask, expected)
 
 
 @pytest.mark.gpu
