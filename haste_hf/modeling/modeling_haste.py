@@ -23,7 +23,8 @@ from transformers import AutoConfig, AutoModel, PreTrainedModel
 from transformers import initialization as init
 from transformers.utils import ModelOutput, cached_file
 
-from .configuration_haste import HasteConfig, _describe, _output_layer_shape
+from .checks import _describe, _output_layer_shape
+from .configuration_haste import HasteConfig
 from .device_map import _offload_output_layer_whole
 from .encoder import (
     checkpointed_forward,
