@@ -147,6 +147,25 @@ def test_push_then_load_with_the_package_and_with_remote_code(hub, tmp_path):
     assert remote["main:labels"] == names
 
 
+def test_the_exported_code_pushes_without_the_marks_of_its_save(hub, tmp_path):
+    """Without `haste_hf`, `model.push_to_hub` is transformers' (save into a temporary folder, upload what it holds):
+    the model, its names, code and card go, the marks of the save do not."""
+    source, target = new_repo_id(hub, "remote-source"), new_repo_id(hub, "remote-push")
+    push_to_hub(make_model(), source, label_names=[f"label {i}" for i in range(LABELS)])
+    script = f"""
+        import sys
+        sys.modules["haste_hf"] = None  # hides the package
+        from transformers import AutoModel
+        model = AutoModel.from_pretrained({source!r}, trust_remote_code=True)
+        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+        model.push_to_hub({target!r})
+    """
+    run_python(script, env={"HF_MODULES_CACHE": str(tmp_path / "modules"), "PYTHONPATH": str(tmp_path)}, cwd=tmp_path)
+    files = set(HfApi().list_repo_files(target))
+    assert {"config.json", "model.safetensors", LABEL_NAMES_FILE, "README.md"} | CODE_FILES <= files
+    assert internal_files(target) == []
+
+
 def test_revisions_branches_and_commit_shas(hub, tmp_path):
     repo_id = new_repo_id(hub, "revisions")
     first, second = make_model(seed=1), make_model(seed=2)
