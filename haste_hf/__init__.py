@@ -29,7 +29,7 @@ auto_registration.install()
 
 # Public name -> submodule that defines it, imported on first access.
 _LAZY_EXPORTS = {
-    "DEFAULT_HEAD_LABEL_FRACTION": "modeling.defaults",
+    "DEFAULT_HEAD_LABEL_FRACTION": "modeling.configuration_haste",
     "HASTE_FORMAT_VERSION": "modeling.configuration_haste",
     "HasteConfig": "modeling.configuration_haste",
     "ExtremeClassifierOutput": "modeling.modeling_haste",

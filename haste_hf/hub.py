@@ -18,7 +18,7 @@ import shutil
 import stat
 import tempfile
 import types
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -26,7 +26,13 @@ from huggingface_hub import CommitInfo, CommitOperationAdd, CommitOperationDelet
 from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
 
 from .modeling.configuration_haste import MODEL_AUTO_CLASSES, HasteConfig
-from .modeling.saving import LABEL_NAMES_FILE, check_complete_save, exported_code_files, finish_interrupted_save
+from .modeling.saving import (
+    INTERNAL_PREFIX,
+    LABEL_NAMES_FILE,
+    check_complete_save,
+    exported_code_files,
+    finish_interrupted_save,
+)
 
 
 if TYPE_CHECKING:  # named in annotations only
@@ -41,6 +47,9 @@ AUTO_MAP = {
 }
 # Trainer output folders hold checkpoints and logs next to the final model: they are not published.
 IGNORED_IN_FOLDERS = [".*", "checkpoint-*", "checkpoint-*/**", "runs/**", "__pycache__/**"]
+# The marks and staging folders of saves, at any depth (an upload matches patterns against `/`-separated paths,
+# with `*` crossing `/`).
+INTERNAL_PATTERNS = [f"{INTERNAL_PREFIX}*", f"*/{INTERNAL_PREFIX}*"]
 # Weights of an earlier push with other sharding would shadow the new ones (transformers prefers
 # `model.safetensors` over an index): remote files matching these and not re-uploaded are deleted.
 WEIGHT_FILES = ["model.safetensors", "model-*-of-*.safetensors", "model.safetensors.index.json"]
@@ -237,6 +246,41 @@ def _stage_folder(folder: Path, staging: Path, opened: ExitStack) -> tuple[Haste
     return config, files
 
 
+class _UploadsWithoutInternalFiles:
+    """An `HfApi` whose `upload_folder` leaves out `INTERNAL_PATTERNS` beside the patterns it is given."""
+
+    def __init__(self, api: HfApi):
+        self._api = api
+
+    def __getattr__(self, name: str):
+        return getattr(self._api, name)
+
+    def upload_folder(self, *args, ignore_patterns: list[str] | str | None = None, **kwargs):
+        given = [ignore_patterns] if isinstance(ignore_patterns, str) else list(ignore_patterns or [])
+        return self._api.upload_folder(*args, ignore_patterns=[*given, *INTERNAL_PATTERNS], **kwargs)
+
+
+@contextmanager
+def trainer_uploads_without_internal_files():
+    """Within it, `transformers.Trainer`'s uploads of its output folder and checkpoints (`push_to_hub`,
+    `_push_from_checkpoint`: `hf_api().upload_folder(...)`, which leaves out only `_*` and checkpoints) leave out
+    the marks and staging folders of saves too. The patterns are bound when the upload is called, so a background
+    upload started within keeps them after."""
+    import transformers.trainer
+
+    shared_api = getattr(transformers.trainer, "hf_api", None)
+    if shared_api is None:
+        raise RuntimeError(
+            "This transformers version's Trainer uploads through no `hf_api()`: HasteTrainer cannot keep the marks of "
+            f"its saves ({INTERNAL_PREFIX}*) out of the upload. Push the saved folder with `haste-hf push` instead."
+        )
+    transformers.trainer.hf_api = lambda: _UploadsWithoutInternalFiles(shared_api())
+    try:
+        yield
+    finally:
+        transformers.trainer.hf_api = shared_api
+
+
 def publishable_files(folder: str | os.PathLike, ignore_patterns: list[str]) -> list[str]:
     """The paths (relative, `/`-separated) of the regular files of `folder` that an upload of it sends, those
     matching `ignore_patterns` (or the ones every upload leaves out, `.git`) left out. Raises a `ValueError` naming the first link or other non-regular entry it
@@ -311,4 +355,4 @@ def _stage_model_card(staging: Path, model_card, config: HasteConfig, repo_id: s
         card.save(path)
 
 
-__all__ = ["AUTO_MAP", "publishable_files", "push_to_hub"]
+__all__ = ["AUTO_MAP", "publishable_files", "push_to_hub", "trainer_uploads_without_internal_files"]

@@ -27,10 +27,11 @@ import numpy as np
 METADATA_FILE = "haste_onnx.json"
 LABEL_NAMES_FILE = "label_names.json"
 LAYOUTS = ("single", "split")
-# The names `haste_hf.saving` gives the mark of an unfinished save and the id of each save (this file imports
-# nothing of haste_hf): an export is written as a model folder is.
+# The names `haste_hf.saving` gives the mark of an unfinished save (its journal), the id of each save and the prefix
+# of its staging folders (this file imports nothing of haste_hf): an export is written as a model folder is.
 INCOMPLETE_SAVE_FILE = ".haste-save-incomplete"
 SAVE_GENERATION_FILE = ".haste-save-generation"
+STAGING_PREFIX = ".haste-staging-"
 # Files of an export that serving does not read, left out of its metadata's `files`: the metadata itself, the
 # README and this code.
 UNLISTED_FILES = (METADATA_FILE, "README.md", "haste_onnx.py")
@@ -139,6 +140,10 @@ class OnnxClassifier:
     holds the mark of an interrupted export, or whose files contradict each other (label names, label count, the
     graph's outputs, the output layer's shapes and label ids) is refused with an `ExportError` naming the file.
     Exports of versions that recorded no files are served after the checks that need no digests, with a warning.
+
+    An export stopped while it switched its files in (killed after its journal was written) is served whole as the new
+    export: each file its journal names is read from the staging folder where it is not moved in yet; the folder is
+    not written (the next export into it finishes the switch). Stopped before, the folder holds the old export whole.
     """
 
     def __init__(self, folder, providers=("CPUExecutionProvider",), session_options=None):
@@ -150,7 +155,7 @@ class OnnxClassifier:
             ) from None
 
         self.folder = os.fspath(folder)
-        generation = self._generation()
+        generation, self._staging, self._moving = self._generation()
         self.metadata = self._read_metadata()
         self.layout = self.metadata["layout"]
         self.top_k_default = self.metadata["top_k"]
@@ -159,6 +164,11 @@ class OnnxClassifier:
         files = self.metadata.get("files")
         # Each file read once, checked, and served from the bytes checked: a file replaced after its check is not read.
         self._contents = None
+        if files is None and self._moving:
+            raise ExportError(
+                f"{self._path(INCOMPLETE_SAVE_FILE)} is present: an export to {self.folder} was interrupted, and "
+                f"{METADATA_FILE} records no files to serve it whole by. Export the model again."
+            )
         if files is None:
             warnings.warn(
                 f"{self._path(METADATA_FILE)} names no files (an export of an earlier haste_hf): the checks that need "
@@ -177,7 +187,7 @@ class OnnxClassifier:
         if self._contents is not None:  # the graph's and the output layer's bytes are loaded: only the tokenizer's kept
             graphs = tuple(self.metadata[key] for key in _graph_keys(self.metadata))
             self._contents = {name: data for name, data in self._contents.items() if not name.startswith(graphs)}
-        if self._generation() != generation:
+        if self._generation()[0] != generation:
             raise ExportError(f"{self.folder} was exported to again while it loaded: load it again.")
         self._check_graph()
         if self.output_layer is not None:
@@ -190,36 +200,49 @@ class OnnxClassifier:
         return os.path.join(self.folder, name)
 
     def _generation(self):
-        """The id of the export's save (None before exports wrote one); refuses the mark of an interrupted export."""
-        if os.path.lexists(self._path(INCOMPLETE_SAVE_FILE)):
-            raise ExportError(
-                f"{self._path(INCOMPLETE_SAVE_FILE)} is present: an export to {self.folder} was interrupted or is "
-                "running, so its files may mix two exports. Export the model again (or wait for the running export)."
-            )
-        # Read only as a small regular file, without following a link: a FIFO there would block the load forever,
-        # a device (`/dev/zero`) fill the memory.
-        path = self._path(SAVE_GENERATION_FILE)
-        try:
-            handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
-        except FileNotFoundError:
-            return None
-        except OSError as error:
-            raise ExportError(
-                f"{path} cannot be read ({error.strerror}): remove it, then export the model again."
-            ) from None
-        try:
-            info = os.fstat(handle)
-            if not stat.S_ISREG(info.st_mode) or info.st_size > 1 << 20:
-                raise ExportError(f"{path} is not a mark an export wrote: remove it, then export the model again.")
-            return os.read(handle, info.st_size + 1)
-        finally:
-            os.close(handle)
+        """(the export's save id (None before exports wrote one), the staging folder and the files named by the journal
+        of an export stopped in its switch); refuses a journal that names no staging folder there."""
+        journal = _read_mark(self._path(INCOMPLETE_SAVE_FILE))
+        if journal is not None:
+            staging, files = journal.get("staging"), journal.get("files")
+            if not (
+                _is_plain_name(staging)
+                and staging.startswith(STAGING_PREFIX)
+                and isinstance(journal.get("generation"), str)
+                and isinstance(files, list)
+                and all(map(_is_plain_name, files))
+                and os.path.isdir(self._path(staging))
+                and not os.path.islink(self._path(staging))
+            ):
+                raise ExportError(
+                    f"{self._path(INCOMPLETE_SAVE_FILE)} is present: an export to {self.folder} was interrupted and "
+                    "cannot be finished, so its files may mix two exports. Export the model again."
+                )
+            return journal["generation"], self._path(staging), frozenset(files)
+        generation = _read_mark(self._path(SAVE_GENERATION_FILE))
+        return (generation.get("generation") if generation is not None else None), None, frozenset()
+
+    def _sources(self, name: str) -> list[str]:
+        """Where a file of the export is read: in the staging folder of a switch that was stopped, until moved in."""
+        return [os.path.join(self._staging, name), self._path(name)] if name in self._moving else [self._path(name)]
+
+    def _open(self, name: str, flags: int = 0):
+        """A binary file object of the export's file `name` (see `_sources`), opened without following a link;
+        raises `FileNotFoundError` when it is nowhere, `ExportError` when it is a link or not a regular file."""
+        for source in self._sources(name):
+            try:
+                if not stat.S_ISREG(os.lstat(source).st_mode):  # checked first: opening a FIFO would wait
+                    raise ExportError(f"{source} is a link or not a regular file: an export holds its own files.")
+                return open(os.open(source, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | flags), "rb")
+            except FileNotFoundError:
+                continue  # moved in from the staging folder meanwhile: read where it went
+        raise FileNotFoundError(self._path(name))
 
     def _read_metadata(self) -> dict:
         path = self._path(METADATA_FILE)
         try:
-            with open(path, encoding="utf-8") as f:
-                metadata = json.load(f)
+            with self._open(METADATA_FILE) as f:
+                metadata = json.loads(f.read().decode("utf-8"))
         except FileNotFoundError:
             raise ExportError(
                 f"{self.folder} holds no {METADATA_FILE}: give the folder `haste-hf export` wrote."
@@ -267,11 +290,7 @@ class OnnxClassifier:
         for name, expected in files.items():
             path = self._path(name)
             try:
-                if not stat.S_ISREG(os.lstat(path).st_mode):  # checked first: opening a FIFO would wait
-                    raise ExportError(f"{path} is a link or not a regular file: an export holds its own files.")
-                with open(
-                    os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)), "rb"
-                ) as f:
+                with self._open(name, getattr(os, "O_NONBLOCK", 0)) as f:
                     content = f.read()
             except FileNotFoundError:
                 raise ExportError(f"{path} is missing: {METADATA_FILE} names it. Export the model again.") from None
@@ -307,8 +326,13 @@ class OnnxClassifier:
         """A file's checked bytes (read now from an export that recorded no digests)."""
         if self._contents is not None:
             return self._contents[name]
-        with open(self._readable(name), "rb") as f:
-            return f.read()
+        try:
+            with self._open(name) as f:
+                return f.read()
+        except FileNotFoundError:
+            raise ExportError(
+                f"{self._path(name)} is missing: {METADATA_FILE} names it. Export the model again."
+            ) from None
 
     def _session(self, onnxruntime, session_options, providers):
         """The graph's session, from the checked bytes; a graph with its weights in files beside it is loaded from a
@@ -326,12 +350,6 @@ class OnnxClassifier:
             return onnxruntime.InferenceSession(
                 os.path.join(private, model_file), sess_options=session_options, providers=list(providers)
             )
-
-    def _readable(self, name: str) -> str:
-        path = self._path(name)
-        if not os.path.isfile(path):
-            raise ExportError(f"{path} is missing: {METADATA_FILE} names it. Export the model again.")
-        return path
 
     def _read_label_names(self):
         path = self._path(LABEL_NAMES_FILE)
@@ -537,14 +555,41 @@ def _is_count(value, minimum: int = 1) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
+def _read_mark(path: str) -> dict | None:
+    """The JSON object of the mark `path` (None when there is none), read only as a small regular file, without
+    following a link: a FIFO there would block the load forever, a device (`/dev/zero`) fill the memory."""
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise ExportError(
+            f"{path} cannot be read ({error.strerror}): remove it, then export the model again."
+        ) from None
+    try:
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > 1 << 20:
+            raise ExportError(f"{path} is not a mark an export wrote: remove it, then export the model again.")
+        content = os.read(handle, info.st_size + 1)
+    finally:
+        os.close(handle)
+    try:
+        mark = json.loads(content.decode("utf-8"))
+    except ValueError:
+        mark = None
+    if not isinstance(mark, dict):
+        raise ExportError(f"{path} is damaged: remove it, then export the model again.")
+    return mark
+
+
+def _is_plain_name(name) -> bool:
+    """A name directly inside the folder (hidden ones included: the staging folder's)."""
+    return isinstance(name, str) and name == os.path.basename(name) and name not in ("", ".", "..")
+
+
 def _is_plain_file_name(name) -> bool:
     """A file directly inside the folder: no path, no parent, no hidden name."""
-    return (
-        isinstance(name, str)
-        and name == os.path.basename(name)
-        and name not in ("", ".", "..")
-        and not name.startswith(".")
-    )
+    return _is_plain_name(name) and not name.startswith(".")
 
 
 def _shown(value) -> str:

@@ -37,13 +37,8 @@ from .evaluation import (
 from .labels.layout import LabelLayout
 from .metrics import DEFAULT_KS
 from .model_card import CardFields, write_results
-from .modeling.defaults import (
-    DEFAULT_EVAL_BATCH_SIZE,
-    DEFAULT_FAN_IN,
-    DEFAULT_GROUP_SIZE,
-    DEFAULT_MAX_LENGTH,
-    LAST_CHECKPOINT,
-)
+from .modeling.configuration_haste import DEFAULT_FAN_IN, DEFAULT_GROUP_SIZE
+from .modeling.defaults import DEFAULT_EVAL_BATCH_SIZE, DEFAULT_MAX_LENGTH, LAST_CHECKPOINT
 from .modeling.logging_utils import get_logger
 from .modeling.model_sources import DEMO_ENCODER, encoder_model_id, resolve_encoder
 from .modeling.modeling_haste import encoder_token_limit  # noqa: F401 (re-exported: `haste-hf` imports it from here)

@@ -8,7 +8,8 @@ from typing import Literal
 
 from .data import DATA_FORMATS
 from .labels.grouping import check_frequency_bands
-from .modeling.defaults import DEFAULT_FAN_IN, DEFAULT_GROUP_SIZE, DEFAULT_HEAD_LABEL_FRACTION, DEFAULT_MAX_LENGTH
+from .modeling.configuration_haste import DEFAULT_FAN_IN, DEFAULT_GROUP_SIZE, DEFAULT_HEAD_LABEL_FRACTION
+from .modeling.defaults import DEFAULT_MAX_LENGTH
 from .modeling.model_sources import DEMO_ENCODER, check_model_source
 
 

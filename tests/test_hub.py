@@ -147,6 +147,25 @@ def test_push_then_load_with_the_package_and_with_remote_code(hub, tmp_path):
     assert remote["main:labels"] == names
 
 
+def test_the_exported_code_pushes_without_the_marks_of_its_save(hub, tmp_path):
+    """Without `haste_hf`, `model.push_to_hub` is transformers' (save into a temporary folder, upload what it holds):
+    the model, its names, code and card go, the marks of the save do not."""
+    source, target = new_repo_id(hub, "remote-source"), new_repo_id(hub, "remote-push")
+    push_to_hub(make_model(), source, label_names=[f"label {i}" for i in range(LABELS)])
+    script = f"""
+        import sys
+        sys.modules["haste_hf"] = None  # hides the package
+        from transformers import AutoModel
+        model = AutoModel.from_pretrained({source!r}, trust_remote_code=True)
+        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+        model.push_to_hub({target!r})
+    """
+    run_python(script, env={"HF_MODULES_CACHE": str(tmp_path / "modules"), "PYTHONPATH": str(tmp_path)}, cwd=tmp_path)
+    files = set(HfApi().list_repo_files(target))
+    assert {"config.json", "model.safetensors", LABEL_NAMES_FILE, "README.md"} | CODE_FILES <= files
+    assert internal_files(target) == []
+
+
 def test_revisions_branches_and_commit_shas(hub, tmp_path):
     repo_id = new_repo_id(hub, "revisions")
     first, second = make_model(seed=1), make_model(seed=2)
@@ -267,14 +286,12 @@ def test_model_over_100_mb(hub):
 # ---- Trainer -------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def trained(hub, tmp_path_factory):
+def train_and_push(hub, tmp_path, hub_strategy="every_save"):
     """A HasteTrainer run of 4 steps pushing every 2 steps to a private repository; (trainer, repo_id)."""
     from haste_hf.data import XMCDataCollator
     from haste_hf.training.trainer import HasteTrainer
     from haste_hf.training.training_args import HasteTrainingArguments
 
-    tmp_path = tmp_path_factory.mktemp("trainer")
     tokenizer = tiny_tokenizer(tmp_path / "tokenizer")
     repo_id = new_repo_id(hub, "trainer")
     args = HasteTrainingArguments(
@@ -292,7 +309,7 @@ def trained(hub, tmp_path_factory):
         disable_tqdm=True,
         push_to_hub=True,
         hub_model_id=repo_id,
-        hub_strategy="every_save",
+        hub_strategy=hub_strategy,
         hub_private_repo=True,
         # Otherwise a save whose predecessor's (background) push is still running is not pushed at all.
         hub_always_push=True,
@@ -310,6 +327,16 @@ def trained(hub, tmp_path_factory):
     return trainer, repo_id
 
 
+@pytest.fixture(scope="module")
+def trained(hub, tmp_path_factory):
+    return train_and_push(hub, tmp_path_factory.mktemp("trainer"))
+
+
+def internal_files(repo_id: str) -> list[str]:
+    """The marks and staging folders of the program's saves (`.haste-*`) that a repository holds."""
+    return [name for name in HfApi().list_repo_files(repo_id) if "/.haste-" in "/" + name]
+
+
 def test_trainer_pushes_every_save(trained):
     trainer, repo_id = trained
     api = HfApi()
@@ -324,6 +351,7 @@ def test_trainer_pushes_every_save(trained):
         api.list_repo_files(repo_id)
     )
     assert_same_model(AutoModel.from_pretrained(repo_id), trainer.model.eval())
+    assert internal_files(repo_id) == []
 
 
 def test_trainer_final_push_publishes_the_haste_card(trained):
@@ -334,6 +362,16 @@ def test_trainer_final_push_publishes_the_haste_card(trained):
     card = ModelCard.load(repo_id)
     assert "haste" in card.data.tags and "SGD" in card.text  # the HASTE card, naming both optimizers
     assert_same_model(AutoModel.from_pretrained(repo_id), trainer.model.eval())
+    assert os.path.isfile(os.path.join(trainer.args.output_dir, ".haste-save-generation"))  # there, not pushed
+    assert internal_files(repo_id) == []
+
+
+def test_trainer_pushes_its_checkpoints_without_the_marks_of_its_saves(hub, tmp_path):
+    trainer, repo_id = train_and_push(hub, tmp_path, hub_strategy="all_checkpoints")
+    files = HfApi().list_repo_files(repo_id)
+    assert {"checkpoint-2/model.safetensors", "checkpoint-4/model.safetensors", "config.json"} <= set(files)
+    assert os.path.isfile(os.path.join(trainer.args.output_dir, "checkpoint-4", ".haste-save-generation"))
+    assert internal_files(repo_id) == []
 
 
 # ---- errors --------------------------------------------------------------------------------------

@@ -209,3 +209,9 @@ def test_ci_runs_the_readme_test_command_word_for_word():
         "ruff check . && ruff format --check .",
         parts[-1],
     ]
+
+
+def test_every_file_of_the_repository_the_readme_names_exists():
+    root = Path(__file__).parent.parent
+    named = set(re.findall(r"`((?:haste_hf|tests|benchmarks|examples|csrc|model_cards|\.ci)/[\w./-]*)`", README))
+    assert named and not sorted(path for path in named if not (root / path).exists())

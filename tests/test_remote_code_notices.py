@@ -1,6 +1,7 @@
 """A HASTE model loaded from the Hub with remote code (`trust_remote_code=True`, the package not installed) prints
-transformers' notice of downloaded code for the configuration's files only, not one block for each of the model's
-files."""
+one notice of downloaded code per repository, naming the configuration's file, not one block for each of the model's
+files (transformers prints one notice per fetched file and one more for each file that imports others, before any of
+the model's code runs: the configuration imports no sibling)."""
 
 import os
 import subprocess
@@ -9,8 +10,10 @@ import textwrap
 import uuid
 
 from tiny_haste import make_tiny_model
+from transformers.dynamic_module_utils import get_relative_imports
 
 import haste_hf  # noqa: F401  (registers the auto classes)
+import haste_hf.modeling.configuration_haste
 from haste_hf.hub import push_to_hub
 
 
@@ -42,9 +45,15 @@ def test_a_remote_code_load_notices_the_downloaded_code_once_per_repository(hub,
     script = SCRIPT.format(repo_id=repo_ids[0], other_id=repo_ids[1])
     stderr = load_without_the_package(script, tmp_path, str(tmp_path / "hub-cache"))
     notices = stderr.split(NOTICE)[1:]
-    # The configuration's files (configuration_haste.py and what it imports), for each repository: they are
-    # downloaded before any of the model's code runs. The model's other files add none.
-    assert len(notices) <= 4, stderr[-5000:]
-    for repo_id in repo_ids:
-        assert sum(block.split(":\n", 1)[0].endswith(repo_id) for block in notices) >= 1  # each repository named
+    # The configuration's file, for each repository: it is downloaded before any of the model's code runs. The
+    # model's other files add none.
+    assert len(notices) == 2, stderr[-5000:]
+    for repo_id, notice in zip(repo_ids, notices):
+        assert notice.split(":\n", 1)[0].endswith(repo_id), notice
+        assert notice.split(":\n", 1)[1].split("\n.")[0] == "- configuration_haste.py", notice
     assert "modeling_haste.py" not in stderr
+
+
+def test_the_configuration_imports_no_sibling():
+    """What transformers fetches (and notices) with the configuration, before any of the model's code runs."""
+    assert get_relative_imports(haste_hf.modeling.configuration_haste.__file__) == []

@@ -17,14 +17,8 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from ..modeling.configuration_haste import default_pooling
-from ..modeling.defaults import (
-    DEFAULT_EVAL_BATCH_SIZE,
-    DEFAULT_MAX_LENGTH,
-    LABEL_PADDING_ID,
-    POOLING_MODES,
-    check_one_of,
-)
+from ..modeling.configuration_haste import POOLING_MODES, check_one_of, default_pooling
+from ..modeling.defaults import DEFAULT_EVAL_BATCH_SIZE, DEFAULT_MAX_LENGTH, LABEL_PADDING_ID
 from ..modeling.encoder import pool_hidden_states
 from ..modeling.logging_utils import get_logger
 from .grouping import ArrayLike, _as_int64_vector, _default_device

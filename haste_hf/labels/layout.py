@@ -20,12 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..modeling.defaults import (
-    DEFAULT_EVAL_BATCH_SIZE,
-    DEFAULT_HEAD_LABEL_FRACTION,
-    DEFAULT_MAX_LENGTH,
-    head_label_count_for,
-)
+from ..modeling.configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, head_label_count_for
+from ..modeling.defaults import DEFAULT_EVAL_BATCH_SIZE, DEFAULT_MAX_LENGTH
 from ..modeling.logging_utils import get_logger
 from .embeddings import blend_label_texts_, compute_label_embeddings
 from .grouping import GROUPING_STRATEGIES, ArrayLike, LabelGrouping, check_frequency_bands, group_labels

@@ -4,7 +4,7 @@ layer, ops, losses, rewiring, saving, defaults), so that the folder loads with `
 `haste_hf` is not installed.
 
 The modules here import one another with single-dot imports and nothing else of `haste_hf`, except through
-two named doors that fall back when the package is absent: `sparse_ops` looks up `haste_hf.kernels.ops`
-(the compiled kernels) and `HasteForExtremeClassification.push_to_hub` calls `haste_hf.hub`
-(`tests/modeling/test_import_rule.py` holds the rule).
+three named doors that fall back (or refuse in one line) when the package is absent: `sparse_ops` looks up
+`haste_hf.kernels.ops` (the compiled kernels), `HasteForExtremeClassification.push_to_hub` calls `haste_hf.hub` and
+`add_labels` calls `haste_hf.labels.additions` (`tests/modeling/test_import_rule.py` holds the rule).
 """

@@ -1,6 +1,7 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
-"""The output layer's checks: its arguments, its ranked scores and a loaded layer's invariants (supports in range and
-distinct, every label placed once). Exported with the modeling file (a sibling, imported with a single dot)."""
+"""The output layer's checks: its arguments, its ranked scores, a loaded layer's invariants (supports in range and
+distinct, every label placed once) and the shape a checkpoint's layer must share with the model it loads into.
+Exported with the modeling file (a sibling, imported with a single dot)."""
 
 import torch
 import torch.distributed as dist
@@ -97,6 +98,34 @@ def check_output_layer_invariants(layer, source="the output layer") -> None:
             f"{source}: `output_labels` must place each of the {layer.label_count} labels exactly once (padding -1): "
             "the weights file is corrupt or belongs to another model."
         )
+
+
+def _output_layer_shape(config) -> tuple:
+    """What the output layer's tensors and their meaning depend on, by a `HasteConfig` (a checkpoint's layer loads
+    into a model of the same shape only)."""
+    return (
+        config.encoder.hidden_size,
+        config.label_count,
+        config.head_label_count,
+        config.group_size,
+        config.fan_in,
+        config.head_projection_dim,
+        config.tail_projection_dim,
+        config.tail_bias,
+    )
+
+
+def _describe(shape: tuple) -> str:
+    hidden, labels, head, group_size, fan_in, head_projection, tail_projection, tail_bias = shape
+    described = f"{labels} labels, head {head}, G {group_size}, F {fan_in}, on {hidden} features"
+    for name, value in (
+        ("head_projection_dim", head_projection),
+        ("tail_projection_dim", tail_projection),
+        ("tail_bias", tail_bias or None),
+    ):
+        if value is not None:
+            described += f", {name} {value}"
+    return described
 
 
 __all__ = ["check_features", "check_layer_arguments", "check_output_layer_invariants"]

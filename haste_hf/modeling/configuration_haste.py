@@ -1,34 +1,80 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
-"""Configuration of a HASTE extreme multi-label classifier.
+"""Configuration of a HASTE extreme multi-label classifier, and the defaults of its structure (G, F, the head's
+share, pooling, loss).
 
-Flat and self-contained (it imports only transformers) so that `register_for_auto_class` can copy it
-into a checkpoint folder that loads with `trust_remote_code=True` where `haste_hf` is not installed.
+Flat and self-contained: it imports only transformers and the standard library, no sibling, so that loading a
+HASTE model as remote code (`trust_remote_code=True`, `haste_hf` not installed) fetches this one file before any
+of the model's code runs, and transformers notices one downloaded file (`_RepeatedCodeNotice`).
 """
 
 import copy
 import difflib
 import functools
 import inspect
+import logging as std_logging
+import math
 import numbers
+import os
+import re
 from collections.abc import Mapping, Sequence
 
 from transformers import AutoConfig, PretrainedConfig
 from transformers.utils import logging
 
-from .defaults import (
-    DEFAULT_EVAL_BATCH_SIZE,
-    DEFAULT_FAN_IN,
-    DEFAULT_GROUP_SIZE,
-    DEFAULT_HEAD_LABEL_FRACTION,
-    DEFAULT_MAX_LENGTH,
-    LABEL_PADDING_ID,
-    LOSS_REDUCTIONS,
-    LOSSES,
-    POOLING_MODES,
-    check_one_of,
-    head_label_count_for,
-)
 
+POOLING_MODES = ("cls", "mean", "last_token")
+# The paper models the top 2-5% most frequent labels densely ("Head-Tail Split"); every entry point defaults
+# to this share.
+DEFAULT_HEAD_LABEL_FRACTION = 0.03
+# Labels per tail group G and features per group F (the paper: G in {16, 32, 64}, F = 64; `benchmarks/recipe_study.py`:
+# F = 128 of MiniLM's 384 features beat 64 on both real datasets, G = 8 did not beat 16).
+DEFAULT_GROUP_SIZE = 16
+DEFAULT_FAN_IN = 128
+LOSS_REDUCTIONS = ("sum", "mean")
+# The names of `losses.LOSSES` (read here without importing torch).
+LOSSES = ("bce", "squared_hinge")
+
+
+def head_label_count_for(head_label_fraction: float, label_count: int) -> int:
+    """The head size of a share of `label_count` labels, rounded half up (0.03 of 450 labels: 14)."""
+    return math.floor(float(head_label_fraction) * label_count + 0.5)
+
+
+def check_one_of(name: str, value, choices: tuple) -> None:
+    """The check the configuration and the output layer share for `pooling`, `loss` and `loss_reduction`."""
+    if value not in choices:
+        raise ValueError(f"`{name}` must be one of {choices}, got {value!r}.")
+
+
+class _RepeatedCodeNotice(std_logging.Filter):
+    """Drops transformers' notice of downloaded code ("A new version of the following files was downloaded from
+    <repository>") where the repository is the one this module was loaded from as remote code and every file listed
+    lies beside this module: this file was announced alone, before any code ran; the model's files, fetched next
+    from the same repository and revision, would add one notice of 3 to 14 lines for each of its 16 files."""
+
+    NOTICE = "A new version of the following files was downloaded from https://huggingface.co/"
+
+    def __init__(self, folder: str, sanitize):
+        super().__init__()
+        self.folder, self.sanitize = folder, sanitize
+
+    def filter(self, record: std_logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not message.startswith(self.NOTICE) or ":\n" not in message:
+            return True
+        repository = message[len(self.NOTICE) : message.index(":\n")]
+        files = re.findall(r"^- (.+)$", message, flags=re.MULTILINE)
+        here = os.path.dirname(self.folder).endswith(os.sep + os.sep.join(map(self.sanitize, repository.split("/"))))
+        return not (here and files and all(os.path.isfile(os.path.join(self.folder, name)) for name in files))
+
+
+if __name__.startswith("transformers_modules."):  # loaded as remote code: the first of the model's files to run
+    from transformers import dynamic_module_utils
+
+    if hasattr(dynamic_module_utils, "_sanitize_module_name"):
+        std_logging.getLogger(dynamic_module_utils.__name__).addFilter(
+            _RepeatedCodeNotice(os.path.dirname(os.path.abspath(__file__)), dynamic_module_utils._sanitize_module_name)
+        )
 
 # Bumped whenever a checkpoint written by this code could not be read correctly by older code.
 HASTE_FORMAT_VERSION = 3
@@ -179,29 +225,12 @@ MODEL_AUTO_CLASSES = ("AutoModel", "AutoModelForSequenceClassification")
 
 # Decoder-only families score a text from its last token; everything else averages its tokens, which
 # is also how sentence-transformers checkpoints (the usual starting point for XMC encoders) were trained.
+# fmt: off
 _DECODER_MODEL_TYPES = {
-    "gpt2",
-    "gpt_neox",
-    "gptj",
-    "llama",
-    "mistral",
-    "mixtral",
-    "qwen2",
-    "qwen2_moe",
-    "qwen3",
-    "qwen3_moe",
-    "gemma",
-    "gemma2",
-    "gemma3_text",
-    "phi",
-    "phi3",
-    "olmo",
-    "olmo2",
-    "falcon",
-    "opt",
-    "bloom",
-    "smollm3",
+    "gpt2", "gpt_neox", "gptj", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma",
+    "gemma2", "gemma3_text", "phi", "phi3", "olmo", "olmo2", "falcon", "opt", "bloom", "smollm3",
 }
+# fmt: on
 
 
 def default_pooling(encoder_config: PretrainedConfig) -> str:
@@ -538,47 +567,21 @@ class HasteConfig(PretrainedConfig):
         return output
 
 
-def _output_layer_shape(config: HasteConfig) -> tuple:
-    """What the output layer's tensors and their meaning depend on."""
-    return (
-        config.encoder.hidden_size,
-        config.label_count,
-        config.head_label_count,
-        config.group_size,
-        config.fan_in,
-        config.head_projection_dim,
-        config.tail_projection_dim,
-        config.tail_bias,
-    )
-
-
-def _describe(shape: tuple) -> str:
-    hidden, labels, head, group_size, fan_in, head_projection, tail_projection, tail_bias = shape
-    described = f"{labels} labels, head {head}, G {group_size}, F {fan_in}, on {hidden} features"
-    for name, value in (
-        ("head_projection_dim", head_projection),
-        ("tail_projection_dim", tail_projection),
-        ("tail_bias", tail_bias or None),
-    ):
-        if value is not None:
-            described += f", {name} {value}"
-    return described
-
-
 __all__ = [
-    "DEFAULT_EVAL_BATCH_SIZE",
     "DEFAULT_FAN_IN",
     "DEFAULT_GROUP_SIZE",
     "DEFAULT_HEAD_LABEL_FRACTION",
-    "DEFAULT_MAX_LENGTH",
     "HASTE_FORMAT_VERSION",
-    "LABEL_PADDING_ID",
+    "LOSSES",
+    "LOSS_REDUCTIONS",
+    "POOLING_MODES",
     "MAX_CONFIG_LABEL_NAMES",
     "MODEL_AUTO_CLASSES",
     "TEXT_CLASSIFICATION_PIPELINE",
     "HasteConfig",
     "LabelIds",
     "LabelNames",
+    "check_one_of",
     "default_pooling",
     "head_label_count_for",
 ]

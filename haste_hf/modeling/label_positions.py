@@ -13,7 +13,8 @@ import os
 
 import torch
 
-from .defaults import DEFAULT_HEAD_LABEL_FRACTION, LABEL_PADDING_ID, head_label_count_for
+from .configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, head_label_count_for
+from .defaults import LABEL_PADDING_ID
 
 
 # Check label ids on accelerators too, at the cost of a device synchronization per step (CPU tensors are

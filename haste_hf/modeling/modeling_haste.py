@@ -23,7 +23,8 @@ from transformers import AutoConfig, AutoModel, PreTrainedModel
 from transformers import initialization as init
 from transformers.utils import ModelOutput, cached_file
 
-from .configuration_haste import HasteConfig, _describe, _output_layer_shape
+from .checks import _describe, _output_layer_shape
+from .configuration_haste import HasteConfig
 from .device_map import _offload_output_layer_whole
 from .encoder import (
     checkpointed_forward,
@@ -37,7 +38,7 @@ from .label_positions import default_output_labels, label_count_and_head, output
 from .logging_utils import get_logger
 from .model_sources import resolve_encoder
 from .output_layer import HasteOutputLayer, TopKOutput
-from .saving import LABEL_NAMES_FILE, check_finite_weights, read_one_save, save_folder_atomically
+from .saving import INTERNAL_FILES, LABEL_NAMES_FILE, check_finite_weights, read_one_save, save_folder_atomically
 from .sentence_transformer_encoder import (
     from_sentence_transformer,
     is_sentence_transformer,
@@ -457,6 +458,12 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         except ImportError:
             return super().push_to_hub(repo_id, **kwargs)
         return push_to_hub(self, repo_id, **kwargs)
+
+    def _upload_modified_files(self, working_dir, repo_id, files_timestamps, *args, **kwargs):
+        # transformers' push (exported code without `haste_hf`) uploads every file `save_pretrained` wrote into its
+        # temporary folder: the marks of the save are counted unchanged there, so never published.
+        files_timestamps = {**files_timestamps, **dict.fromkeys(INTERNAL_FILES, float("inf"))}
+        return super()._upload_modified_files(working_dir, repo_id, files_timestamps, *args, **kwargs)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, output_loading_info: bool = False, **kwargs):

@@ -28,7 +28,7 @@ from transformers.utils import ModelOutput
 
 from . import label_positions
 from .checks import _check_ranked_scores, check_features, check_layer_arguments, check_output_layer_invariants
-from .defaults import (
+from .configuration_haste import (
     DEFAULT_FAN_IN,
     DEFAULT_GROUP_SIZE,
     DEFAULT_HEAD_LABEL_FRACTION,

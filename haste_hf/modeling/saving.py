@@ -38,6 +38,8 @@ INCOMPLETE_SAVE_FILE = ".haste-save-incomplete"
 SAVE_GENERATION_FILE = ".haste-save-generation"
 # Every file a save writes for its own bookkeeping: never part of the model, never published.
 INTERNAL_FILES = (INCOMPLETE_SAVE_FILE, SAVE_GENERATION_FILE)
+# What the names of those files and of the staging folders start with: an upload leaves out every path holding one.
+INTERNAL_PREFIX = ".haste-"
 # The marks are a few hundred bytes; anything larger is not one this program wrote.
 MARK_SIZE_LIMIT = 1 << 20
 

@@ -512,23 +512,30 @@ class HasteTrainer(Trainer):
     def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
         # Trainer copies only the config and weights of the checkpoint into the folder it pushes; the config
         # names the exported code in `auto_map`, so the code goes along.
+        from ..hub import trainer_uploads_without_internal_files
+
         if self.is_world_process_zero():
             self._check_publishable_output_dir()
             for path in exported_code_files():
                 shutil.copyfile(path, os.path.join(self.args.output_dir, os.path.basename(path)))
-        super()._push_from_checkpoint(checkpoint_folder)
+        with trainer_uploads_without_internal_files():
+            super()._push_from_checkpoint(checkpoint_folder)
 
     def push_to_hub(self, *args, **kwargs):
-        """`Trainer.push_to_hub`, refusing an `output_dir` that holds a link: the upload would publish its target."""
+        """`Trainer.push_to_hub`, refusing an `output_dir` that holds a link (the upload would publish its target)
+        and leaving out the marks of the program's saves (`.haste-*`)."""
+        from ..hub import trainer_uploads_without_internal_files
+
         if self.is_world_process_zero():
             self._check_publishable_output_dir()
-        return super().push_to_hub(*args, **kwargs)
+        with trainer_uploads_without_internal_files():
+            return super().push_to_hub(*args, **kwargs)
 
     def _check_publishable_output_dir(self) -> None:
-        from ..hub import publishable_files
+        from ..hub import INTERNAL_PATTERNS, publishable_files
 
         # What Trainer's uploads of `output_dir` leave out.
-        publishable_files(self.args.output_dir, ["_*", f"{PREFIX_CHECKPOINT_DIR}-*"])
+        publishable_files(self.args.output_dir, ["_*", f"{PREFIX_CHECKPOINT_DIR}-*", *INTERNAL_PATTERNS])
 
     def create_model_card(
         self,
