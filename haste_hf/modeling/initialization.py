@@ -59,7 +59,8 @@ def block_seed(seed: int, stream: int, block: int) -> int:
 @torch.no_grad()
 def fill_rows_(out: torch.Tensor, first: int, seed: int, stream: int, draw) -> torch.Tensor:
     """Fills `out` `[n, ...]` with rows `[first, first + n)` of the stream: `draw(generator, rows)` gives a whole
-    block's rows (fp32 or int, on the CPU), of which the ones wanted are cast into `out`."""
+    block's rows (fp32 or int, drawn on the CPU also under a `with torch.device("cuda"):` block, so that every device
+    gets the same rows), of which the ones wanted are cast into `out`."""
     stop = first + out.shape[0]
     for block in range(first // INITIAL_BLOCK_ROWS, -(-stop // INITIAL_BLOCK_ROWS)):
         start = block * INITIAL_BLOCK_ROWS
@@ -75,10 +76,9 @@ def random_supports(group_count: int, fan_in: int, in_features: int, seed: int, 
     `fan_in` distinct features drawn uniformly (sorted), from `seed` and the group's index alone."""
 
     def draw(generator, rows):
-        keys = torch.rand(rows, in_features, generator=generator)
+        keys = torch.rand(rows, in_features, generator=generator, device="cpu")
         return keys.topk(fan_in, dim=1, sorted=False).indices.sort(dim=1).values.int()
 
-    # Explicitly on the CPU, also under a `with torch.device("cuda"):` block, so every device gets these supports.
     out = torch.empty(group_count, fan_in, dtype=torch.int32, device="cpu")
     return fill_rows_(out, first_group, seed, SUPPORTS_STREAM, draw)
 
@@ -104,7 +104,7 @@ def initialize_output_rows_(layer, weight_seed: int, head_std: float) -> None:
     if layer.head is not None:
         first, width = layer.head_rows[0], layer.head.weight.shape[1]
         if _unset(layer.head.weight):
-            normal = lambda generator, rows: torch.randn(rows, width, generator=generator).mul_(head_std)  # noqa: E731
+            normal = lambda generator, rows: torch.randn(rows, width, generator=generator, device="cpu").mul_(head_std)  # noqa: E731
             fill_rows_(layer.head.weight, first, weight_seed, HEAD_WEIGHT_STREAM, normal)
         if _unset(layer.head.bias):
             layer.head.bias.zero_()
@@ -113,7 +113,7 @@ def initialize_output_rows_(layer, weight_seed: int, head_std: float) -> None:
         bound = 1.0 / math.sqrt(fan_in)
 
         def uniform(generator, rows):
-            return torch.empty(rows, group_size, fan_in).uniform_(-bound, bound, generator=generator)
+            return torch.empty(rows, group_size, fan_in, device="cpu").uniform_(-bound, bound, generator=generator)
 
         if _unset(layer.tail.weight):
             fill_rows_(layer.tail.weight, first, weight_seed, TAIL_WEIGHT_STREAM, uniform)
