@@ -18,6 +18,8 @@ start from the same weights.
 import contextlib
 import contextvars
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -61,14 +63,36 @@ def fill_rows_(out: torch.Tensor, first: int, seed: int, stream: int, draw) -> t
     """Fills `out` `[n, ...]` with rows `[first, first + n)` of the stream: `draw(generator, rows)` gives a whole
     block's rows (fp32 or int, drawn on the CPU also under a `with torch.device("cuda"):` block, so that every device
     gets the same rows), of which the ones wanted are cast into `out`."""
-    stop = first + out.shape[0]
-    for block in range(first // INITIAL_BLOCK_ROWS, -(-stop // INITIAL_BLOCK_ROWS)):
-        start = block * INITIAL_BLOCK_ROWS
+    stop, rows = first + out.shape[0], INITIAL_BLOCK_ROWS
+
+    def fill_block(block):
+        start = block * rows
         generator = torch.Generator(device="cpu").manual_seed(block_seed(seed, stream, block))
-        values = draw(generator, INITIAL_BLOCK_ROWS)
-        low, high = max(first, start), min(stop, start + INITIAL_BLOCK_ROWS)
-        out[low - first : high - first].copy_(values[low - start : high - start])
+        values = draw(generator, rows)
+        low, high = max(first, start), min(stop, start + rows)
+        with torch.no_grad():  # grad mode is per thread
+            out[low - first : high - first].copy_(values[low - start : high - start])
+
+    blocks = range(first // rows, -(-stop // rows))
+    # Blocks are independent (a generator each, disjoint rows of `out`) and torch's ops release the GIL: threads
+    # draw them in parallel, and the result does not depend on their number. One thread: this one (a new thread
+    # takes a malloc arena of its own, which keeps the memory of its transient blocks).
+    threads = min(build_threads(), len(blocks))
+    if threads <= 1:
+        for block in blocks:
+            fill_block(block)
+        return out
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(fill_block, blocks))
     return out
+
+
+def build_threads() -> int:
+    """Threads that draw initial rows: this process's share of the cores (torchrun's `LOCAL_WORLD_SIZE` processes
+    share the machine; torchrun also sets one intra-op thread a process, which would draw a 10^9-label share of
+    rows for half an hour)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
 
 
 def random_supports(group_count: int, fan_in: int, in_features: int, seed: int, first_group: int = 0) -> torch.Tensor:

@@ -73,3 +73,11 @@ def make_share(layer, head_rows, tail_groups):
     share.head = torch.nn.Linear(layer.head.in_features, rows)
     share.tail = type(layer.tail)(layer.tail.in_features, groups, layer.group_size, layer.fan_in, bias=True)
     return share
+
+
+def test_rows_do_not_depend_on_the_threads_that_draw_them(small_blocks, monkeypatch):
+    drawn = []
+    for threads in (1, 3):
+        monkeypatch.setattr(initialization, "build_threads", lambda threads=threads: threads)
+        drawn.append(random_supports(37, 4, 16, seed=2, first_group=3))
+    assert torch.equal(drawn[0], drawn[1])
