@@ -363,6 +363,7 @@ def real(args) -> str | None:
     from transformers import MPNetConfig
 
     from haste_hf import HasteConfig, HasteForExtremeClassification
+    from haste_hf.modeling.initialization import deferred_output_rows
     from haste_hf.training.optimization import HasteOptimizer, StochasticRoundingSGD
     from haste_hf.training.sharded_output_layer import ignore_shards_in_ddp, shard_output_layer_
     from haste_hf.training.trainer import split_parameters
@@ -384,14 +385,16 @@ def real(args) -> str | None:
     )
     if args.fused_update and args.replicated and world_size > 1:
         raise SystemExit("--fused-update needs the sharded output layer: a replicated one all-reduces its gradient")
-    model = HasteForExtremeClassification(config)
+    # Sharded, each rank builds only its rows of the head and tail (the whole layer of 10^9 labels fits no host).
+    with deferred_output_rows(not args.replicated):
+        model = HasteForExtremeClassification(config)
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
+    for module in (model.output_layer.head, model.output_layer.tail):
+        module.to(torch.bfloat16)  # before sharding: a rank builds its rows in bf16, never in fp32
     if not args.replicated:
         shard_output_layer_(model)
         ignore_shards_in_ddp(model)
-    for module in (model.output_layer.head, model.output_layer.tail):
-        module.to(torch.bfloat16)
     model.to(device)
     wrapped = DistributedDataParallel(model, broadcast_buffers=False)
     encoder_side, output_layer = split_parameters(model)

@@ -5,8 +5,9 @@
 # momentum, chunked loss backward, fused update, encoder checkpointing), up to 10^9: `distributed.py --mode real`
 # (a MiniLM-sized random encoder: d 384, 6 layers; G 16, F 64, head 3%; 128 texts x 128 tokens a GPU), one step's
 # time (median of 5) and each rank's peak. Counts are tried from the largest down; a count whose planned host
-# memory (every rank builds the whole fp32 output layer on the CPU before keeping its shard) or planned per-rank
-# GPU memory (bf16 weights and momentum of its shard) does not fit is not started, and the table says so.
+# memory (each rank builds only its share of the output layer, in bf16, and holds the label positions whole: 8 bytes
+# a label, twice while they are built) or planned per-rank GPU memory (bf16 weights and momentum of its share, the
+# label positions and their inverse whole: 16 bytes a label) does not fit is not started, and the table says so.
 #
 #   bash benchmarks/largest_labels_call.sh [distributed.py flags]   # one process a visible GPU
 #   NPROC=2 LABEL_COUNTS=2e4,1e4 bash benchmarks/largest_labels_call.sh --hidden 64 --layers 2 --seq-len 16 --batch 4
@@ -34,9 +35,9 @@ print("|---|---|---|---|---|---|---|")
 counts = os.environ.get("LABEL_COUNTS", "1e9,7.5e8,5e8,3.5e8,2.5e8,1.75e8,1.25e8,1e8")
 failed_logs = 0
 for labels in [int(float(count)) for count in counts.split(",")]:
-    tail = labels * (1 - head) * fan_in
-    host = gpus * (4 * tail + 4 * labels * head * hidden) * 1.2  # fp32 weights built whole, 20% for the rest
-    rank = (4 * tail + 4 * labels * head * hidden) / gpus + 4 * 2**30  # bf16 weight + momentum; encoder, transients
+    weights = labels * (1 - head) * fan_in + labels * head * hidden  # tail and head
+    host = (2 * weights + gpus * 16 * labels) * 1.2  # bf16 shares, label positions a rank; 20% for the rest
+    rank = 4 * weights / gpus + 16 * labels + 4 * 2**30  # bf16 weight + momentum, positions both ways; encoder etc.
     planned = f"| {labels:,} | {host / 2**30:,.0f} | {rank / 2**30:,.1f} |"
     if host > 0.85 * host_bytes or rank > 0.85 * gpu_bytes:
         print(f"{planned} not started: over {'host' if host > 0.85 * host_bytes else 'GPU'} memory | - | - | - |", flush=True)

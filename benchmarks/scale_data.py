@@ -9,7 +9,8 @@ Statistics (the paper's table of datasets; `--scale s` multiplies the points and
 per point and points per label stay): train points N, labels L, test points N', mean labels per point.
 Mean points per label follows as N x labels-per-point / L (3.99, 22.1 and 2.12; the paper's table prints
 31.64 for Amazon-3M, which counts train and test points together). Every label has at least one training
-point; above that, a label's count follows a power law of its frequency rank r, 1 + floor(c x r^-a) (a:
+point (a preset's `trained_labels`, where set, have one and the others none: 10^9 labels need not 10^9
+positives); above that, a label's count follows a power law of its frequency rank r, 1 + floor(c x r^-a) (a:
 `--exponent`, c fitted to the total), which gives a head of a few labels seen in 1-12% of the points and a
 long tail seen once or twice. Label ids are a seeded permutation of the ranks (not sorted by frequency).
 
@@ -49,6 +50,8 @@ class Preset:
     labels: int
     labels_per_point: float
     points_per_label_in_paper: float
+    # Labels with a training point (the most frequent ranks); the others have none (and no test point). None: all.
+    trained_labels: int | None = None
 
 
 # The paper's table of datasets (N, L, N', labels per point, points per label as printed).
@@ -60,6 +63,9 @@ PRESETS = {
     # item 3). Every label has a training point, so the positives are at least the labels: 4M points of 27.5 labels
     # (110M positives: 10M above one a label make the power-law head). Titles of 41 words fill 128 tokens.
     "synthetic-100m": Preset(4_000_000, 4_000_000, 100_000_000, 27.5, 1.1),
+    # Not in the paper: 10^9 labels (issue 42 item 2) in the points of synthetic-100m; 10^8 of them have training
+    # points (the same 110M positives), the other 9 x 10^8 exist (a label text, an output row) and are never seen.
+    "synthetic-1b": Preset(4_000_000, 4_000_000, 1_000_000_000, 27.5, 0.11, trained_labels=100_000_000),
 }
 
 CONSONANTS, VOWELS = b"bcdfghjklmnprstvwxyz", b"aeiou"
@@ -81,10 +87,11 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 def scaled(preset: Preset, scale: float, test_points: int | None) -> dict:
     labels = max(1, round(preset.labels * scale))
+    trained = labels if preset.trained_labels is None else min(labels, max(1, round(preset.trained_labels * scale)))
     train = max(1, round(preset.train_points * scale))
-    positives = max(labels, round(train * preset.labels_per_point))
+    positives = max(trained, round(train * preset.labels_per_point))
     test = test_points if test_points is not None else max(1, round(preset.test_points * scale))
-    return dict(labels=labels, train_points=train, test_points=test, train_positives=positives)
+    return dict(labels=labels, trained_labels=trained, train_points=train, test_points=test, train_positives=positives)
 
 
 def label_counts(labels: int, positives: int, points: int, exponent: float) -> np.ndarray:
@@ -317,7 +324,9 @@ def generate(
     label_count = sizes["labels"]
     topic_count = max(1, label_count // LABELS_PER_TOPIC)
     rng = np.random.default_rng([seed, 0])
-    counts_by_rank = label_counts(label_count, sizes["train_positives"], sizes["train_points"], exponent)
+    counts_by_rank = np.zeros(label_count, dtype=np.int64)  # ranks past the trained labels: no training point
+    trained = sizes["trained_labels"]
+    counts_by_rank[:trained] = label_counts(trained, sizes["train_positives"], sizes["train_points"], exponent)
     label_of_rank = rng.permutation(label_count)
     rank_of = np.empty(label_count, dtype=np.int64)
     rank_of[label_of_rank] = np.arange(label_count)
@@ -372,6 +381,7 @@ def generate(
         "max_label_count": int(train_counts.max()),
         "head_share_of_points": float(train_counts.max() / (train[0].size - 1)),
         "labels_seen_once": int((train_counts == 1).sum()),
+        "labels_without_training_point": int((train_counts == 0).sum()),
         "chance": chance_levels(test[0], test[1], rank_of, label_count),
         "seconds": {"assignment": round(assigned, 2), "total": round(time.time() - started, 2)},
         "processes": processes,

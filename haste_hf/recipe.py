@@ -422,19 +422,25 @@ def _model_of(
     label_texts,
 ):
     """The new model; its head and tail started from the label texts where asked for (on every rank, as the random
-    weights they replace)."""
-    model = build_model(
-        encoder_model,
-        layout,
-        label_count=dataset.label_count,
-        label_names=dataset.label_texts,
-        fan_in=recipe.fan_in,
-        pooling=pooling,
-        normalize=normalize,
-        head_projection_dim=recipe.head_projection_dim,
-        tail_projection_dim=recipe.tail_projection_dim,
-        tail_bias=recipe.tail_bias,
-    )
+    weights they replace). A sharded run's ranks build only their own rows of the head and tail (the same rows as
+    one process: `haste_hf.modeling.initialization`); rows started from label texts are computed whole."""
+    from .modeling.initialization import deferred_output_rows
+    from .training.sharded_output_layer import resolve_shard_output_layer
+
+    sharded = resolve_shard_output_layer(training_args.shard_output_layer, training_args.world_size)
+    with deferred_output_rows(sharded and not recipe.init_from_label_texts):
+        model = build_model(
+            encoder_model,
+            layout,
+            label_count=dataset.label_count,
+            label_names=dataset.label_texts,
+            fan_in=recipe.fan_in,
+            pooling=pooling,
+            normalize=normalize,
+            head_projection_dim=recipe.head_projection_dim,
+            tail_projection_dim=recipe.tail_projection_dim,
+            tail_bias=recipe.tail_bias,
+        )
     if recipe.init_from_label_texts:
         from .labels.embeddings import init_from_label_texts_
 

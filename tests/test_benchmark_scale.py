@@ -46,7 +46,10 @@ def read_lines(path):
 
 def test_presets_are_the_papers_table(scale_data):
     sizes = scale_data.scaled(scale_data.PRESETS["lf-paper2keywords-8.6m"], 1.0, None)
-    assert sizes == dict(labels=8_623_847, train_points=2_020_621, test_points=2_020_621, train_positives=18_246_208)
+    assert sizes == dict(
+        labels=8_623_847, trained_labels=8_623_847, train_points=2_020_621, test_points=2_020_621,
+        train_positives=18_246_208,
+    )  # fmt: skip
     assert scale_data.scaled(scale_data.PRESETS["amazon-3m"], 0.5, 100)["labels"] == 1_406_140
     counts = scale_data.label_counts(10_000, 40_000, 7_000, exponent=0.7)
     assert counts.sum() == 40_000 and counts.min() >= 1 and counts.max() <= 7_000
@@ -101,9 +104,36 @@ def test_files_do_not_depend_on_the_process_count(scale_data, small_set, tmp_pat
 
 def test_the_100m_preset_has_every_label_in_few_points(scale_data):
     sizes = scale_data.scaled(scale_data.PRESETS["synthetic-100m"], 1.0, 1000)
-    assert sizes == dict(labels=100_000_000, train_points=4_000_000, test_points=1000, train_positives=110_000_000)
+    assert sizes == dict(
+        labels=100_000_000, trained_labels=100_000_000, train_points=4_000_000, test_points=1000,
+        train_positives=110_000_000,
+    )  # fmt: skip
     counts = scale_data.label_counts(10_000, 11_000, 400, exponent=0.7)  # the preset at 10^-4
     assert counts.min() == 1 and counts.sum() == 11_000 and counts[0] > 10  # every label seen, a power-law head
+
+
+def test_the_1b_preset_needs_no_more_positives_than_the_100m_one(scale_data):
+    sizes = scale_data.scaled(scale_data.PRESETS["synthetic-1b"], 1.0, 1000)
+    assert sizes == dict(
+        labels=1_000_000_000, trained_labels=100_000_000, train_points=4_000_000, test_points=1000,
+        train_positives=110_000_000,
+    )  # fmt: skip
+    assert scale_data.scaled(scale_data.PRESETS["synthetic-1b"], 1e-5, 10)["trained_labels"] == 1000
+
+
+def test_labels_with_no_training_point_are_in_the_label_space_only(scale_data, tmp_path, monkeypatch):
+    """A preset's `trained_labels`: the others have a label text and an id, and no training or test point."""
+    from haste_hf.data import load_xmc_dataset
+
+    monkeypatch.setitem(scale_data.PRESETS, "few-trained", scale_data.Preset(400, 100, 5000, 3.0, 0.24, 600))
+    stats = scale_data.generate(tmp_path, "few-trained", test_points=100, seed=1, processes=1)
+    data = load_xmc_dataset(tmp_path, text_fields="title_content", cache_dir=tmp_path / "cache")
+    assert data.label_count == stats["labels"] == 5000 and len(data.label_texts) == 5000
+    frequencies = data.train_label_frequencies
+    assert (frequencies > 0).sum() == 600 == 5000 - stats["labels_without_training_point"]
+    assert stats["train_positives"] == frequencies.sum() == pytest.approx(1200, rel=0.02)
+    test_labels = {label for point in read_lines(tmp_path / "tst.json.gz") for label in point["target_ind"]}
+    assert test_labels and all(frequencies[label] > 0 for label in test_labels)
 
 
 def test_quality_baselines_score_as_the_generator_counts_them(small_set):

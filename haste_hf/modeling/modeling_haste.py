@@ -34,6 +34,7 @@ from .encoder import (
     pool_hidden_states,
     pooler_free_kwargs,
 )
+from .initialization import OUTPUT_ROWS_DEVICE, initialize_output_rows_, linear_init_std
 from .label_positions import default_output_labels, label_count_and_head, output_labels_from_frequencies
 from .logging_utils import get_logger
 from .model_sources import resolve_encoder
@@ -135,14 +136,16 @@ class HastePreTrainedModel(PreTrainedModel):
                 layer.__dict__.pop("forward", None)
 
     def _init_weights(self, module):
+        layers = [layer for layer in self.modules() if isinstance(layer, HasteOutputLayer)]
+        if isinstance(module, (nn.Linear, GroupSparseLinear)) and any(module in (x.head, x.tail) for x in layers):
+            return  # with its layer, below: block by block, so that a rank can build its share alone
         super()._init_weights(module)
-        if isinstance(module, GroupSparseLinear):
-            bound, supports = module.initial_weights(self.config.supports_seed)
-            init.uniform_(module.weight, -bound, bound)
-            if module.bias is not None:
-                init.zeros_(module.bias)
-            init.copy_(module.supports, supports)
-        elif isinstance(module, HasteOutputLayer):
+        if isinstance(module, HasteOutputLayer):
+            # One draw from torch's generator (alike on every rank), on the meta device too: the model's later draws
+            # do not depend on where its rows are.
+            module.initial_weight_seed = int(torch.randint(2**62, (), device="cpu"))
+            module.initial_head_std = linear_init_std(self.config)
+            initialize_output_rows_(module, module.initial_weight_seed, module.initial_head_std)
             init.copy_(module.output_labels, default_output_labels(module))
 
 
@@ -166,7 +169,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         )
         self.dropout = nn.Dropout(config.classifier_dropout)
         # Initialised by `post_init` (transformers' initialisation, which loading skips), not by the layer.
-        self.output_layer = HasteOutputLayer.from_config(config, initialize=False)
+        self.output_layer = HasteOutputLayer.from_config(config, initialize=False, rows_device=OUTPUT_ROWS_DEVICE.get())
         self.label_names: list[str] | None = config.label_names  # `label_names.json` replaces them on loading
         self.post_init()
 

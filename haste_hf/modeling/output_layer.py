@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.utils import skip_init
 from transformers.utils import ModelOutput
 
 from . import label_positions
@@ -106,6 +107,8 @@ class HasteOutputLayer(nn.Module):
         loss / loss_reduction: a name of `losses.LOSSES`; `"sum"` over labels (averaged over the batch) or
             `"mean"` over labels too.
         supports_seed: seed of the initial random supports.
+        rows_device: where the head and tail are built: None (the CPU), or "meta" for a sharded run's rows that
+            each rank builds its share of (`haste_hf.modeling.initialization`).
 
     `layer(features, labels)` gives the loss (labels as ids padded with -100, or a dense multi-hot),
     `layer.topk(features, k)` the best labels, `layer.logits(features)` the `[B, L]` logits (small L).
@@ -134,6 +137,7 @@ class HasteOutputLayer(nn.Module):
         loss_reduction: str = "sum",
         supports_seed: int = 0,
         initialize: bool = True,
+        rows_device=None,
     ):
         super().__init__()
         output_labels = None
@@ -185,13 +189,14 @@ class HasteOutputLayer(nn.Module):
         if head_label_count:
             if head_projection_dim:
                 self.head_projection = nn.Linear(in_features, head_projection_dim)
-            self.head = nn.Linear(head_projection_dim or in_features, head_label_count)
+            # Not initialised here (no draw from torch's generator): where the rows are changes no other weight.
+            head_device = rows_device or torch.get_default_device()
+            self.head = skip_init(nn.Linear, head_projection_dim or in_features, head_label_count, device=head_device)
         if head_label_count < label_count:
             if tail_projection_dim:
                 self.tail_projection = nn.Linear(in_features, tail_projection_dim)
-            self.tail = GroupSparseLinear(
-                tail_projection_dim or in_features, self.tail_group_count, group_size, fan_in, tail_bias
-            )
+            tail_width = tail_projection_dim or in_features
+            self.tail = GroupSparseLinear(tail_width, self.tail_group_count, group_size, fan_in, tail_bias, rows_device)
         self.register_buffer(
             "output_labels", torch.empty(head_label_count + self.tail_group_count * group_size, dtype=torch.int64)
         )
@@ -406,15 +411,10 @@ class HasteOutputLayer(nn.Module):
         losses = []
         if self.head is not None:
             head_width = self.head_rows[1] - self.head_rows[0]
+            head = self.head
             losses.append(
                 output_layer_loss(
-                    head_x,
-                    self.head.weight,
-                    self.head.bias,
-                    positions - self.head_rows[0],
-                    head_width,
-                    scale,
-                    self.loss_name,
+                    head_x, head.weight, head.bias, positions - self.head_rows[0], head_width, scale, self.loss_name
                 )
             )
         if self.tail is not None:

@@ -18,6 +18,8 @@ import math
 import torch
 from torch import nn
 
+from .initialization import random_supports
+
 
 # Bounds the transient gathered block `[B, groups, F]` of the PyTorch path to this many elements, so
 # its memory does not grow with the label count.
@@ -182,12 +184,14 @@ class GroupSparseLinear(nn.Module):
     """The sparse tail: `group_count` groups of `group_size` labels, each group reading `fan_in` of the
     `in_features` inputs through its support (`supports[k]`, distinct int32 indices)."""
 
-    def __init__(self, in_features: int, group_count: int, group_size: int, fan_in: int, bias: bool = False):
+    def __init__(
+        self, in_features: int, group_count: int, group_size: int, fan_in: int, bias: bool = False, device=None
+    ):
         super().__init__()
         self.in_features = in_features
-        self.weight = nn.Parameter(torch.empty(group_count, group_size, fan_in))
-        self.bias = nn.Parameter(torch.empty(group_count * group_size)) if bias else None
-        self.register_buffer("supports", torch.empty(group_count, fan_in, dtype=torch.int32))
+        self.weight = nn.Parameter(torch.empty(group_count, group_size, fan_in, device=device))
+        self.bias = nn.Parameter(torch.empty(group_count * group_size, device=device)) if bias else None
+        self.register_buffer("supports", torch.empty(group_count, fan_in, dtype=torch.int32, device=device))
 
     @property
     def out_features(self) -> int:
@@ -204,20 +208,3 @@ class GroupSparseLinear(nn.Module):
     def extra_repr(self) -> str:
         groups, group_size, fan_in = self.weight.shape
         return f"in_features={self.in_features}, groups={groups}, group_size={group_size}, fan_in={fan_in}, bias={self.bias is not None}"
-
-
-def random_supports(group_count: int, fan_in: int, in_features: int, seed: int) -> torch.Tensor:
-    """`[group_count, fan_in]` int32 supports, each row `fan_in` distinct features drawn uniformly.
-
-    Drawn on the CPU from `seed` in fixed-size blocks of groups, so the result depends on the seed
-    alone (not on the device, nor on how many groups exist before a given one) and memory stays
-    bounded at millions of groups.
-    """
-    # Explicitly on the CPU, also under a `with torch.device("cuda"):` block, so every device gets these supports.
-    generator = torch.Generator(device="cpu").manual_seed(seed)
-    supports = torch.empty(group_count, fan_in, dtype=torch.int32, device="cpu")
-    for block in chunks(group_count, in_features, 1 << 22):
-        start, stop = block.start, block.stop
-        keys = torch.rand(stop - start, in_features, generator=generator, device="cpu")
-        supports[start:stop] = keys.topk(fan_in, dim=1, sorted=False).indices.sort(dim=1).values.int()
-    return supports

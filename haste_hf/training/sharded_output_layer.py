@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..modeling.defaults import LABEL_PADDING_ID
+from ..modeling.initialization import initialize_output_rows_
 from ..modeling.output_layer import HasteOutputLayer, OutputLayerOutput, TopKOutput
 from ..modeling.rewiring import (
     RewiringResult,
@@ -39,6 +40,7 @@ from ..modeling.rewiring import (
     regrow_weakest_,
     reset_pruned_weights_,
 )
+from ..modeling.sparse_ops import chunks
 from .distributed import (
     all_gather_rows,
     all_gather_sizes,
@@ -83,12 +85,23 @@ def _multi_hot_to_ids(labels: torch.Tensor) -> torch.Tensor:
     return ids
 
 
+def _rows_deferred(layer: HasteOutputLayer) -> bool:
+    """Whether the layer's head and tail are on the meta device (`deferred_output_rows`), to be built by share."""
+    return any(module is not None and module.weight.device.type == "meta" for module in (layer.head, layer.tail))
+
+
 def _fingerprint(layer: HasteOutputLayer) -> torch.Tensor:
     """A float64 vector that differs between ranks whose output layers (or label order) differ."""
-    labels = layer.output_labels.double()
-    values = [labels.mul(torch.arange(1, labels.numel() + 1, dtype=torch.float64, device=labels.device)).sum()]
+    labels, weighted = layer.output_labels, 0.0
+    for rows in chunks(labels.numel(), 1, 1 << 24):  # in blocks: 10^9 labels would take 16 GB of float64 at once
+        positions = torch.arange(rows.start + 1, rows.stop + 1, dtype=torch.float64, device=labels.device)
+        weighted = weighted + labels[rows].double().mul(positions).sum()
+    values = [torch.as_tensor(weighted, dtype=torch.float64)]
+    if _rows_deferred(layer):  # no values yet: the seeds they will be drawn from (float64 holds 2**53 exactly)
+        seeds = (layer.initial_weight_seed % 2**53, layer.initial_weight_seed >> 53, layer.supports_seed)
+        values.extend(torch.tensor(float(seed), dtype=torch.float64) for seed in seeds)
     for module in (layer.head, layer.tail):
-        if module is not None:
+        if module is not None and not _rows_deferred(layer):
             values.extend(t.detach().double().sum() for t in module.state_dict().values())
     return torch.stack([v.cpu() for v in values])
 
@@ -108,7 +121,15 @@ class ShardedOutputLayer(HasteOutputLayer):
     @classmethod
     def shard(cls, layer: HasteOutputLayer, group=None) -> "ShardedOutputLayer":
         """Collective: every rank passes the same layer (same weights and label order, checked) and gets its
-        share. The layer's modules are taken over, then cut to the share's rows."""
+        share. The layer's modules are taken over, then cut to the share's rows; a layer whose head and tail are on the
+        meta device (`haste_hf.modeling.initialization.deferred_output_rows`, seeds checked alike) gets them built,
+        only the share's rows, equal to the same rows of the layer built whole."""
+        deferred = _rows_deferred(layer)
+        if deferred and getattr(layer, "initial_weight_seed", None) is None:
+            raise ValueError(
+                "The output layer's head and tail are on the meta device with no initial weight seed: build the model "
+                "(`HasteForExtremeClassification`) within `deferred_output_rows()`, which initialises it, before sharding."
+            )
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError(
                 "Sharding the output layer needs an initialised torch.distributed process group (torchrun, accelerate launch)."
@@ -138,16 +159,25 @@ class ShardedOutputLayer(HasteOutputLayer):
             if shard.tail is not None:
                 groups = shard.local_rows("tail.weight")
                 shard._cut(shard.tail, {"weight": groups, "bias": shard.local_rows("tail.bias"), "supports": groups})
+            if deferred:
+                initialize_output_rows_(shard, layer.initial_weight_seed, layer.initial_head_std)
         return shard
 
     @staticmethod
     def _cut(module: nn.Module, rows: dict[str, slice]) -> None:
+        """Keeps the rows `rows[name]` of each tensor; of one on the meta device, an empty CPU tensor of their size."""
+
+        def kept_rows(tensor, kept):
+            if tensor.device.type == "meta":
+                return torch.empty((kept.stop - kept.start, *tensor.shape[1:]), dtype=tensor.dtype, device="cpu")
+            return tensor.detach()[kept].clone()
+
         for name, kept in rows.items():
             if name in module._buffers:
-                module._buffers[name] = module._buffers[name][kept].clone()
+                module._buffers[name] = kept_rows(module._buffers[name], kept)
             elif getattr(module, name) is not None:
                 param = getattr(module, name)
-                setattr(module, name, nn.Parameter(param.detach()[kept].clone(), requires_grad=param.requires_grad))
+                setattr(module, name, nn.Parameter(kept_rows(param, kept), requires_grad=param.requires_grad))
 
     def row_counts(self, name: str) -> list[int]:
         """Rows of the sharded tensor `name` (see `SHARDED_TENSORS`) on each rank."""

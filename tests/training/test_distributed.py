@@ -75,6 +75,28 @@ def test_the_fingerprint_the_ranks_compare_covers_a_layer_with_no_head_or_no_tai
 
 
 @pytest.mark.slow
+def test_each_rank_builds_only_its_share_of_the_output_layer(tmp_path):
+    """A model built within `deferred_output_rows` and sharded over 2 ranks: each rank's rows equal its slice of the
+    model built whole (the same model whatever the rank count), every other tensor equals the whole model's, and the
+    peak memory the build adds on a rank follows its share (half the tail's bytes), below the whole tail's."""
+    torchrun([str(TESTS / "distributed_shard_build.py"), str(tmp_path)], tmp_path, timeout=300)
+    results = [torch.load(tmp_path / f"rank-{rank}.pt", weights_only=False) for rank in range(2)]
+    for result in results:
+        whole_tail = 2 * result["local_tail_bytes"]
+        # Built whole then cut, the whole tail and the share's copy: 1.5x the whole tail. The label positions, whole
+        # on every rank, add 8 bytes a label (a quarter of the share here).
+        assert result["local_tail_bytes"] <= result["added_peak"] < whole_tail, result
+        head_rows, tail_groups = (slice(*rows) for rows in result["rows"])
+        labels = slice(tail_groups.start * 4, tail_groups.stop * 4)  # G = 4
+        for name, whole in result["whole"].items():
+            rows = {"head.weight": head_rows, "head.bias": head_rows, "tail.bias": labels}.get(
+                name.removeprefix("output_layer."), tail_groups if name.startswith("output_layer.tail.") else None
+            )
+            assert torch.equal(result["share"][name], whole if rows is None else whole[rows]), name
+    assert [r["rows"] for r in results] == [((0, 7), (0, 10)), ((7, 13), (10, 20))]
+
+
+@pytest.mark.slow
 def test_row_gather_and_its_backward_with_unequal_shares(tmp_path):
     """Ranks of 5 and 11 rows (and 11 + 5, 1 + 15, 8 + 8): every rank gets all rows in rank order, and each
     row's gradient is the sum over ranks of what their losses give it, times the gradient scale."""
