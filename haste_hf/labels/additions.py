@@ -266,7 +266,9 @@ class NewLabelWeights(torch.nn.Module):
                 self.head_bias = torch.nn.Parameter(torch.zeros(len(placement.head), device=device))
         # New tail labels always get a bias (their level, `priors.calibrate`): where the tail has none, the extended
         # layer gains one, zero for the existing labels, whose scores stay bit-identical.
-        with_bias = layer.tail is not None and bool(placement.filled or placement.groups.numel())
+        with_bias = layer.tail is not None and (
+            layer.tail.bias is not None or bool(placement.filled or len(placement.groups))
+        )
         self.filled_weight = torch.nn.Parameter(torch.zeros(len(placement.filled), layer.fan_in, device=device))
         self.filled_support = (
             layer.tail.supports[-1].long().clone()

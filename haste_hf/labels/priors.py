@@ -72,15 +72,16 @@ class RidgeFitter:
         centred = targets - target_mean
         projected = self.u.T @ centred  # [d, k]
         s2 = self.s.square()
+        spread = s2.mean().clamp(min=1e-12)  # texts that all embed alike (unknown words) map to the mean target
         best = None
         for relative in RIDGE_GRID:
-            shrink = s2 / (s2 + relative * s2.mean())
+            shrink = s2 / (s2 + relative * spread)
             residual = centred - self.u @ (shrink.unsqueeze(1) * projected)
             leverage = (self.u_squared @ shrink).clamp(max=1 - 1e-6)
             error = (residual / (1 - leverage).unsqueeze(1)).square().sum().item()
             if best is None or error < best[0]:
                 best = (error, relative)
-        penalty = best[1] * s2.mean()
+        penalty = best[1] * spread
         coefficients = self.vh.T @ ((self.s / (s2 + penalty)).unsqueeze(1) * projected)
         return RidgeMap(self.input_mean, coefficients, target_mean, float(penalty))
 
@@ -261,7 +262,7 @@ def fit_new_labels(
     text's weights without forgetting them. Its level is calibrated afterwards, so the balance of positives and
     negatives sets the direction alone. Returns the loss of each step."""
     rows, labels = pairs
-    pulled = [parameter for parameter in weights.parameters() if parameter.dim() > 1]  # weights, not biases
+    pulled = [parameter for parameter in weights.parameters() if parameter.dim() > 1 and parameter.numel()]  # weights
     start = [parameter.detach().clone() for parameter in pulled]
     scales = [value.square().sum(dim=-1).mean().clamp(min=1e-12) for value in start]
     per_label = torch.bincount(labels, minlength=weights.count).clamp(min=1).float()
