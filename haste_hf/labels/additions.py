@@ -12,9 +12,10 @@ Each new label starts from the weights the trained model's own labels say its te
 ridge map from the trained labels' texts, the model's label names, to their weights on the branch). Given negatives
 (training texts tagged with none of the new labels), a MAP logistic fit of the new weights alone follows: its
 positives (its own text and its examples) against the negatives, pulled toward the text's weights, the encoder and
-every existing weight frozen. Last, each new label's level is calibrated (`priors.py`): an offset that makes its
-summed sigmoid scores on reference texts (the negatives, else a sample of the trained labels' texts) what trained
-labels of its text's expected frequency have there, so that old and new scores mean the same. A model without
+every existing weight frozen. Last, each new label's level is calibrated (`priors.py`): with negatives, the bias
+at which its BCE on its positives and the negatives is stationary, as training leaves a trained label's bias (its
+scores summed over those texts equal its positives' count); without, an offset that makes its summed sigmoid scores
+on a sample of the trained labels' texts what trained labels of its text's expected frequency have there. A model without
 label names falls back to the text's embedding as the direction, scaled to the trained weights' mean norm.
 """
 
@@ -542,7 +543,8 @@ def add_labels(
                 )
             finally:
                 torch.random.set_rng_state(generator_state)
-    calibrate_new_labels(layer, weights, embedded, features, reference, count)
+    positives = (rows, labels) if negatives is not None else None
+    calibrate_new_labels(layer, weights, embedded, features, reference, count, positives)
     all_names = None if names is None else existing_label_names(model) + names
     new_layer = extended_output_layer(layer, weights)
     model.output_layer = new_layer

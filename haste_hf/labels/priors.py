@@ -9,16 +9,28 @@ it; its penalty is the one of a small grid with the least leave-one-out error (c
 label's weights are the map of its text: a mix of the trained labels' weights whose texts resemble its own, which
 lands on the scale and in the subspace where the trained labels' scores live, instead of the text's own embedding.
 
-The calibration. A label's scores over the texts the model reads have a level set by its frequency: summed over a
-reference sample of texts, the sigmoid scores of a label make its expected positive count there ("mass"). Each
-trained label's mass on the reference is measured, the same ridge map predicts a new label's log-mass from its
-text, and an offset per new label, solved by a few vectorised Newton steps on the log of its mass, makes its mass on
-the reference what the map predicts. The offset is the label's bias: a tail trained without bias (the default)
-gains one when labels are added, zero for the existing labels, whose scores stay bit-identical (`x + 0.0 == x`).
-(The level could instead ride on the weights along the features' mean, but MiniLM's features have no direction of
-near-constant projection: such an offset would add noise of a third of itself to every score.) Scores of new and
-old labels then mean the same, and adding labels leaves the old labels' rankings where they were unless a new
-label truly fits the text better.
+The calibration. A label's scores over the texts the model reads have a level set by its frequency. Training with
+BCE leaves each trained label's bias where the gradient of its loss in the bias vanishes: its sigmoid scores summed
+over the training texts equal the number of them that carry it. A new label's bias is set by the same condition on
+the texts whose truth is known for it, where there are some:
+
+- With negatives (training texts tagged with none of the new labels) its known texts are its positives (its own
+  text and its examples) and the negatives, and the offset makes its scores summed over them its positives' count
+  (`balanced_offsets`). The negatives carry none of the new labels: the mass they get is the label's false
+  positives, balanced against the mass its positives miss, not a positive mass the label is expected to have (an
+  earlier version set a new label's mass on the negatives alone to a trained label's mass there, which counts the
+  trained label's positives among them, and so made every new label fire on the negatives by construction).
+- Without negatives the known texts are a sample of the trained labels' texts (the model's label names), none of
+  which carries a new label, and the trained labels fitted there are the other half of the names, none of which
+  carries them either: both sides are false-positive masses. Each trained label's mass on that sample is measured,
+  the same ridge map predicts a new label's log-mass from its text, and an offset makes its mass what the map
+  predicts (`calibrate`).
+
+Offsets are solved per label by a few vectorised Newton steps on the log of the mass. The offset is the label's
+bias: a tail trained without bias (the default) gains one when labels are added, zero for the existing labels,
+whose scores stay bit-identical (`x + 0.0 == x`). (The level could instead ride on the weights along the features'
+mean, but MiniLM's features have no direction of near-constant projection: such an offset would add noise of a
+third of itself to every score.)
 """
 
 import math
@@ -246,6 +258,46 @@ def calibrate(weights, reference: tuple, target_log_mass: torch.Tensor) -> None:
     weights.add_offsets(offsets)
 
 
+@torch.no_grad()
+def balanced_offsets(
+    negative_scores: torch.Tensor,
+    positive_scores: torch.Tensor,
+    positive_labels: torch.Tensor,
+    steps: int = NEWTON_STEPS,
+) -> torch.Tensor:
+    """`[m]` the offset `beta` of each label at which the BCE gradient of its bias vanishes on the texts whose truth
+    is known for it: `sum_pos sigmoid(a + beta) + sum_neg sigmoid(b + beta) = n_pos`, its scores summed over its
+    known texts equal to how many of them carry it, where `negative_scores` `[n_neg, m]` are the labels' scores on
+    the negatives and `positive_scores` `[k]` the score of label `positive_labels[i]` on one of its positives.
+    Newton on the log of the left side, as `solve_offsets`."""
+    count = negative_scores.shape[1]
+    negative_scores, positive_scores = negative_scores.double(), positive_scores.double()
+    target = torch.bincount(positive_labels, minlength=count).clamp(min=1).double().log().to(negative_scores.device)
+    beta = torch.zeros(count, dtype=torch.float64, device=negative_scores.device)
+    for _ in range(steps):
+        negative, positive = negative_scores + beta, positive_scores + beta[positive_labels]
+        # log sigmoid and log (1 - sigmoid) of the scores on the negatives, then on each label's positives grouped
+        up, down = F.logsigmoid(negative), F.logsigmoid(-negative)
+        up_positive, down_positive = F.logsigmoid(positive), F.logsigmoid(-positive)
+        log_mass = torch.logsumexp(torch.cat([up, _scatter_logsumexp(up_positive, positive_labels, count)]), dim=0)
+        log_slope = torch.logsumexp(
+            torch.cat([up + down, _scatter_logsumexp(up_positive + down_positive, positive_labels, count)]), dim=0
+        )
+        beta = beta - ((log_mass - target) / torch.exp(log_slope - log_mass).clamp(min=1e-9)).clamp(-4.0, 4.0)
+    return beta
+
+
+def _scatter_logsumexp(values: torch.Tensor, index: torch.Tensor, count: int) -> torch.Tensor:
+    """`[1, count]` the logsumexp of `values` `[k]` grouped by `index` (-inf for a group without any)."""
+    out = torch.full((count,), -math.inf, dtype=values.dtype, device=values.device)
+    if values.numel():
+        peak = torch.full_like(out, -math.inf).scatter_reduce(0, index, values, "amax")
+        finite = torch.where(torch.isfinite(peak), peak, 0.0)
+        summed = torch.zeros_like(out).index_add_(0, index, (values - finite[index]).exp())
+        out = torch.where(summed > 0, summed.log() + finite, out)
+    return out.unsqueeze(0)
+
+
 def fit_new_labels(
     weights,
     positives: tuple[torch.Tensor | None, torch.Tensor | None],
@@ -313,13 +365,21 @@ def reference_rows(negative_rows, label_rows, map_ids, seed: int):
     return label_rows[order[:taken]], label_rows[order[taken:]], map_ids.to(order.device)[order[taken:]]
 
 
-def calibrate_new_labels(layer, weights, embedded, features, reference, count) -> None:
-    """The new labels' levels (`calibrate`) on the `reference` rows (`reference_rows`); left as they start
-    where there are none."""
+def calibrate_new_labels(layer, weights, embedded, features, reference, count, positives=None) -> None:
+    """The new labels' levels; left as they start where there is no reference. With `positives` `(rows, labels)`
+    (the reference rows are then the negatives), each label's bias is the one at which its BCE on its positives and
+    the negatives is stationary (`balanced_offsets`); without, its mass on the `reference` rows (`reference_rows`)
+    is the one its text predicts (`calibrate`)."""
     if reference is None:
         return
     rows, fit_rows, fit_ids = reference
     inputs = tuple(None if x is None else x[rows] for x in (features.get("head"), features.get("tail")))
+    if positives is not None:
+        positive_rows, positive_labels = positives
+        branch_x = tuple(features.get(branch) for branch in ("head", "tail"))
+        positive_scores = weights.pair_logits(*branch_x, positive_rows, positive_labels)
+        weights.add_offsets(balanced_offsets(weights.logits(*inputs), positive_scores, positive_labels))
+        return
     masses = label_masses(layer, embedded[rows])
     log_masses = masses.clamp(min=math.exp(log_mass_floor(rows.numel()))).log()
     if fit_ids.numel() > 2:
@@ -335,6 +395,7 @@ __all__ = [
     "RidgeFitter",
     "RidgeMap",
     "StartingWeights",
+    "balanced_offsets",
     "calibrate",
     "calibrate_new_labels",
     "distilled_scale",

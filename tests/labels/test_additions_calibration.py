@@ -128,3 +128,19 @@ def test_the_ridge_map_recovers_a_linear_map_and_picks_a_small_penalty():
     fresh = torch.randn(20, 8)
     torch.testing.assert_close(text_map(fresh).float(), fresh @ truth + 0.5, atol=1e-2, rtol=1e-2)
     assert text_map.penalty < 0.01 * inputs.shape[0]
+
+
+def test_the_balanced_offsets_make_the_scores_on_known_texts_sum_to_the_positives_count():
+    """With negatives, a new label's bias is where its BCE is stationary on its positives and the negatives: its
+    scores summed over them are its positives' count, so the negatives get the mass its positives miss, no more."""
+    torch.manual_seed(0)
+    negative_scores = torch.randn(300, 4, dtype=torch.float64) * 2 - 1
+    positive_labels = torch.tensor([0, 1, 1, 2, 2, 2, 2, 2, 3])
+    positive_scores = torch.randn(positive_labels.numel(), dtype=torch.float64) * 2 + 1
+    offsets = priors.balanced_offsets(negative_scores, positive_scores, positive_labels)
+    mass = torch.sigmoid(negative_scores + offsets).sum(dim=0)
+    mass = mass.index_add(0, positive_labels, torch.sigmoid(positive_scores + offsets[positive_labels]))
+    torch.testing.assert_close(mass, torch.tensor([1.0, 2.0, 5.0, 1.0], dtype=torch.float64), atol=1e-6, rtol=0)
+    # The negatives take less than the positives' count: what the positives miss.
+    negative_mass = torch.sigmoid(negative_scores + offsets).sum(dim=0)
+    assert (negative_mass < torch.tensor([1.0, 2.0, 5.0, 1.0], dtype=torch.float64)).all()
