@@ -4,13 +4,10 @@ level a label of its expected frequency has. `additions.py` places and fits the 
 
 The text map. A trained label's weights on a branch (the head's row and bias; the tail's F weights scattered onto
 the branch's features, zero off its support, and its bias where the tail has one) are a function of its text that
-training found. Part of it is a copy: a label's weights point along its own text's branch features (less their
-mean over the trained labels' texts), with one factor fitted by least squares over the trained labels (none where
-they point against them). A ridge regression from the pooled features of the trained labels' texts to what the copy
-leaves unexplained learns the rest; its penalty is the one of a small grid with the least leave-one-out error
-(closed form from one SVD). A new label's weights are the map of its text (`AnchoredMap`): where the trained labels
-say little (the ridge shrinks to their mean), the copy of its text remains, which is what a cosine similarity
-ranks by; where they say more, a mix of the trained labels' weights whose texts resemble its own.
+training found. A ridge regression from the pooled features of the trained labels' texts to those weights learns
+it; its penalty is the one of a small grid with the least leave-one-out error (closed form from one SVD). A new
+label's weights are the map of its text: a mix of the trained labels' weights whose texts resemble its own, which
+lands on the scale and in the subspace where the trained labels' scores live, instead of the text's own embedding.
 
 The calibration. A label's scores over the texts the model reads have a level set by its frequency. Training with
 BCE leaves each trained label's bias where the gradient of its loss in the bias vanishes: its sigmoid scores summed
@@ -188,44 +185,11 @@ class StartingWeights:
         return on_support * self.scale
 
 
-@dataclass
-class AnchoredMap:
-    """`(texts [n, d], copies [n, w]) -> weights [n, k]`: `copy_scale` times the texts' own branch features less
-    their mean over the trained labels' texts (zero beyond their width), plus a ridge map of the texts to what that
-    copy leaves unexplained."""
-
-    copy_mean: torch.Tensor
-    copy_scale: float
-    residual: RidgeMap
-
-    @classmethod
-    def fit(cls, texts: torch.Tensor, copies: torch.Tensor, targets: torch.Tensor) -> "AnchoredMap":
-        width = copies.shape[1]
-        copy_mean = copies.double().mean(dim=0)
-        copies, targets = copies.double() - copy_mean, targets.double()
-        along = (targets[:, :width] * copies).sum() / copies.square().sum().clamp(min=1e-12)
-        copy_scale = float(along.clamp(min=0))
-        residual = targets.clone()
-        residual[:, :width] -= copy_scale * copies
-        return cls(copy_mean, copy_scale, RidgeFitter(texts).fit(residual))
-
-    def __call__(self, texts: torch.Tensor, copies: torch.Tensor) -> torch.Tensor:
-        predicted = self.residual(texts)
-        predicted[:, : copies.shape[1]] += self.copy_scale * (copies.double() - self.copy_mean)
-        return predicted
-
-
-def _branch_copies(layer, branch: str, x: torch.Tensor) -> torch.Tensor:
-    projection = getattr(layer, f"{branch}_projection")
-    return x.float() if projection is None else projection(x.to(projection.weight.dtype)).float()
-
-
 @torch.no_grad()
 def mapped_weights(layer, branch, new_x, label_x, label_ids, reference_tail: torch.Tensor | None = None):
-    """The `StartingWeights` of texts `new_x` `[count, d]` on `branch`, from the map (`AnchoredMap`) fitted on the
-    trained labels `label_ids` whose texts are `label_x`; None when the branch holds fewer than 2 of them. The
-    tail's scale is distilled on the tail inputs `reference_tail` of reference texts (`distilled_scale`) where
-    given."""
+    """The `StartingWeights` of texts `new_x` `[count, d]` on `branch`, from the ridge map fitted on the trained
+    labels `label_ids` whose texts are `label_x`; None when the branch holds fewer than 2 of them. The tail's scale
+    is distilled on the tail inputs `reference_tail` of reference texts (`distilled_scale`) where given."""
     positions = layer.label_positions.to(label_ids.device)[label_ids]
     if branch == "head":
         rows = positions < layer.head_label_count
@@ -235,9 +199,7 @@ def mapped_weights(layer, branch, new_x, label_x, label_ids, reference_tail: tor
         targets = [layer.head.weight.float()[head_rows]]
         if layer.head.bias is not None:
             targets.append(layer.head.bias.float()[head_rows].unsqueeze(1))
-        texts = label_x[rows]
-        text_map = AnchoredMap.fit(texts, _branch_copies(layer, "head", texts), torch.cat(targets, dim=1))
-        predicted = text_map(new_x, _branch_copies(layer, "head", new_x)).float()
+        predicted = RidgeFitter(label_x[rows]).fit(torch.cat(targets, dim=1))(new_x).float()
         width = layer.head.weight.shape[1]
         return StartingWeights(predicted[:, :width], predicted[:, width] if len(targets) > 1 else None)
     ids, weights, supports, bias = tail_weights_by_label(layer)
@@ -248,20 +210,19 @@ def mapped_weights(layer, branch, new_x, label_x, label_ids, reference_tail: tor
         return None
     rows = row_of[label_ids.to(ids.device)][in_tail]
     texts = label_x[in_tail.to(label_x.device)]
-    copies = _branch_copies(layer, "tail", texts)
     width = layer.tail.in_features
     dense = torch.zeros(rows.numel(), width, device=weights.device).scatter_(1, supports[rows], weights[rows])
     targets = dense if bias is None else torch.cat([dense, bias[rows].unsqueeze(1)], dim=1)
-    predicted = AnchoredMap.fit(texts, copies, targets)(new_x, _branch_copies(layer, "tail", new_x)).float()
+    predicted = RidgeFitter(texts).fit(targets)(new_x).float()
     if reference_tail is not None and rows.numel() >= 8:
-        scale = distilled_scale(texts, copies, targets, rows, (weights, supports, bias), reference_tail)
+        scale = distilled_scale(texts, targets, rows, (weights, supports, bias), reference_tail)
     else:  # the dense map spreads a label's weight over every feature: the trained labels' norm on the support
         scale = float(weights[rows].norm(dim=1).mean() / predicted[:, :width].norm(dim=1).mean().clamp(min=1e-12))
     return StartingWeights(predicted[:, :width], predicted[:, width] if bias is not None else None, scale=scale)
 
 
 @torch.no_grad()
-def distilled_scale(texts, copies, targets, rows, tail, reference: torch.Tensor) -> float:
+def distilled_scale(texts, targets, rows, tail, reference: torch.Tensor) -> float:
     """The factor on mapped tail weights under which they best reproduce trained labels' probabilities: labels held
     out of a second map, their mapped weights times each of `SCALES` (with the bias that matches their mass) scored
     on the `reference` tail inputs `[n, d_tail]`, against the sigmoid of their trained scores (cross-entropy). A map
@@ -271,8 +232,7 @@ def distilled_scale(texts, copies, targets, rows, tail, reference: torch.Tensor)
     order = torch.randperm(rows.numel(), generator=generator).to(rows.device)
     held, rest = order[: min(SCALE_LABELS, rows.numel() // 4)], order[min(SCALE_LABELS, rows.numel() // 4) :]
     width = reference.shape[1]
-    text_map = AnchoredMap.fit(texts[rest], copies[rest], targets[rest])
-    guess = text_map(texts[held], copies[held]).float()[:, :width]
+    guess = RidgeFitter(texts[rest]).fit(targets[rest])(texts[held]).float()[:, :width]
     held_rows = rows[held]
     gathered = reference[:, supports[held_rows]]  # [n, h, F]
     guessed = torch.einsum("nhf,hf->nh", gathered, guess.gather(1, supports[held_rows])).double()
@@ -432,7 +392,6 @@ def calibrate_new_labels(layer, weights, embedded, features, reference, count, p
 
 
 __all__ = [
-    "AnchoredMap",
     "RidgeFitter",
     "RidgeMap",
     "StartingWeights",
