@@ -21,9 +21,9 @@ output layer, its gradient all-reduced) is predicted alongside.
 import argparse
 import math
 import os
-import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -266,15 +266,13 @@ def device_name(device) -> str:
 
 
 def commit() -> str:
-    """`HASTE_COMMIT` where set (a copy of the tree may sit inside another checkout), else git's HEAD."""
-    if os.environ.get("HASTE_COMMIT"):
-        return os.environ["HASTE_COMMIT"]
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    """The commit of the tree that runs, and where it was read (`provenance.py`: `HASTE_COMMIT`, else git)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("provenance", Path(__file__).with_name("provenance.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.tree_commit()
 
 
 def emulate(args) -> str:

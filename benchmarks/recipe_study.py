@@ -97,6 +97,26 @@ LEVERS = {
     "labelinit": {"--init-from-label-texts": None},
     "labelinit3": {"--init-from-label-texts": None, "--label-text-init-scale": "3"},
     "labelgroup": {"--label-text-grouping-below": "5"},
+    # The tail study (issue 39, benchmarks/results/tail_study/PLAN.md): the causes of the rare labels' loss, one lever
+    # a hypothesis. Capacity without sparsity: a tail that reads every feature and is never rewired.
+    "F384": {"--fan-in": "384", "rewirings": "0"},
+    "F256": {"--fan-in": "256"},
+    "G4": {"--group-size": "4"},
+    "G1": {"--group-size": "1"},
+    # Rare labels grouped among themselves: bands of training count (seen once / 2-5 times / more often).
+    "bands1": {"--frequency-bands": "1"},
+    "bands1-5": {"--frequency-bands": "1 5"},
+    "bands1-5-20": {"--frequency-bands": "1 5 20"},
+    # The tail's learning rate as a multiple of the head's (same cosine schedule).
+    "tailx0.5": {"--output-tail-lr-scale": "0.5"},
+    "tailx2": {"--output-tail-lr-scale": "2"},
+    "tailx4": {"--output-tail-lr-scale": "4"},
+    # Rewiring scored per label (each label's |w| over its own mean); `rewire0` turns it off.
+    "rewirenorm": {"--rewiring-score": "label_normalized"},
+    "head0": {"--head-fraction": "0"},
+    # Tail labels with a bias, as Dense's labels have (the CPU pre-check in tail_study/PLAN.md: it closed most of the
+    # gap there, by keeping rare labels' false positives out of the top 5).
+    "tailbias": {"--tail-bias": None},
 }
 
 
@@ -157,8 +177,8 @@ def command_line(
     ]
     if flags or rewirings is not None:  # `defaults`: nothing but the data
         argv += RECIPE_FLAGS
-    for flag, value in flags.items():
-        argv += [flag] if value is None else [flag, value]
+    for flag, value in flags.items():  # a value of several words is a flag of several values (`--frequency-bands 1 5`)
+        argv += [flag] if value is None else [flag, *value.split()]
     return argv + list(extra)
 
 
@@ -177,10 +197,48 @@ def run_worker(argv: list[str], result_file: Path) -> int:
     output_dir = Path(argv[argv.index("--output-dir") + 1])
     metrics = json.loads((output_dir / "test_metrics.json").read_text()) if status == 0 else {}
     peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
+    by_frequency = frequency_diagnosis(output_dir, Path(argv[argv.index("--data") + 1])) if status == 0 else {}
     result_file.write_text(
-        json.dumps({"status": status, "seconds": seconds, "peak_gib": peak, "metrics": metrics, "argv": argv})
+        json.dumps(
+            {
+                "status": status,
+                "seconds": seconds,
+                "peak_gib": peak,
+                "metrics": metrics,
+                "by_frequency": by_frequency,
+                "argv": argv,
+            }
+        )
     )
     return status
+
+
+def frequency_diagnosis(model_dir: Path, data: Path) -> dict:
+    """Recall@5 and the shares of P@5 and PSP@5 per bucket of training frequency (`metrics_by_frequency`) of the
+    trained model in `model_dir` on the test split, scored as the run scored it (its saved evaluation settings)."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from haste_hf import HasteForExtremeClassification
+    from haste_hf.data import load_xmc_dataset
+    from haste_hf.evaluation import predict_top_k, saved_evaluation_settings
+    from haste_hf.metrics import Propensity, metrics_by_frequency
+
+    settings = saved_evaluation_settings(model_dir)
+    dataset = load_xmc_dataset(data, text_fields="title_content")
+    model = HasteForExtremeClassification.from_pretrained(model_dir).eval()
+    if torch.cuda.is_available():
+        model = model.cuda()
+    test = dataset.splits["test"]
+    kwargs = {"max_length": settings["max_length"]} if "max_length" in settings else {}
+    top, _ = predict_top_k(model, AutoTokenizer.from_pretrained(model_dir), test["text"], 5, 256, **kwargs)
+    propensity = Propensity.from_frequencies(
+        dataset.train_label_frequencies,
+        dataset.num_train_points,
+        a=float(DATA_FLAGS[DATA_FLAGS.index("--propensity-a") + 1]),
+        b=float(DATA_FLAGS[DATA_FLAGS.index("--propensity-b") + 1]),
+    )
+    return metrics_by_frequency(top, test["labels"], dataset.train_label_frequencies, k=5, propensity=propensity)
 
 
 # ------------------------------------------------------------------------------------------------ tree peers
@@ -359,7 +417,35 @@ def report(out: Path) -> str:
                     f"| {tree['name']} | 1 | " + " | ".join(cells) + f" | {tree['train_seconds'] / 60:.1f} (CPU) | - |"
                 )
         lines.append("")
+        lines += frequency_report(dataset, table[dataset])
     return "\n".join(lines)
+
+
+def frequency_report(dataset: str, variants: dict) -> list[str]:
+    """Per variant and bucket of training frequency: R@5, the share of PSP@5 and the share of the top-5 slots (mean
+    over seeds), for the variants whose runs recorded `by_frequency`."""
+    diagnosed = {name: runs for name, runs in variants.items() if all(r.get("by_frequency") for r in runs)}
+    if not diagnosed:
+        return []
+    buckets = list(next(iter(diagnosed.values()))[0]["by_frequency"])
+    first = next(iter(diagnosed.values()))[0]["by_frequency"]
+    lines = [
+        f"#### {dataset}: by training frequency (R@5 / share of PSP@5 / share of the top-5 slots, %)",
+        "",
+        "| variant | "
+        + " | ".join(f"{b} ({first[b]['labels']} labels, {first[b]['test_pairs']} pairs)" for b in buckets)
+        + " |",
+        "|---|" + "---|" * len(buckets),
+    ]
+    for name, runs in sorted(diagnosed.items()):
+        cells = []
+        for bucket in buckets:
+            recall = statistics.mean(r["by_frequency"][bucket]["R@5"] for r in runs)
+            share = statistics.mean(r["by_frequency"][bucket].get("PSP@5 share", 0.0) for r in runs)
+            slots = statistics.mean(r["by_frequency"][bucket].get("top-5 share", math.nan) for r in runs)
+            cells.append(f"{100 * recall:.1f} / {100 * share:.2f} / {100 * slots:.1f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def main(argv=None) -> int:

@@ -2,32 +2,31 @@
 """The product at scale: `haste-hf` itself on a synthetic dataset of the paper's label statistics
 (`scale_data.py`), every stage in one run, each stage a child process.
 
-Stages: `data` (write the dataset), `group` (`haste-hf group`: label embeddings and semantic grouping),
-`train` (`haste-hf train --layout-file ... --max-steps N`: read, layout check, model, training, a checkpoint
-save, the final save, the test evaluation), `resume` (`haste-hf train --resume-from-checkpoint` for more
-steps), `evaluate` (`haste-hf evaluate`), `predict` (`haste-hf predict` of the test split), `export`
-(`haste-hf export`, ONNX) and `reload` (the export served by `OnnxClassifier`, or without an export the saved
-folder by `from_pretrained`, its top-1 checked against `predict`'s). Each command runs under a probe
-(`scale.py probe`) that times its phases and reads, per phase and per process, the peak GPU memory
-(`torch.cuda.max_memory_allocated` / `max_memory_reserved`) and the peak host RSS (`ru_maxrss`); the
-stage's peak RSS over its process tree comes from `wait4`. `--gpus 2` runs `train` and `resume` under
-torchrun (the output layer sharded by labels, the CLI's default with several processes).
+Stages: `data` (write the dataset), `group` (`haste-hf group`: label counts, embeddings, clustering, greedy
+groups), `train` (`haste-hf train --layout-file ... --max-steps N`: read, layout check, model, training, a
+checkpoint, the final save, the test evaluation), `resume` (`--resume-from-checkpoint`, more steps), `evaluate`,
+`predict` (top 5 of the test split to a file), `export` (ONNX), `reload` (the export served by `OnnxClassifier`,
+or the saved folder by `from_pretrained`, its top-1 checked against `predict`'s) and `add-labels` (`NEW_LABELS`
+labels from their texts). Each command runs under a probe (`scale.py probe`) that times its phases and reads, per
+phase and process, the peak GPU memory (`torch.cuda.max_memory_allocated` / `max_memory_reserved`) and the peak
+host RSS (`ru_maxrss`); the stage's peak RSS over its process tree comes from `wait4`. `--gpus 2` runs `train` and
+`resume` under torchrun (the output layer sharded by labels, the CLI's default with several processes).
 
     python benchmarks/scale.py --preset lf-paper2keywords-8.6m --encoder /tmp/minilm --out results/scale.md
     python benchmarks/scale.py --preset amazon-670k --scale 0.02 --encoder tiny --stages data,group,train
 
-The table gives per stage the wall time, the peak GPU memory of the busiest process, the peak host RSS and
-what the stage yields (texts/s, P@k against chance: k random labels, and the k most frequent training labels
-for every text). The issue's targets are printed beside (H100, MiniLM, the CLI defaults, the 8.6M preset at
-scale 1): training at peak GPU <= 10 GiB, grouping <= 5 min, a checkpoint saved in <= 60 s, and with
-`--compare` (the JSON of a one-GPU run) two GPUs at a per-rank peak <= 0.6 x one GPU's and >= 1.8 x its
-texts/s. Memory of data-loader workers is not in the GPU figures (they hold none) but is in the RSS.
+The table (`scale_table.py`) gives per stage what ran (grouping, GPUs, steps, the commit), the wall time, the
+peak GPU memory of the busiest process, the peak host RSS and what the stage yields (texts/s, P@k against chance:
+k random labels, and the k most frequent training labels for every text), then the issues' targets beside the
+figures (`scale_table.TARGETS`; with `--compare`, the JSON of a one-GPU run, the two-GPU ones). Memory of
+data-loader workers is not in the GPU figures (they hold none) but is in the RSS.
 """
 
 import argparse
 import contextlib
 import functools
 import json
+import math
 import os
 import resource
 import shutil
@@ -42,41 +41,27 @@ from pathlib import Path
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [path for path in sys.path if os.path.abspath(path or ".") != HERE]
 
-STAGES = ("data", "group", "train", "resume", "evaluate", "predict", "export", "reload")
-GIB = 2**30
-# Keys of a probe report's phases, in the order the table lists them.
-TRAIN_PHASES = (
-    "read",
-    "layout",
-    "label embeddings",
-    "grouping",
-    "model",
-    "training",
-    "checkpoint",
-    "resume load",
-    "save",
-    "test evaluation",
-)
-TARGETS = {
-    "train peak GPU GiB": 10.0,
-    "grouping s": 300.0,
-    "checkpoint s": 60.0,
-    "two GPUs peak ratio": 0.6,
-    "two GPUs speed-up": 1.8,
-}
+NEW_LABELS = 1000  # the add-labels stage: new labels from their texts alone
+MIN_STAGE_SECONDS = 10  # a stage is not started with less of --budget-s left
 RELOAD_TEXTS = 32  # the split layout scores 8.6M labels in numpy on the CPU: seconds a text
 
 
 @functools.cache
-def scale_data():
-    """`scale_data.py` as a module (by its path: this folder must not head sys.path, see above)."""
+def sibling(name: str):
+    """The script `name`.py of this folder as a module, by its path (this folder must not head sys.path, see above):
+    `scale_data` (the generator), `scale_table` (the table), `provenance` (the commit)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("scale_data", os.path.join(HERE, "scale_data.py"))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
-    sys.modules["scale_data"] = module  # its writer processes find their task function by module name
+    sys.modules[name] = module  # scale_data's writer processes find their task function by module name
     spec.loader.exec_module(module)
     return module
+
+
+scale_data, scale_table, provenance = (
+    functools.partial(sibling, name) for name in ("scale_data", "scale_table", "provenance")
+)
 
 
 # ------------------------------------------------------------------------------------------------ the probe
@@ -184,14 +169,19 @@ def instrument(phases: Phases, steps: list) -> None:
     import haste_hf
     from haste_hf import data, evaluation, export, recipe
     from haste_hf.cli import commands
-    from haste_hf.labels import layout
+    from haste_hf.labels import grouping, layout
+    from haste_hf.modeling import saving
 
     trainer = haste_hf.HasteTrainer
     for owner, name, phase in (
         (data, "load_xmc_dataset", "read"),
         (recipe, "build_layout", "layout"),
+        (layout, "count_labels", "label counts"),
         (layout, "compute_label_embeddings", "label embeddings"),
         (layout, "group_labels", "grouping"),
+        (grouping, "_spherical_kmeans", "clustering"),
+        (grouping, "_split_large_buckets", "clustering"),
+        (grouping, "_greedy_groups", "greedy groups"),
         (recipe, "build_model", "model"),
         (trainer, "train", "training"),
         (trainer, "_save_checkpoint", "checkpoint"),
@@ -202,6 +192,8 @@ def instrument(phases: Phases, steps: list) -> None:
         (commands, "load_trained", "load model"),
         (evaluation, "predict_top_k", "top-k"),
         (export, "export_onnx", "export"),
+        (haste_hf.HasteForExtremeClassification, "add_labels", "add labels"),
+        (saving, "save_trained_folder", "save folder"),
     ):
         _wrap(owner, name, phases, phase)
     _record_steps(trainer, steps)
@@ -289,30 +281,6 @@ def reload_check(args, phases) -> dict:
     return {"reloaded": what, "top1_agreement": agree / max(1, len(texts))}
 
 
-# ------------------------------------------------------------------------------------------------ the encoder
-
-
-def tiny_encoder(folder: Path) -> str:
-    """A 2-layer BERT of width 128 whose WordPiece vocabulary is `scale_data`'s syllables (a word is four pieces):
-    CPU runs learn from it what MiniLM would learn from the same words."""
-    from transformers import BertConfig, BertModel, BertTokenizer
-
-    syllables = [bytes(pair).decode() for pair in scale_data().SYLLABLES.tolist()]
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *syllables, *("##" + s for s in syllables)]
-    tokenizer = BertTokenizer(vocab={token: i for i, token in enumerate(vocab)})
-    config = BertConfig(
-        vocab_size=len(vocab), hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256,
-        max_position_embeddings=512,
-    )  # fmt: skip
-    import torch
-
-    torch.manual_seed(0)
-    folder.mkdir(parents=True, exist_ok=True)
-    BertModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
-
-
 # ------------------------------------------------------------------------------------------------ the stages
 
 
@@ -352,11 +320,15 @@ class Runner:
         self.model = self.work / "model"
         self.export = self.work / "onnx"
         self.predictions = self.work / "predictions.jsonl"
+        self.new_labels = self.work / "new_labels.json"
+        self.deadline = time.perf_counter() + (args.budget_s or math.inf)
+        self.added = self.work / "model-added"
         self.results = {"stages": {}}
         if args.json and Path(args.json).is_file():  # stages of an earlier call on the same work folder stay
             self.results = json.loads(Path(args.json).read_text())
         if args.stages or "args" not in self.results:  # a call that runs no stage only prints the table again
             self.results["args"] = {k: v for k, v in vars(args).items() if k != "func"}
+            self.results["commit"] = provenance().tree_commit()
 
     def probe_command(self, name: str, cli_args: list[str], processes: int = 1) -> list[str]:
         report = self.work / f"report-{name}.json"
@@ -367,11 +339,19 @@ class Runner:
             launcher += ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes)]
         return [*launcher, os.path.abspath(__file__), "probe", "--report", str(report), "--", *cli_args]
 
-    def run(self, name: str, command: list[str], metrics: Path | None = None) -> dict:
+    def run(self, name: str, command: list[str], metrics: Path | None = None, ran="") -> dict:
+        """Runs stage `name`; `ran` says what ran (grouping, GPUs, steps, texts), commit added, in its table row."""
+        left = self.deadline - time.perf_counter()
+        if left < MIN_STAGE_SECONDS:
+            self.results["stages"][name] = {"skipped": f"not started: {max(0, left):.0f} s of --budget-s left"}
+            print(f"[scale] {name}: skipped, {max(0, left):.0f} s of the budget left", flush=True)
+            return self.results["stages"][name]
         print(f"[scale] {name}: {' '.join(command)}", flush=True)
         if metrics is not None:
             metrics.unlink(missing_ok=True)
-        outcome = child(command, self.args.stage_timeout)
+        outcome = child(command, min(self.args.stage_timeout, left))
+        ran = ran() if callable(ran) else ran  # read once the stage is done (the layout's grouping)
+        outcome["ran"] = "; ".join(part for part in (ran, f"commit {self.results['commit']}") if part)
         outcome["reports"] = read_reports(self.work / f"report-{name}.json")
         if metrics is not None and metrics.is_file():
             outcome["metrics"] = json.loads(metrics.read_text())
@@ -427,27 +407,48 @@ class Runner:
     def stage_group(self):
         a = self.args
         flags = ["group", *self.common(), "--encoder", self.encoder, "--output", str(self.layout)]
-        if a.eval_batch_size:
-            flags += ["--per-device-eval-batch-size", str(a.eval_batch_size)]
-        self.run("group", self.probe_command("group", [*flags, *a.group_flag]))
+        flags += ["--per-device-eval-batch-size", str(a.eval_batch_size)] if a.eval_batch_size else []
+        self.layout.unlink(missing_ok=True)  # the row names the grouping of the layout this stage writes
+        command = self.probe_command("group", [*flags, *a.group_flag])
+        self.run("group", command, ran=lambda: f"{one_device()}, grouping {self.grouping()}")
+
+    def grouping(self) -> str:
+        """The layout file's grouping strategy (what `group` wrote)."""
+        if not self.layout.is_file():
+            return "? (no layout file)"
+        from safetensors import safe_open
+
+        with safe_open(str(self.layout), framework="np") as handle:
+            return (handle.metadata() or {}).get("strategy", "?")
+
+    def training_run(self, steps: int) -> str:
+        gpus = f"{self.args.gpus} processes (torchrun, output layer sharded)" if self.args.gpus > 1 else one_device()
+        return f"{gpus}, {steps} steps, grouping {self.grouping()} (layout file)"
+
+    def test_texts(self) -> str:
+        return f"{one_device()}, {self.results.get('data', {}).get('test_points', 0):,} test texts"
 
     def stage_train(self):
         flags = ["train", *self.common(), *self.train_flags(self.args.max_steps), "--overwrite-output-dir"]
-        self.run("train", self.probe_command("train", flags, self.args.gpus), self.model / "test_metrics.json")
+        command = self.probe_command("train", flags, self.args.gpus)
+        self.run("train", command, self.model / "test_metrics.json", ran=self.training_run(self.args.max_steps))
 
     def stage_resume(self):
         steps = self.args.max_steps + self.args.resume_steps
         flags = ["train", *self.common(), *self.train_flags(steps), "--resume-from-checkpoint"]
-        self.run("resume", self.probe_command("resume", flags, self.args.gpus), self.model / "test_metrics.json")
+        ran = f"{self.training_run(steps)}, from the checkpoint of step {self.args.max_steps}"
+        self.run(
+            "resume", self.probe_command("resume", flags, self.args.gpus), self.model / "test_metrics.json", ran=ran
+        )
 
     def stage_evaluate(self):
         metrics = self.work / "evaluate.json"
         flags = ["evaluate", "--model", str(self.model), *self.common(), "--output", str(metrics)]
-        self.run("evaluate", self.probe_command("evaluate", flags), metrics)
+        self.run("evaluate", self.probe_command("evaluate", flags), metrics, ran=self.test_texts())
 
     def stage_predict(self):
         flags = ["predict", "--model", str(self.model), *self.common(), "--output", str(self.predictions), "-k", "5"]
-        self.run("predict", self.probe_command("predict", flags))
+        self.run("predict", self.probe_command("predict", flags), ran=f"{self.test_texts()}, top 5 to a file")
 
     def stage_export(self):
         try:
@@ -459,162 +460,51 @@ class Runner:
             print(f"[scale] export: skipped, {error.name} is not installed", flush=True)
             return
         flags = ["export", "--model", str(self.model), "--output", str(self.export), "--overwrite"]
-        self.run("export", self.probe_command("export", flags))
+        self.run("export", self.probe_command("export", flags), ran="ONNX, CPU")
 
     def stage_reload(self):
         command = self.probe_command("reload", [])
         command = command[: command.index("--")]
         command += ["--reload", "--model", str(self.model), "--data", str(self.data)]
         command += ["--predictions", str(self.predictions), "--export", str(self.export)]
-        self.run("reload", command)
+        self.run("reload", command, ran=f"{RELOAD_TEXTS} test texts")
+
+    def stage_add_labels(self):
+        """`haste-hf add-labels` of `NEW_LABELS` labels from their texts alone (words of `scale_data`'s syllables
+        that no label owns: a fifth syllable), into a copy of the trained model."""
+        syllables = [bytes(pair).decode() for pair in scale_data().SYLLABLES.tolist()]
+        word = lambda i, w: "".join(syllables[(7 * i + 13 * w + 31 * s) % len(syllables)] for s in range(5))  # noqa: E731
+        entries = [{"name": f"new-{i}", "text": " ".join(word(i, w) for w in range(3))} for i in range(NEW_LABELS)]
+        self.new_labels.write_text(json.dumps(entries))
+        flags = ["add-labels", "--model", str(self.model), "--labels", str(self.new_labels), "--output-dir"]
+        flags += [str(self.added), "--overwrite-output-dir"]
+        self.run("add-labels", self.probe_command("add-labels", flags), ran=f"{NEW_LABELS:,} labels from their texts")
 
     def main(self):
         a = self.args
         self.work.mkdir(parents=True, exist_ok=True)
-        self.encoder = tiny_encoder(self.work / "tiny-encoder") if a.encoder == "tiny" else a.encoder
+        self.encoder = scale_data().tiny_encoder(self.work / "tiny-encoder") if a.encoder == "tiny" else a.encoder
         if "export" not in a.stages and self.export.exists():
             shutil.rmtree(self.export)  # a reload must not read an export of another model
-        for name in STAGES:
+        for name in scale_table().STAGES:
             if name in a.stages:
-                getattr(self, f"stage_{name}")()
+                getattr(self, f"stage_{name.replace('-', '_')}")()
         self.read_data_stats()
-        table = markdown(self.results, json.loads(Path(a.compare).read_text()) if a.compare else None)
+        table = scale_table().markdown(self.results, json.loads(Path(a.compare).read_text()) if a.compare else None)
         print(table)
         if a.out:
             Path(a.out).write_text(table)
 
 
+@functools.cache
 def _has_cuda() -> bool:
     import torch
 
     return torch.cuda.is_available()
 
 
-# ------------------------------------------------------------------------------------------------ the table
-
-
-def _gib(value) -> str:
-    return "-" if not value else f"{value / GIB:.2f}"
-
-
-def stage_peaks(stage: dict) -> tuple[float, float, float]:
-    """(peak GPU allocated, reserved, host RSS) over the stage's processes (the busiest rank)."""
-    reports = stage.get("reports") or []
-    allocated = max((r["gpu_allocated"] for r in reports), default=0)
-    reserved = max((r["gpu_reserved"] for r in reports), default=0)
-    return allocated, reserved, stage.get("tree_rss", 0)
-
-
-def phase_rows(stage: dict) -> list[tuple[str, float, int]]:
-    """(phase, seconds summed over its calls, peak GPU allocated) of rank 0, in the order of `TRAIN_PHASES`."""
-    reports = stage.get("reports") or []
-    if not reports:
-        return []
-    totals = {}
-    for phase in reports[0]["phases"]:
-        seconds, peak = totals.get(phase["name"], (0.0, 0))
-        totals[phase["name"]] = (seconds + phase["seconds"], max(peak, phase["allocated"]))
-    order = [name for name in TRAIN_PHASES if name in totals] + [n for n in totals if n not in TRAIN_PHASES]
-    return [(name, *totals[name]) for name in order]
-
-
-def texts_per_second(stage: dict) -> float | None:
-    reports = stage.get("reports") or []
-    return reports[0].get("texts_per_second") if reports else None
-
-
-def metric_note(metrics: dict | None, chance: dict | None) -> str:
-    if not metrics:
-        return ""
-    parts = []
-    for k in (1, 3, 5):
-        value = metrics.get(f"P@{k}")
-        if value is None:
-            continue
-        text = f"P@{k} {100 * value:.2f}"
-        if chance:
-            text += f" (top-frequency {100 * chance[f'most frequent P@{k}']:.2f}, random {100 * chance[f'random P@{k}']:.4f})"
-        parts.append(text)
-    return "; ".join(parts)
-
-
-def markdown(results: dict, compare: dict | None = None) -> str:
-    stages, data = results["stages"], results.get("data") or {}
-    args = results["args"]
-    devices = {r["device"] for s in stages.values() for r in s.get("reports") or []}
-    lines = [
-        f"# haste-hf at scale: {args['preset']} x {args['scale']} ({', '.join(sorted(devices)) or '?'}, {args['gpus']} process(es) for train/resume)",
-        "",
-    ]
-    if data:
-        lines += [
-            f"Data: {data['train_points']:,} train / {data['test_points']:,} test points, {data['labels']:,} labels, "
-            f"{data['labels_per_train_point']:.2f} labels per point, {data['points_per_label']:.2f} points per label, "
-            f"most frequent label in {100 * data['head_share_of_points']:.1f}% of the points, "
-            f"{data['labels_seen_once']:,} labels seen once. Encoder: {args['encoder']}; train steps {args['max_steps']} "
-            f"+ {args['resume_steps']} resumed, {args['workers']} data-loader workers; other train flags "
-            f"{' '.join(args['train_flag']) or '(defaults)'}.",
-            "",
-        ]
-    lines += [
-        "| stage | wall s | peak GPU GiB (allocated / reserved) | peak host RSS GiB | notes |",
-        "|---|---|---|---|---|",
-    ]
-    for name in STAGES:
-        stage = stages.get(name)
-        if stage is None:
-            continue
-        if "skipped" in stage:
-            lines.append(f"| {name} | - | - | - | skipped: {stage['skipped']} |")
-            continue
-        allocated, reserved, rss = stage_peaks(stage)
-        notes = [] if stage["exit"] == 0 else [f"FAILED (exit {stage['exit']})"]
-        speed = texts_per_second(stage)
-        if speed:
-            notes.append(f"{speed:,.0f} texts/s")
-        notes.append(metric_note(stage.get("metrics"), data.get("chance")))
-        for report in (stage.get("reports") or [])[:1]:
-            if "top1_agreement" in report:
-                notes.append(
-                    f"{report['reloaded']}: top-1 agrees with predict on {100 * report['top1_agreement']:.1f}%"
-                )
-        lines.append(
-            f"| {name} | {stage['wall']:.1f} | {_gib(allocated)} / {_gib(reserved)} | {_gib(rss)} | {'; '.join(n for n in notes if n)} |"
-        )
-        for phase, seconds, peak in phase_rows(stage):
-            lines.append(f"| &nbsp;&nbsp;{name}: {phase} | {seconds:.1f} | {_gib(peak)} | | |")
-    lines += ["", *targets(results, compare)]
-    return "\n".join(lines) + "\n"
-
-
-def targets(results: dict, compare: dict | None) -> list[str]:
-    """The issue's targets beside the figures (they apply to the 8.6M preset at scale 1 on an H100)."""
-    stages = results["stages"]
-    lines = ["| target (8.6M labels, H100, MiniLM, defaults) | goal | measured |", "|---|---|---|"]
-    train_peak = max(
-        (stage_peaks(stages[n])[0] for n in ("train", "resume") if n in stages and "reports" in stages[n]), default=None
-    )
-    if train_peak:
-        lines.append(
-            f"| train: peak GPU (busiest rank) | <= {TARGETS['train peak GPU GiB']:.0f} GiB | {_gib(train_peak)} GiB |"
-        )
-    if "group" in stages and "wall" in stages["group"]:
-        lines.append(
-            f"| semantic grouping (`haste-hf group`) | <= {TARGETS['grouping s']:.0f} s | {stages['group']['wall']:.0f} s |"
-        )
-    checkpoints = [
-        s for n in ("train", "resume") for name, s, _ in phase_rows(stages.get(n, {})) if name == "checkpoint"
-    ]
-    if checkpoints:
-        lines.append(f"| checkpoint save | <= {TARGETS['checkpoint s']:.0f} s | {max(checkpoints):.1f} s |")
-    if compare and "train" in stages and "train" in compare["stages"]:
-        mine, theirs = stages["train"], compare["stages"]["train"]
-        ratio = stage_peaks(mine)[0] / max(1, stage_peaks(theirs)[0])
-        lines.append(f"| per-rank peak GPU vs the compared run | <= {TARGETS['two GPUs peak ratio']} | {ratio:.2f} |")
-        speed, base = texts_per_second(mine), texts_per_second(theirs)
-        if speed and base:
-            lines.append(f"| texts/s vs the compared run | >= {TARGETS['two GPUs speed-up']}x | {speed / base:.2f}x |")
-    return lines
+def one_device() -> str:
+    return "1 GPU" if _has_cuda() else "CPU"
 
 
 # ------------------------------------------------------------------------------------------------ main
@@ -643,8 +533,8 @@ def parse_args(argv=None):
     parser.add_argument("--encoder", default="minilm", help="Encoder path or id; 'tiny': a small random BERT (CPU).")
     parser.add_argument(
         "--stages",
-        default=",".join(STAGES),
-        help=f"Comma-separated, of {', '.join(STAGES)}; empty: print the table of --json again.",
+        default=",".join(scale_table().STAGES),
+        help=f"Comma-separated, of {', '.join(scale_table().STAGES)}; empty: print the table of --json again.",
     )
     parser.add_argument("--gpus", type=int, default=1, help="Processes (torchrun) of train and resume.")
     parser.add_argument(
@@ -659,6 +549,12 @@ def parse_args(argv=None):
     parser.add_argument("--group-flag", action="append", default=[], help="An extra `group` flag (repeat it).")
     parser.add_argument("--stage-timeout", type=float, default=3600.0, help="Seconds before a stage is killed.")
     parser.add_argument("--keep-going", action="store_true", help="Run the next stages after a failed one.")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="Seconds for all stages: the last is cut there, later ones skipped.",
+    )
     parser.add_argument("--compare", default=None, help="JSON of a one-GPU run: the two-GPU targets against it.")
     parser.add_argument(
         "--json", default=None, help="Every figure, in this JSON file (stages already in it and not run now stay)."
@@ -666,9 +562,9 @@ def parse_args(argv=None):
     parser.add_argument("--out", default=None, help="Write the markdown table to this file.")
     args = parser.parse_args(argv)
     args.stages = [name.strip() for name in args.stages.split(",") if name.strip()]
-    unknown = sorted(set(args.stages) - set(STAGES))
+    unknown = sorted(set(args.stages) - set(scale_table().STAGES))
     if unknown:
-        parser.error(f"--stages: unknown {unknown}; choose from {', '.join(STAGES)}")
+        parser.error(f"--stages: unknown {unknown}; choose from {', '.join(scale_table().STAGES)}")
     args.train_flag = [token for flag in args.train_flag for token in flag.split()]
     args.group_flag = [token for flag in args.group_flag for token in flag.split()]
     args.func = lambda parsed: Runner(parsed).main()

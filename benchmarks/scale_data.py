@@ -377,6 +377,27 @@ def generate(
     return stats
 
 
+def tiny_encoder(folder: Path) -> str:
+    """A 2-layer BERT of width 128 whose WordPiece vocabulary is `SYLLABLES` (a word of the texts is four pieces):
+    CPU runs learn from it what MiniLM would learn from the same words."""
+    from transformers import BertConfig, BertModel, BertTokenizer
+
+    syllables = [bytes(pair).decode() for pair in SYLLABLES.tolist()]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *syllables, *("##" + s for s in syllables)]
+    tokenizer = BertTokenizer(vocab={token: i for i, token in enumerate(vocab)})
+    config = BertConfig(
+        vocab_size=len(vocab), hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256,
+        max_position_embeddings=512,
+    )  # fmt: skip
+    import torch
+
+    torch.manual_seed(0)
+    folder.mkdir(parents=True, exist_ok=True)
+    BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", choices=sorted(PRESETS), required=True)

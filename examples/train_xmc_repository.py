@@ -1,8 +1,9 @@
-"""Train HASTE on a dataset downloaded from the Extreme Classification Repository.
+"""Train HASTE on a dataset of the Extreme Classification Repository, read from a folder.
 
-Download and unpack a dataset first, e.g. LF-AmazonTitles-131K (raw text: `trn.json.gz`, `tst.json.gz`,
-`lbl.json.gz`, `filter_labels_test.txt`) or AmazonTitles-670K (`trn_X.txt`, `trn_X_Y.txt`, `Y.txt`, ...),
-then:
+This script downloads nothing. Download a dataset by hand from the repository's page
+(http://manikvarma.org/downloads/XC/XMLRepository.html, links to each dataset's files) and unpack it into a folder,
+e.g. LF-AmazonTitles-131K (raw text: `trn.json.gz`, `tst.json.gz`, `lbl.json.gz`, `filter_labels_test.txt`) or
+AmazonTitles-670K (`trn_X.txt`, `trn_X_Y.txt`, `Y.txt`, ...), then:
 
     python examples/train_xmc_repository.py --data /data/LF-AmazonTitles-131K --encoder sentence-transformers/all-mpnet-base-v2
 
@@ -23,7 +24,7 @@ from haste_hf.recipe import build_layout, load_dataset, load_encoder, split_vali
 
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-parser.add_argument("--data", required=True, help="Folder of the downloaded dataset.")
+parser.add_argument("--data", required=True, help="Folder of the dataset, downloaded and unpacked by hand.")
 parser.add_argument("--encoder", default="sentence-transformers/all-mpnet-base-v2")
 parser.add_argument("--output-dir", default="haste-xmc")
 parser.add_argument("--epochs", type=float, default=10)

@@ -7,9 +7,10 @@ Importing the package is light (neither torch nor transformers loads) and change
   classes load (see `auto_registration`), so `AutoModel.from_pretrained` loads saved models;
 - the classes are registered for auto-class export, so every `save_pretrained` folder carries the model's
   code and loads with `trust_remote_code=True` where `haste_hf` is not installed;
-- `pipeline("text-classification", model=...)` serves HASTE models through transformers' own pipeline
-  (label names and sigmoid scores from the saved config); `HasteTextClassificationPipeline` (pass it as
-  `pipeline_class`) ranks the top-k labels without a `[B, L]` matrix.
+- `pipeline("text-classification", model=...)` serves HASTE models with `HasteTextClassificationPipeline`
+  (the top-k labels' names and sigmoid scores, without a `[B, L]` matrix), named as the task's class in
+  transformers' pipeline registry when transformers' pipelines load; it builds transformers' own
+  `TextClassificationPipeline` for every other model.
 
 Every public name is imported on first use, as transformers does.
 

@@ -268,12 +268,21 @@ class LabelIdPadding:
     """Wraps a collator of token columns (e.g. `transformers.DataCollatorWithPadding`, which `HasteTrainer` wraps so)
     that cannot pad the ragged lists of positive label ids: lists of different lengths are packed as ids padded with
     -100 (`pad_label_ids`), and the other columns go to `collator`. Labels of one length (multi-hot rows, or as many
-    ids in every example) go to `collator` with the rest, as they did."""
+    ids in every example) go to `collator` with the rest, as they did. Text columns (strings) left beside the tokens
+    (`HasteTrainingArguments` keeps every column, for `XMCDataCollator`) are not given to `collator`, which cannot
+    batch them; examples without tokens are refused in one line that names `XMCDataCollator`."""
 
     collator: Any
     label_column: str = "labels"
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        if "input_ids" not in features[0]:
+            raise ValueError(
+                f"{type(self.collator).__name__} pads tokenized examples, and these have no `input_ids` (columns: "
+                f"{sorted(features[0])}): tokenize them first (`dataset.map(tokenizer)`), or pass "
+                "`data_collator=haste_hf.XMCDataCollator(tokenizer)`, which tokenizes the text itself."
+            )
+        features = [{k: v for k, v in feature.items() if not isinstance(v, str)} for feature in features]
         labels = [feature.get(self.label_column) for feature in features]
         if not all(hasattr(row, "__len__") for row in labels) or len({len(row) for row in labels}) < 2:
             return self.collator(features)

@@ -54,6 +54,7 @@ def predict_top_k(
     import torch
     from tqdm.auto import tqdm
 
+    from .labels.embeddings import prepared_ahead
     from .training.distributed import balanced_ranges
 
     rank, world_size = process_rank_and_count()
@@ -63,23 +64,25 @@ def predict_top_k(
     shares = balanced_ranges(len(texts), world_size)
     batch_count = max(1, math.ceil(max(stop - start for start, stop in shares) / batch_size))
     start, stop = shares[rank]
-    ids, scores = [], []
-    for batch_texts in tqdm(
-        np.array_split(np.asarray(texts[start:stop], dtype=object), batch_count),
-        desc=desc,
-        unit="batch",
-        disable=rank != 0,
-    ):
-        # A rank out of texts still joins the collective, with an empty batch.
+
+    def tokenize(batch_texts):  # a rank out of texts still joins the collective, with an empty batch
         batch = tokenizer(
             list(batch_texts) or [""], truncation=True, max_length=max_length, padding=True, return_tensors="pt"
         )
-        batch = {name: tensor[: len(batch_texts)].to(device) for name, tensor in batch.items()}
+        return {name: tensor[: len(batch_texts)] for name, tensor in batch.items()}
+
+    # Batches are tokenised ahead in threads, and the top-k stay on the device until the end: the GPU does not
+    # wait for the tokenizer, nor the tokenizer for the GPU.
+    ids, scores = [], []
+    batches = np.array_split(np.asarray(texts[start:stop], dtype=object), batch_count)
+    for _, batch in tqdm(
+        prepared_ahead(tokenize, batches), total=len(batches), desc=desc, unit="batch", disable=rank != 0
+    ):
         with torch.no_grad():
-            top = model.predict_topk(**batch, k=k)
-        ids.append(top.label_ids.cpu().numpy())
-        scores.append(top.scores.cpu().numpy())
-    ids, scores = np.concatenate(ids), np.concatenate(scores)
+            top = model.predict_topk(**{name: tensor.to(device) for name, tensor in batch.items()}, k=k)
+        ids.append(top.label_ids)
+        scores.append(top.scores)
+    ids, scores = torch.cat(ids).cpu().numpy(), torch.cat(scores).cpu().numpy()
     if world_size > 1:
         import torch.distributed as dist
 

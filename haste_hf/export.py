@@ -478,7 +478,9 @@ Extreme multi-label classifier of {label_count:,} labels exported by haste_hf {m
 - the tokenizer files: texts are truncated at its `model_max_length` ({metadata["max_length"]}), the length the model was trained on.
 - `{onnx_serving.METADATA_FILE}`: this description, with the size and sha256 digest of every file serving reads, read by
   `{SERVING_CODE_FILE}`, which refuses a folder whose files differ from them.
-- `{SERVING_CODE_FILE}`: `OnnxClassifier`, the top-k labels and names of texts for this folder (numpy, onnxruntime).
+- `{SERVING_CODE_FILE}`: `OnnxClassifier`, the top-k labels and names of texts for this folder: `top_k` of token ids
+  needs numpy and onnxruntime{" and safetensors" if metadata["layout"] == "split" else ""}; `predict` of texts also
+  transformers, for the tokenizer (torch is not needed).
 
 Scores are sigmoid probabilities: each label is scored independently, so they do not sum to 1.
 

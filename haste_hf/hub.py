@@ -11,20 +11,22 @@ Loading needs nothing from this module: `AutoModel.from_pretrained(repo_id)` aft
 with `trust_remote_code=True` anywhere.
 """
 
+import errno
 import json
 import os
 import shutil
 import stat
 import tempfile
 import types
+from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
-from huggingface_hub import CommitInfo, HfApi, ModelCard
+from huggingface_hub import CommitInfo, CommitOperationAdd, CommitOperationDelete, HfApi, ModelCard, constants
 from huggingface_hub.utils import DEFAULT_IGNORE_PATTERNS, filter_repo_objects
 
 from .modeling.configuration_haste import MODEL_AUTO_CLASSES, HasteConfig
-from .modeling.saving import LABEL_NAMES_FILE, check_complete_save, exported_code_files
+from .modeling.saving import LABEL_NAMES_FILE, check_complete_save, exported_code_files, finish_interrupted_save
 
 
 if TYPE_CHECKING:  # named in annotations only
@@ -65,7 +67,10 @@ def push_to_hub(
 
     Args:
         model: a [`HasteForExtremeClassification`], or the folder a trained model was saved to (its files are
-            uploaded as they are, except checkpoints, logs and hidden files; `config.json` gains `auto_map`).
+            uploaded as they are, except checkpoints, logs and hidden files; `config.json` gains `auto_map`). A link
+            in it is refused; each file is opened once, without following links, and what was opened is uploaded.
+            A hard link is a regular file: what it holds is uploaded. The program's own marks (hidden files) never
+            are.
         repo_id: `namespace/name`, or `name` for the token's user; created if missing.
         private: visibility of a repository created by this call (an existing one keeps its own).
         revision: branch to push to, created from `main` if missing.
@@ -84,8 +89,9 @@ def push_to_hub(
         The `CommitInfo` of the commit (a string: the commit URL).
     """
     api = HfApi(token=token)
-    with tempfile.TemporaryDirectory(prefix="haste-push-") as staging:
+    with tempfile.TemporaryDirectory(prefix="haste-push-") as staging, ExitStack() as opened:
         staging = Path(staging)
+        folder_files = {}  # path in the repository -> the file of the folder, open
         model_type = getattr(getattr(model, "config", None), "model_type", None)
         if isinstance(model, (str, os.PathLike)):
             if max_shard_size is not None:
@@ -93,7 +99,7 @@ def push_to_hub(
                     "`max_shard_size` re-shards a model object's weights; a folder is uploaded as saved. "
                     "Load it with `HasteForExtremeClassification.from_pretrained` to push it with other shards."
                 )
-            config = _stage_folder(Path(model), staging)
+            config, folder_files = _stage_folder(Path(model), staging, opened)
         elif model_type == HasteConfig.model_type:
             config = model.config
             model.save_pretrained(staging, **({} if max_shard_size is None else {"max_shard_size": max_shard_size}))
@@ -115,15 +121,76 @@ def push_to_hub(
         _stage_model_card(staging, model_card, config, repo_id, tags)
         if revision is not None and not revision.startswith("refs/pr/"):
             api.create_branch(repo_id, branch=revision, exist_ok=True)
-        return api.upload_folder(
-            repo_id=repo_id,
-            folder_path=staging,
-            revision=revision,
+        staged = _staged_files(staging)
+        additions = [CommitOperationAdd(name, str(staging / name)) for name in staged]
+        additions += [CommitOperationAdd(name, file) for name, file in folder_files.items() if name not in staged]
+        added = {operation.path_in_repo for operation in additions}
+        remote = api.list_repo_files(repo_id, revision=constants.DEFAULT_REVISION if create_pr else revision)
+        deletions = [
+            CommitOperationDelete(name)
+            for name in filter_repo_objects(remote, allow_patterns=WEIGHT_FILES)
+            if name not in added
+        ]
+        return api.create_commit(
+            repo_id,
+            operations=[*deletions, *additions],
             commit_message=commit_message or "Upload HASTE model",
             commit_description=commit_description,
+            revision=revision,
             create_pr=create_pr,
-            delete_patterns=WEIGHT_FILES,
         )
+
+
+def _staged_files(staging: Path) -> list[str]:
+    """The files written into `staging` (`/`-separated), its hidden ones left out: the marks of a save (its id) are
+    the program's, not the model's."""
+    found = []
+    for root, folders, files in os.walk(staging):
+        folders[:] = [name for name in folders if not name.startswith(".")]
+        found += [
+            os.path.relpath(os.path.join(root, name), staging).replace(os.sep, "/")
+            for name in files
+            if not name.startswith(".")
+        ]
+    return sorted(found)
+
+
+def open_published_file(folder: str | os.PathLike, relative: str) -> BinaryIO:
+    """The file `relative` (`/`-separated) of `folder`, opened for reading without following a link at any step of
+    its path, checked to be a regular file once open: what a push uploads is what was opened, even when the folder
+    changes after it was listed. Raises a `ValueError` naming it otherwise."""
+    path = os.path.join(folder, *relative.split("/"))
+    refused = (
+        f"{path} is a link, or not a regular file (swapped since the folder was listed?): only regular files inside "
+        "the folder are published. Replace it with the file it stands for, or remove it."
+    )
+    nofollow, directory = getattr(os, "O_NOFOLLOW", 0), getattr(os, "O_DIRECTORY", 0)
+    if os.open not in os.supports_dir_fd:  # Windows: the last step alone is checked
+        parts, handle = [path], None
+    else:
+        parts, handle = relative.split("/"), os.open(folder, os.O_RDONLY | directory)
+    try:
+        for index, part in enumerate(parts):
+            last = index == len(parts) - 1
+            flags = os.O_RDONLY | nofollow | getattr(os, "O_BINARY", 0) | (os.O_NONBLOCK if last else directory)
+            try:
+                opened = os.open(part, flags, dir_fd=handle)
+            except OSError as error:
+                if error.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+                    raise ValueError(refused) from None
+                raise
+            if handle is not None:
+                os.close(handle)
+            handle = opened
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
+            raise ValueError(refused)
+        os.set_blocking(handle, True)
+        file = os.fdopen(handle, "rb")
+    except BaseException:
+        if handle is not None:
+            os.close(handle)
+        raise
+    return file
 
 
 def _replace(path: Path):
@@ -133,34 +200,41 @@ def _replace(path: Path):
         path.unlink()
 
 
-def _stage_folder(folder: Path, staging: Path) -> HasteConfig:
-    """Links the publishable files of a saved model folder into `staging`, adding the exported code and
-    `auto_map`; returns the folder's configuration (validated, format version included)."""
-    config_path = folder / CONFIG_FILE
-    if not config_path.is_file():
+def _stage_folder(folder: Path, staging: Path, opened: ExitStack) -> tuple[HasteConfig, dict]:
+    """Opens the publishable files of a saved model folder (each once, without following links; see
+    `open_published_file`), writes into `staging` its `config.json` with the exported code's `auto_map`, the code and
+    its card; returns the folder's configuration (validated, format version included) and the other files, open."""
+    if not (folder / CONFIG_FILE).is_file():
         raise ValueError(f"{folder} has no {CONFIG_FILE}: give the folder a HASTE model was saved to.")
-    config_dict = json.loads(config_path.read_text(encoding="utf-8"))
-    if config_dict.get("model_type") != HasteConfig.model_type:
+    finish_interrupted_save(folder)
+    check_complete_save(folder)
+    files = {
+        name: opened.enter_context(open_published_file(folder, name))
+        for name in publishable_files(folder, IGNORED_IN_FOLDERS)
+    }
+    if CONFIG_FILE not in files:
+        raise ValueError(f"{folder} has no {CONFIG_FILE}: give the folder a HASTE model was saved to.")
+    try:
+        config_dict = json.loads(files.pop(CONFIG_FILE).read())
+    except ValueError as error:
+        raise ValueError(f"{folder / CONFIG_FILE} is not JSON ({error}): save the model again.") from None
+    if not isinstance(config_dict, dict) or config_dict.get("model_type") != HasteConfig.model_type:
+        shown = config_dict.get("model_type") if isinstance(config_dict, dict) else None
         raise ValueError(
-            f"{folder} holds a {config_dict.get('model_type')!r} model, not a HASTE one "
+            f"{folder} holds a {shown!r} model, not a HASTE one "
             f"(model_type {HasteConfig.model_type!r}): push it with its own library."
         )
-    check_complete_save(folder)
-    config = HasteConfig.from_pretrained(folder)
+    config = HasteConfig.from_dict(config_dict)
     # Folders saved before every save exported the code lack these.
     config_dict["auto_map"] = {**config_dict.get("auto_map", {}), **AUTO_MAP}
     config_dict["custom_pipelines"] = config.to_dict()["custom_pipelines"]
-    for name in publishable_files(folder, IGNORED_IN_FOLDERS):
-        target = staging / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.symlink((folder / name).resolve(), target)
-    _replace(staging / CONFIG_FILE)
     (staging / CONFIG_FILE).write_text(json.dumps(config_dict, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    if MODEL_CARD_FILE in files:  # the card is read and may gain tags: its bytes, as opened
+        (staging / MODEL_CARD_FILE).write_bytes(files.pop(MODEL_CARD_FILE).read())
     for path in exported_code_files():
-        target = staging / os.path.basename(path)
-        _replace(target)
-        shutil.copyfile(path, target)
-    return config
+        files.pop(os.path.basename(path), None)
+        shutil.copyfile(path, staging / os.path.basename(path))
+    return config, files
 
 
 def publishable_files(folder: str | os.PathLike, ignore_patterns: list[str]) -> list[str]:

@@ -222,6 +222,88 @@ def compute_xmc_metrics(
 
 
 # ----------------------------------------------------------------------------------------------------------
+# Where a ranking's points come from: buckets of training frequency
+
+# Tail buckets of training frequency (inclusive bounds), after the head: the labels never seen in training come first.
+FREQUENCY_BUCKETS = ((0, 0), (1, 1), (2, 5), (6, 20), (21, 100), (101, None))
+
+
+def frequency_buckets(train_frequencies: np.ndarray, head_fraction: float = 0.03) -> tuple[list[str], np.ndarray]:
+    """Bucket names and each label's bucket index `[L]`: "head" for the `head_fraction` most frequent labels (the
+    split `head_label_fraction` makes, ties broken by id), then the others by training count (`FREQUENCY_BUCKETS`)."""
+    counts = np.asarray(train_frequencies, dtype=np.int64)
+    if counts.ndim != 1 or (counts < 0).any():
+        raise ValueError("train_frequencies must be a 1-D array of non-negative training counts")
+    if not 0 <= head_fraction <= 1:
+        raise ValueError(f"head_fraction must be in [0, 1], got {head_fraction}")
+    names = ["head"] + [
+        f"{low}" if low == high else f"{low}+" if high is None else f"{low}-{high}" for low, high in FREQUENCY_BUCKETS
+    ]
+    bucket = np.zeros(counts.shape[0], dtype=np.int64)
+    for index, (low, high) in enumerate(FREQUENCY_BUCKETS, start=1):
+        bucket[(counts >= low) & (counts <= (np.iinfo(np.int64).max if high is None else high))] = index
+    head = np.argsort(-counts, kind="stable")[: math.ceil(head_fraction * counts.shape[0])]
+    bucket[head] = 0
+    return names, bucket
+
+
+def metrics_by_frequency(
+    top_k_ids: np.ndarray,
+    true_labels: np.ndarray | Sequence[Sequence[int]],
+    train_frequencies: np.ndarray,
+    *,
+    k: int = 5,
+    propensity: Propensity | None = None,
+    head_fraction: float = 0.03,
+) -> dict[str, dict[str, float]]:
+    """Per bucket of training frequency (`frequency_buckets`): how many labels and test pairs it holds, its recall
+    R@k (the bucket's true (point, label) pairs found in the top k, over the bucket's true pairs) and its share of
+    P@k and, given `propensity`, of PSP@k: the shares of all buckets add up to `compute_xmc_metrics`'s P@k and PSP@k,
+    so the table says where a model gains or loses its points. Its share of the top-k slots (the predictions in the
+    bucket, right or wrong, over all `k * N`) tells a bucket that misses its labels from one that crowds out the
+    others' hits with false positives.
+
+    Returns: `{bucket: {"labels", "test_pairs", "R@k", "P@k share", "PSP@k share", "top-k share"}}`, fractions as
+    floats."""
+    top = np.asarray(top_k_ids.cpu() if isinstance(top_k_ids, torch.Tensor) else top_k_ids)
+    if top.ndim != 2 or top.shape[1] < k:
+        raise ValueError(f"top_k_ids must be [N, >= {k}], got {top.shape}")
+    if len(true_labels) != top.shape[0]:
+        raise ValueError(f"{top.shape[0]} predictions but {len(true_labels)} true label sets")
+    names, bucket = frequency_buckets(train_frequencies, head_fraction)
+    label_count = bucket.shape[0]
+    true = _pad_true_labels(true_labels, 0, top.shape[0])
+    predicted = np.where(top[:, :k] < 0, -1, top[:, :k]).astype(np.int64)
+    if max(predicted.max(initial=-1), true.max(initial=-1)) >= label_count:
+        raise ValueError(f"label ids must be below the frequency table's size {label_count}")
+    hits = ((predicted[:, :, None] == true[:, None, :]) & (predicted[:, :, None] >= 0)).any(axis=2)
+    found = ((true[:, :, None] == predicted[:, None, :]) & (true[:, :, None] >= 0)).any(axis=2)
+    hit_bucket = bucket[np.maximum(predicted, 0)]
+    true_bucket = np.where(true >= 0, bucket[np.maximum(true, 0)], -1)
+    if propensity is not None:
+        inverse = np.asarray(propensity.inverse, dtype=np.float64)
+        gains = np.where(hits, inverse[np.maximum(predicted, 0)], 0.0)
+        best = -np.sort(-np.where(true >= 0, inverse[np.maximum(true, 0)], 0.0), axis=1)
+        best_total = np.pad(best, ((0, 0), (0, max(0, k - best.shape[1]))))[:, :k].sum()
+    table = {}
+    for index, name in enumerate(names):
+        pairs = int((true_bucket == index).sum())
+        row = {
+            "labels": int((bucket == index).sum()),
+            "test_pairs": pairs,
+            f"R@{k}": float((found & (true_bucket == index)).sum() / pairs) if pairs else 0.0,
+            f"P@{k} share": float((hits & (hit_bucket == index)).sum() / (k * top.shape[0])) if top.shape[0] else 0.0,
+            f"top-{k} share": float(((predicted >= 0) & (hit_bucket == index)).sum() / (k * top.shape[0]))
+            if top.shape[0]
+            else 0.0,
+        }
+        if propensity is not None:
+            row[f"PSP@{k} share"] = float(gains[hit_bucket == index].sum() / best_total) if best_total > 0 else 0.0
+        table[name] = row
+    return table
+
+
+# ----------------------------------------------------------------------------------------------------------
 # Filtered evaluation
 
 

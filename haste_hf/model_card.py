@@ -1,6 +1,7 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
 """Model cards of HASTE models: what was trained, how, and how well, rendered from `model_cards/`."""
 
+import datetime
 import importlib.util
 import json
 import os
@@ -104,7 +105,10 @@ class HasteModelCardData:
                 schedule=args.output_lr_scheduler_type,
                 warmup=args.output_warmup_steps,
                 other=f"momentum {args.output_momentum} ({args.output_momentum_dtype}), "
-                f"decoupled weight decay {args.output_weight_decay}",
+                f"decoupled weight decay {args.output_weight_decay}"
+                + (
+                    f", tail at {scale}x the rate" if (scale := getattr(args, "output_tail_lr_scale", 1.0)) != 1 else ""
+                ),
             ),
         ]
         rewiring = None
@@ -122,6 +126,7 @@ class HasteModelCardData:
                 end=args.rewiring_end_fraction,
                 init=args.rewiring_init,
                 scope=args.rewiring_scope,
+                score=getattr(args, "rewiring_score", "mean_abs"),
             )
         evaluations = [entry for entry in trainer.state.log_history if any(_METRIC_KEY.match(k) for k in entry)]
         training = {
@@ -342,3 +347,69 @@ def write_results(folder: Path, trainer, layout, output_dir: str, card: CardFiel
     write_model_card(card_data, folder / "README.md")
     if card.test_metrics is not None:
         (folder / "test_metrics.json").write_text(json.dumps(card.test_metrics, indent=2))
+
+
+# ------------------------------------------------------------------------------------------------ labels added
+
+ADDED_LABELS_HEADING = "## Labels added"
+# Rows of the table of one addition; the rest are named by count (every name is in `label_names.json`).
+ADDED_LABELS_LISTED = 50
+
+
+@dataclass
+class LabelAddition:
+    """One `add-labels` run, as its card entry states it: the new ids (consecutive), their names (None: unnamed),
+    texts, branch ("head" or "tail"), how many example and negative texts fitted them, and when (UTC)."""
+
+    ids: list[int]
+    names: list[str] | None
+    texts: list[str]
+    branch: str
+    example_count: int
+    negative_count: int
+    when: datetime.datetime
+
+    def markdown(self) -> str:
+        from . import __version__
+
+        count = len(self.ids)
+        if self.negative_count:
+            how = (
+                f"fitted on each label's text{f' and {self.example_count:,} example texts' if self.example_count else ''}"
+                f" against {self.negative_count:,} negative training texts"
+            )
+        else:
+            how = "placed from their texts alone (their scores are not calibrated against the existing labels')"
+        lines = [
+            f"### {self.when:%Y-%m-%d %H:%M} UTC: {count:,} label{'s' if count > 1 else ''}, ids {self.ids[0]} to "
+            f"{self.ids[-1]}, in the {self.branch}",
+            "",
+            f"Added by `haste-hf add-labels` (haste_hf {__version__}), {how}. The existing labels' scores are "
+            "unchanged; metrics above were measured before this addition.",
+            "",
+            "| id | name | text |",
+            "|---|---|---|",
+        ]
+        for index in range(min(count, ADDED_LABELS_LISTED)):
+            name = self.names[index] if self.names is not None else f"LABEL_{self.ids[index]}"
+            lines.append(f"| {self.ids[index]} | {_cell(name)} | {_cell(self.texts[index])} |")
+        if count > ADDED_LABELS_LISTED:
+            lines.append(f"\nand {count - ADDED_LABELS_LISTED:,} more (every name is in `label_names.json`).")
+        return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    """`text` as one cell of a markdown table: one line, pipes escaped, at most 120 characters."""
+    text = " ".join(text.split()).replace("|", "\\|")
+    return text if len(text) <= 120 else text[:119] + "…"
+
+
+def card_with_added_labels(card_text: str | None, model, model_id: str, addition: LabelAddition) -> str:
+    """The model card of `model` after `addition`: `card_text` (the folder's card before, or None: a card rendered
+    from the model) with the addition's entry appended under `ADDED_LABELS_HEADING` (one entry per addition)."""
+    if card_text is None:
+        card_text = str(render_model_card(HasteModelCardData.from_model(model, model_id=model_id)))
+    card_text = card_text.rstrip("\n") + "\n"
+    if ADDED_LABELS_HEADING not in card_text:
+        card_text += f"\n{ADDED_LABELS_HEADING}\n\nLabels that joined the trained model, newest last.\n"
+    return card_text + "\n" + addition.markdown()

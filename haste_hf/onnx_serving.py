@@ -9,8 +9,8 @@ An export folder holds one of two layouts (`haste_onnx.json` says which):
   the output layer (`head_features`, `tail_features`), and `output_layer.safetensors` holds the output layer,
   scored here in numpy a chunk of labels at a time, so memory stays `O(batch * (k + chunk))`.
 
-`OnnxClassifier` serves both. This file is flat and imports only numpy, onnxruntime and safetensors (and the
-tokenizer's library for `predict`): the export copies it beside the model as `haste_onnx.py`.
+`OnnxClassifier` serves both. This file is flat and imports only numpy and onnxruntime (and safetensors for the split
+layout, transformers for `predict`'s tokenizer; never torch): the export copies it beside the model as `haste_onnx.py`.
 """
 
 import hashlib
@@ -18,6 +18,7 @@ import json
 import numbers
 import os
 import stat
+import tempfile
 import warnings
 
 import numpy as np
@@ -156,6 +157,8 @@ class OnnxClassifier:
         self.label_count = self.metadata["label_count"]
         self.max_positions = self.metadata.get("max_positions")
         files = self.metadata.get("files")
+        # Each file read once, checked, and served from the bytes checked: a file replaced after its check is not read.
+        self._contents = None
         if files is None:
             warnings.warn(
                 f"{self._path(METADATA_FILE)} names no files (an export of an earlier haste_hf): the checks that need "
@@ -163,16 +166,17 @@ class OnnxClassifier:
                 stacklevel=2,
             )
         else:
-            self._check_files(files)
-        self.session = onnxruntime.InferenceSession(
-            self._readable(self.metadata["model_file"]), sess_options=session_options, providers=list(providers)
-        )
+            self._contents = self._read_files(files)
+        self.session = self._session(onnxruntime, session_options, providers)
         self.output_layer = None
         if self.layout == "split":
-            from safetensors.numpy import load_file
+            from safetensors.numpy import load
 
-            self.output_layer = load_file(self._readable(self.metadata["output_layer_file"]))
+            self.output_layer = load(self._content(self.metadata["output_layer_file"]))
         self.label_names = self._read_label_names()
+        if self._contents is not None:  # the graph's and the output layer's bytes are loaded: only the tokenizer's kept
+            graphs = tuple(self.metadata[key] for key in _graph_keys(self.metadata))
+            self._contents = {name: data for name, data in self._contents.items() if not name.startswith(graphs)}
         if self._generation() != generation:
             raise ExportError(f"{self.folder} was exported to again while it loaded: load it again.")
         self._check_graph()
@@ -192,11 +196,24 @@ class OnnxClassifier:
                 f"{self._path(INCOMPLETE_SAVE_FILE)} is present: an export to {self.folder} was interrupted or is "
                 "running, so its files may mix two exports. Export the model again (or wait for the running export)."
             )
+        # Read only as a small regular file, without following a link: a FIFO there would block the load forever,
+        # a device (`/dev/zero`) fill the memory.
+        path = self._path(SAVE_GENERATION_FILE)
         try:
-            with open(self._path(SAVE_GENERATION_FILE), encoding="utf-8") as f:
-                return f.read()
+            handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
         except FileNotFoundError:
             return None
+        except OSError as error:
+            raise ExportError(
+                f"{path} cannot be read ({error.strerror}): remove it, then export the model again."
+            ) from None
+        try:
+            info = os.fstat(handle)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > 1 << 20:
+                raise ExportError(f"{path} is not a mark an export wrote: remove it, then export the model again.")
+            return os.read(handle, info.st_size + 1)
+        finally:
+            os.close(handle)
 
     def _read_metadata(self) -> dict:
         path = self._path(METADATA_FILE)
@@ -242,34 +259,72 @@ class OnnxClassifier:
                     refuse(f"its `{key}` ({metadata[key]}) is not one of its `files`")
         return metadata
 
-    def _check_files(self, files: dict) -> None:
-        """Each file the metadata names is a regular file of its size and digest; label names, read when present,
-        must be one of them."""
+    def _read_files(self, files: dict) -> dict[str, bytes]:
+        """The bytes of each file the metadata names, read once and checked against its size and digest (links and
+        other non-regular files refused); label names present must be one of them, and other unlisted files, which
+        serving never reads, are named in a warning."""
+        contents = {}
         for name, expected in files.items():
             path = self._path(name)
             try:
-                mode = os.lstat(path).st_mode
+                if not stat.S_ISREG(os.lstat(path).st_mode):  # checked first: opening a FIFO would wait
+                    raise ExportError(f"{path} is a link or not a regular file: an export holds its own files.")
+                with open(
+                    os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)), "rb"
+                ) as f:
+                    content = f.read()
             except FileNotFoundError:
                 raise ExportError(f"{path} is missing: {METADATA_FILE} names it. Export the model again.") from None
-            if not stat.S_ISREG(mode):
+            if len(content) != expected["bytes"]:
                 raise ExportError(
-                    f"{path} is a link or not a regular file: an export holds its own files. Export again."
-                )
-            actual = describe_files(self.folder, [name])[name]
-            if actual["bytes"] != expected["bytes"]:
-                raise ExportError(
-                    f"{path} is {actual['bytes']} bytes where {METADATA_FILE} says {expected['bytes']}: it is damaged or "
+                    f"{path} is {len(content)} bytes where {METADATA_FILE} says {expected['bytes']}: it is damaged or "
                     "of another export. Export the model again."
                 )
-            if actual["sha256"] != expected["sha256"]:
+            if hashlib.sha256(content).hexdigest() != expected["sha256"]:
                 raise ExportError(
                     f"{path} is not the file the export wrote (its sha256 differs from the one {METADATA_FILE} "
                     "records): it is damaged or of another export. Export the model again."
                 )
+            contents[name] = content
         if os.path.lexists(self._path(LABEL_NAMES_FILE)) and LABEL_NAMES_FILE not in files:
             raise ExportError(
                 f"{self._path(LABEL_NAMES_FILE)} is not one of the export's files ({METADATA_FILE} names none): remove "
                 "it, or export the model with its label names."
+            )
+        unlisted = sorted(
+            name
+            for name in os.listdir(self.folder)
+            if name not in files and name not in UNLISTED_FILES and not name.startswith(".")
+        )
+        if unlisted:
+            warnings.warn(
+                f"{self.folder} holds files the export did not write, which serving ignores: {', '.join(unlisted)}.",
+                stacklevel=3,
+            )
+        return contents
+
+    def _content(self, name: str) -> bytes:
+        """A file's checked bytes (read now from an export that recorded no digests)."""
+        if self._contents is not None:
+            return self._contents[name]
+        with open(self._readable(name), "rb") as f:
+            return f.read()
+
+    def _session(self, onnxruntime, session_options, providers):
+        """The graph's session, from the checked bytes; a graph with its weights in files beside it is loaded from a
+        private copy of the checked files."""
+        model_file = self.metadata["model_file"]
+        beside = [name for name in (self._contents or {}) if name.startswith(model_file) and name != model_file]
+        if self._contents is None or not beside:
+            return onnxruntime.InferenceSession(
+                self._content(model_file), sess_options=session_options, providers=list(providers)
+            )
+        with tempfile.TemporaryDirectory() as private:
+            for name in (model_file, *beside):
+                with open(os.path.join(private, name), "wb") as f:
+                    f.write(self._contents[name])
+            return onnxruntime.InferenceSession(
+                os.path.join(private, model_file), sess_options=session_options, providers=list(providers)
             )
 
     def _readable(self, name: str) -> str:
@@ -280,11 +335,11 @@ class OnnxClassifier:
 
     def _read_label_names(self):
         path = self._path(LABEL_NAMES_FILE)
-        if not os.path.isfile(path):
+        listed = self._contents is not None and LABEL_NAMES_FILE in self._contents
+        if not listed and not (self._contents is None and os.path.isfile(path)):
             return None
         try:
-            with open(path, encoding="utf-8") as f:
-                names = json.load(f)
+            names = json.loads(self._content(LABEL_NAMES_FILE).decode("utf-8"))
         except ValueError as error:
             raise ExportError(f"{path} is unreadable ({error}): export the model again.") from None
         if not (isinstance(names, list) and all(isinstance(name, str) for name in names)):
@@ -442,14 +497,23 @@ class OnnxClassifier:
 
     def _load_tokenizer(self):
         if self._tokenizer is None:
-            from transformers import AutoTokenizer
+            try:
+                from transformers import AutoTokenizer
+            except ImportError:
+                raise ImportError(
+                    "`predict` tokenizes texts with the export's tokenizer through transformers (torch not needed): "
+                    "pip install transformers, or tokenize the texts yourself and call `top_k(input_ids, attention_mask)`."
+                ) from None
 
-            tokenizer = AutoTokenizer.from_pretrained(self.folder)
-            files = self.metadata.get("files")
-            if files is not None:  # read after `__init__` checked them: checked again, the graphs aside
-                graphs = tuple(self.metadata[key] for key in _graph_keys(self.metadata))
-                self._check_files({name: entry for name, entry in files.items() if not name.startswith(graphs)})
-            self._tokenizer = tokenizer
+            if self._contents is None:
+                self._tokenizer = AutoTokenizer.from_pretrained(self.folder)
+            else:  # from a private copy of the checked files: a tokenizer file the export did not write (an added
+                # special_tokens_map.json changed every prediction), or one replaced since, is never read
+                with tempfile.TemporaryDirectory() as private:
+                    for name, content in self._contents.items():
+                        with open(os.path.join(private, name), "wb") as f:
+                            f.write(content)
+                    self._tokenizer = AutoTokenizer.from_pretrained(private)
         return self._tokenizer
 
 

@@ -47,6 +47,7 @@ from .modeling.defaults import (
 from .modeling.logging_utils import get_logger
 from .modeling.model_sources import DEMO_ENCODER, encoder_model_id, resolve_encoder
 from .modeling.modeling_haste import encoder_token_limit  # noqa: F401 (re-exported: `haste-hf` imports it from here)
+from .modeling.saving import last_complete_checkpoint
 from .recipe_arguments import DEFAULT_BETA, DEFAULT_GROUPING, DEMO_DATASET_NAME, RecipeArguments
 from .training.run_folder import RunFolder, check_output_dir
 
@@ -151,12 +152,14 @@ def build_layout(
     batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
     label_texts=None,
     label_text_grouping_below: int = 0,
+    frequency_bands=None,
 ) -> LabelLayout:
     """The label layout of `train_split`.
 
     A given `layout` (object or file) is checked against the split and against the structure options given
     (None: take the layout's); otherwise it is computed with those options (None: the defaults), the labels with
-    fewer than `label_text_grouping_below` training points grouped by their `label_texts` too.
+    fewer than `label_text_grouping_below` training points grouped by their `label_texts` too, and the tail grouped
+    within the bands of training count `frequency_bands` (`group_labels`).
     """
     if layout is not None:
         if not isinstance(layout, LabelLayout):
@@ -172,7 +175,12 @@ def build_layout(
                 "out (`haste-hf group` takes --label-text-grouping-below)."
             )
         layout.check_split(train_split)
-        layout.check_options(group_size=group_size, head_label_fraction=head_label_fraction, strategy=grouping)
+        layout.check_options(
+            group_size=group_size,
+            head_label_fraction=head_label_fraction,
+            strategy=grouping,
+            frequency_bands=frequency_bands,
+        )
         if beta is not None:
             logger.warning("`beta` is ignored: the label layout's groups are already formed.")
         return layout
@@ -191,6 +199,7 @@ def build_layout(
         seed=seed,
         label_texts=label_texts,
         label_text_grouping_below=label_text_grouping_below,
+        frequency_bands=frequency_bands,
     )
 
 
@@ -205,6 +214,7 @@ def build_model(
     normalize: bool = False,
     head_projection_dim: int | None = None,
     tail_projection_dim: int | None = None,
+    tail_bias: bool = False,
 ):
     """A new model around `encoder` with `layout`'s head and tail (checked against `label_count`, the data's)."""
     from .modeling.modeling_haste import HasteForExtremeClassification
@@ -219,6 +229,7 @@ def build_model(
         normalize=normalize,
         head_projection_dim=head_projection_dim,
         tail_projection_dim=tail_projection_dim,
+        tail_bias=tail_bias,
     )
 
 
@@ -399,6 +410,7 @@ def _shared_layout(train_split, dataset, encoder_model, tokenizer, pooling, reci
             batch_size=training_args.per_device_eval_batch_size,
             label_texts=label_texts,
             label_text_grouping_below=recipe.label_text_grouping_below,
+            frequency_bands=recipe.frequency_bands,
         )
     return broadcast_object(layout)
 
@@ -426,6 +438,7 @@ def _model_of(
         normalize=normalize,
         head_projection_dim=recipe.head_projection_dim,
         tail_projection_dim=recipe.tail_projection_dim,
+        tail_bias=recipe.tail_bias,
     )
     if recipe.init_from_label_texts:
         from .labels.embeddings import init_from_label_texts_
@@ -512,6 +525,8 @@ def train(
     output_dir, seed = training_args.output_dir, training_args.seed
     run_folder = RunFolder(output_dir, overwrite=recipe.overwrite_output_dir, resume=bool(resume))
     run_folder.check()
+    if resume:
+        run_folder.check_resume_keeps_the_model(last_complete_checkpoint(output_dir) if resume is True else resume)
     is_main = process_rank_and_count()[0] == 0
     # Held from here to the end: a second run into this folder is refused now, not after its training.
     with run_folder.held(is_main):

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .data import DATA_FORMATS
+from .labels.grouping import check_frequency_bands
 from .modeling.defaults import DEFAULT_FAN_IN, DEFAULT_GROUP_SIZE, DEFAULT_HEAD_LABEL_FRACTION, DEFAULT_MAX_LENGTH
 from .modeling.model_sources import DEMO_ENCODER, check_model_source
 
@@ -98,6 +99,13 @@ class RecipeArguments:
     tail_projection_dim: int | None = field(
         default=None, metadata={"help": "Width of the tail's projection (default: none)."}
     )
+    tail_bias: bool = field(
+        default=False,
+        metadata={
+            "help": "Give every tail label a bias, as the dense head's labels have: a rare label's logit can then "
+            "learn its low prior instead of ranking as a false positive."
+        },
+    )
     pooling: Literal["cls", "mean", "last_token"] | None = field(
         default=None,
         metadata={
@@ -114,6 +122,15 @@ class RecipeArguments:
     beta: float | None = field(
         default=None,
         metadata={"help": f"Semantic grouping: k-means buckets hold about beta groups (default {DEFAULT_BETA})."},
+    )
+    frequency_bands: list[int] | None = field(
+        default=None,
+        metadata={
+            "help": "Group each tail label only with labels of its band of training counts, given by the bands' upper "
+            "bounds (e.g. 1 5: labels seen once, 2-5 times, more often), so that rare labels do not share a support "
+            "chosen for frequent ones; each band holds whole groups (its few most frequent labels move up a band). "
+            "Default: one pool."
+        },
     )
     layout_file: str | None = field(
         default=None,
@@ -160,6 +177,8 @@ class RecipeArguments:
             raise ValueError(
                 f"`label_text_grouping_below` must be >= 0 (0: off), got {self.label_text_grouping_below}."
             )
+        if self.frequency_bands is not None:
+            check_frequency_bands(self.frequency_bands)
         if self.beta is not None and not self.beta >= 1:
             raise ValueError(f"`beta` (average bucket size in groups) must be >= 1, got {self.beta}.")
         for name in ("propensity_a", "propensity_b"):

@@ -12,7 +12,14 @@ import subprocess
 import tempfile
 
 import pytest
+import torch
 from hub_server import start_subprocess
+
+
+# Without a GPU, the Triton kernels run through Triton's interpreter. It is chosen when a kernel (and
+# `triton.language`'s own helpers) is decorated, so before anything imports triton.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 HUB_TOKEN = "hf_haste_test_token"
@@ -33,6 +40,11 @@ os.environ.update(
     HF_HUB_OFFLINE="0",
 )
 os.environ.pop("TRANSFORMERS_OFFLINE", None)
+
+# Without a GPU the Triton kernels' tests run on CPU tensors through Triton's interpreter, which `triton.jit` picks
+# when it decorates a kernel: set before anything imports one (tests/kernels/triton/conftest.py).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def _stop_hub():

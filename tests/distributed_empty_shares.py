@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from datasets import Dataset
-from distributed_train import collator, run_summary, world
+from distributed_train import collator, end_process_group, run_summary, world
 from tiny_encoders import planted_texts, tiny_encoder_config
 from tiny_haste import make_tiny_model, make_tiny_trainer
 
@@ -99,8 +99,7 @@ def main(output: Path):
     results = run(output / "run")
     if dist.get_rank() == 0:
         torch.save(results, output / "results.pt")
-    dist.barrier()
-    dist.destroy_process_group()
+    end_process_group()  # the trainers gone first: see there
 
 
 if __name__ == "__main__":

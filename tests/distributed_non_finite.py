@@ -10,7 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import torch.distributed as dist
-from distributed_train import make_trainer, world
+from distributed_train import end_process_group, make_trainer, world
 from transformers import TrainerCallback
 
 from haste_hf.training.callbacks import unwrap_model
@@ -31,8 +31,8 @@ class PoisonRankOne(TrainerCallback):
             unwrap_model(model).output_layer.tail.weight.grad.view(-1)[0] = float("nan")
 
 
-def main(output: Path, action: str):
-    dist.init_process_group("gloo", timeout=COLLECTIVE_TIMEOUT)
+def run(output: Path, action: str) -> dict:
+    """What this rank saw: the error raised (None), the step reached and the steps skipped."""
     trainer = make_trainer(output / "run", shard=True, max_steps=5, on_non_finite=action, rewiring_interval=0)
     trainer.callback_handler.callbacks.insert(0, PoisonRankOne())  # runs before the guard
     outcome = {"error": None}
@@ -41,9 +41,14 @@ def main(output: Path, action: str):
     except FloatingPointError as error:
         outcome["error"] = str(error)
     outcome.update(step=trainer.state.global_step, skipped=trainer.non_finite_guard.skipped_steps)
+    return outcome
+
+
+def main(output: Path, action: str):
+    dist.init_process_group("gloo", timeout=COLLECTIVE_TIMEOUT)
+    outcome = run(output, action)
     (output / f"rank-{world()[0]}.json").write_text(json.dumps(outcome))
-    dist.barrier()
-    dist.destroy_process_group()
+    end_process_group()  # the trainer gone first: see there
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from distributed_train import full_state, make_trainer
+from distributed_train import end_process_group, full_state, make_trainer
 from transformers import Trainer
 
 
@@ -30,21 +30,25 @@ def save_model_on_every_rank(self, output_dir=None, _internal_call=False):
 PATTERNS = {"main_only": save_model_on_main_only, "every_rank": save_model_on_every_rank}
 
 
+def run(output: Path) -> dict:
+    """The uninterrupted sharded run's state and the state of its resumption from checkpoint 4."""
+    checkpoints = dict(save_strategy="steps", save_steps=4, max_steps=8, rewiring_interval=0)
+    trainer = make_trainer(output / "run", shard=True, **checkpoints)
+    trainer.train()
+    trainer.save_model(str(output / "model"))
+    uninterrupted = full_state(trainer.model)
+    resumed = make_trainer(output / "run", shard=True, **checkpoints)
+    resumed.train(resume_from_checkpoint=str(output / "run" / "checkpoint-4"))
+    return {"uninterrupted": uninterrupted, "resumed": full_state(resumed.model)}
+
+
 def main(output: Path, pattern: str):
     dist.init_process_group("gloo")
     Trainer.save_model = PATTERNS[pattern]
-    checkpoints = dict(save_strategy="steps", save_steps=4, max_steps=8, rewiring_interval=0)
-    run = make_trainer(output / "run", shard=True, **checkpoints)
-    run.train()
-    run.save_model(str(output / "model"))
-    uninterrupted = full_state(run.model)
-    resumed = make_trainer(output / "run", shard=True, **checkpoints)
-    resumed.train(resume_from_checkpoint=str(output / "run" / "checkpoint-4"))
-    results = {"uninterrupted": uninterrupted, "resumed": full_state(resumed.model)}
+    results = run(output)
     if dist.get_rank() == 0:
         torch.save(results, output / "results.pt")
-    dist.barrier()
-    dist.destroy_process_group()
+    end_process_group()  # the trainers gone first: see there
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ they gave to OUT/results.pt. The test calls the same
 functions in its own process (world size 1) for the references.
 """
 
+import gc
 import sys
 from pathlib import Path
 
@@ -150,9 +151,31 @@ def evaluate_and_predict(trainer) -> dict:
     }
 
 
+def end_process_group() -> None:
+    """Ends this rank's part of the process group once nothing else holds the group: call it after the function
+    that trained has returned. A trainer left alive (its DDP wrapper's reducer holds the group; trainer, callbacks
+    and accelerator hold each other in reference cycles) is freed after `destroy_process_group`, at a collection
+    or at the exit, with the GIL held: the group's last reference then goes in a C++ destructor that joins gloo's
+    threads. The hang of `test_a_nan_on_one_rank_stops_or_skips_on_every_rank` under load was that: py-spy showed
+    the hung rank's main thread in native code at the line that called `main` (its frame gone: its locals being
+    freed) beside a Python thread with no frame (a native thread waiting for the GIL), after both ranks had written
+    their results; the other rank had exited. Collected here, the last reference goes in `destroy_process_group`,
+    whose binding releases the GIL while the group is torn down."""
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def main(output: Path, repo_id: str):
     dist.init_process_group("gloo")
-    rank = dist.get_rank()
+    results = run(output, repo_id)
+    if dist.get_rank() == 0:
+        torch.save(results, output / "results.pt")
+    end_process_group()
+
+
+def run(output: Path, repo_id: str) -> dict:
+    """What the test compares, from every part of the two-process runs (the trainers end with this function)."""
     results = {
         "gradients": one_step_gradients(output, tail_projection_dim=None),
         "gradients_projected": one_step_gradients(output, tail_projection_dim=16, dense_labels=True),
@@ -179,12 +202,7 @@ def main(output: Path, repo_id: str):
     states = [None] * dist.get_world_size()
     dist.all_gather_object(states, {name: value for name, value in unwrap_model(replicated.model).state_dict().items()})
     results["replica_states"] = states
-    if rank == 0:
-        torch.save(results, output / "results.pt")
-    # Tear gloo down before interpreter exit: left to process teardown, its threads can abort a rank
-    # ("terminate called without an active exception"), seen once in CI with torch 2.13.
-    dist.barrier()
-    dist.destroy_process_group()
+    return results
 
 
 if __name__ == "__main__":

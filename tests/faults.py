@@ -97,3 +97,53 @@ def poison_encoder_output(model, calls):
         return output
 
     model.encoder.register_forward_hook(hook)
+
+
+def killed_saves(root, folder, command, points="sample", timeout=900):
+    """Runs `command` on copies of the model `folder`, once to its end (`root/runs/new`) and once killed by SIGKILL
+    before each chosen event of its saves (`root/runs/killed-K`); see killed_saves.py. Returns the events of the full
+    run and how each killed run ended."""
+    import sys
+
+    import processes
+
+    out = root / "runs"
+    out.mkdir()
+    spec = root / "spec.json"
+    spec.write_text(json.dumps({"folder": str(folder), "out": str(out), "command": command, "points": points}))
+    processes.run(
+        [sys.executable, processes.TESTS / "killed_saves.py", spec],
+        timeout=timeout,
+        env={**processes.child_environment(), "TOKENIZERS_PARALLELISM": "false"},
+    )
+    return json.loads((out / "events.json").read_text())
+
+
+def top_labels(folder, batch, k=5):
+    """The top-`k` label ids of the model saved in `folder` for `batch`, and its label count."""
+    import torch
+
+    from haste_hf import HasteForExtremeClassification
+
+    model = HasteForExtremeClassification.from_pretrained(folder).eval()
+    with torch.no_grad():
+        return model(**batch).logits.topk(k).indices, model.config.label_count
+
+
+def check_killed_saves(runs, result, old, batch):
+    """Every killed run left a folder that loads as the old model (`old`: its `top_labels`) when it was killed before
+    its first journal was written, as the new one (`runs/new`) after, with nothing of the switch left."""
+    import torch
+
+    new = top_labels(runs / "new", batch)
+    assert new[1] != old[1] or not torch.equal(new[0], old[0])  # the two can be told apart
+    events = result["events"]
+    assert result["killed"], "no point was killed"
+    for point, ended in result["killed"].items():
+        assert ended == f"signal {9}", (point, events[int(point) - 1], ended)
+        folder = runs / f"killed-{point}"
+        journal_written = ["move", INCOMPLETE_SAVE_FILE] in events[: int(point) - 1]
+        expected = new if journal_written else old
+        loaded = top_labels(folder, batch)
+        assert loaded[1] == expected[1] and torch.equal(loaded[0], expected[0]), (point, events[int(point) - 1])
+        assert not os.path.lexists(folder / INCOMPLETE_SAVE_FILE), point

@@ -112,3 +112,47 @@ def test_emulation_with_the_memory_options_on_the_cpu(benchmark, tmp_path):
     table = (tmp_path / "table.txt").read_text()
     assert "SGD, bf16 momentum, chunked loss backward, fused update" in table
     assert "state: bf16 weights and bfloat16 momentum, 4 bytes a parameter" in table
+
+
+def test_the_commit_says_where_it_was_read(monkeypatch, tmp_path):
+    """The device runs a copy of the tree inside another checkout: git's HEAD there is not the tree's commit."""
+    import shutil
+    import subprocess
+
+    spec = importlib.util.spec_from_file_location("provenance", ROOT / "benchmarks" / "provenance.py")
+    provenance = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(provenance)
+    monkeypatch.setenv("HASTE_COMMIT", "abc1234")
+    assert provenance.tree_commit() == "abc1234 (HASTE_COMMIT)"
+    monkeypatch.delenv("HASTE_COMMIT")
+    assert provenance.tree_commit().startswith(
+        subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        + " (git HEAD"
+    )
+    outer = tmp_path / "outer"
+    (outer / "copy" / "benchmarks").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(outer)], check=True)
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(outer),
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "x",
+        ],
+        check=True,
+    )
+    shutil.copy(ROOT / "benchmarks" / "provenance.py", outer / "copy" / "benchmarks")
+    spec = importlib.util.spec_from_file_location("copied", outer / "copy" / "benchmarks" / "provenance.py")
+    copied = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copied)
+    assert copied.tree_commit().startswith("unknown (no HASTE_COMMIT; git's HEAD ")

@@ -111,7 +111,8 @@ def test_steady_texts_per_second_leaves_out_the_first_steps_and_the_saves():
 @pytest.mark.slow
 def test_every_stage_runs_on_the_cpu(tmp_path):
     """scale.py end to end at a tiny size (the tiny syllable encoder): data, group, train with a checkpoint,
-    resume, evaluate, predict, ONNX export, reload; every stage measured and the table written."""
+    resume, evaluate, predict, ONNX export, reload, add-labels; every stage measured, and the table written with
+    what each stage ran."""
     pytest.importorskip("onnxruntime")
     results, table = tmp_path / "results.json", tmp_path / "table.md"
     command = [
@@ -120,6 +121,7 @@ def test_every_stage_runs_on_the_cpu(tmp_path):
         *("--preset", "amazon-670k", "--scale", "0.002", "--test-points", "100", "--work", str(tmp_path / "work")),
         *("--encoder", "tiny", "--max-steps", "4", "--resume-steps", "2", "--batch-size", "16", "--max-length", "32"),
         *("--eval-batch-size", "64", "--workers", "0", "--json", str(results), "--out", str(table)),
+        *("--group-flag", "--beta 2"),  # buckets of 2 groups: the clustering runs at this size
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     env["HF_DATASETS_CACHE"] = str(tmp_path / "datasets-cache")
@@ -141,7 +143,12 @@ def test_every_stage_runs_on_the_cpu(tmp_path):
     assert process.returncode == 0, output[-4000:]
     figures = json.loads(results.read_text())
     stages = figures["stages"]
-    assert list(stages) == ["data", "group", "train", "resume", "evaluate", "predict", "export", "reload"]
+    assert list(stages) == ["data", "group", "train", "resume", "evaluate", "predict", "export", "reload", "add-labels"]
+    group_phases = {phase["name"] for phase in stages["group"]["reports"][0]["phases"]}
+    assert {"read", "label counts", "label embeddings", "clustering", "greedy groups"} <= group_phases
+    assert stages["group"]["ran"].startswith("CPU, grouping semantic; commit ")
+    assert stages["train"]["ran"].startswith("CPU, 4 steps, grouping semantic (layout file); commit ")
+    assert {"add labels", "save folder"} <= {phase["name"] for phase in stages["add-labels"]["reports"][0]["phases"]}
     assert all(stage["exit"] == 0 and stage["wall"] > 0 and stage["tree_rss"] > 0 for stage in stages.values())
     train_phases = {phase["name"] for phase in stages["train"]["reports"][0]["phases"]}
     assert {"read", "layout", "model", "training", "checkpoint", "save", "test evaluation"} <= train_phases
@@ -151,4 +158,6 @@ def test_every_stage_runs_on_the_cpu(tmp_path):
     assert stages["reload"]["reports"][0]["top1_agreement"] == 1.0
     text = table.read_text()
     assert "FAILED" not in text and "peak GPU" in text and "| checkpoint save | <= 60 s |" in text
+    assert "| grouping (`haste-hf group`, CPU, grouping semantic; commit " in text and "Commit: " in text
+    assert "| evaluate: texts/s | >= 5,000 |" in text and "| every stage: peak host RSS | <= 16 GiB |" in text
     assert f"{figures['data']['labels']:,} labels" in text

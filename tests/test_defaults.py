@@ -34,6 +34,8 @@ RECIPE = dict(
     rewiring_end_fraction=2 / 3,
     rewiring_init="zero",
     rewiring_scope="global",
+    rewiring_score="mean_abs",
+    output_tail_lr_scale=1.0,
     bf16=False,
     output_layer_dtype=None,
     max_grad_norm=1.0,
@@ -51,6 +53,8 @@ RECIPE_STRUCTURE = dict(
     init_from_label_texts=False,
     label_text_init_scale=1.0,
     label_text_grouping_below=0,
+    frequency_bands=None,
+    tail_bias=False,
     head_projection_dim=None,
     tail_projection_dim=None,
 )

@@ -6,6 +6,7 @@ import json
 import re
 import runpy
 import shutil
+import subprocess
 import sys
 
 import numpy as np
@@ -247,3 +248,31 @@ def test_a_bf16_output_layer_exports_in_float32_and_the_model_keeps_its_dtype(mo
         np.testing.assert_allclose(scores, expected_scores, atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="Give the `tokenizer` of the model"):
         haste_hf.export_onnx(model, tmp_path / "no-tokenizer")
+
+
+def test_serving_needs_what_the_readme_says(single_export, tmp_path):
+    """`top_k` of token ids runs with numpy and onnxruntime alone (torch, transformers and haste_hf hidden); `predict`
+    needs transformers for the tokenizer, and says so in one line without it."""
+    script = f"""
+import sys
+for name in ("torch", "transformers", "haste_hf"):
+    sys.modules[name] = None
+sys.path.insert(0, {str(single_export)!r})
+import numpy as np
+from haste_onnx import OnnxClassifier
+
+classifier = OnnxClassifier({str(single_export)!r})
+label_ids, scores = classifier.top_k(np.array([[2, 9, 10, 3]]), np.ones((1, 4), dtype=np.int64))
+assert label_ids.shape == (1, {K}), label_ids.shape
+try:
+    classifier.predict(["a text"])
+except ImportError as error:
+    print(error)
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == [
+        "`predict` tokenizes texts with the export's tokenizer through transformers (torch not needed): pip install "
+        "transformers, or tokenize the texts yourself and call `top_k(input_ids, attention_mask)`."
+    ]
+    assert "`predict` of texts also\n  transformers" in (single_export / "README.md").read_text()

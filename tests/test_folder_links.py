@@ -4,12 +4,14 @@ through it."""
 
 import os
 import uuid
+from pathlib import Path
 
 import pytest
-from huggingface_hub import HfApi
+from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.errors import RepositoryNotFoundError
 from tiny_haste import make_tiny_model, make_tiny_trainer
 
+import haste_hf.hub
 from haste_hf.hub import push_to_hub
 from haste_hf.modeling.saving import INCOMPLETE_SAVE_FILE
 
@@ -103,3 +105,91 @@ def test_a_save_replaces_a_link_at_its_marks_name_instead_of_writing_through_it(
     make_tiny_model(12).save_pretrained(saved)
     assert secret.read_bytes() == SECRET
     assert not os.path.lexists(saved / INCOMPLETE_SAVE_FILE) and (saved / "config.json").is_file()
+
+
+@pytest.mark.parametrize("where", ["notes.txt", "docs/notes.txt"])
+def test_a_file_swapped_for_a_link_after_the_push_listed_the_folder_is_not_published(
+    hub, saved, secret, monkeypatch, tmp_path, where
+):
+    """The push lists the folder, then reads it: a file (or the folder holding it) swapped for a link in between is
+    refused, not followed."""
+    (saved / where).parent.mkdir(exist_ok=True)
+    (saved / where).write_text("notes")
+    listing = haste_hf.hub.publishable_files
+
+    def list_then_swap(folder, patterns):
+        names = listing(folder, patterns)
+        if where == "notes.txt":
+            (saved / where).unlink()
+            (saved / where).symlink_to(secret)
+        else:
+            (saved / "docs").rename(tmp_path / "docs-moved")
+            (secret.parent / "notes.txt").write_bytes(SECRET)
+            (saved / "docs").symlink_to(secret.parent, target_is_directory=True)
+        return names
+
+    monkeypatch.setattr(haste_hf.hub, "publishable_files", list_then_swap)
+    repo_id = f"{hub.user}/links-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(ValueError, match="is a link") as error:
+        push_to_hub(saved, repo_id)
+    assert "\n" not in str(error.value)
+    assert not repo_exists(repo_id)
+
+
+def test_a_push_uploads_the_file_it_opened_even_when_it_is_swapped_for_a_link_after(hub, saved, secret, monkeypatch):
+    (saved / "notes.txt").write_text("notes")
+    opening = haste_hf.hub.open_published_file
+
+    def open_then_swap(folder, relative):
+        file = opening(folder, relative)
+        if relative == "notes.txt":
+            (saved / relative).unlink()
+            (saved / relative).symlink_to(secret)
+        return file
+
+    monkeypatch.setattr(haste_hf.hub, "open_published_file", open_then_swap)
+    repo_id = f"{hub.user}/links-{uuid.uuid4().hex[:8]}"
+    push_to_hub(saved, repo_id)
+    assert Path(hf_hub_download(repo_id, "notes.txt")).read_text() == "notes"
+
+
+@pytest.mark.parametrize("in_place", [True, False])
+def test_add_labels_keeps_a_linked_evaluation_settings_file_a_link(hub, tmp_path, secret, capsys, in_place):
+    """`add-labels` copied a linked `evaluation_settings.json` into a file holding the link's target, which a push
+    then published: the link stays a link, which the push refuses."""
+    import json
+
+    from tiny_encoders import tiny_tokenizer
+
+    from haste_hf.cli import main
+
+    folder = tmp_path / "model"
+    model = make_tiny_model(12)
+    model.set_label_names([f"label {i}" for i in range(12)])
+    model.save_pretrained(folder)
+    tiny_tokenizer(folder)
+    secret.write_text(json.dumps({"private_token": SECRET.decode()}))  # JSON: evaluate reads it, ignoring the key
+    (folder / "evaluation_settings.json").symlink_to(secret)
+    labels = tmp_path / "labels.json"
+    labels.write_text(json.dumps([{"name": "new", "text": "w90 w91"}]))
+    output = folder if in_place else tmp_path / "added"
+    argv = [
+        "add-labels",
+        "--model",
+        str(folder),
+        "--labels",
+        str(labels),
+        "--output-dir",
+        str(output),
+        "--max-length",
+        "16",
+    ]
+    assert main(argv + ["--overwrite-output-dir"] * in_place) == 0
+    settings = output / "evaluation_settings.json"
+    assert settings.is_symlink() and os.readlink(settings) == str(secret)
+    capsys.readouterr()
+    repo_id = f"{hub.user}/links-{uuid.uuid4().hex[:8]}"
+    assert main(["push", "--model", str(output), "--repo-id", repo_id]) == 1
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "evaluation_settings.json is a link" in error[0]
+    assert not repo_exists(repo_id)

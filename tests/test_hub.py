@@ -456,3 +456,24 @@ def test_olah_serves_the_pushed_repository(hub, tmp_path):
     served = torch.load(tmp_path / "olah.pt")
     torch.testing.assert_close(served["logits"], outputs(model), rtol=0, atol=0)
     assert served["labels"] == [f"l{i}" for i in range(LABELS)]
+
+
+def test_a_push_publishes_the_model_and_its_card_never_the_programs_marks(hub, tmp_path, capsys):
+    """A model object is saved into a staging folder (which gets the save's id), a folder holds the id and a run's
+    lock: none of the program's marks is published, by the API or the command line."""
+    from haste_hf.cli import main
+
+    model = make_tiny_model(12)
+    model.set_label_names([f"label {i}" for i in range(12)])
+    by_object = f"{hub.user}/marks-{uuid.uuid4().hex[:8]}"
+    push_to_hub(model, by_object)
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    (folder / ".haste-train.lock").write_text("{}")
+    assert (folder / ".haste-save-generation").is_file()
+    by_folder = f"{hub.user}/marks-{uuid.uuid4().hex[:8]}"
+    assert main(["push", "--model", str(folder), "--repo-id", by_folder]) == 0
+    for repo_id in (by_object, by_folder):
+        files = HfApi().list_repo_files(repo_id)
+        assert {"config.json", "model.safetensors", "README.md", LABEL_NAMES_FILE} <= set(files), files
+        assert not [name for name in files if name.startswith(".haste")], files

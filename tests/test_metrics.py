@@ -214,3 +214,61 @@ def test_propensity_presets_match_every_spelling_of_the_amazon_datasets(name):
 @pytest.mark.parametrize("name", ["AmazonCat-13K", "LF-AmazonCat-13K", "EURLex-4K", "deps"])
 def test_propensity_presets_leave_other_datasets_at_the_default(name):
     assert propensity_parameters(name) == (0.55, 1.5)
+
+
+# ---------------------------------------------------------------------------------------------- by frequency
+
+
+def test_frequency_buckets_put_the_most_frequent_in_the_head_and_the_rest_by_count():
+    from haste_hf.metrics import frequency_buckets
+
+    counts = np.array([0, 1, 2, 5, 6, 20, 21, 100, 101, 500, 7, 1])
+    names, bucket = frequency_buckets(counts, head_fraction=0.1)  # ceil(1.2) = 2 head labels: 500 and 101
+    assert names == ["head", "0", "1", "2-5", "6-20", "21-100", "101+"]
+    assert [names[b] for b in bucket] == [
+        "0",
+        "1",
+        "2-5",
+        "2-5",
+        "6-20",
+        "6-20",
+        "21-100",
+        "21-100",
+        "head",
+        "head",
+        "6-20",
+        "1",
+    ]
+    with pytest.raises(ValueError, match="head_fraction"):
+        frequency_buckets(counts, head_fraction=1.5)
+
+
+def test_metrics_by_frequency_shares_add_up_to_the_ranking_metrics_and_recall_is_per_bucket():
+    from haste_hf.metrics import Propensity, compute_xmc_metrics, frequency_buckets, metrics_by_frequency
+
+    rng = np.random.default_rng(7)
+    label_count, points = 60, 200
+    counts = rng.integers(0, 150, size=label_count)
+    truth = [rng.choice(label_count, size=rng.integers(1, 6), replace=False) for _ in range(points)]
+    # Rankings that find some true labels: half of each point's labels first, then random others.
+    top = np.stack(
+        [
+            np.concatenate([t[: len(t) // 2 + 1], rng.permutation(np.setdiff1d(np.arange(label_count), t))])[:5]
+            for t in truth
+        ]
+    )
+    propensity = Propensity.from_frequencies(counts, 1000)
+    table = metrics_by_frequency(top, truth, counts, k=5, propensity=propensity)
+    overall = compute_xmc_metrics(top, truth, ks=(5,), propensity=propensity)
+    assert sum(row["P@5 share"] for row in table.values()) == pytest.approx(overall["P@5"], rel=1e-12)
+    assert sum(row["PSP@5 share"] for row in table.values()) == pytest.approx(overall["PSP@5"], rel=1e-12)
+    names, bucket = frequency_buckets(counts)
+    for index, name in enumerate(names):
+        pairs = [(i, label) for i, t in enumerate(truth) for label in t if bucket[label] == index]
+        assert table[name]["test_pairs"] == len(pairs)
+        assert table[name]["labels"] == int((bucket == index).sum())
+        expected = sum(label in top[i] for i, label in pairs) / len(pairs) if pairs else 0.0
+        assert table[name]["R@5"] == pytest.approx(expected, rel=1e-12)
+        slots = sum(bucket[label] == index for row in top for label in row if label >= 0)
+        assert table[name]["top-5 share"] == pytest.approx(slots / (5 * points), rel=1e-12)
+    assert sum(row["top-5 share"] for row in table.values()) == pytest.approx(1.0)

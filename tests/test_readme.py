@@ -43,9 +43,27 @@ def test_pipeline_example(tmp_path, tiny_encoder, monkeypatch, capsys):
     model.set_label_names([f"tag{i}" for i in range(12)])
     model.save_pretrained(tmp_path / "haste-demo")
     tiny_tokenizer(tmp_path / "haste-demo")
-    run(example("Pipelines, stock `Trainer`, SentenceTransformers"), tmp_path, monkeypatch)
+    run(example("Pipelines"), tmp_path, monkeypatch)
     printed = eval(capsys.readouterr().out.strip().splitlines()[-1])
     assert len(printed) == 2 and all(len(row) == 3 and row[0]["label"].startswith("tag") for row in printed)
+
+
+def test_stock_trainer_example(tmp_path, monkeypatch, capsys):
+    model = make_tiny_model(label_count=452, head_label_count=14, group_size=16)
+    model.save_pretrained(tmp_path / "haste-demo")
+    tiny_tokenizer(tmp_path / "haste-demo")
+    code = replaced(
+        example("Stock `Trainer`, `evaluate`, SentenceTransformers"),
+        (
+            ("num_train_epochs=1", "max_steps=2, per_device_train_batch_size=8, report_to=[], use_cpu=True"),
+            ('eval_dataset=data.splits["test"]', 'eval_dataset=data.splits["test"].select(range(16))'),
+        ),
+    )
+    names = run(code, tmp_path, monkeypatch)
+    assert names["trainer"].state.global_step == 2
+    evaluated, computed = (eval(line) for line in capsys.readouterr().out.strip().splitlines()[-2:])
+    assert {"eval_P@1", "eval_P@3", "eval_nDCG@5"} <= set(evaluated)
+    assert computed["P@1"] == 0 and computed["P@3"] == pytest.approx(1 / 3)
 
 
 def test_peft_example(tmp_path, tiny_encoder, monkeypatch):
@@ -89,7 +107,8 @@ def test_every_python_block_is_run():
         example("Use it"),  # test_recipe_example
         python_blocks()[1],  # test_step_by_step_fragment
         example("The output layer on its own"),
-        example("Pipelines, stock `Trainer`, SentenceTransformers"),
+        example("Pipelines"),
+        example("Stock `Trainer`, `evaluate`, SentenceTransformers"),
         example("LoRA with PEFT"),
         example("Labels added to a trained model"),  # tests/labels/test_additions.py::test_readme_example
     ]
@@ -173,3 +192,20 @@ def test_step_by_step_fragment(tmp_path, tiny_encoder, monkeypatch):
     exec(compile(code, "README.md", "exec"), names)
     assert names["out"].loss.isfinite() and names["top"].label_ids.shape == (2, 5)
     assert (tmp_path / "layout.safetensors").exists()
+
+
+def test_ci_runs_the_readme_test_command_word_for_word():
+    """.ci/run runs the README's second command (install with the `test` extra, then `pytest -q`), its parts in order,
+    with only the lint checks between install and pytest."""
+    command = re.search(r"# 2\. install and run the tests\n(.*)\n", README).group(1)
+    parts = command.split(" && ")
+    assert parts[-1] == "pytest -q" and 'pip install -q -e ".[test]"' in parts
+    ci = (Path(__file__).parent.parent / ".ci" / "run").read_text().splitlines()
+    lines = [line for line in ci if line and not line.startswith("#")]
+    start = lines.index(" && ".join(parts[:2]))
+    assert lines[start : start + 4] == [
+        " && ".join(parts[:2]),
+        " && ".join(parts[2:-1]),
+        "ruff check . && ruff format --check .",
+        parts[-1],
+    ]

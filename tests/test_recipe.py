@@ -134,3 +134,44 @@ def test_evaluation_with_more_filtered_labels_than_the_model_has_to_spare(tmp_pa
         kept = [label for label in order if [point, label] not in filters.tolist()][:5]
         expected_top[point, : len(kept)] = kept
     assert metrics == compute_xmc_metrics(expected_top, labels, ks=(1, 3, 5))
+
+
+def test_the_run_keeps_the_checkpoint_of_the_best_validation_p_at_1(dataset_dir, encoder_dir, tmp_path):
+    """Evaluated every 2 steps, the run ends on the model of its highest validation P@1 (the best checkpoint): not
+    on its last, nor on its lowest P@1 or highest loss."""
+    run = train(
+        dataset_dir,
+        str(encoder_dir),
+        str(tmp_path / "run"),
+        validation_fraction=0.25,
+        training_args={
+            "max_steps": 8,
+            "eval_steps": 2,
+            "per_device_train_batch_size": 16,
+            "learning_rate": 3e-3,
+            "output_learning_rate": 0.3,
+            "use_cpu": True,
+        },
+        **OPTIONS,
+    )
+    evaluations = [(entry["step"], entry["eval_P@1"]) for entry in run.trainer.state.log_history if "eval_P@1" in entry]
+    scores = [score for _, score in evaluations]
+    assert len(evaluations) == 4 and len(set(scores)) > 1  # the P@1s differ: the choice is a choice
+    best_step, best = max(evaluations, key=lambda evaluation: evaluation[1])  # the first of the highest
+    assert run.trainer.state.best_metric == best
+    assert run.trainer.state.best_model_checkpoint.endswith(f"checkpoint-{best_step}")
+
+
+def test_tail_bias_through_the_command_line(dataset_dir, encoder_dir, tmp_path, capsys):
+    """`--tail-bias` gives every tail label a trained bias (the tail study's lever, issue 39); without it, none."""
+    from haste_hf import HasteForExtremeClassification
+    from haste_hf.cli import main
+
+    common = ["--data", str(dataset_dir), "--encoder", str(encoder_dir), "--group-size", "2", "--fan-in", "8"]
+    common += ["--max-length", "16", "--max-steps", "2", "--use-cpu", "--report-to", "none"]
+    for flags, name in (([], "plain"), (["--tail-bias"], "bias")):
+        assert main(["train", *common, "--output-dir", str(tmp_path / name), *flags]) == 0, capsys.readouterr().err
+    plain = HasteForExtremeClassification.from_pretrained(tmp_path / "plain").output_layer.tail
+    tail = HasteForExtremeClassification.from_pretrained(tmp_path / "bias").output_layer.tail
+    assert plain.bias is None and tail.bias is not None and tail.bias.shape == (tail.weight.shape[0] * 2,)
+    assert bool(tail.bias.ne(0).any())  # trained, not left at its start

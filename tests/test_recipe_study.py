@@ -33,7 +33,8 @@ def test_every_lever_is_a_train_command_line(lever, dataset_dir, tmp_path):
         args = parse_args(argv)
         for flag, value in STUDY.LEVERS[lever].items():
             if flag.startswith("--"):
-                assert flag in argv and (value is None or argv[argv.index(flag) + 1] == value), (variant, flag)
+                at = argv.index(flag) + 1
+                assert value is None or argv[at : at + len(value.split())] == value.split(), (variant, flag)
         assert args.recipe.data == str(dataset_dir)
 
 
@@ -44,6 +45,18 @@ def test_the_label_text_levers_turn_their_options_on(dataset_dir, tmp_path):
         3.0,
         5,
     )
+
+
+def test_the_tail_study_levers_turn_their_options_on(dataset_dir, tmp_path):
+    args = parse_args(train_argv("defaults+bands1-5+tailx2+rewirenorm+F256+G4", dataset_dir, tmp_path))
+    assert (args.recipe.frequency_bands, args.recipe.fan_in, args.recipe.group_size) == ([1, 5], 256, 4)
+    assert (args.training.output_tail_lr_scale, args.training.rewiring_score) == (2.0, "label_normalized")
+    assert (
+        not args.recipe.tail_bias
+        and parse_args(train_argv("defaults+tailbias", dataset_dir, tmp_path)).recipe.tail_bias
+    )
+    args = parse_args(train_argv("defaults+F384", dataset_dir, tmp_path))
+    assert (args.recipe.fan_in, args.training.rewiring_interval) == (384, 0)
 
 
 def test_a_run_longer_than_a_device_call_resumes_from_its_checkpoint(dataset_dir, tmp_path):
@@ -72,3 +85,36 @@ def test_jobs_name_their_dataset_variant_and_seeds():
     for bad in ("deps:defaults", "deps:defaults:x", "deps:defaults+nolever:0"):
         with pytest.raises((STUDY.argparse.ArgumentTypeError, ValueError)):
             STUDY.parse_job(bad)
+
+
+def test_a_run_records_where_its_points_come_from_by_training_frequency(dataset_dir, encoder_dir, tmp_path):
+    """The worker trains through `haste-hf train` and then writes `by_frequency`: the diagnosis of the tail study
+    (issue 39). Its shares add up to the run's own test metrics, so it scores the folder as the run scored it."""
+    argv = STUDY.command_line(
+        STUDY.variant_flags("defaults"), Path(dataset_dir), str(encoder_dir), tmp_path / "run", seed=0, workers=0
+    )
+    argv += [
+        "--use-cpu",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "16",
+        "--group-size",
+        "4",
+        "--fan-in",
+        "8",
+        "--max-length",
+        "64",
+    ]
+    result_file = tmp_path / "result.json"
+    assert STUDY.run_worker(argv, result_file) == 0
+    result = STUDY.json.loads(result_file.read_text())
+    table = result["by_frequency"]
+    assert list(table) == ["head", "0", "1", "2-5", "6-20", "21-100", "101+"]
+    assert sum(row["test_pairs"] for row in table.values()) > 0
+    assert sum(row["P@5 share"] for row in table.values()) == pytest.approx(result["metrics"]["P@5"], abs=1e-9)
+    assert sum(row["PSP@5 share"] for row in table.values()) == pytest.approx(result["metrics"]["PSP@5"], abs=1e-9)
+    runs = tmp_path / "out" / "runs"
+    runs.mkdir(parents=True)
+    result_file.rename(runs / "tiny__defaults__s0.json")
+    assert "by training frequency" in STUDY.report(tmp_path / "out")

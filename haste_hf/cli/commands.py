@@ -243,6 +243,7 @@ _NOT_GROUP_OPTIONS = (
     "label_text_init_scale",
     "head_projection_dim",
     "tail_projection_dim",
+    "tail_bias",
     "layout_file",
     "dataset_name",
     "propensity_a",
@@ -295,6 +296,7 @@ def command_group(args) -> int:
         batch_size=args.per_device_eval_batch_size,
         label_texts=label_texts,
         label_text_grouping_below=recipe.label_text_grouping_below,
+        frequency_bands=recipe.frequency_bands,
     )
     layout.save(args.output)
     print(f"{layout.describe()} -> {args.output}")
@@ -347,11 +349,36 @@ def command_export(args) -> int:
     return 0
 
 
+def copy_keeping_a_link(source: Path, destination: Path) -> None:
+    """Copies the file `source` (if there is one) to `destination`; a link is copied as the same link, never turned
+    into a file holding what it points to (which a push would then publish). Opened without following a link, so
+    that a file swapped for one meanwhile is not read either."""
+    import errno
+    import stat
+
+    try:
+        handle = os.open(source, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+        os.symlink(os.readlink(source), destination)
+        return
+    with os.fdopen(handle, "rb") as file:
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
+            raise ValueError(f"{source} is not a regular file: remove it, then run the command again.")
+        destination.write_bytes(file.read())
+
+
 def command_add_labels(args) -> int:
+    import datetime
     import shutil
 
     from ..evaluation import EVALUATION_SETTINGS_FILE
-    from ..labels.additions import check_new_names, examples_from_split, read_new_labels, sample_texts
+    from ..labels.additions import check_new_names
+    from ..labels.new_label_files import examples_from_split, read_new_labels, sample_texts
+    from ..model_card import PLOT_FILE, LabelAddition, card_with_added_labels
     from ..modeling.saving import save_trained_folder
     from ..recipe import check_output_dir, load_dataset
 
@@ -392,10 +419,26 @@ def command_add_labels(args) -> int:
         max_length=args.max_length,
     )
     settings = Path(args.model) / EVALUATION_SETTINGS_FILE
+    addition = LabelAddition(
+        ids=ids,
+        names=names,
+        texts=texts,
+        branch="head" if args.head else "tail",
+        example_count=sum(len(values) for values in examples or []),
+        negative_count=len(negatives or []),
+        when=datetime.datetime.now(datetime.timezone.utc),
+    )
 
-    def write_extra(folder: Path):  # evaluate and predict keep reading texts as training did
-        if settings.is_file():
-            shutil.copyfile(settings, folder / settings.name)
+    def write_extra(folder: Path):
+        copy_keeping_a_link(settings, folder / settings.name)  # evaluate and predict read texts as training did
+        # The card: the model's own (a regular file: a link is not followed), with this addition appended.
+        source = Path(args.model)
+        card = source / "README.md"
+        text = card.read_text(encoding="utf-8") if card.is_file() and not card.is_symlink() else None
+        if text is not None and (source / PLOT_FILE).is_file() and not (source / PLOT_FILE).is_symlink():
+            shutil.copyfile(source / PLOT_FILE, folder / PLOT_FILE)  # the card shows it
+        text = card_with_added_labels(text, model, Path(args.output_dir).name, addition)
+        (folder / "README.md").write_text(text, encoding="utf-8")
 
     save_trained_folder(args.output_dir, model, tokenizer, write_extra)
     where = "the head" if args.head else "the tail"
@@ -424,8 +467,14 @@ def _run_command(args) -> int:
     had_group = _process_group_started()  # a caller's own group (a script calling `main`) is the caller's to end
     status = handler_of(args.command)(args)
     if not had_group and _process_group_started():
+        import gc
+
         import torch.distributed as dist
 
+        # The handler's trainer first: it holds the group, in reference cycles that only a collection frees. Freed
+        # after the group's end (at a later collection or the exit, under the GIL), it would tear the group down in
+        # a C++ destructor that joins gloo's threads holding the GIL, which a thread of the group can be waiting for.
+        gc.collect()
         dist.destroy_process_group()
     return status
 

@@ -339,7 +339,9 @@ def push_description() -> str:
     endpoint = os.environ.get("HF_ENDPOINT", HUB_ENDPOINT).rstrip("/")
     return (
         f"{PUSH_HELP} It goes to {endpoint} (set HF_ENDPOINT for another Hub; default {HUB_ENDPOINT}), with the "
-        "token saved by `hf auth login` (or HF_TOKEN); log in first."
+        "token saved by `hf auth login` (or HF_TOKEN); log in first. Every regular file of the folder is published "
+        "but checkpoints, logs and hidden files (the program's marks among them); a link is refused, and a hard link "
+        "is a regular file: what it holds is published."
     )
 
 
@@ -447,7 +449,8 @@ def _add_group_parser(commands, live):
         dest="per_device_eval_batch_size",
         type=positive_int,
         default=eval_batch_size,
-        help="Batch size of the label embeddings.",
+        help="Batch size of the label embeddings at full length: with a fast tokenizer the texts are sorted by length "
+        "and a batch holds up to this many x --max-length padded tokens, so short texts go many to a batch.",
     )
 
 

@@ -1,30 +1,36 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
-"""CUDA kernels of the group-shared sparse tail, compiled just in time on first CUDA use.
+"""The group-shared sparse tail's kernels as `torch.library` custom ops, served by Triton or by a JIT CUDA build.
 
-`pip install` needs no GPU and no compiler: the sources (`csrc/`, shipped as `haste_hf._csrc`) are
-built by `torch.utils.cpp_extension.load` the first time a CUDA tensor reaches
-`group_sparse_linear`, into a cache folder keyed by the torch version, the CUDA version and the GPU
-architecture (`$HASTE_HF_KERNEL_CACHE`, default `~/.cache/haste_hf/kernels`). If the build fails,
-one warning is raised and `haste_hf.modeling.sparse_ops` keeps using its PyTorch path.
+The three passes are `torch.library` custom ops (`haste::group_sparse_forward`, `haste::group_sparse_grad_weight`,
+`haste::group_sparse_grad_input`), with the fused loss `haste::linear_loss` and the fused top-k
+`haste::group_sparse_topk`, each with a fake implementation and autograd, so `torch.compile` and `torch.export`
+trace through them without graph breaks.
 
-The three passes are `torch.library` custom ops (`haste::group_sparse_forward`,
-`haste::group_sparse_grad_weight`, `haste::group_sparse_grad_input`) with fake implementations and
-autograd, so `torch.compile` traces through them without graph breaks.
+Two backends compute them, chosen by `$HASTE_HF_KERNELS` (or `set_backend`):
+- `triton` (default): the kernels of `haste_hf.kernels.triton`, compiled by Triton on first use (it ships with
+  torch's CUDA wheels: nothing beyond `pip install`) and cached on disk by Triton (`~/.triton/cache`);
+- `cuda`: the CUDA C++ sources (`csrc/`, shipped as `haste_hf._csrc`), built by `torch.utils.cpp_extension.load`
+  with nvcc and ninja the first time a CUDA tensor needs them, into a cache folder keyed by the torch version, the
+  CUDA version and the GPU architecture (`$HASTE_HF_KERNEL_CACHE`, default `~/.cache/haste_hf/kernels`).
+If the chosen backend cannot run (no Triton, a failed build), one warning is raised and
+`haste_hf.modeling.sparse_ops` keeps using its PyTorch path.
 
-bf16 and fp16 run on tensor cores (fp32 accumulation) when `G % 16 == 0`, `F % 32 == 0` and the
-feature tile fits the GPU's shared memory (`has_fast_path`, `kernel_paths`); every other shape, and
-fp32 (true fp32 FFMA, no TF32), runs on generic kernels that are correct but not fast, so
-`haste_hf.modeling.sparse_ops` sends only fast-path operands here. The feature gradient sums over label groups with
-floating-point atomics unless determinism is asked for (`torch.use_deterministic_algorithms(True)`
-or `deterministic=True`): then partial sums are added in a fixed order.
+bf16 and fp16 run on tensor cores (fp32 accumulation) when `G % 16 == 0` and `F % 32 == 0` (and, for the CUDA
+build, the feature tile fits the GPU's shared memory): `has_fast_path`. `haste_hf.modeling.sparse_ops` sends only
+those operands here; direct callers may pass any shape and fp32 (true fp32 products, no TF32), correct but not
+fast. The feature gradient sums over label groups with floating-point atomics unless determinism is asked for
+(`torch.use_deterministic_algorithms(True)` or `deterministic=True`): then partial sums are added in a fixed order.
 
 Set `HASTE_HF_VALIDATE=1` (or `haste_hf.kernels.ops.VALIDATE = True`) to also check, at the cost of a
 device synchronization per call, that every support is in range and free of duplicates.
 """
 
 import hashlib
+import importlib
 import importlib.util
 import os
+import sys
+import types
 import warnings
 from pathlib import Path
 
@@ -32,11 +38,58 @@ import torch
 
 
 VALIDATE = os.environ.get("HASTE_HF_VALIDATE", "0") == "1"
+BACKENDS = ("triton", "cuda")
 
 _SOURCES = ("binding.cpp", "group_sparse.cu", "group_sparse_kernels.cuh")
 _SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _extension = None
 _build_failed = False
+_TRITON_MODULES = ("forward", "grad_weight", "grad_input", "loss", "topk")
+_triton = None
+_triton_failed = False
+
+
+def _backend_from_environment() -> str:
+    name = os.environ.get("HASTE_HF_KERNELS", "triton")
+    if name not in BACKENDS:
+        raise ValueError(f"$HASTE_HF_KERNELS must be one of {BACKENDS}, got {name!r}; unset it for Triton.")
+    return name
+
+
+_backend = _backend_from_environment()
+
+
+def backend() -> str:
+    """The backend that serves the ops: "triton" or "cuda"."""
+    return _backend
+
+
+def set_backend(name: str) -> None:
+    """Serves the ops from `name` ("triton" or "cuda") from now on (the benchmarks time both in one process)."""
+    global _backend
+    if name not in BACKENDS:
+        raise ValueError(f"`name` must be one of {BACKENDS}, got {name!r}.")
+    _backend = name
+
+
+def _load_triton():
+    """The Triton kernels' modules (imported on first use), or None with one warning when Triton is missing."""
+    global _triton, _triton_failed
+    if _triton is not None or _triton_failed:
+        return _triton
+    try:
+        _triton = types.SimpleNamespace(
+            **{name: importlib.import_module(f"haste_hf.kernels.triton.{name}") for name in _TRITON_MODULES}
+        )
+    except Exception as error:  # no Triton, or one that cannot load: fall back, say so once
+        _triton_failed = True
+        warnings.warn(
+            f"haste_hf: the Triton kernels could not be loaded ({type(error).__name__}: {error}); the sparse tail uses "
+            "its slower PyTorch path. Triton ships with torch's CUDA wheels (`pip install triton` otherwise).",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return _triton
 
 
 def _source_dir() -> Path:
@@ -69,6 +122,9 @@ def _load_extension():
 
         sources = _source_dir()
         major, minor = torch.cuda.get_device_capability()
+        build_directory = _build_directory(sources)
+        if not (build_directory / "haste_hf_kernels.so").is_file():
+            print(f"haste_hf: building the CUDA kernels into {build_directory} (once, about a minute)", file=sys.stderr)
         # Only this GPU's architecture: one compile pass, and the cache key above names it.
         previous_arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST")
         os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
@@ -79,7 +135,7 @@ def _load_extension():
                 extra_include_paths=[str(sources)],
                 extra_cflags=["-O3", "-std=c++17"],
                 extra_cuda_cflags=["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo"],
-                build_directory=str(_build_directory(sources)),
+                build_directory=str(build_directory),
                 verbose=os.environ.get("HASTE_HF_KERNEL_VERBOSE", "0") == "1",
             )
         finally:
@@ -98,16 +154,24 @@ def _load_extension():
     return _extension
 
 
-# Shared memory a block may opt in to on this GPU, read once by `is_available`.
+# Shared memory a block may opt in to on this GPU, read once by `is_available` (the CUDA build's envelope).
 _shared_memory_optin = 0
+# Whether this GPU multiplies bf16 on tensor cores (compute capability >= 8.0), read once by `is_available`.
+_bf16_tensor_cores = False
 
 
 @torch.compiler.assume_constant_result
 def is_available() -> bool:
-    """True when a CUDA GPU of compute capability >= 8.0 is present and the kernels built (building
-    them on the first call)."""
-    global _shared_memory_optin
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 8:
+    """True when a CUDA GPU is present and the chosen backend can serve it (Triton importable, compute capability
+    >= 7.5; or the CUDA build, compute capability >= 8.0, built on the first call)."""
+    global _shared_memory_optin, _bf16_tensor_cores
+    if not torch.cuda.is_available():
+        return False
+    capability = torch.cuda.get_device_capability()
+    _bf16_tensor_cores = capability >= (8, 0)
+    if _backend == "triton":
+        return capability >= (7, 5) and _load_triton() is not None
+    if capability < (8, 0):
         return False
     if not _shared_memory_optin:
         properties = torch.cuda.get_device_properties(torch.cuda.current_device())
@@ -116,23 +180,31 @@ def is_available() -> bool:
 
 
 def has_fast_path(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """True when all three passes run on tensor cores for these operands: bf16 / fp16, `G % 16 == 0`,
-    `F % 32 == 0`, and the forward's feature tile `[d, 64 + 8]` (16-bit) and the feature gradient's
-    fp32 accumulator `[d, 32 + 4]` fit the shared memory a block may opt in to (d <= 1614 on a
-    Hopper GPU). Pure Python on shapes, so `torch.compile` traces it. Call `is_available()` first."""
+    """True when all three passes run on tensor cores for these operands: bf16 (on a GPU with bf16 tensor cores)
+    or fp16, `G % 16 == 0`, `F % 32 == 0`; for the CUDA build also the forward's feature tile `[d, 64 + 8]` (16-bit)
+    and the feature gradient's fp32 accumulator `[d, 32 + 4]` within the shared memory a block may opt in to
+    (d <= 1614 on a Hopper GPU). Pure Python on shapes, so `torch.compile` traces it. Call `is_available()` first."""
     num_features = x.shape[1]
     _, group_size, fan_in = weight.shape
-    return (
-        x.dtype in (torch.bfloat16, torch.float16)
+    tensor_core_shape = (
+        (x.dtype == torch.float16 or (x.dtype == torch.bfloat16 and (_bf16_tensor_cores or _backend == "cuda")))
         and group_size % 16 == 0
         and fan_in % 32 == 0
+    )
+    if _backend == "triton":
+        return tensor_core_shape
+    return (
+        tensor_core_shape
         and num_features * (64 + 8) * 2 <= _shared_memory_optin
         and num_features * (32 + 4) * 4 <= _shared_memory_optin
     )
 
 
 def kernel_paths(x: torch.Tensor, weight: torch.Tensor) -> dict:
-    """Kernel family ("tensor_core" or "generic") that each pass uses for these operands."""
+    """Kernel family that each pass uses for these operands: "tensor_core" or "generic" (the CUDA build's two
+    families), or "triton" (one family for every shape)."""
+    if _backend == "triton":
+        return dict.fromkeys(("forward", "grad_weight", "grad_input"), "triton")
     forward, grad_weight, grad_input = _load_extension().kernel_paths(x, weight)
     return {"forward": forward, "grad_weight": grad_weight, "grad_input": grad_input}
 
@@ -201,6 +273,8 @@ def _forward_op(
     x: torch.Tensor, weight: torch.Tensor, supports: torch.Tensor, bias: torch.Tensor | None, deterministic: bool
 ) -> torch.Tensor:
     # `deterministic` only travels to the backward, which reads it from the saved context.
+    if _backend == "triton":
+        return _load_triton().forward.forward(x, weight, supports, bias)
     return _load_extension().forward(x, weight, supports, bias)
 
 
@@ -211,6 +285,8 @@ def _(x, weight, supports, bias, deterministic):
 
 @torch.library.custom_op("haste::group_sparse_grad_weight", mutates_args=(), device_types="cuda")
 def _grad_weight_op(grad_out: torch.Tensor, x: torch.Tensor, supports: torch.Tensor, group_size: int) -> torch.Tensor:
+    if _backend == "triton":
+        return _load_triton().grad_weight.grad_weight(grad_out, x, supports, group_size)
     return _load_extension().grad_weight(grad_out, x, supports, group_size)
 
 
@@ -223,6 +299,8 @@ def _(grad_out, x, supports, group_size):
 def _grad_input_op(
     grad_out: torch.Tensor, weight: torch.Tensor, supports: torch.Tensor, num_features: int, deterministic: bool
 ) -> torch.Tensor:
+    if _backend == "triton":
+        return _load_triton().grad_input.grad_input(grad_out, weight, supports, num_features, deterministic)
     return _load_extension().grad_input(grad_out, weight, supports, num_features, deterministic)
 
 
@@ -273,6 +351,10 @@ def _linear_loss_op(
     deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     # `deterministic` only travels to the backward, which reads it from the saved context.
+    if _backend == "triton":
+        return _load_triton().loss.linear_loss(
+            x, weight, bias, supports, positions, valid_count, scale, loss, store_gradient
+        )
     loss_value, grad_logits = _load_extension().linear_loss(
         x, weight, bias, supports, positions, valid_count, scale, _LOSS_KINDS[loss], store_gradient
     )
@@ -424,6 +506,8 @@ def group_sparse_grad_input(
 def _topk_op(
     x: torch.Tensor, weight: torch.Tensor, supports: torch.Tensor, bias: torch.Tensor | None, k: int, valid_count: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    if _backend == "triton":
+        return _load_triton().topk.group_sparse_topk(x, weight, supports, bias, k, valid_count)
     scores, columns = _load_extension().group_sparse_topk(x, weight, supports, bias, k, valid_count)
     scores, best = scores.topk(min(k, scores.shape[1]), dim=1)
     return scores, columns.gather(1, best)

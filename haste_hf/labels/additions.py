@@ -21,10 +21,10 @@ label names falls back to the text's embedding as the direction, scaled to the t
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from transformers.utils.logging import is_progress_bar_enabled
 
 from ..modeling.defaults import DEFAULT_EVAL_BATCH_SIZE, DEFAULT_MAX_LENGTH
 from ..modeling.output_layer import HasteOutputLayer
@@ -185,7 +185,7 @@ def embed_texts(
         batch_size=batch_size,
         max_length=max_length,
         device=model.device,
-        show_progress=False,
+        show_progress=is_progress_bar_enabled(),  # as transformers' own bars: `disable_progress_bar()` hides it
     )
     return torch.cat(list(batches))
 
@@ -479,6 +479,8 @@ def add_labels(
             "`negatives`: fitting the new labels on `examples` needs negative texts too (a sample of the training "
             "texts tagged with none of the new labels)."
         )
+    if not isinstance(head, bool):  # "no" is truthy: it would put the labels in the head
+        raise ValueError(f"`head` must be True or False, got {head!r}.")
     if head and layer.head is None:
         raise ValueError("`head`: this model has no dense head (head_label_count 0): add the labels to the tail.")
     if not head and layer.tail is None:
@@ -556,44 +558,4 @@ def add_labels(
     return list(range(old_count, old_count + count))
 
 
-# ------------------------------------------------------------------------------------------------ files
-
-
-def read_new_labels(path) -> tuple[list[str], list[str] | None]:
-    """`(texts, names)` of a new-labels JSON file: a list of `{"text": ..., "name": ...}` objects (`name` optional,
-    given for all or none), or an object mapping names to texts."""
-    import json
-
-    try:
-        entries = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path} is not a JSON file ({error})") from None
-    if isinstance(entries, dict):
-        return list(entries.values()), list(entries)
-    if not isinstance(entries, list) or not all(isinstance(entry, dict) and "text" in entry for entry in entries):
-        raise ValueError(f'{path} must hold a list of {{"text": ..., "name": ...}} objects, or an object of name: text')
-    named = ["name" in entry for entry in entries]
-    if any(named) and not all(named):
-        raise ValueError(f"{path}: entry {named.index(False)} has no name; name every new label, or none")
-    return [entry["text"] for entry in entries], ([entry["name"] for entry in entries] if all(named) else None)
-
-
-def examples_from_split(split, count: int) -> list[list[str]]:
-    """One list of example texts per new label from a dataset split whose label ids index the new labels."""
-    examples = [[] for _ in range(count)]
-    for text, labels in zip(split["text"], split["labels"]):
-        for label in labels:
-            if not 0 <= label < count:
-                raise ValueError(f"the examples tag label {label}, and the new labels are 0 to {count - 1}")
-            examples[label].append(text)
-    return examples
-
-
-def sample_texts(split, count: int, seed: int) -> list[str]:
-    """`count` texts of `split` drawn at random (all of them when it holds fewer)."""
-    generator = torch.Generator().manual_seed(seed)
-    rows = torch.randperm(len(split), generator=generator)[:count].sort().values.tolist()
-    return list(split.select(rows)["text"])
-
-
-__all__ = ["NewLabelPlacement", "NewLabelWeights", "add_labels", "embed_texts", "place_new_labels", "read_new_labels"]
+__all__ = ["NewLabelPlacement", "NewLabelWeights", "add_labels", "embed_texts", "place_new_labels"]

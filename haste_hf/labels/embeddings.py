@@ -5,10 +5,12 @@ embeddings of its positive training instances, blended with its own text's embed
 
 import math
 import os
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -26,14 +28,25 @@ from ..modeling.defaults import (
 from ..modeling.encoder import pool_hidden_states
 from ..modeling.logging_utils import get_logger
 from .grouping import ArrayLike, _as_int64_vector, _default_device
+from .token_batches import CHUNK_TEXTS, fast_backend, tokenize_chunk
 
 
 logger = get_logger(__name__)
 
 
+class TextEmbedder(NamedTuple):
+    """`prepare(list[str])`, a batch's CPU work (tokenising), safe to run in another thread; `embed(prepared) ->
+    [B, d]`; `restore()`, undoing changes to the encoder; and the tokenizer of a transformers encoder (None for an
+    encoder that embeds texts itself)."""
+
+    prepare: Callable
+    embed: Callable
+    restore: Callable
+    tokenizer: object = None
+
+
 def _text_embedder(encoder, tokenizer, pooling: str | None, max_length: int | None, device: torch.device):
-    """Returns `(prepare, embed, restore)`: `prepare(list[str])`, a batch's CPU work (tokenising), safe to run in
-    another thread; `embed(prepared) -> [B, d]`; and a callable undoing changes to the encoder."""
+    """The `TextEmbedder` of `encoder`."""
     from transformers import PreTrainedModel
 
     if isinstance(encoder, str):
@@ -57,13 +70,13 @@ def _text_embedder(encoder, tokenizer, pooling: str | None, max_length: int | No
             return tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
 
         def embed(inputs) -> torch.Tensor:
-            inputs = inputs.to(device)
+            inputs = {name: value.to(device) for name, value in inputs.items()}
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast_bf16):
                 outputs = encoder(**inputs)
             hidden = outputs.last_hidden_state if hasattr(outputs, "last_hidden_state") else outputs[0]
             return pool_hidden_states(hidden.float(), inputs["attention_mask"], pooling)
 
-        return prepare, embed, lambda: encoder.train(was_training)
+        return TextEmbedder(prepare, embed, lambda: encoder.train(was_training), tokenizer)
 
     if pooling is not None:
         logger.warning(
@@ -76,10 +89,10 @@ def _text_embedder(encoder, tokenizer, pooling: str | None, max_length: int | No
                 encoder.encode(texts, batch_size=len(texts), convert_to_tensor=True, show_progress_bar=False)
             )
 
-        return _as_is, embed, lambda: None
+        return TextEmbedder(_as_is, embed, lambda: None)
 
     if callable(encoder):
-        return _as_is, (lambda texts: torch.as_tensor(encoder(texts))), lambda: None
+        return TextEmbedder(_as_is, (lambda texts: torch.as_tensor(encoder(texts))), lambda: None)
 
     raise TypeError(
         "`encoder` must be a transformers model (with `tokenizer`), a model name, an object with an `encode` "
@@ -97,22 +110,31 @@ def _as_is(texts: list[str]) -> list[str]:
 PREPARE_THREADS = min(8, os.cpu_count() or 1)
 
 
-def _prepared_ahead(prepare, batches: Iterable[list], texts_of=_as_is) -> Iterator[tuple[list, object]]:
+def prepared_ahead(prepare, batches: Iterable[list], texts_of=_as_is) -> Iterator[tuple[list, object]]:
     """`(batch, prepare(texts_of(batch)))` for each batch, in order, with up to 2 x `PREPARE_THREADS` batches
-    prepared ahead."""
+    prepared ahead.
+
+    The first batch is prepared in the calling thread before any other: a fast tokenizer's first call sets its
+    truncation and padding on the Rust tokenizer, which fails ("Already borrowed") while another thread encodes.
+    """
+    batches = iter(batches)
     if prepare is _as_is or PREPARE_THREADS == 1:
         yield from ((batch, prepare(texts_of(batch))) for batch in batches)
         return
+    first = next(batches, None)
+    if first is None:
+        return
+    first_prepared = prepare(texts_of(first))
     with ThreadPoolExecutor(PREPARE_THREADS) as pool:
-        pending = deque()
+        pending = deque([(first, None)])
         for batch in batches:
             pending.append((batch, pool.submit(lambda batch: prepare(texts_of(batch)), batch)))
             if len(pending) == 2 * PREPARE_THREADS:
                 batch, prepared = pending.popleft()
-                yield batch, prepared.result()
+                yield batch, first_prepared if prepared is None else prepared.result()
         while pending:
             batch, prepared = pending.popleft()
-            yield batch, prepared.result()
+            yield batch, first_prepared if prepared is None else prepared.result()
 
 
 def _batched(iterable: Iterable, size: int):
@@ -190,10 +212,10 @@ def label_text_embeddings(
 def _embedded_batches(
     encoder, texts, tokenizer, pooling, normalize, batch_size, max_length, device, num_batches, show_progress
 ) -> Iterator[torch.Tensor]:
-    prepare, embed, restore = _text_embedder(encoder, tokenizer, pooling, max_length, device)
+    prepare, embed, restore, _ = _text_embedder(encoder, tokenizer, pooling, max_length, device)
     try:
         for batch, prepared in tqdm(
-            _prepared_ahead(prepare, _batched(texts, batch_size)),
+            prepared_ahead(prepare, _batched(texts, batch_size)),
             total=num_batches,
             desc="Label texts",
             unit="batch",
@@ -235,14 +257,16 @@ def compute_label_embeddings(
         texts: training texts, e.g. `dataset["text"]`; any iterable, read once.
         labels: for each text, the ids of its positive labels, e.g. `dataset["labels"]`; same length as `texts`.
         label_count: total number of labels `L`; every id must be in `[0, L)`.
-        tokenizer: tokenizer of a transformers `encoder`.
-        batch_size: number of texts encoded at once.
+        tokenizer: tokenizer of a transformers `encoder`. A fast one (with a Rust backend) tokenises chunks of
+            texts ahead in threads, and each chunk is sorted by length (`token_batches`).
+        batch_size: number of texts encoded at once; with a fast tokenizer, the padded tokens of a batch
+            (`batch_size` x `max_length`, 128 when None): short texts, sorted by length, go many to a batch.
         max_length: truncation length for a transformers `encoder`.
         pooling: `"cls"` (first token), `"mean"` (masked mean) or `"last_token"` (last attended token), for a
             transformers `encoder`; by default the pooling a HASTE model over this encoder uses
             (`configuration_haste.default_pooling`), so the labels are embedded as the model embeds texts.
         device: where the encoder and the accumulator live; defaults to CUDA when available.
-        show_progress: show a tqdm progress bar over batches.
+        show_progress: show a tqdm progress bar over the texts.
 
     Returns:
         `[label_count, d]` float32 tensor on `device`, rows of unit norm. A label without any positive instance
@@ -254,43 +278,95 @@ def compute_label_embeddings(
     if isinstance(label_count, bool) or not isinstance(label_count, (int, np.integer)) or label_count < 1:
         raise ValueError(f"`label_count` must be a positive integer, got {label_count!r}.")
     device = _default_device(device)
-    prepare, embed, restore = _text_embedder(encoder, tokenizer, pooling, max_length, device)
-
+    embedder = _text_embedder(encoder, tokenizer, pooling, max_length, device)
     try:
-        num_batches = math.ceil(len(texts) / batch_size)
+        num_texts = len(texts)
     except TypeError:
-        num_batches = None
-    sums = None
+        num_texts = None
+    pairs = zip(texts, labels, strict=True)
+    progress = tqdm(total=num_texts, desc="Label embeddings", unit="text", disable=not show_progress)
+    started = time.perf_counter()
     try:
-        batches = _prepared_ahead(
-            prepare, _batched(zip(texts, labels, strict=True), batch_size), texts_of=lambda batch: [t for t, _ in batch]
-        )
-        for batch_index, (batch, prepared) in enumerate(
-            tqdm(batches, total=num_batches, desc="Label embeddings", unit="batch", disable=not show_progress)
-        ):
-            batch_texts = [text for text, _ in batch]
-            label_lists = [np.asarray(ids, dtype=np.int64).reshape(-1) for _, ids in batch]
-            flat_labels = np.concatenate(label_lists)
-            if flat_labels.size and (flat_labels.min() < 0 or flat_labels.max() >= label_count):
-                raise ValueError(
-                    f"Label ids in batch {batch_index} must be in [0, {label_count}) (`label_count`); got ids in "
-                    f"[{flat_labels.min()}, {flat_labels.max()}]. Remove padding values such as {LABEL_PADDING_ID}."
-                )
-            instance_embeddings = F.normalize(_embed_batch(embed, prepared, batch_texts, device), dim=1)
-            if sums is None:
-                sums = torch.zeros(label_count, instance_embeddings.shape[1], dtype=torch.float32, device=device)
-            rows = torch.repeat_interleave(
-                torch.arange(len(batch_texts), device=device),
-                torch.as_tensor([len(ids) for ids in label_lists], device=device),
-            )
-            sums.index_add_(0, torch.from_numpy(flat_labels).to(device), instance_embeddings[rows])
+        backend = None if embedder.tokenizer is None else fast_backend(embedder.tokenizer, max_length)
+        if backend is not None:
+            token_budget = batch_size * (max_length or DEFAULT_MAX_LENGTH)
+            sums = _sums_of_token_chunks(embedder, backend, pairs, label_count, token_budget, device, progress)
+        else:
+            sums = _sums_of_batches(embedder, pairs, label_count, batch_size, device, progress)
     finally:
-        restore()
+        embedder.restore()
+        progress.close()
     if sums is None:
         raise ValueError("`texts` is empty: label embeddings need at least one training instance.")
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - started
+    logger.info(
+        f"Label embeddings: {progress.n:,} texts embedded in {seconds:.1f} s ({progress.n / seconds:,.0f} a second)."
+    )
     # normalize(sum / count) == normalize(sum), in place: a copy of `[label_count, d]` would double the peak (13 GB
     # at 8.6M labels and d = 384). Norms clamped as F.normalize does: all-zero rows (labels without positives) stay zero.
     return sums.div_(sums.norm(dim=1, keepdim=True).clamp_min_(1e-12))
+
+
+def _sums_of_batches(embedder, pairs, label_count, batch_size, device, progress) -> torch.Tensor | None:
+    """The label sums of unit text embeddings, a batch of `batch_size` texts at a time in their order (an encoder
+    that embeds texts itself, or a tokenizer without a Rust backend)."""
+    sums = None
+    batches = prepared_ahead(
+        embedder.prepare, _batched(pairs, batch_size), texts_of=lambda batch: [text for text, _ in batch]
+    )
+    for batch_index, (batch, prepared) in enumerate(batches):
+        batch_texts = [text for text, _ in batch]
+        label_lists = [np.asarray(ids, dtype=np.int64).reshape(-1) for _, ids in batch]
+        flat_labels = np.concatenate(label_lists)
+        if flat_labels.size and (flat_labels.min() < 0 or flat_labels.max() >= label_count):
+            raise ValueError(
+                f"Label ids in batch {batch_index} must be in [0, {label_count}) (`label_count`); got ids in "
+                f"[{flat_labels.min()}, {flat_labels.max()}]. Remove padding values such as {LABEL_PADDING_ID}."
+            )
+        instance_embeddings = F.normalize(_embed_batch(embedder.embed, prepared, batch_texts, device), dim=1)
+        if sums is None:
+            sums = torch.zeros(label_count, instance_embeddings.shape[1], dtype=torch.float32, device=device)
+        rows = torch.repeat_interleave(
+            torch.arange(len(batch_texts), device=device),
+            torch.as_tensor([len(ids) for ids in label_lists], device=device),
+        )
+        sums.index_add_(0, torch.from_numpy(flat_labels).to(device), instance_embeddings[rows])
+        progress.update(len(batch))
+    return sums
+
+
+def _sums_of_token_chunks(embedder, backend, pairs, label_count, token_budget, device, progress) -> torch.Tensor | None:
+    """The label sums of unit text embeddings, chunk by chunk of `CHUNK_TEXTS` texts tokenised ahead in threads
+    by the Rust `backend`, each chunk sorted by length into batches of at most `token_budget` padded tokens
+    (`token_batches`), its texts' label ids on the device beside its tokens: each batch's embeddings are added to
+    the sums of its texts' labels in one `index_add_`."""
+    tokenizer = embedder.tokenizer
+    left = getattr(tokenizer, "padding_side", "right") == "left"
+    pad_type_id = getattr(tokenizer, "pad_token_type_id", 0) or 0
+    with_types = "token_type_ids" in getattr(tokenizer, "model_input_names", ())
+    pin = device.type == "cuda"
+
+    def prepare(chunk):
+        texts = [text for text, _ in chunk]
+        return tokenize_chunk(
+            backend, texts, [ids for _, ids in chunk], label_count, token_budget, with_types=with_types, pin=pin
+        )
+
+    sums = None
+    for _, host_chunk in prepared_ahead(prepare, _batched(pairs, CHUNK_TEXTS)):
+        chunk = host_chunk.to(device)
+        for start, end in zip(chunk.bounds, chunk.bounds[1:]):
+            inputs = chunk.padded_inputs(start, end, tokenizer.pad_token_id, pad_type_id, left)
+            embeddings = F.normalize(_embed_batch(embedder.embed, inputs, range(end - start), device), dim=1)
+            if sums is None:
+                sums = torch.zeros(label_count, embeddings.shape[1], dtype=torch.float32, device=device)
+            first, last = int(chunk.label_bounds[start]), int(chunk.label_bounds[end])
+            if last > first:
+                sums.index_add_(0, chunk.labels[first:last], embeddings[chunk.label_rows[first:last] - start])
+        progress.update(chunk.size)
+    return sums
 
 
 # Label texts whose mean embedding centres the label-text initialisation: enough for the mean, a moment at any L.

@@ -15,6 +15,7 @@ model's `output_labels` buffer, which is how the grouping is saved with the mode
 """
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,6 +24,10 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from ..modeling.logging_utils import get_logger
+
+
+logger = get_logger(__name__)
 
 GROUPING_STRATEGIES = ("semantic", "frequency", "random")
 
@@ -274,6 +279,21 @@ def _greedy_groups(
     return groups, leftover
 
 
+class _StageClock:
+    """Seconds spent in each named stage (the device synchronised at each end), for the log."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.seconds = device, {}
+
+    def __call__(self, name: str, function, *args):
+        started = time.perf_counter()
+        result = function(*args)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+        return result
+
+
 def _semantic_order(
     x: torch.Tensor, group_size: int, beta: float, kmeans_iters: int, generator: torch.Generator, show_progress: bool
 ) -> torch.Tensor:
@@ -281,8 +301,10 @@ def _semantic_order(
 
     Each round clusters the pool into `max(1, n // (beta * G))` buckets (halving buckets larger than
     `2 * beta * G`), forms the greedy groups and carries the bucket remainders over to the next round. The
-    round with a single bucket leaves fewer than `G` rows: the last, partial group.
+    round with a single bucket leaves fewer than `G` rows: the last, partial group. The time of the clustering
+    and of the greedy groups is logged.
     """
+    clock = _StageClock(x.device)
     pool = torch.arange(x.shape[0], device=x.device)
     pieces = []
     progress = tqdm(total=x.shape[0], desc="Grouping labels", unit="label", disable=not show_progress)
@@ -293,9 +315,9 @@ def _semantic_order(
         if num_clusters == 1:
             bucket = torch.zeros(pool.numel(), dtype=torch.int64, device=x.device)
         else:
-            bucket = _spherical_kmeans(vectors, num_clusters, kmeans_iters, generator)
-            bucket = _split_large_buckets(vectors, bucket, int(2 * bucket_size), generator)
-        groups, leftover = _greedy_groups(vectors, bucket, group_size, generator)
+            bucket = clock("clustering", _spherical_kmeans, vectors, num_clusters, kmeans_iters, generator)
+            bucket = clock("clustering", _split_large_buckets, vectors, bucket, int(2 * bucket_size), generator)
+        groups, leftover = clock("greedy groups", _greedy_groups, vectors, bucket, group_size, generator)
         pieces.append(pool[groups.reshape(-1)])
         progress.update(groups.numel())
         if num_clusters == 1:
@@ -306,6 +328,10 @@ def _semantic_order(
             beta *= 2  # no bucket held a full group: use fewer, larger buckets (ends with a single bucket)
         pool = pool[leftover]
     progress.close()
+    logger.info(
+        f"Grouped {x.shape[0]:,} labels: "
+        + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in clock.seconds.items())
+    )
     return torch.cat(pieces) if pieces else pool  # no label with an embedding: nothing to order
 
 
@@ -316,6 +342,7 @@ def group_labels(
     strategy: str = "semantic",
     *,
     label_frequencies: ArrayLike | None = None,
+    frequency_bands: Sequence[int] | None = None,
     beta: float = 16,
     seed: int = 0,
     device: str | torch.device | None = None,
@@ -335,13 +362,20 @@ def group_labels(
         - `"random"`: a random permutation.
     Every group has exactly `group_size` labels except possibly the last.
 
+    With `frequency_bands`, a label is grouped only with labels of its band of training counts (`frequency_bands_of`):
+    each band, the rarest first, is grouped by `strategy` on its own, so that a group of labels seen once does not
+    share its support with labels seen a hundred times.
+
     Args:
         embeddings: `[label_count, d]` label embeddings indexed by label id (as returned by
             `compute_label_embeddings`); only the rows of `label_ids` are used. Required by `"semantic"`.
         label_ids: ids of the labels to group (the tail), distinct and non-negative.
         group_size: labels per group `G`.
         strategy: `"semantic"`, `"frequency"` or `"random"`.
-        label_frequencies: `[label_count]` training counts, indexed by label id. Required by `"frequency"`.
+        label_frequencies: `[label_count]` training counts, indexed by label id. Required by `"frequency"` and by
+            `frequency_bands`.
+        frequency_bands: increasing upper bounds of the bands of training counts (`(1, 5)`: labels seen once, 2 to
+            5 times, more often); None or empty: one pool.
         beta: average bucket size in groups (`>= 1`); the paper uses 16.
         seed: seeds the k-means initialisation, greedy seeds and random permutation. Results are reproducible
             on one device type; CUDA float atomics may break near-ties differently between runs.
@@ -363,6 +397,23 @@ def group_labels(
             raise ValueError("`label_ids` must not contain duplicates.")
     max_id = int(label_ids.max()) if label_ids.numel() else -1
 
+    if frequency_bands:
+        bands = frequency_bands_of(label_ids, label_frequencies, frequency_bands, group_size)
+        options = dict(beta=beta, seed=seed, device=device, kmeans_iters=kmeans_iters, dtype=dtype)
+        pieces = [
+            group_labels(
+                embeddings,
+                band,
+                group_size,
+                strategy,
+                label_frequencies=label_frequencies,
+                **options,
+                show_progress=show_progress,
+            ).order
+            for band in bands
+        ]
+        return LabelGrouping(torch.cat(pieces) if pieces else label_ids, group_size, strategy)
+
     if strategy == "random":
         generator = torch.Generator().manual_seed(seed)
         return LabelGrouping(label_ids[torch.randperm(label_ids.numel(), generator=generator)], group_size, strategy)
@@ -370,16 +421,7 @@ def group_labels(
     if strategy == "frequency":
         if label_frequencies is None:
             raise ValueError('`label_frequencies` is required with strategy="frequency".')
-        counts = torch.as_tensor(
-            label_frequencies.detach().cpu().numpy()
-            if isinstance(label_frequencies, torch.Tensor)
-            else np.asarray(label_frequencies)
-        ).to(torch.float64)
-        if counts.ndim != 1 or counts.numel() <= max_id:
-            raise ValueError(
-                f"`label_frequencies` must be one-dimensional and cover every id in `label_ids` (at least {max_id + 1} "
-                f"entries), got shape {tuple(counts.shape)}."
-            )
+        counts = _counts_of(label_frequencies, max_id)
         # Equal counts by ascending id: sort the ids first, then stably by count.
         by_id = torch.sort(label_ids).indices
         order = by_id[torch.sort(-counts[label_ids[by_id]], stable=True).indices]
@@ -410,6 +452,58 @@ def group_labels(
     order = with_embedding[_semantic_order(vectors, group_size, float(beta), kmeans_iters, generator, show_progress)]
     order = torch.cat([order, (~has_embedding).nonzero().squeeze(1)]).cpu()
     return LabelGrouping(label_ids[order], group_size, strategy)
+
+
+def _counts_of(label_frequencies: ArrayLike, max_id: int) -> torch.Tensor:
+    """`label_frequencies` as float64, checked to cover every label id up to `max_id`."""
+    counts = torch.as_tensor(
+        label_frequencies.detach().cpu().numpy()
+        if isinstance(label_frequencies, torch.Tensor)
+        else np.asarray(label_frequencies)
+    ).to(torch.float64)
+    if counts.ndim != 1 or counts.numel() <= max_id:
+        raise ValueError(
+            f"`label_frequencies` must be one-dimensional and cover every id in `label_ids` (at least {max_id + 1} "
+            f"entries), got shape {tuple(counts.shape)}."
+        )
+    return counts
+
+
+def check_frequency_bands(frequency_bands: Sequence[int] | None) -> tuple[int, ...]:
+    """`frequency_bands` as a tuple of increasing positive integers (empty: none), or a ValueError naming the fix."""
+    bands = tuple(frequency_bands or ())
+    if any(isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1 for b in bands) or any(
+        low >= high for low, high in zip(bands, bands[1:])
+    ):
+        raise ValueError(
+            f"`frequency_bands` must be increasing positive training counts (e.g. 1 5: labels seen once, 2-5 times, "
+            f"more often), got {list(bands)}."
+        )
+    return tuple(int(b) for b in bands)
+
+
+def frequency_bands_of(
+    label_ids: torch.Tensor, label_frequencies: ArrayLike | None, frequency_bands: Sequence[int], group_size: int
+) -> list[torch.Tensor]:
+    """`label_ids` cut into bands of training count, the rarest first, each band a whole number of groups.
+
+    Band `i` holds the labels with `bounds[i-1] < count <= bounds[i]` (the last: above the last bound), except that
+    the `size % group_size` most frequent labels of a band move up to the next one, so that only the last band may
+    end in a partial group and every group lies inside one band. Inside a band, labels are in ascending count
+    (ties by ascending id); empty bands are left out.
+    """
+    bands = check_frequency_bands(frequency_bands)
+    if label_frequencies is None:
+        raise ValueError("`frequency_bands` needs `label_frequencies` (the training count of every label).")
+    if not label_ids.numel():
+        return []
+    counts = _counts_of(label_frequencies, int(label_ids.max()))[label_ids]
+    by_id = torch.sort(label_ids).indices
+    ascending = by_id[torch.sort(counts[by_id], stable=True).indices]
+    ends = torch.searchsorted(counts[ascending], torch.tensor(bands, dtype=torch.float64), right=True)
+    ends = [int(end) // group_size * group_size for end in ends.tolist()] + [label_ids.numel()]
+    starts = [0] + ends[:-1]
+    return [label_ids[ascending[start:end]] for start, end in zip(starts, ends) if end > start]
 
 
 @torch.no_grad()

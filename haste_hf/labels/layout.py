@@ -13,6 +13,7 @@ builds (G, label count, head size).
 import hashlib
 import os
 import tempfile
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -25,8 +26,12 @@ from ..modeling.defaults import (
     DEFAULT_MAX_LENGTH,
     head_label_count_for,
 )
+from ..modeling.logging_utils import get_logger
 from .embeddings import blend_label_texts_, compute_label_embeddings
-from .grouping import GROUPING_STRATEGIES, ArrayLike, LabelGrouping, group_labels
+from .grouping import GROUPING_STRATEGIES, ArrayLike, LabelGrouping, check_frequency_bands, group_labels
+
+
+logger = get_logger(__name__)
 
 
 # Bumped whenever a layout file written by this code could not be read correctly by older code.
@@ -174,6 +179,7 @@ class LabelLayout:
         label_frequencies: int64 `[L]` positive training points of each label, or None.
         split_fingerprint: `count_labels`' fingerprint of the training split, or None when unknown.
         train_points: number of points of that split (0 when unknown).
+        frequency_bands: the bands of training count the tail was grouped within (`group_labels`); empty: one pool.
     """
 
     label_count: int
@@ -185,6 +191,7 @@ class LabelLayout:
     label_frequencies: torch.Tensor | None = None
     split_fingerprint: str | None = None
     train_points: int = 0
+    frequency_bands: tuple[int, ...] = ()
 
     def __post_init__(self):
         for name in ("label_count", "group_size"):
@@ -194,6 +201,7 @@ class LabelLayout:
             setattr(self, name, int(value))
         if self.strategy not in GROUPING_STRATEGIES:
             raise ValueError(f"`strategy` must be one of {GROUPING_STRATEGIES}, got {self.strategy!r}.")
+        self.frequency_bands = check_frequency_bands(self.frequency_bands)
         self.head_ids = _int64_vector(self.head_ids, "head_ids")
         self.tail_order = _int64_vector(self.tail_order, "tail_order")
         every_label = torch.cat([self.head_ids, self.tail_order])
@@ -223,6 +231,7 @@ class LabelLayout:
         head_label_count: int | None = None,
         strategy: str = "semantic",
         label_embeddings: torch.Tensor | np.ndarray | None = None,
+        frequency_bands=None,
         beta: float = 16,
         seed: int = 0,
         split_fingerprint: str | None = None,
@@ -234,7 +243,8 @@ class LabelLayout:
 
         The head takes the most frequent labels: `head_label_count` of them, or a `head_label_fraction` of all
         labels (default: the paper's 3%, when neither is given). The tail is grouped by `strategy`; `"semantic"`
-        needs `label_embeddings` (`[L, d]`, see `compute_label_embeddings`).
+        needs `label_embeddings` (`[L, d]`, see `compute_label_embeddings`); with `frequency_bands`, inside each band
+        of training count (`group_labels`).
         """
         frequencies = _int64_vector(label_frequencies, "label_frequencies")
         if head_label_count is None and head_label_fraction is None:
@@ -253,6 +263,7 @@ class LabelLayout:
             group_size,
             strategy,
             label_frequencies=frequencies,
+            frequency_bands=frequency_bands,
             beta=beta,
             seed=seed,
             device=device,
@@ -268,6 +279,7 @@ class LabelLayout:
             label_frequencies=frequencies,
             split_fingerprint=split_fingerprint,
             train_points=train_points,
+            frequency_bands=frequency_bands or (),
         )
 
     @classmethod
@@ -286,6 +298,7 @@ class LabelLayout:
         label_embeddings: torch.Tensor | np.ndarray | None = None,
         label_texts=None,
         label_text_grouping_below: int = 0,
+        frequency_bands=None,
         max_length: int | None = DEFAULT_MAX_LENGTH,
         batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
         beta: float = 16,
@@ -299,6 +312,7 @@ class LabelLayout:
         `encoder` (and `tokenizer`, `pooling`, `max_length`, `batch_size`; see `compute_label_embeddings`)
         unless `label_embeddings` are given. With `label_text_grouping_below` m > 0, the labels with fewer than m
         training points are grouped by their text (`label_texts`, by id) too (`embeddings.blend_label_texts_`).
+        `frequency_bands`: the tail is grouped inside bands of training count (`group_labels`).
         """
         if label_text_grouping_below:
             if strategy != "semantic":
@@ -308,7 +322,9 @@ class LabelLayout:
                 )
             if label_texts is None or encoder is None:
                 raise ValueError("`label_text_grouping_below` needs the `label_texts` and the `encoder` to embed them.")
+        started = time.perf_counter()
         frequencies, fingerprint, points = count_labels(split, label_count)
+        logger.info(f"Counted the labels of {points:,} training points in {time.perf_counter() - started:.1f} s.")
         embedding_options = dict(
             tokenizer=tokenizer,
             batch_size=batch_size,
@@ -336,6 +352,7 @@ class LabelLayout:
             head_label_count=head_label_count,
             strategy=strategy,
             label_embeddings=label_embeddings,
+            frequency_bands=frequency_bands,
             beta=beta,
             seed=seed,
             split_fingerprint=fingerprint,
@@ -380,9 +397,10 @@ class LabelLayout:
         return self.grouping.output_labels(self.head_ids)
 
     def describe(self) -> str:
+        bands = f", within training-count bands up to {list(self.frequency_bands)}" if self.frequency_bands else ""
         return (
             f"{self.label_count:,} labels (head {self.head_label_count:,}, tail {self.tail_label_count:,} in "
-            f"{self.tail_group_count:,} {self.strategy} groups of {self.group_size})"
+            f"{self.tail_group_count:,} {self.strategy} groups of {self.group_size}{bands})"
         )
 
     # ------------------------------------------------------------------------------------------------ checks
@@ -405,7 +423,11 @@ class LabelLayout:
             )
 
     def check_options(
-        self, group_size: int | None = None, head_label_fraction: float | None = None, strategy: str | None = None
+        self,
+        group_size: int | None = None,
+        head_label_fraction: float | None = None,
+        strategy: str | None = None,
+        frequency_bands=None,
     ) -> None:
         """Raises a ValueError when a structure option given beside the layout contradicts it (None: not given)."""
         if group_size is not None and group_size != self.group_size:
@@ -424,6 +446,11 @@ class LabelLayout:
             raise ValueError(
                 f"The label layout's groups are {self.strategy}, not {strategy}: leave the grouping option out, or "
                 "compute a layout with it."
+            )
+        if frequency_bands is not None and check_frequency_bands(frequency_bands) != self.frequency_bands:
+            raise ValueError(
+                f"The label layout's groups were formed within the training-count bands {list(self.frequency_bands)}, "
+                f"not {list(frequency_bands)}: leave `frequency_bands` out, or compute a layout with them."
             )
 
     # ------------------------------------------------------------------------------------------------ files
@@ -446,6 +473,8 @@ class LabelLayout:
         }
         if self.split_fingerprint is not None:
             metadata["split_fingerprint"] = self.split_fingerprint
+        if self.frequency_bands:  # older readers ignore it: the groups themselves are in `tail_order`
+            metadata["frequency_bands"] = ",".join(map(str, self.frequency_bands))
         path = os.fspath(path)
         directory = os.path.dirname(os.path.abspath(path))
         os.makedirs(directory, exist_ok=True)
@@ -490,6 +519,7 @@ class LabelLayout:
                 label_frequencies=f.get_tensor("label_frequencies") if "label_frequencies" in names else None,
                 split_fingerprint=metadata.get("split_fingerprint"),
                 train_points=int(metadata.get("train_points", 0)),
+                frequency_bands=tuple(int(b) for b in metadata.get("frequency_bands", "").split(",") if b),
             )
 
 

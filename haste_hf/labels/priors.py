@@ -38,6 +38,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from tqdm.auto import tqdm
+from transformers.utils.logging import is_progress_bar_enabled
 
 
 # The ridge penalties tried, as multiples of the mean squared singular value of the centred inputs.
@@ -320,7 +322,7 @@ def fit_new_labels(
     per_label = torch.bincount(labels, minlength=weights.count).clamp(min=1).float()
     optimizer = torch.optim.Adam(weights.parameters(), lr=learning_rate)
     losses = []
-    for _ in range(steps):
+    for _ in tqdm(range(steps), desc="Fitting the new labels", unit="step", disable=not is_progress_bar_enabled()):
         optimizer.zero_grad(set_to_none=True)
         positive = (F.softplus(-weights.pair_logits(*positives, rows, labels)) / per_label[labels]).sum()
         negative = F.softplus(weights.logits(*negatives)).mean(dim=0).sum()

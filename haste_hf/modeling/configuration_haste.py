@@ -6,10 +6,14 @@ into a checkpoint folder that loads with `trust_remote_code=True` where `haste_h
 """
 
 import copy
+import difflib
+import functools
+import inspect
 import numbers
 from collections.abc import Mapping, Sequence
 
 from transformers import AutoConfig, PretrainedConfig
+from transformers.utils import logging
 
 from .defaults import (
     DEFAULT_EVAL_BATCH_SIZE,
@@ -66,6 +70,41 @@ _GIVEN_AT_LOADING = (
 # config built in memory with it), so the names stay in `label_names.json` alone, which always holds the full list.
 MAX_CONFIG_LABEL_NAMES = 10_000
 PROBLEM_TYPE = "multi_label_classification"
+logger = logging.get_logger(__name__)
+# Keys `PretrainedConfig` reads beyond its `__init__` parameters and attributes, and others a HASTE config.json holds.
+# fmt: off
+_TRANSFORMERS_KEYS = (
+    "model_type", "custom_pipelines", "auto_map", "torch_dtype", "name_or_path", "num_labels", "output_attentions",
+    "attn_implementation", "experts_implementation", "per_layer_config", "rope_scaling", "rope_theta", "use_cache",
+)
+# fmt: on
+
+
+@functools.cache
+def _known_keys() -> tuple[frozenset, tuple]:
+    """(every key a HASTE config.json may hold, HASTE's own fields)."""
+    own = tuple(name for name in inspect.signature(HasteConfig.__init__).parameters if name not in ("self", "kwargs"))
+    transformers_keys = {*inspect.signature(PretrainedConfig.__init__).parameters, *vars(PretrainedConfig())}
+    return frozenset({*transformers_keys, *_TRANSFORMERS_KEYS, *own}), own
+
+
+def check_unknown_keys(keys) -> None:
+    """Refuses a key near one of HASTE's fields (`group_sise`: transformers keeps unknown keys as unused attributes);
+    warns of other unknown keys, naming the nearest known one. Transformers' own keys (and private ones) pass."""
+    known, own = _known_keys()
+    for key in keys:
+        if key in known or key.startswith("_"):
+            continue
+        near = difflib.get_close_matches(key, own, n=1, cutoff=0.75)
+        if near:
+            raise ValueError(
+                f"HasteConfig: `{key}` is not a field; did you mean `{near[0]}`? Fix the key in config.json."
+            )
+        nearest = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+        logger.warning_once(
+            f"HasteConfig: `{key}` is not a field of HASTE or transformers (kept, unused)"
+            + (f"; did you mean `{nearest[0]}`?" if nearest else ".")
+        )
 
 
 class LabelNames(Mapping):
@@ -255,6 +294,7 @@ class HasteConfig(PretrainedConfig):
         format_version: int = HASTE_FORMAT_VERSION,
         **kwargs,
     ):
+        check_unknown_keys(kwargs)
         if isinstance(encoder, dict):
             encoder = dict(encoder)
             if "model_type" not in encoder:
@@ -428,6 +468,12 @@ class HasteConfig(PretrainedConfig):
                     f"`{name}` must be a positive integer{' or None' if allow_none else ''}, got {value!r}."
                 )
 
+        version = self.format_version
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise ValueError(
+                f"`format_version` must be an integer in [1, {HASTE_FORMAT_VERSION}], got {version!r}: config.json is "
+                "damaged; save the model again."
+            )
         if self.format_version > HASTE_FORMAT_VERSION:
             raise ValueError(
                 f"This checkpoint has `format_version` {self.format_version}, but the installed haste_hf reads "
@@ -463,10 +509,10 @@ class HasteConfig(PretrainedConfig):
 
     @property
     def custom_pipelines(self) -> dict:
-        """What `pipeline()` reads: with the package installed, nothing, so that transformers' own
-        `TextClassificationPipeline` serves the model of any label count without `trust_remote_code` (sigmoid scores
-        per `problem_type`, names from `id2label`). Otherwise the HASTE pipeline exported with the checkpoint,
-        which needs `trust_remote_code=True`."""
+        """What `pipeline()` reads: with the package installed, nothing, since transformers reads a config's custom
+        pipeline as remote code, refused without `trust_remote_code`; the package names its pipeline in transformers'
+        registry instead (`auto_registration.register_pipeline`). Otherwise the HASTE pipeline exported with the
+        checkpoint, which needs `trust_remote_code=True`."""
         if self.pipeline_is_installed:
             return {}
         return copy.deepcopy(TEXT_CLASSIFICATION_PIPELINE)  # a copy: `pipeline()` replaces its class names

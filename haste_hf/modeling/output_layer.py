@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.utils import ModelOutput
 
+from . import label_positions
 from .checks import _check_ranked_scores, check_features, check_layer_arguments, check_output_layer_invariants
 from .defaults import (
     DEFAULT_FAN_IN,
@@ -50,6 +51,8 @@ from .sparse_ops import GroupSparseLinear, chunks, group_sparse_topk, merge_topk
 
 # Bounds the `[B, chunk]` block of logits scored at once by top-k off the fused kernels (head, CPU).
 TOPK_CHUNK_ELEMENTS = 1 << 24
+# Head rows per matmul of the position logits, the last block padded with zeros: a matmul's sums depend on its shape,
+HEAD_LOGIT_ROWS = 512  # and rows added to the head (`add_labels(head=True)`) leave the existing logits bit-identical.
 
 # Expected norm of a row of n weights drawn U(-1/sqrt(n), 1/sqrt(n)): PyTorch's default for the head, the paper's
 # for the tail (n = F), whatever n is.
@@ -148,7 +151,7 @@ class HasteOutputLayer(nn.Module):
             head_ids = torch.as_tensor(head_labels)
             if (
                 isinstance(head_labels, (bool, numbers.Real))
-                or head_ids.dtype.is_floating_point
+                or (head_ids.dtype.is_floating_point and head_ids.numel())  # `[]` is float: no head, as 0
                 or head_ids.dtype == torch.bool
             ):
                 # `True` would be a 1-label head, 2.5 label 2: neither is what was meant.
@@ -326,14 +329,13 @@ class HasteOutputLayer(nn.Module):
         check_features(features, self.in_features)
 
     def _check_supports(self) -> None:
-        """Raises a `ValueError` when the tail's supports hold a feature index out of range, checked once per change
-        of the buffer (loading, rewiring, an edit by hand): the kernels would read outside the features."""
+        """Raises a `ValueError` when the tail's supports index outside the features (the kernels would read there): at
+        each use on a CPU or with `HASTE_HF_VALIDATE=1` (edits through `.data` keep the version), else once a version."""
         if self.tail is None or torch.compiler.is_compiling() or getattr(torch.compiler, "is_exporting", bool)():
             return
         supports = self.tail.supports
-        # A tensor made under `torch.inference_mode()` keeps no version: checked once, as made.
         key = (id(supports), 0 if supports.is_inference() else supports._version, supports.device)
-        if key == self._checked_supports:
+        if key == self._checked_supports and supports.device.type != "cpu" and not label_positions.VALIDATE_LABELS:
             return
         if supports.numel() and (int(supports.min()) < 0 or int(supports.max()) >= self.tail.in_features):
             raise ValueError(
@@ -361,8 +363,19 @@ class HasteOutputLayer(nn.Module):
         return self._position_logits(*self.branch_inputs(features))
 
     def _position_logits(self, head_x, tail_x) -> torch.Tensor:
-        parts = [branch(x) for branch, x in ((self.head, head_x), (self.tail, tail_x)) if branch is not None]
+        parts = [self._head_logits(head_x)] if self.head is not None else []
+        parts += [self.tail(tail_x)] if self.tail is not None else []
         return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+
+    def _head_logits(self, head_x) -> torch.Tensor:
+        """The head's logits `[B, H]`, `HEAD_LOGIT_ROWS` rows per matmul of one shape whatever H is."""
+        weight, bias, rows = self.head.weight, self.head.bias, self.head.weight.shape[0]
+        logits = []
+        for start in range(0, rows, HEAD_LOGIT_ROWS):
+            block, padding = slice(start, start + HEAD_LOGIT_ROWS), max(0, start + HEAD_LOGIT_ROWS - rows)
+            block_bias = None if bias is None else F.pad(bias[block], (0, padding))
+            logits.append(F.linear(head_x, F.pad(weight[block], (0, 0, 0, padding)), block_bias)[:, : rows - start])
+        return torch.cat(logits, dim=1)
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         """`[B, label_count]` logits in label-id order: for small L, or the few who need every score."""
@@ -549,15 +562,15 @@ class HasteOutputLayer(nn.Module):
         return torch.nn.utils.clip_grad_norm_(self.output_parameters(), max_norm)
 
     @torch.no_grad()
-    def rewire_(self, fraction: float, scope: str, init: str, seed: int, step: int) -> tuple[RewiringResult, int]:
+    def rewire_(
+        self, fraction: float, scope: str, init: str, seed: int, step: int, score: str = "mean_abs"
+    ) -> tuple[RewiringResult, int]:
         """`haste_hf.modeling.rewiring.rewire_` of the tail, padding slots kept out of the scores. Returns what changed
         and how many (group, slot) pairs were rewired in all."""
-        check_rewiring_options(fraction, scope, init, zero_fraction_ok=True)
-        groups, group_size = self.tail.weight.shape[:2]
-        label_mask = (self.output_labels[self.tail_first_position :] >= 0).view(groups, group_size)
-        result = rewire_(
-            self.tail.weight, self.tail.supports, self.tail.in_features, fraction, scope, init, seed, step, label_mask
-        )
+        check_rewiring_options(fraction, scope, init, zero_fraction_ok=True, score=score)
+        tail = self.tail
+        mask = (self.output_labels[self.tail_first_position :] >= 0).view(tail.weight.shape[:2])  # labels, not padding
+        result = rewire_(tail.weight, tail.supports, tail.in_features, fraction, scope, init, seed, step, mask, score)
         return result, result.count
 
     # ------------------------------------------------------------------------------------- invariants

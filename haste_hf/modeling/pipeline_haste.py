@@ -1,16 +1,17 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
 """The `text-classification` pipeline of HASTE models: label names and scores of the top-k labels.
 
-`TextClassificationPipeline` scores every label of every text (`[B, L]` logits, then a sort per text), which
-at 10^5-10^7 labels costs more than the encoder. For a HASTE model this subclass asks the model for its `top_k`
-labels (`predict_topk`, the chunked top-k over the tail) and turns them into `{"label", "score"}` dicts;
-any other model gets the parent's behaviour unchanged.
+`TextClassificationPipeline` scores every label of every text (`[B, L]` logits, then a dict per label and a sort
+per text), which at 10^5 labels takes minutes where the encoder takes seconds. For a HASTE model this subclass asks
+the model for its `top_k` labels (`predict_topk`, the chunked top-k over the tail) and turns them into
+`{"label", "score"}` dicts; built for any other model it builds transformers' own `TextClassificationPipeline`.
 
-Nothing installs it globally. `pipeline("text-classification", model=..., pipeline_class=HasteTextClassificationPipeline)`
-uses it with the package; a saved HASTE model's `config.json` names it in `custom_pipelines`, so
-`pipeline(..., trust_remote_code=True)` finds it in the exported code where `haste_hf` is not installed. With the
-package, transformers' own `TextClassificationPipeline` serves the model of any label count from its logits (names
-from `id2label`, see `HasteConfig.custom_pipelines`), with the same result.
+It is the default `text-classification` pipeline of a HASTE model, however `pipeline()` is called:
+- with the package, `import haste_hf` names this class as the task's class in transformers' pipeline registry
+  (`auto_registration.register_pipeline`); built for any other model, it returns transformers' own class, so every
+  other model's pipeline is the object it was;
+- without it, a saved HASTE model's `config.json` names this class in `custom_pipelines`, so
+  `pipeline(..., trust_remote_code=True)` finds it in the code saved with the model.
 
 Flat and imports only transformers and numpy, so it is exported with the model's code.
 """
@@ -29,7 +30,8 @@ def is_haste_model(model) -> bool:
 
 
 class HasteTextClassificationPipeline(TextClassificationPipeline):
-    """`TextClassificationPipeline` that serves a HASTE model from its top-k labels, never a `[B, L]` tensor.
+    """`TextClassificationPipeline` that serves a HASTE model from its top-k labels, never a `[B, L]` tensor; built
+    for any other model, it is transformers' own `TextClassificationPipeline`.
 
     Call arguments, as for any text-classification pipeline:
         top_k (`int`, *optional*): labels per text, best first (a list of dicts per text). Without it, the best
@@ -43,16 +45,23 @@ class HasteTextClassificationPipeline(TextClassificationPipeline):
     `truncation=False` is passed (then a longer text is refused). No texts (`[]`) give no results (`[]`).
     """
 
+    def __new__(cls, *args, **kwargs):
+        # `pipeline()` builds the registered class for every model of the task: any model but a HASTE one gets
+        # transformers' own pipeline, the same object as without the package. (No model: a copy being rebuilt.)
+        model = kwargs.get("model", args[0] if args else None)
+        if model is not None and not is_haste_model(model):
+            return TextClassificationPipeline(*args, **kwargs)
+        return super().__new__(cls)
+
     def check_model_type(self, supported_models):
         # HASTE models are registered with AutoModelForSequenceClassification at run time; the parent checks
         # a static list of names.
-        if not is_haste_model(self.model):
-            super().check_model_type(supported_models)
+        pass
 
     def _sanitize_parameters(self, function_to_apply=None, top_k="", **tokenizer_kwargs):
         # `top_k=""` is the parent's mark of "not given". The parent ignores a `top_k` that is no int (2.5, [],
         # numpy.int64) and returns the best label alone: checked here instead, before the parent sees it.
-        if is_haste_model(self.model) and not (isinstance(top_k, str) and top_k == ""):
+        if not (isinstance(top_k, str) and top_k == ""):
             label_count = self.model.config.label_count
             if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or not 1 <= top_k <= label_count:
                 raise ValueError(
@@ -63,36 +72,31 @@ class HasteTextClassificationPipeline(TextClassificationPipeline):
         preprocess_params, forward_params, postprocess_params = super()._sanitize_parameters(
             function_to_apply=function_to_apply, top_k=top_k, **tokenizer_kwargs
         )
-        if is_haste_model(self.model):
-            # As `haste-hf predict` does: texts are cut at the tokenizer's `model_max_length` (the training length),
-            # and never beyond what the encoder reads (a tokenizer may name no length, or a longer one).
-            preprocess_params.setdefault("truncation", True)
-            limit = self.model.max_input_tokens
-            if preprocess_params["truncation"] and "max_length" not in preprocess_params and limit is not None:
-                preprocess_params["max_length"] = min(self.tokenizer.model_max_length, limit)
-            if "top_k" in postprocess_params:
-                forward_params["top_k"] = postprocess_params["top_k"]
-            if postprocess_params.get("function_to_apply") == ClassificationFunction.SOFTMAX:
-                raise ValueError(
-                    "`function_to_apply='softmax'` is not supported for a HASTE model: its labels are scored "
-                    "independently (binary cross-entropy). Use 'sigmoid' (the default) or 'none'."
-                )
+        # As `haste-hf predict` does: texts are cut at the tokenizer's `model_max_length` (the training length),
+        # and never beyond what the encoder reads (a tokenizer may name no length, or a longer one).
+        preprocess_params.setdefault("truncation", True)
+        limit = self.model.max_input_tokens
+        if preprocess_params["truncation"] and "max_length" not in preprocess_params and limit is not None:
+            preprocess_params["max_length"] = min(self.tokenizer.model_max_length, limit)
+        if "top_k" in postprocess_params:
+            forward_params["top_k"] = postprocess_params["top_k"]
+        if postprocess_params.get("function_to_apply") == ClassificationFunction.SOFTMAX:
+            raise ValueError(
+                "`function_to_apply='softmax'` is not supported for a HASTE model: its labels are scored "
+                "independently (binary cross-entropy). Use 'sigmoid' (the default) or 'none'."
+            )
         return preprocess_params, forward_params, postprocess_params
 
     def __call__(self, inputs, **kwargs):
-        if is_haste_model(self.model) and isinstance(inputs, (list, tuple)) and len(inputs) == 0:
+        if isinstance(inputs, (list, tuple)) and len(inputs) == 0:
             self._sanitize_parameters(**kwargs)  # the arguments are checked all the same
             return []  # no texts, no results (as `haste-hf predict` writes no line)
         return super().__call__(inputs, **kwargs)
 
     def _forward(self, model_inputs, top_k=1):
-        if not is_haste_model(self.model):
-            return super()._forward(model_inputs)
         return self.model.predict_topk(**model_inputs, k=top_k)
 
     def postprocess(self, model_outputs, function_to_apply=None, top_k=1, _legacy=True):
-        if not is_haste_model(self.model):
-            return super().postprocess(model_outputs, function_to_apply=function_to_apply, top_k=top_k, _legacy=_legacy)
         label_ids = model_outputs["label_ids"][0].tolist()
         scores = model_outputs["scores"][0].float().numpy()
         if function_to_apply in (None, ClassificationFunction.SIGMOID):

@@ -5,7 +5,10 @@ Group ``k`` of the tail owns the feature indices ``supports[k]`` (``F`` distinct
 and its ``G`` labels own the weights ``weight[k, :, :]``. One rewiring step (HASTE, algorithm
 "Group-Shared Rewiring"):
 
-1. score every (group, slot) pair by the mean ``|w|`` of the slot over the group's (valid) labels;
+1. score every (group, slot) pair by the mean ``|w|`` of the slot over the group's (valid) labels
+   (``score="label_normalized"``: each label's ``|w|`` divided first by its own mean ``|w|`` over the group's
+   slots, so that a label seen once, whose weights stay small, has as much say in its group's support as one
+   seen a thousand times);
 2. prune the weakest ``floor(K * F * fraction)`` pairs over the whole tail (``scope="global"``) or the
    weakest ``floor(F * fraction)`` slots of every group (``scope="group"``);
 3. give each pruned slot a random feature index that its group does not hold and that differs from the
@@ -37,6 +40,7 @@ SCOPES = ("global", "group")
 # data, and a count, unlike an interval, fits runs of every length.
 DEFAULT_REWIRINGS = 6
 INITS = ("zero", "random")
+SCORES = ("mean_abs", "label_normalized")
 
 
 @dataclass(frozen=True)
@@ -86,11 +90,19 @@ def check_rewiring_options(
     *,
     names: dict[str, str] | None = None,
     zero_fraction_ok: bool = False,
+    score: str = "mean_abs",
 ) -> None:
     """Raises a ValueError naming the offending argument, with its caller's name (``names`` maps
     ``"fraction"``, ``"scope"``, ``"init"``, ``"end_fraction"`` to it). A rewiring step may prune
     nothing (``zero_fraction_ok``); a rewiring schedule must prune something."""
-    names = {"fraction": "fraction", "scope": "scope", "init": "init", "end_fraction": "end_fraction", **(names or {})}
+    names = {
+        "fraction": "fraction",
+        "scope": "scope",
+        "init": "init",
+        "end_fraction": "end_fraction",
+        "score": "score",
+        **(names or {}),
+    }
     above_lower_end = fraction >= 0.0 if zero_fraction_ok else fraction > 0.0
     if not (above_lower_end and fraction <= 1.0):
         interval = "[0, 1]" if zero_fraction_ok else "(0, 1]"
@@ -101,6 +113,8 @@ def check_rewiring_options(
         raise ValueError(f"`{names['scope']}` must be one of {SCOPES}, got {scope!r}.")
     if init not in INITS:
         raise ValueError(f"`{names['init']}` must be one of {INITS}, got {init!r}.")
+    if score not in SCORES:
+        raise ValueError(f"`{names['score']}` must be one of {SCORES}, got {score!r}.")
 
 
 def num_pairs_to_prune(num_pairs: int, fraction: float) -> int:
@@ -108,9 +122,12 @@ def num_pairs_to_prune(num_pairs: int, fraction: float) -> int:
     return math.floor(round(num_pairs * fraction, 6))
 
 
-def group_slot_scores(weight: torch.Tensor, label_mask: torch.Tensor | None = None) -> torch.Tensor:
+def group_slot_scores(
+    weight: torch.Tensor, label_mask: torch.Tensor | None = None, score: str = "mean_abs"
+) -> torch.Tensor:
     """Float32 ``[K, F]``: mean ``|weight[k, g, j]|`` over the labels ``g`` of group ``k`` that
-    ``label_mask[k, g]`` marks valid (all labels when ``label_mask`` is None)."""
+    ``label_mask[k, g]`` marks valid (all labels when ``label_mask`` is None). ``score="label_normalized"``:
+    each label's ``|weight[k, g, :]|`` divided by its mean first (an all-zero label counts zero)."""
     num_groups, group_size, fan_in = weight.shape
     if label_mask is not None:
         if label_mask.shape != (num_groups, group_size) or label_mask.dtype != torch.bool:
@@ -126,6 +143,8 @@ def group_slot_scores(weight: torch.Tensor, label_mask: torch.Tensor | None = No
     scores = torch.empty(num_groups, fan_in, dtype=torch.float32, device=weight.device)
     for rows in chunks(num_groups, group_size * fan_in, _CHUNK_ELEMENTS):
         block = weight[rows].detach().abs().float()
+        if score == "label_normalized":
+            block /= block.mean(dim=2, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
         if label_mask is None:
             scores[rows] = block.mean(dim=1)
         else:
@@ -265,6 +284,7 @@ def rewire_(
     seed: int = 0,
     step: int = 0,
     label_mask: torch.Tensor | None = None,
+    score: str = "mean_abs",
 ) -> RewiringResult:
     """Rewire the tail ``(weight [K, G, F], supports [K, F])`` in place and return what changed.
 
@@ -280,6 +300,7 @@ def rewire_(
             (``Uniform(-1/sqrt(F), 1/sqrt(F))``).
         seed, step: the random stream is a function of these two only.
         label_mask: optional bool ``[K, G]``, False at padding labels (kept out of the scores).
+        score: ``"mean_abs"`` (the paper) or ``"label_normalized"``, see `group_slot_scores`.
 
     Also reset the optimizer state of the rewired slots: `reset_optimizer_state_`.
     """
@@ -288,9 +309,9 @@ def rewire_(
     num_groups, _, fan_in = weight.shape
     if supports.device != weight.device:
         raise ValueError(f"`supports` ({supports.device}) and `weight` ({weight.device}) must be on one device.")
-    check_rewiring_options(fraction, scope, init, zero_fraction_ok=True)
+    check_rewiring_options(fraction, scope, init, zero_fraction_ok=True, score=score)
     check_supports(supports, num_groups, fan_in, num_features)
-    scores = group_slot_scores(weight, label_mask)
+    scores = group_slot_scores(weight, label_mask, score)
     groups, slots, old_features, new_features, generator = regrow_weakest_(
         scores, supports, num_features, fraction, scope, seed, step
     )

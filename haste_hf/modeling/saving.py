@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import tempfile
 import time
 import uuid
@@ -26,13 +27,19 @@ from .logging_utils import get_logger
 
 LABEL_NAMES_FILE = "label_names.json"
 TRAINER_STATE_FILE = "trainer_state.json"
-# Saves stage their files in a hidden folder inside the target and mark the target while they move the
-# files in: a save killed midway leaves the mark, and loading refuses a folder that mixes two saves.
+# A save writes its files into a hidden staging folder inside the target, then switches them in: it writes a journal
+# (INCOMPLETE_SAVE_FILE, naming the staging folder, its files and the save's id: the commit point), moves the files
+# in, writes the id (SAVE_GENERATION_FILE) and removes the journal. Killed before the journal, it leaves the folder
+# as it was (the next save removes its staging folder); killed after, it leaves a folder whose next load or save
+# finishes the switch from the journal (`finish_interrupted_save`). Either way the folder loads as one whole save.
 STAGING_PREFIX = ".haste-staging-"
 INCOMPLETE_SAVE_FILE = ".haste-save-incomplete"
-# Written by each save after its files are in, before the mark goes: a new id per save, so a reader that finds the
-# same id before and after reading read one save (`read_one_save`).
+# A new id per save, so a reader that finds the same id before and after reading read one save (`read_one_save`).
 SAVE_GENERATION_FILE = ".haste-save-generation"
+# Every file a save writes for its own bookkeeping: never part of the model, never published.
+INTERNAL_FILES = (INCOMPLETE_SAVE_FILE, SAVE_GENERATION_FILE)
+# The marks are a few hundred bytes; anything larger is not one this program wrote.
+MARK_SIZE_LIMIT = 1 << 20
 
 logger = get_logger(__name__)
 
@@ -46,10 +53,39 @@ def exported_code_files() -> list[str]:
     return [modeling_file, *get_relative_import_files(modeling_file)]
 
 
+def read_mark(path: str):
+    """The JSON content of the mark file `path` (None when there is none), read only when it is a small regular
+    file: opened without following a link and without blocking, so that a FIFO cannot hold the reader forever, a
+    device (`/dev/zero`) cannot fill its memory, and a link cannot be read out of the folder. Raises an `OSError`
+    naming the file otherwise."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        handle = os.open(path, flags)
+    except FileNotFoundError:
+        return None
+    except OSError as error:  # ELOOP: a link
+        kind = "a link" if os.path.islink(path) else f"unreadable ({error.strerror})"
+        raise OSError(f"{path} is {kind}, not a mark this program wrote: remove it, then try again.") from None
+    try:
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MARK_SIZE_LIMIT:
+            kind = "larger than a mark" if stat.S_ISREG(info.st_mode) else "not a regular file"
+            raise OSError(f"{path} is {kind}, not a mark this program wrote: remove it, then try again.")
+        content = os.read(handle, MARK_SIZE_LIMIT + 1)
+    finally:
+        os.close(handle)
+    try:
+        return json.loads(content)
+    except ValueError as error:
+        raise OSError(f"{path} is damaged ({error}): save the model to its folder again.") from None
+
+
 def check_complete_save(folder: str):
-    """Raises an `OSError` when `folder` holds the mark of an interrupted or unfinished save (see
-    `save_folder_atomically`)."""
-    if os.path.lexists(os.path.join(folder, INCOMPLETE_SAVE_FILE)):
+    """Raises an `OSError` when `folder` holds the mark of a save that is unfinished, or was interrupted and cannot
+    be finished (see `save_folder_atomically`)."""
+    path = os.path.join(folder, INCOMPLETE_SAVE_FILE)
+    if os.path.lexists(path):
+        read_mark(path)  # a file there that is no mark is named as such
         raise OSError(
             f"{folder} holds an interrupted save, or one still running ({INCOMPLETE_SAVE_FILE} is present): its files "
             "may mix two saves. Let a running save finish, save the model to it again, or load an earlier checkpoint."
@@ -61,26 +97,25 @@ def save_generation(folder: str) -> str | None:
     save is unfinished or after one was interrupted."""
     check_complete_save(folder)
     path = os.path.join(folder, SAVE_GENERATION_FILE)
-    try:
-        with open(path, encoding="utf-8") as f:
-            generation = json.load(f)["generation"]
-    except FileNotFoundError:
+    generation = read_mark(path)
+    if generation is None:
         return None
-    except (ValueError, KeyError, TypeError) as error:
-        raise OSError(f"{path} is damaged ({error}): save the model to {folder} again.") from None
-    return str(generation)
+    if not (isinstance(generation, dict) and isinstance(generation.get("generation"), str)):
+        raise OSError(f"{path} is damaged (no `generation`): save the model to {folder} again.")
+    return generation["generation"]
 
 
 def read_one_save(folder: str | os.PathLike, read, attempts: int = 3, wait_seconds: float = 60.0):
     """`read()` (a load of files of `folder`: weights, label names, tokenizer...) when `folder` held one save from its
     start to its end; when a save replaced files meanwhile, `read` runs again once that save has finished (waiting
-    up to `wait_seconds` for a save of this host that is running), up to `attempts` times; then an `OSError` says
-    so. A folder that is not a local one (a Hub id) is read once."""
+    up to `wait_seconds` for a save that is switching its files in; one that was killed doing so is finished first,
+    see `finish_interrupted_save`), up to `attempts` times; then an `OSError` says so. A folder that is not a local
+    one (a Hub id) is read once."""
     folder = os.fspath(folder)
     if not os.path.isdir(folder):
         return read()
     for _ in range(attempts):
-        _wait_for_running_save(folder, wait_seconds)
+        finish_interrupted_save(folder, wait_seconds)
         before = save_generation(folder)
         result = read()
         if not os.path.lexists(os.path.join(folder, INCOMPLETE_SAVE_FILE)) and save_generation(folder) == before:
@@ -91,88 +126,216 @@ def read_one_save(folder: str | os.PathLike, read, attempts: int = 3, wait_secon
     )
 
 
-def _wait_for_running_save(folder: str, seconds: float) -> None:
-    """Returns when `folder` holds no mark of a save, when the save that marked it is not running on this host (an
-    interrupted one: loading refuses it), or after `seconds`."""
-    marker = os.path.join(folder, INCOMPLETE_SAVE_FILE)
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+def finish_interrupted_save(folder: str | os.PathLike, wait_seconds: float | None = 60.0) -> None:
+    """Finishes the switch of a save to `folder` that was stopped (killed, or failed) after its journal was written:
+    moves the rest of its files in from its staging folder, so that the folder holds that save whole. Waits up to
+    `wait_seconds` (None: as long as it takes) for a save that is switching its files in now; returns without a
+    change when the wait runs out or the folder holds no journal this can finish (loading then refuses the mark).
+    Raises an `OSError` when the switch cannot be finished for want of write access."""
+    folder = os.fspath(folder)
+    if not os.path.lexists(os.path.join(folder, INCOMPLETE_SAVE_FILE)):
+        return
+    with _one_save_at_a_time(folder, wait_seconds) as held:
+        if not held:
+            return
+        journal = _journal_to_finish(folder)
+        if journal is None:
+            return
         try:
-            with open(marker, encoding="utf-8") as f:
-                owner = json.load(f)
-        except FileNotFoundError:
-            return
-        except ValueError:  # damaged: loading refuses it
-            return
+            _switch_in(folder, journal)
+        except PermissionError as error:
+            raise OSError(
+                f"{folder} holds a save that was stopped while its files moved in; finishing it needs write access "
+                f"({error.strerror}): load it once as a user who can write to it, or save the model to it again."
+            ) from None
+
+
+def _journal_to_finish(folder: str) -> dict | None:
+    """The journal of `folder` when it names a staging folder that is there and the files to move from it; None when
+    there is none, or it is not one this can finish (a mark of a version that wrote no journal, a damaged one)."""
+    try:
+        journal = read_mark(os.path.join(folder, INCOMPLETE_SAVE_FILE))
+    except OSError:
+        return None
+    if not isinstance(journal, dict):
+        return None
+    staging, files, generation = journal.get("staging"), journal.get("files"), journal.get("generation")
+    if not (
+        _is_plain_name(staging)
+        and staging.startswith(STAGING_PREFIX)
+        and isinstance(generation, str)
+        and isinstance(files, list)
+        and all(map(_is_plain_name, files))
+    ):
+        return None
+    try:
+        if not stat.S_ISDIR(os.lstat(os.path.join(folder, staging)).st_mode):
+            return None
+    except FileNotFoundError:
+        return None
+    return journal
+
+
+def _is_plain_name(name) -> bool:
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and os.sep not in name
+
+
+def _wait_for_running_save(folder: str, seconds: float | None) -> bool:
+    """Where folders cannot be locked: whether the save that wrote the journal of `folder` has ended (its process of
+    this host is gone), waiting up to `seconds` for it. A journal of another host cannot be told from a running
+    save: False."""
+    deadline = None if seconds is None else time.monotonic() + seconds
+    while True:
+        try:
+            owner = read_mark(os.path.join(folder, INCOMPLETE_SAVE_FILE))
+        except OSError:
+            return False
+        if owner is None:
+            return True
         if not (isinstance(owner, dict) and owner.get("host") == socket.gethostname() and _is_pid(owner.get("pid"))):
-            return  # of another host, of a failed save, or of a version that did not name its process
+            return False
         if owner["pid"] == os.getpid() or not process_is_running(owner["pid"]):
-            return
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
         time.sleep(0.02)
 
 
 @contextmanager
-def _one_save_at_a_time(target: str):
-    """Holds an exclusive lock on the folder `target` (POSIX `flock` of the folder itself, no lock file), so two saves
-    to it never move their files in together; where folders cannot be locked (Windows, some network file
-    systems) saves are not serialized."""
+def _one_save_at_a_time(target: str, wait_seconds: float | None = None):
+    """Holds an exclusive lock on the folder `target` (POSIX `flock` of the folder itself, no lock file), so two
+    processes never switch files into it together; yields whether it may go on: False when `wait_seconds` passed
+    without the lock. Where folders cannot be locked (Windows, some network file systems), the owner of a journal
+    is waited for by its process id instead."""
     try:
         import fcntl
 
         handle = os.open(target, os.O_RDONLY)
     except (ImportError, OSError):
-        yield
+        yield _wait_for_running_save(target, wait_seconds)
         return
     try:
-        with suppress(OSError):
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
+        deadline = None if wait_seconds is None else time.monotonic() + wait_seconds
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | (0 if deadline is None else fcntl.LOCK_NB))
+                held = True
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    held = False
+                    break
+                time.sleep(0.02)
+            except OSError:  # locks not supported here
+                held = _wait_for_running_save(target, wait_seconds)
+                break
+        yield held
     finally:
         os.close(handle)  # releases the lock
 
 
 def save_folder_atomically(target: str, write) -> None:
-    """Calls `write(staging)` to write files into a fresh hidden folder inside `target`, then moves them
-    into `target`, replacing what was there: a failed `write` leaves `target` as it was, a kill while the
-    files move in leaves a mark that loading refuses. Only `target` need be writable, not its parent.
-    Leftovers of killed saves are removed; when the new files include weights, weight files they do not
-    replace are removed too (a single file would shadow new shards, and the other way round)."""
+    """Calls `write(staging)` to write files into a fresh hidden folder inside `target`, then switches them into
+    `target`, replacing what was there: a failed `write` leaves `target` as it was; a save stopped at any point of
+    the switch leaves a journal from which the next load or save finishes it, so that the folder always loads as the
+    previous save or as this one. Only `target` need be writable, not its parent. Leftovers of killed saves are
+    removed; when the new files include weights, weight files they do not replace are removed too (a single file
+    would shadow new shards, and the other way round)."""
     target = os.fspath(target)
     if os.path.isfile(target):
         raise ValueError(f"`save_directory` ({target}) is a file: give a folder path.")
     os.makedirs(target, exist_ok=True)
+    with _one_save_at_a_time(target):
+        _finish_then_clear(target)
+    # Named by host and process, so a save running beside this one (another process) keeps its staging folder.
+    staging = tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{socket.gethostname()}-{os.getpid()}-", dir=target)
+    committed = switched = False
+    try:
+        write(staging)
+        for name in INTERNAL_FILES:  # the id of a save `write` made into the staging folder: this save writes its own
+            with suppress(FileNotFoundError):
+                os.remove(os.path.join(staging, name))
+        new_files = sorted(os.listdir(staging))
+        journal = {
+            "staging": os.path.basename(staging),
+            "files": new_files,
+            "generation": uuid.uuid4().hex,
+            **_this_process(),
+        }
+        _sync_tree(staging)  # the journal promises these files: they are on disk before it is
+        with _one_save_at_a_time(target):
+            _finish_then_clear(target)
+            # Written beside the files and moved in, as the id: a link planted at their names is replaced, not
+            # written through.
+            _move_in_json(staging, target, INCOMPLETE_SAVE_FILE, journal)
+            committed = True
+            _switch_in(target, journal)
+            switched = True
+    finally:
+        if switched or not committed:  # a switch left unfinished keeps its staging folder: the journal names it
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _finish_then_clear(target: str) -> None:
+    """Under the folder's lock: finishes a switch that was stopped, then removes the staging folders of saves that
+    no longer run."""
+    journal = _journal_to_finish(target)
+    if journal is not None:
+        _switch_in(target, journal)
     for name in os.listdir(target):
         if name.startswith(STAGING_PREFIX) and not _staging_owner_is_running(name):
             shutil.rmtree(os.path.join(target, name), ignore_errors=True)
-    # Named by host and process, so a save running beside this one (another process) keeps its staging folder.
-    staging = tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{socket.gethostname()}-{os.getpid()}-", dir=target)
-    try:
-        write(staging)
-        new_files = sorted(os.listdir(staging))
-        with _one_save_at_a_time(target):
-            # The mark and the id are written beside the files and moved in: a link planted at their names is
-            # replaced, not written through.
-            # The mark names this process, so that readers wait for the save while it runs.
-            _move_in_json(staging, target, INCOMPLETE_SAVE_FILE, {"files": new_files, **_this_process()})
-            try:
-                if any(map(_is_weight_file, new_files)):
-                    for stale in os.listdir(target):
-                        if _is_weight_file(stale) and stale not in new_files:
-                            os.remove(os.path.join(target, stale))
-                for name in new_files:
-                    destination = os.path.join(target, name)
-                    if os.path.isdir(destination) and not os.path.islink(destination):
-                        shutil.rmtree(destination)
-                    os.replace(os.path.join(staging, name), destination)
-                generation = {"generation": uuid.uuid4().hex, "files": new_files}
-                _move_in_json(staging, target, SAVE_GENERATION_FILE, generation)
-            except BaseException:
-                with suppress(OSError):  # no longer running: readers refuse the folder at once
-                    _move_in_json(staging, target, INCOMPLETE_SAVE_FILE, {"files": new_files})
-                raise
-            os.remove(os.path.join(target, INCOMPLETE_SAVE_FILE))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _switch_in(target: str, journal: dict) -> None:
+    """Moves the files `journal` names from its staging folder into `target` (those moved already are passed over),
+    writes the save's id, removes the journal and the staging folder. Repeating it after a stop at any point ends
+    the same way."""
+    staging = os.path.join(target, journal["staging"])
+    new_files = journal["files"]
+    if any(map(_is_weight_file, new_files)):
+        for stale in os.listdir(target):
+            if _is_weight_file(stale) and stale not in new_files:
+                with suppress(FileNotFoundError):
+                    os.remove(os.path.join(target, stale))
+    for name in new_files:
+        source, destination = os.path.join(staging, name), os.path.join(target, name)
+        if not os.path.lexists(source):
+            continue  # moved in before the stop
+        if os.path.isdir(destination) and not os.path.islink(destination):
+            shutil.rmtree(destination)
+        with suppress(FileNotFoundError):  # moved meanwhile where the folder could not be locked
+            os.replace(source, destination)
+    _move_in_json(staging, target, SAVE_GENERATION_FILE, {"generation": journal["generation"], "files": new_files})
+    _sync_folder(target)
+    with suppress(FileNotFoundError):
+        os.remove(os.path.join(target, INCOMPLETE_SAVE_FILE))
+    _sync_folder(target)
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def _sync_tree(folder: str) -> None:
+    """Flushes the files and folders under `folder` to the disk, so that a power cut after the journal is written
+    cannot lose what it names (a kill alone loses nothing written)."""
+    for root, _, names in os.walk(folder):
+        for name in names:
+            with suppress(OSError):
+                handle = os.open(os.path.join(root, name), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+                try:
+                    os.fsync(handle)
+                finally:
+                    os.close(handle)
+        _sync_folder(root)
+
+
+def _sync_folder(folder: str) -> None:
+    """Flushes the entries of `folder` (its renames) to the disk, where folders can be flushed."""
+    with suppress(OSError):
+        handle = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(handle)
+        finally:
+            os.close(handle)
 
 
 def _is_pid(value) -> bool:
@@ -180,9 +343,12 @@ def _is_pid(value) -> bool:
 
 
 def _move_in_json(staging: str, target: str, name: str, content: dict) -> None:
-    with open(os.path.join(staging, name), "w", encoding="utf-8") as f:
+    path = os.path.join(staging, name)
+    with open(path, "w", encoding="utf-8") as f:
         json.dump(content, f)
-    os.replace(os.path.join(staging, name), os.path.join(target, name))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path, os.path.join(target, name))
 
 
 def _this_process() -> dict:
@@ -283,7 +449,7 @@ def checkpoint_problem(folder: str | os.PathLike) -> str | None:
     state_file = os.path.join(folder, TRAINER_STATE_FILE)
     if not os.path.isfile(state_file):
         return f"no {TRAINER_STATE_FILE}"
-    if os.path.exists(os.path.join(folder, INCOMPLETE_SAVE_FILE)):
+    if os.path.lexists(os.path.join(folder, INCOMPLETE_SAVE_FILE)):
         return "an interrupted save"
     from safetensors import SafetensorError, safe_open
     from transformers.trainer_callback import TrainerState  # training only: loading a model needs none of it
@@ -344,6 +510,7 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
 
 __all__ = [
     "INCOMPLETE_SAVE_FILE",
+    "INTERNAL_FILES",
     "LABEL_NAMES_FILE",
     "SAVE_GENERATION_FILE",
     "atomic_path",
@@ -353,7 +520,9 @@ __all__ = [
     "checkpoint_is_complete",
     "checkpoint_problem",
     "exported_code_files",
+    "finish_interrupted_save",
     "last_complete_checkpoint",
+    "read_mark",
     "read_one_save",
     "save_folder_atomically",
     "save_generation",

@@ -49,6 +49,8 @@ class RewiringCallback(TrainerCallback):
         scope: ``"global"`` (the paper) or ``"group"``, see `rewire_`.
         init: ``"zero"`` (the paper's default) or ``"random"`` initial weights of regrown slots.
         seed: seed of the random regrowth; None takes ``TrainingArguments.seed``.
+        score: how a (group, slot) pair is scored: ``"mean_abs"`` (the paper) or ``"label_normalized"``, see
+            `haste_hf.modeling.rewiring.group_slot_scores`.
     """
 
     def __init__(
@@ -59,12 +61,13 @@ class RewiringCallback(TrainerCallback):
         scope: str = "global",
         init: str = "zero",
         seed: int | None = None,
+        score: str = "mean_abs",
     ):
         if interval is not None and (isinstance(interval, bool) or not isinstance(interval, int) or interval < 1):
             raise ValueError(f"`interval` must be a positive integer number of steps (or None), got {interval!r}.")
-        check_rewiring_options(fraction, scope, init, end_fraction)
+        check_rewiring_options(fraction, scope, init, end_fraction, score=score)
         self.interval, self.fraction, self.end_fraction = interval, fraction, end_fraction
-        self.scope, self.init, self.seed = scope, init, seed
+        self.scope, self.init, self.seed, self.score = scope, init, seed, score
 
     def check_model(self, model) -> None:
         """Raises a ValueError unless `model` has a sparse tail that can be rewired: one with a feature outside
@@ -104,7 +107,12 @@ class RewiringCallback(TrainerCallback):
         self.check_model(model)
         layer = unwrap_model(model).output_layer
         result, count = layer.rewire_(
-            self.fraction, self.scope, self.init, args.seed if self.seed is None else self.seed, state.global_step
+            self.fraction,
+            self.scope,
+            self.init,
+            args.seed if self.seed is None else self.seed,
+            state.global_step,
+            self.score,
         )
         if optimizer is not None:
             reset_optimizer_state_(optimizer, layer.tail.weight, result)

@@ -12,6 +12,9 @@
 - Encoder checkpointing (`gradient_checkpointing`): only where the planned peak (`planned_peak_bytes`) would not
   fit `DEVICE_MEMORY_SHARE` of the GPU, and then for as few blocks as fit (every N-th block) where the installed
   transformers can checkpoint some blocks only. Never on a CPU: no device memory to plan against.
+
+What the plan chose, and why, is logged in one info line (`--log-level info` shows it), and a warning where even
+every block checkpointed does not fit.
 """
 
 import inspect
@@ -65,10 +68,25 @@ def device_memory_of(device: torch.device) -> int | None:
     return torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
 
 
+# transformers 5.24 renamed `gradient_checkpointing_enable` `activation_checkpointing_enable` (the old name warns
+# that it goes in v6); earlier releases have the old name alone.
+CHECKPOINTING_ENABLE = (
+    "activation_checkpointing_enable"
+    if hasattr(PreTrainedModel, "activation_checkpointing_enable")
+    else "gradient_checkpointing_enable"
+)
+
+
 def partial_checkpointing_supported() -> bool:
-    """Whether this transformers' `gradient_checkpointing_enable` can checkpoint every N-th block only."""
-    parameters = inspect.signature(PreTrainedModel.gradient_checkpointing_enable).parameters
+    """Whether this transformers' checkpointing call can checkpoint every N-th block only."""
+    parameters = inspect.signature(getattr(PreTrainedModel, CHECKPOINTING_ENABLE)).parameters
     return "every_n_layers" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+
+
+def enable_encoder_checkpointing(model, every: int) -> None:
+    """Checkpoints every `every`-th encoder block of `model` (1: every block), through this transformers' current
+    call."""
+    getattr(model, CHECKPOINTING_ENABLE)(**({} if every == 1 else {"every_n_layers": every}))
 
 
 def planned_peak_bytes(
@@ -129,7 +147,7 @@ def planned_peak_bytes(
 def plan_memory(args, model, *, tokens: int, sharded: bool, device_memory: int | None) -> MemoryPlan:
     """Resolves the memory options `args` (a `HasteTrainingArguments`) left unset for `model` (as above) trained
     on `tokens`-token inputs; `device_memory`: the GPU's bytes, None on CPUs. Logs one info line for each option
-    the plan turns off that it would otherwise turn on."""
+    the plan turns off that it would otherwise turn on, and one info line of what it chose and why."""
     on_gpu = device_memory is not None
     lean = on_gpu and args.output_layer_dtype == "bfloat16"
     momentum_dtype = args.output_momentum_dtype or ("bfloat16" if lean else "float32")
@@ -152,7 +170,9 @@ def plan_memory(args, model, *, tokens: int, sharded: bool, device_memory: int |
                 "step (pass output_fused_update=False to say so)."
             )
     if args._checkpointing_given:
-        return MemoryPlan(momentum_dtype, chunked, fused, None, device_memory=device_memory)
+        plan = MemoryPlan(momentum_dtype, chunked, fused, None, device_memory=device_memory)
+        logger.info(describe(plan, lean))
+        return plan
     loss_rows = args.per_device_train_batch_size * (args.world_size if sharded else 1)
     choices = CHECKPOINT_CHOICES if partial_checkpointing_supported() else (0, 1)
     peak = None
@@ -177,9 +197,32 @@ def plan_memory(args, model, *, tokens: int, sharded: bool, device_memory: int |
             f"{DEVICE_MEMORY_SHARE:.0%} of the GPU's {device_memory / 2**30:.1f} GiB: lower the batch size or "
             "max_length, or shard the output layer over more GPUs."
         )
-    if on_gpu and every:
-        logger.info(
-            f"Encoder checkpointing on ({'every block' if every == 1 else f'every {every}-th block'}): without it "
-            f"the planned peak exceeds {DEVICE_MEMORY_SHARE:.0%} of the GPU's {device_memory / 2**30:.1f} GiB."
+    plan = MemoryPlan(
+        momentum_dtype, chunked, fused, every, planned_peak=peak if on_gpu else None, device_memory=device_memory
+    )
+    logger.info(describe(plan, lean))
+    return plan
+
+
+def describe(plan: MemoryPlan, lean: bool) -> str:
+    """One line: what `plan` chose and why (`lean`: the output layer trains in bf16 on a GPU)."""
+    output = (
+        f"momentum {plan.output_momentum_dtype}, chunked backward {'on' if plan.output_chunked_backward else 'off'}, "
+        f"fused update {'on' if plan.output_fused_update else 'off'}"
+    )
+    if plan.device_memory is None:
+        return (
+            f"Memory plan: output layer {output}; no encoder checkpointing (a CPU: no device memory to plan against)."
         )
-    return MemoryPlan(momentum_dtype, chunked, fused, every, planned_peak=peak, device_memory=device_memory)
+    why = "a bf16 output layer on a GPU" if lean else "an fp32 output layer"
+    if plan.checkpoint_every is None:
+        checkpointing = "encoder checkpointing as given"
+    else:
+        share = f"{DEVICE_MEMORY_SHARE:.0%} of the GPU's {plan.device_memory / 2**30:.1f} GiB"
+        peak = f"planned peak {plan.planned_peak / 2**30:.1f} GiB"
+        if plan.checkpoint_every == 0:
+            checkpointing = f"no encoder checkpointing ({peak}, within {share})"
+        else:
+            blocks = "every block" if plan.checkpoint_every == 1 else f"every {plan.checkpoint_every}-th block"
+            checkpointing = f"encoder checkpointing of {blocks} ({peak}; with fewer blocks it exceeds {share})"
+    return f"Memory plan: output layer {output} ({why}, options not given); {checkpointing}."

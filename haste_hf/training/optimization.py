@@ -47,6 +47,28 @@ def split_parameters(
     return encoder_side, output_layer
 
 
+def output_parameter_groups(
+    model: "HasteForExtremeClassification", learning_rate: float, tail_learning_rate_scale: float = 1.0
+) -> list[dict]:
+    """The output layer's SGD parameter groups: one group of `split_parameters`' output-layer parameters at
+    `learning_rate`; with `tail_learning_rate_scale` other than 1, the head's and the tail's apart, the tail's at
+    `learning_rate * tail_learning_rate_scale` (one schedule scales both). Parameters keep their order, so the
+    optimizer numbers them (and seeds their rounding bits) alike either way."""
+    output_layer = split_parameters(model)[1]
+    if tail_learning_rate_scale == 1.0:  # one group, as before the option: earlier checkpoints resume
+        return [{"params": output_layer, "lr": learning_rate}]
+    tail = model.output_layer.tail
+    in_tail = {id(param) for param in tail.parameters()} if tail is not None else set()
+    groups = [
+        {"params": [param for param in output_layer if id(param) not in in_tail], "lr": learning_rate},
+        {
+            "params": [param for param in output_layer if id(param) in in_tail],
+            "lr": learning_rate * tail_learning_rate_scale,
+        },
+    ]
+    return [group for group in groups if group["params"]]
+
+
 def _row_chunks(tensor: torch.Tensor) -> Iterator[slice]:
     if tensor.dim() == 0:
         yield slice(None)

@@ -3,13 +3,18 @@
 whole run (`run_lock`), cleared of another run's checkpoints when it is overwritten, and finalised by switching the
 trained model and its results into it at once (`saving.save_folder_atomically`), then pushed to the Hub if asked."""
 
+import json
 import os
 import shutil
 import tempfile
 from contextlib import nullcontext
 from pathlib import Path
 
-from ..modeling.saving import checkpoint_folders, save_folder_atomically, save_trained_folder
+from ..modeling.saving import (
+    checkpoint_folders,
+    save_folder_atomically,
+    save_trained_folder,
+)
 from .run_lock import output_dir_lock
 
 
@@ -63,6 +68,20 @@ class RunFolder:
                 "to replace it, or --resume-from-checkpoint (`resume_from_checkpoint=True`) to continue its training."
             )
 
+    def check_resume_keeps_the_model(self, checkpoint: str | os.PathLike | None) -> None:
+        """Raises a `ValueError` when the folder's model holds another label count than the `checkpoint` this run
+        resumes from (labels added by `add-labels` after the checkpoint was saved): the run's final save would put
+        the checkpoint's labels over the added ones."""
+        if checkpoint is None:
+            return
+        ours, theirs = _label_count(Path(self.path)), _label_count(Path(checkpoint))
+        if ours is not None and theirs is not None and ours != theirs:
+            raise ValueError(
+                f"{self.path} holds a model of {ours:,} labels, and the checkpoint it resumes, {checkpoint}, one of "
+                f"{theirs:,} (labels added since, e.g. by `haste-hf add-labels`): the run's final save would replace "
+                "them. Resume into another --output-dir (`output_dir`), or add the labels again once training ends."
+            )
+
     def held(self, is_main: bool = True):
         """A context in which this process (the main one of the run; the others hold nothing) owns the folder."""
         return output_dir_lock(self.path) if is_main else nullcontext()
@@ -110,6 +129,16 @@ class RunFolder:
             revision=training_args.hub_revision,
             token=training_args.hub_token,
         )
+
+
+def _label_count(folder: Path) -> int | None:
+    """The `label_count` of the model saved in `folder`; None where it has no readable one."""
+    try:
+        with open(folder / "config.json", encoding="utf-8") as f:
+            count = json.load(f).get("label_count")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
 def check_output_dir(output_dir, *, overwrite: bool = False, resume: bool = False) -> None:

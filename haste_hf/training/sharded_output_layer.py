@@ -255,15 +255,15 @@ class ShardedOutputLayer(HasteOutputLayer):
     # ---------------------------------------------------------------------------------- training upkeep
 
     @torch.no_grad()
-    def rewire_(self, fraction, scope, init, seed, step) -> tuple[RewiringResult, int]:
+    def rewire_(self, fraction, scope, init, seed, step, score="mean_abs") -> tuple[RewiringResult, int]:
         """`haste_hf.modeling.rewiring.rewire_` of the whole tail, applied to this rank's groups: the slot scores and
         supports of all ranks are gathered, the same pairs are pruned and regrown as by one process, and
         each rank keeps its groups. Returns this rank's changes (group indices local) and the total count."""
         tail = self.tail
         local_groups, group_size, fan_in = tail.weight.shape
-        check_rewiring_options(fraction, scope, init, zero_fraction_ok=True)
+        check_rewiring_options(fraction, scope, init, zero_fraction_ok=True, score=score)
         positions = self.output_labels[self.tail_first_position : self.tail_first_position + local_groups * group_size]
-        scores = group_slot_scores(tail.weight, (positions >= 0).view(local_groups, group_size))
+        scores = group_slot_scores(tail.weight, (positions >= 0).view(local_groups, group_size), score)
         counts = self.row_counts("tail.weight")
         device = communication_device(self.group)
         all_scores = all_gather_rows(scores.to(device), counts, self.group)

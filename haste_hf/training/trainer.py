@@ -20,6 +20,7 @@ from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME, TRAINER_STATE_N
 from transformers.trainer_callback import TrainerState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.training_args import OptimizerNames
+from transformers.utils import logging as transformers_logging
 
 from ..data import LabelIdPadding, XMCDataCollator
 from ..modeling.logging_utils import get_logger
@@ -33,10 +34,12 @@ from .optimization import (
     HasteOptimizer,
     StochasticRoundingSGD,
     get_haste_scheduler,
+    output_parameter_groups,
     split_parameters,
     unwrap_haste_optimizer,
 )
 from .peft_utils import check_no_peft_encoder, check_peft_model, is_peft_model
+from .scaling import multi_gpu_advice
 from .sharded_output_layer import (
     ignore_shards_in_ddp,
     resolve_shard_output_layer,
@@ -142,6 +145,11 @@ class HasteTrainer(Trainer):
         if sharded:
             shard_output_layer_(haste_model)
             ignore_shards_in_ddp(haste_model)
+        advice = multi_gpu_advice(
+            haste_model.config.label_count, args.per_device_train_batch_size, args.world_size, sharded
+        )
+        if advice and args.process_index == 0:
+            logger.warning(advice)
         if args.world_size > 1 and args.data_seed is None:
             args.data_seed = args.seed  # see below: the data order must not follow the per-rank seeds
         if not trainer_args and kwargs.get("data_collator") is None:
@@ -156,6 +164,8 @@ class HasteTrainer(Trainer):
         if isinstance(kwargs.get("data_collator"), DataCollatorWithPadding):
             # It pads the token columns, and fails on the label-id lists, one length per example.
             kwargs["data_collator"] = LabelIdPadding(kwargs["data_collator"])
+        # The verbosity `Trainer.__init__` sets from `log_level`, set before the plan logs what it chose.
+        transformers_logging.set_verbosity(args.get_process_log_level())
         self.memory_plan = self._plan_memory(args, haste_model, sharded, kwargs.get("data_collator"))
         self._gathered = None  # see `_gathered_for_saving`
         super().__init__(model, args, *trainer_args, **kwargs)
@@ -182,6 +192,7 @@ class HasteTrainer(Trainer):
                 scope=args.rewiring_scope,
                 init=args.rewiring_init,
                 seed=args.rewiring_seed,
+                score=args.rewiring_score,
             )
             rewiring.check_model(self.model)
             self.add_callback(rewiring)
@@ -216,8 +227,7 @@ class HasteTrainer(Trainer):
         args.output_fused_update = plan.output_fused_update
         if plan.checkpoint_every:
             # On the model, not through `args`: transformers releases read other fields and take `every_n_layers` or not.
-            every = {} if plan.checkpoint_every == 1 else {"every_n_layers": plan.checkpoint_every}
-            model.gradient_checkpointing_enable(**every)
+            memory_plan.enable_encoder_checkpointing(model, plan.checkpoint_every)
         return plan
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
@@ -303,7 +313,7 @@ class HasteTrainer(Trainer):
         if self.optimizer is None:
             model = unwrap_model(self.model if model is None else model)
             args = self.args
-            encoder_side, output_layer = split_parameters(model)
+            encoder_side, _ = split_parameters(model)
             decay_names = set(self.get_decay_parameter_names(model))
             encoder_groups = [
                 {"params": [p for n, p in encoder_side if n in decay_names], "weight_decay": args.weight_decay},
@@ -316,7 +326,7 @@ class HasteTrainer(Trainer):
                 eps=args.adam_epsilon,
             )
             output_optimizer = StochasticRoundingSGD(
-                output_layer,
+                output_parameter_groups(model, args.output_learning_rate, args.output_tail_lr_scale),
                 lr=args.output_learning_rate,
                 momentum=args.output_momentum,
                 weight_decay=args.output_weight_decay,

@@ -88,6 +88,13 @@ class HasteTrainingArguments(TrainingArguments):
     output_learning_rate: float = field(
         default=DEFAULT_OUTPUT_LEARNING_RATE, metadata={"help": "Output layer (SGD) learning rate."}
     )
+    output_tail_lr_scale: float = field(
+        default=1.0,
+        metadata={
+            "help": "The sparse tail's SGD learning rate as a multiple of the output layer's (the head keeps "
+            "`output_learning_rate`; one schedule scales both): 1, one rate for head and tail."
+        },
+    )
     output_momentum: float = field(default=0.9, metadata={"help": "Output layer SGD momentum (0: no buffer)."})
     output_weight_decay: float = field(default=1e-4, metadata={"help": "Output layer decoupled weight decay."})
     output_lr_scheduler_type: str = field(default="cosine", metadata={"help": "Output layer learning-rate schedule."})
@@ -174,6 +181,14 @@ class HasteTrainingArguments(TrainingArguments):
         default="global", metadata={"help": "Prune the weakest pairs over all groups ('global') or in each ('group')."}
     )
     rewiring_seed: int | None = field(default=None, metadata={"help": "Seed of rewiring; defaults to `seed`."})
+    rewiring_score: str = field(
+        default="mean_abs",
+        metadata={
+            "help": "How a (group, slot) pair is scored for pruning: 'mean_abs', the mean |w| over the group's labels "
+            "(the paper), or 'label_normalized', each label's |w| divided by its own mean first, so that a rare "
+            "label's small weights count as much as a frequent one's."
+        },
+    )
     on_non_finite: str = field(
         default="stop",
         metadata={
@@ -250,6 +265,10 @@ class HasteTrainingArguments(TrainingArguments):
         for name in ("output_learning_rate", "output_weight_decay", "output_warmup_steps", "output_max_grad_norm"):
             if getattr(self, name) < 0:
                 raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}.")
+        if not self.output_tail_lr_scale > 0:
+            raise ValueError(
+                f"`output_tail_lr_scale` must be > 0 (1: the head's learning rate), got {self.output_tail_lr_scale}."
+            )
         if not 0 <= self.output_momentum < 1:
             raise ValueError(f"`output_momentum` must lie in [0, 1), got {self.output_momentum}.")
         if self.output_max_grad_norm > 0 and not self.max_grad_norm > 0:
@@ -299,7 +318,9 @@ class HasteTrainingArguments(TrainingArguments):
                 "scope": "rewiring_scope",
                 "init": "rewiring_init",
                 "end_fraction": "rewiring_end_fraction",
+                "score": "rewiring_score",
             },
+            score=self.rewiring_score,
         )
         if self.on_non_finite not in NON_FINITE_ACTIONS:
             raise ValueError(f"`on_non_finite` must be one of {NON_FINITE_ACTIONS}, got {self.on_non_finite!r}.")

@@ -617,3 +617,12 @@ def test_version(capsys):
     assert capsys.readouterr().out.strip() == (
         f"haste-hf {haste_hf.__version__} (transformers {transformers.__version__}, torch {torch.__version__})"
     )
+
+
+def test_a_config_file_given_as_config_equals_path_is_read_whole_even_with_an_equals_sign_in_its_name(tmp_path):
+    from haste_hf.cli.parser import parse_args
+
+    config = tmp_path / "lr=3e-4.json"
+    config.write_text(json.dumps({"learning_rate": 3e-4, "group_size": 8}))
+    args = parse_args(["train", f"--config={config}"])
+    assert args.training.learning_rate == 3e-4 and args.recipe.group_size == 8

@@ -82,6 +82,47 @@ def test_train_usage_errors_are_one_line_before_anything_loads(capsys, monkeypat
     assert_one_line_error(status, lines, 2, "train", *fragments)
 
 
+def uninstalled_integration() -> str:
+    """A `--report-to` name transformers knows whose package this environment lacks."""
+    from transformers.integrations import integration_utils
+
+    from haste_hf.cli.parser import _INTEGRATION_CHECK_NAMES
+
+    for name in integration_utils.INTEGRATION_TO_CALLBACK:
+        if not getattr(integration_utils, f"is_{_INTEGRATION_CHECK_NAMES.get(name, name)}_available")():
+            return name
+    pytest.fail("every reporting integration is installed here: none to refuse")
+
+
+def test_report_to_an_uninstalled_or_unknown_integration_is_one_line_before_the_run(
+    capsys, monkeypatch, tmp_path, dataset_dir, encoder_dir
+):
+    """`check_report_to` runs in `haste-hf train` before the data, encoder and layout load (the Trainer would fail
+    on it only after them); an installed integration passes; names checked under another name (azure_ml:
+    azureml) are looked up by that name."""
+    from transformers.integrations import integration_utils
+
+    import haste_hf.recipe
+    from haste_hf.cli.errors import UsageError
+    from haste_hf.cli.parser import check_report_to
+
+    monkeypatch.setattr(haste_hf.recipe, "train", lambda *args, **kwargs: pytest.fail("the run started"))
+    folders = ["--data", str(dataset_dir), "--encoder", str(encoder_dir), "--output-dir", str(tmp_path / "out")]
+    name = uninstalled_integration()
+    status, lines = run_cli(capsys, ["train", *folders, "--report-to", name])
+    assert_one_line_error(status, lines, 2, "train", f"argument --report-to: {name} is not installed")
+    status, lines = run_cli(capsys, ["train", *folders, "--report-to", "no-such-tracker"])
+    assert_one_line_error(status, lines, 2, "train", "unknown integration 'no-such-tracker'", "wandb")
+    assert not (tmp_path / "out").exists()
+    monkeypatch.setattr(integration_utils, "is_wandb_available", lambda: True)
+    check_report_to(["wandb"])  # installed: no refusal
+    monkeypatch.setattr(integration_utils, "is_azureml_available", lambda: True)
+    check_report_to(["azure_ml"])
+    monkeypatch.setattr(integration_utils, "is_azureml_available", lambda: False)
+    with pytest.raises(UsageError, match="azure_ml is not installed"):
+        check_report_to(["azure_ml"])
+
+
 def test_a_file_given_as_data_folder(capsys, cli_files):
     status, lines = run_cli(capsys, ["train", "--data", cli_files["texts"]])
     assert_one_line_error(status, lines, 2, "train", "`data`", "(it is a file)")

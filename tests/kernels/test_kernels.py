@@ -1,8 +1,10 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
-"""Tests of the CUDA kernels (haste_hf.kernels.ops) against the PyTorch path of haste_hf.modeling.sparse_ops.
+"""Tests of the custom ops (haste_hf.kernels.ops) on each backend (Triton, the CUDA build) against the PyTorch path
+of haste_hf.modeling.sparse_ops.
 
-The GPU tests build the extension on first use; CI has no GPU and runs only the validation, fake
-implementation and build-fallback tests.
+The GPU tests compile the kernels on first use; CI has no GPU and runs here only the validation, fake
+implementation and fallback tests (the Triton kernels themselves run there through Triton's interpreter:
+tests/kernels/triton/).
 """
 
 import itertools
@@ -100,18 +102,67 @@ class TestValidation:
             kernels.validate_inputs(x, weight, bad, check_indices=True)
 
 
-def test_fast_path_envelope_is_computed_from_shapes(monkeypatch):
+@pytest.mark.parametrize("backend_name", kernels.BACKENDS)
+def test_fast_path_envelope_is_computed_from_shapes(monkeypatch, backend_name):
+    monkeypatch.setattr(kernels, "_backend", backend_name)
     monkeypatch.setattr(kernels, "_shared_memory_optin", 227 * 1024)
+    monkeypatch.setattr(kernels, "_bf16_tensor_cores", True)
     x = torch.empty(4, 768, dtype=torch.bfloat16)
     assert kernels.has_fast_path(x, torch.empty(3, 32, 64, dtype=torch.bfloat16))
     assert kernels.has_fast_path(x.half(), torch.empty(3, 48, 96, dtype=torch.float16))
     assert not kernels.has_fast_path(x.float(), torch.empty(3, 32, 64))
     assert not kernels.has_fast_path(x, torch.empty(3, 24, 64, dtype=torch.bfloat16))
     assert not kernels.has_fast_path(x, torch.empty(3, 32, 48, dtype=torch.bfloat16))
-    # d = 1614 is the widest feature tile that fits 227 KiB (1614 * 72 * 2 bytes); one more does not.
+    # The CUDA build: d = 1614 is the widest feature tile that fits 227 KiB (1614 * 72 * 2 bytes); one more does
+    # not. Triton gathers from global memory: no bound on d.
     weight = torch.empty(3, 32, 64, dtype=torch.bfloat16)
     assert kernels.has_fast_path(torch.empty(4, 1614, dtype=torch.bfloat16), weight)
-    assert not kernels.has_fast_path(torch.empty(4, 1615, dtype=torch.bfloat16), weight)
+    assert kernels.has_fast_path(torch.empty(4, 1615, dtype=torch.bfloat16), weight) == (backend_name == "triton")
+    # Triton on a GPU without bf16 tensor cores (compute capability 7.5): fp16 only.
+    monkeypatch.setattr(kernels, "_bf16_tensor_cores", False)
+    assert kernels.has_fast_path(x.half(), torch.empty(3, 32, 64, dtype=torch.float16))
+    assert kernels.has_fast_path(x, weight) == (backend_name == "cuda")
+
+
+def test_backend_is_chosen_by_name(monkeypatch):
+    monkeypatch.setattr(kernels, "_backend", kernels.backend())
+    with pytest.raises(ValueError, match="must be one of"):
+        kernels.set_backend("cutlass")
+    monkeypatch.setenv("HASTE_HF_KERNELS", "nvcc")
+    with pytest.raises(ValueError, match="HASTE_HF_KERNELS"):
+        kernels._backend_from_environment()
+    monkeypatch.delenv("HASTE_HF_KERNELS")
+    assert kernels._backend_from_environment() == "triton"
+
+
+def test_cuda_build_says_once_that_it_builds(monkeypatch, tmp_path, capsys):
+    """The CUDA build's first use prints one line (it takes about a minute); a cached build prints nothing."""
+    import torch.utils.cpp_extension
+
+    def build(name, build_directory, **kwargs):
+        (tmp_path / "haste_hf_kernels.so").touch()
+        return "extension"
+
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", build)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args: (9, 0))
+    monkeypatch.setattr(kernels, "_build_directory", lambda sources: tmp_path)
+    for expected_lines in (1, 0):
+        monkeypatch.setattr(kernels, "_extension", None)
+        monkeypatch.setattr(kernels, "_build_failed", False)
+        assert kernels._load_extension() == "extension"
+        lines = [line for line in capsys.readouterr().err.splitlines() if "building the CUDA kernels" in line]
+        assert len(lines) == expected_lines
+
+
+def test_missing_triton_warns_once_and_falls_back(monkeypatch):
+    monkeypatch.setattr(kernels, "_triton", None)
+    monkeypatch.setattr(kernels, "_triton_failed", False)
+    monkeypatch.setattr(kernels, "_TRITON_MODULES", ("no_such_kernel",))
+    with pytest.warns(RuntimeWarning, match="Triton kernels could not be loaded"):
+        assert kernels._load_triton() is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert kernels._load_triton() is None
 
 
 def test_fake_implementations_give_shapes():
@@ -169,7 +220,7 @@ DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 @pytest.mark.parametrize("deterministic", [False, True])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}-d{}-K{}-G{}-F{}".format(*s))
-def test_matches_reference(shape, dtype, deterministic):
+def test_matches_reference(shape, dtype, deterministic, backend):
     assert kernels.is_available()
     batch, features, groups, group_size, fan_in = shape
     x, weight, supports, bias = make_operands(*shape, dtype, "cuda", seed=sum(shape), bias=True)
@@ -192,7 +243,7 @@ def test_matches_reference(shape, dtype, deterministic):
 @gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
-def test_deterministic_feature_gradient_is_bitwise_reproducible(dtype):
+def test_deterministic_feature_gradient_is_bitwise_reproducible(dtype, backend):
     x, weight, supports, _ = make_operands(96, 768, 600, 32, 64, dtype, "cuda", seed=3)
     grad_out = torch.randn(96, 600 * 32, device="cuda").to(dtype)
     runs = [torch.ops.haste.group_sparse_grad_input(grad_out, weight, supports, 768, True) for _ in range(3)]
@@ -209,7 +260,9 @@ def test_deterministic_feature_gradient_is_bitwise_reproducible(dtype):
 
 @gpu
 @pytest.mark.gpu
-def test_fast_path_envelope():
+def test_fast_path_envelope(monkeypatch):
+    """The CUDA build's two kernel families (Triton has one, for every shape)."""
+    monkeypatch.setattr(kernels, "_backend", "cuda")
     x, weight, _, _ = make_operands(8, 768, 2, 32, 64, torch.bfloat16, "cuda")
     kernels.is_available()
     assert set(kernels.kernel_paths(x, weight).values()) == {"tensor_core"}
@@ -232,7 +285,7 @@ def test_fast_path_envelope():
 
 @gpu
 @pytest.mark.gpu
-def test_dispatch_and_torch_compile_without_graph_breaks():
+def test_dispatch_and_torch_compile_without_graph_breaks(backend):
     x, weight, supports, bias = make_operands(64, 256, 20, 32, 32, torch.bfloat16, "cuda", seed=5, bias=True)
     grad_out = torch.randn(64, 640, device="cuda").to(torch.bfloat16)
 
@@ -253,7 +306,7 @@ def test_dispatch_and_torch_compile_without_graph_breaks():
 
 @gpu
 @pytest.mark.gpu
-def test_64_bit_offsets():
+def test_64_bit_offsets(backend):
     """B * K * G above 2**31: the last rows and labels are right."""
     batch, groups, group_size, fan_in = 264, (1 << 31) // (264 * 32) + 8, 32, 32
     x, weight, supports, _ = make_operands(batch, 768, groups, group_size, fan_in, torch.bfloat16, "cuda", seed=7)

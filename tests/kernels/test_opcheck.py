@@ -8,7 +8,7 @@ output (shape, dtype, strides) and the op under AOT dispatch with dynamic shapes
 The ops have only CUDA kernels. On CPU each op gets, for the duration of the CPU tests, a kernel written
 here from the pure-PyTorch definition of what it computes: opcheck then exercises the package's own fake
 implementations and autograd formulas (the backward of `group_sparse_forward` and `linear_loss` calls the
-gradient ops) without a GPU. The GPU tests run opcheck on the compiled CUDA kernels themselves.
+gradient ops) without a GPU. The GPU tests run opcheck on each backend's kernels themselves (Triton, the CUDA build).
 """
 
 import pytest
@@ -92,6 +92,7 @@ def test_every_custom_op_of_the_package_is_checked():
 def test_ops_have_only_cuda_kernels(monkeypatch):
     """A CPU tensor that reaches an op stops at dispatch, naming the backend, instead of starting a CUDA build."""
     monkeypatch.setattr(kernels, "_load_extension", lambda: pytest.fail("a CPU call tried to load the CUDA kernels"))
+    monkeypatch.setattr(kernels, "_load_triton", lambda: pytest.fail("a CPU call tried to load the Triton kernels"))
     x, weight, _, supports = random_layer(4, 16, 3, 8, 5, torch.float32, "cpu", seed=0)
     with pytest.raises(NotImplementedError, match="'CPU' backend"):
         torch.ops.haste.group_sparse_forward(x, weight, supports, None, False)
@@ -259,7 +260,7 @@ def test_cpu_kernels_are_the_reference_of_the_package():
 @pytest.mark.parametrize("shape", SPARSE_SHAPES, ids=shape_id)
 @pytest.mark.parametrize("bias", [False, True], ids=["no-bias", "bias"])
 @pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "atomic"])
-def test_sparse_linear_ops_on_gpu(shape, bias, deterministic):
+def test_sparse_linear_ops_on_gpu(shape, bias, deterministic, backend):
     assert kernels.is_available()
     check_sparse_ops(shape, "cuda", bias, deterministic, seed=shape[0] + bias)
 
@@ -270,7 +271,7 @@ def test_sparse_linear_ops_on_gpu(shape, bias, deterministic):
 @pytest.mark.parametrize("loss", sorted(losses.LOSSES))
 @pytest.mark.parametrize("store_gradient", [True, False], ids=["autograd", "no-grad"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-def test_linear_loss_on_gpu(kind, loss, store_gradient, dtype):
+def test_linear_loss_on_gpu(kind, loss, store_gradient, dtype, backend):
     assert kernels.is_available()
     check_linear_loss(kind, loss, store_gradient, "cuda", dtype, seed=7)
 
@@ -278,7 +279,7 @@ def test_linear_loss_on_gpu(kind, loss, store_gradient, dtype):
 @gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_topk_on_gpu(dtype):
+def test_topk_on_gpu(dtype, backend):
     assert kernels.is_available()
     check_topk(5, "cuda", dtype, seed=8)
     check_topk(70, "cuda", dtype, seed=9)

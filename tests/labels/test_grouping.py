@@ -410,3 +410,26 @@ def test_semantic_grouping_on_cuda():
     assert_valid_grouping(grouping, torch.arange(20000), 16)
     random = group_labels(None, torch.arange(20000), 16, "random")
     assert grouping_objective(embeddings, grouping) > grouping_objective(embeddings, random) + 0.3
+
+
+def test_frequency_order_tells_counts_apart_past_float32s_integers():
+    """Counts of 2^24 and 2^24 + 1 (float32 holds no integer between them: both round to 2^24): the larger one first, not the
+    lower id of a tie."""
+    counts = np.array([2**24, 2**24 + 1, 3])
+    grouping = group_labels(None, np.arange(3), 1, "frequency", label_frequencies=counts, device="cpu")
+    assert grouping.order.tolist() == [1, 0, 2]
+
+
+@pytest.mark.parametrize(
+    "options, argument",
+    [
+        ({"kmeans_iters": 0}, "kmeans_iters"),
+        ({"kmeans_iters": True}, "kmeans_iters"),
+        ({"kmeans_iters": 2.0}, "kmeans_iters"),
+        ({"beta": 0.5}, "beta"),
+        ({"beta": True}, "beta"),
+    ],
+)
+def test_semantic_grouping_refuses_a_bad_iteration_count_or_bucket_size(options, argument):
+    with pytest.raises(ValueError, match=f"`{argument}`"):
+        group_labels(torch.randn(8, 4), torch.arange(8), 2, device="cpu", show_progress=False, **options)

@@ -83,6 +83,24 @@ def test_chunked_loss_in_bfloat16_is_the_reference_on_rounded_logits(monkeypatch
         assert ((grad.double() - expected_grad).norm() / expected_grad.norm()).item() < 2e-2
 
 
+@pytest.mark.parametrize("kind", ["dense", "sparse"])
+def test_a_bfloat16_layers_input_gradient_sums_its_many_chunks_in_float32(kind):
+    """4096 outputs in 512 chunks of 8, every logit's gradient of one sign (BCE on negatives above 0): each chunk's
+    part of the input gradient is a bf16 product, summed over the chunks in float32. A bf16 sum would round at
+    each of the 512 additions (relative error ~1e-2); the float32 one leaves the rounding of the bf16 operands and
+    of each chunk's product (about 2^-9 = 2e-3 each, not adding up)."""
+    x, weight, bias, supports = make_layer(kind, 4, 16, 4096, torch.bfloat16, group_size=8, fan_in=4)
+    bias = (bias.float().abs() + 3).bfloat16()
+    positions = random_positions(4, 4096)
+    leaves = [t.detach().clone().requires_grad_() for t in (x, weight, bias)]
+    losses.chunk_loss_backward_(leaves[1], 8)
+    value = losses.output_layer_loss(leaves[0], leaves[1], leaves[2], positions, 4096, 0.25, "bce", supports=supports)
+    value.backward()
+    _, expected = reference(x, weight, bias, supports, positions, 4096, 0.25, "bce")
+    assert relative_error(leaves[0].grad, expected[0]) < 5e-3
+    assert relative_error(leaves[2].grad, expected[2]) < 5e-3
+
+
 def test_positions_outside_the_layer_are_not_positives():
     x, weight, bias, supports = make_layer("sparse", 3, 10, 16, torch.float64)
     clean = torch.tensor([[2, 5, -1, -1], [0, -1, -1, -1], [-1, -1, -1, -1]])

@@ -458,7 +458,7 @@ def test_trainer_with_chunked_backward_and_fused_update_trains_as_without(tmp_pa
         (dict(gradient_accumulation_steps=2), "gradient_accumulation_steps"),
         (dict(output_max_grad_norm=1.0, max_grad_norm=1.0), "output_max_grad_norm"),
         (dict(on_non_finite="skip"), "on_non_finite"),
-        (dict(fp16=True, use_cpu=False), "fp16"),
+        (dict(fp16=True, bf16=False, use_cpu=False), "fp16"),  # bf16 off: on a GPU it may be on by default
     ],
 )
 def test_fused_update_refuses_what_needs_the_whole_gradient(tmp_path, overrides, named):

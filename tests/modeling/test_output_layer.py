@@ -87,3 +87,19 @@ def test_invariants_refuse_padding_before_the_last_labels():
         padded.output_labels[[5, 31]] = padded.output_labels[[31, 5]]  # a padding slot among the labels
     with pytest.raises(ValueError, match="each of the 31 labels exactly once"):
         padded.check_invariants("this layer")
+
+
+def test_rewiring_scores_a_tail_label_0_and_leaves_only_the_padding_slots_out():
+    """Label id 0 alone in the last tail group, beside 3 padding slots: its weights decide which slot is rewired
+    (were it taken for padding, the group would have no label to score); the padding slots' weights do not."""
+    layout = LabelLayout(
+        label_count=10, head_ids=torch.tensor([9]), tail_order=torch.tensor([1, 2, 3, 4, 5, 6, 7, 8, 0]), group_size=4
+    )
+    layer = HasteOutputLayer(16, head_labels=layout, fan_in=4)
+    assert layer.output_labels[-4:].tolist() == [0, -1, -1, -1]
+    with torch.no_grad():
+        layer.tail.weight[2, 0] = torch.tensor([0.5, 0.01, 0.9, 0.7])  # label 0: slot 1 is its weakest
+        layer.tail.weight[2, 1:] = torch.tensor([0.0, 5.0, 0.0, 0.0])  # padding: scored too, slot 0 would be
+    result, count = layer.rewire_(fraction=0.25, scope="group", init="zero", seed=0, step=1)
+    assert count == 3  # one slot of each of the 3 groups
+    assert result.slots[result.groups == 2].tolist() == [1]

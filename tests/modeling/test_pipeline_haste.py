@@ -1,6 +1,6 @@
-"""`pipeline("text-classification")` over HASTE models: top-k label names and sigmoid scores, with the package installed
-(transformers' own pipeline, or `HasteTextClassificationPipeline` as `pipeline_class`) and, through the code saved
-with every model, without it. Other models keep transformers' own pipeline."""
+"""`pipeline("text-classification")` over HASTE models: top-k label names and sigmoid scores from
+`HasteTextClassificationPipeline`, the plain call's class with the package installed and, through the code saved with
+every model, without it. Other models keep transformers' own pipeline."""
 
 import json
 import os
@@ -69,15 +69,21 @@ def haste_pipeline(**kwargs):
     return pipeline("text-classification", pipeline_class=HasteTextClassificationPipeline, **kwargs)
 
 
-def test_transformers_own_pipeline_serves_a_saved_model(saved):
-    """With the package, `pipeline()` needs neither remote code nor a HASTE class: the saved config's
-    `problem_type` (sigmoid) and `id2label` (names) are what transformers' pipeline reads."""
+@pytest.mark.parametrize("trust_remote_code", [None, True])
+def test_the_plain_pipeline_of_a_haste_model_is_haste_s(saved, trust_remote_code):
+    """`pipeline("text-classification", model=folder)`, as users type it: HASTE's pipeline (its top-k, its checks),
+    not transformers' class that scores every label and reads `top_k=-1` as every label but the last."""
     folder, model = saved
-    classifier = pipeline("text-classification", model=str(folder), top_k=3)
-    assert type(classifier) is TextClassificationPipeline
+    classifier = pipeline("text-classification", model=str(folder), top_k=3, trust_remote_code=trust_remote_code)
+    assert type(classifier) is HasteTextClassificationPipeline
     assert type(classifier.model) is HasteForExtremeClassification
     tokenizer = AutoTokenizer.from_pretrained(folder)
     assert_same(classifier(TEXTS), expected(model, tokenizer, TEXTS, 3))
+    for top_k in (-1, 0, 2.5, [], None):
+        with pytest.raises(ValueError, match="`top_k` must be an integer in"):
+            classifier(TEXTS[0], top_k=top_k)
+    assert classifier([]) == []
+    assert type(pipeline("sentiment-analysis", model=str(folder))) is HasteTextClassificationPipeline  # the alias
 
 
 def test_pipeline_from_a_folder_gives_top_k_names_and_scores(saved):
@@ -112,7 +118,8 @@ def test_pipeline_truncates_long_texts_at_the_tokenizers_length(tmp_path):
     results = haste_pipeline(model=str(tmp_path))(long_text, top_k=2)
     assert [entry["label"] for entry in results] == [model.label_names[i] for i in top.label_ids[0].tolist()]
     # transformers' own pipeline truncates when asked, as for any classifier.
-    results = pipeline("text-classification", model=str(tmp_path))(long_text, top_k=2, truncation=True)
+    stock = pipeline("text-classification", model=str(tmp_path), pipeline_class=TextClassificationPipeline)
+    results = stock(long_text, top_k=2, truncation=True)
     assert [entry["label"] for entry in results] == [model.label_names[i] for i in top.label_ids[0].tolist()]
 
 
@@ -176,14 +183,36 @@ def test_other_models_are_served_as_before(tmp_path):
     bert = BertForSequenceClassification(tiny_encoder_config("bert")).eval()
     tokenizer = tiny_tokenizer(tmp_path)
     installed = pipeline("text-classification", model=bert, tokenizer=tokenizer, top_k=None)
-    assert type(installed) is TextClassificationPipeline  # `import haste_hf` replaced nothing
+    assert type(installed) is TextClassificationPipeline  # the registered class builds transformers' own for others
     assert type(pipeline("text-classification", model=bert, tokenizer=tokenizer)) is TextClassificationPipeline
-    installed = haste_pipeline(model=bert, tokenizer=tokenizer, top_k=None)  # and serves other models as its parent
+    assert type(HasteTextClassificationPipeline(model=bert, tokenizer=tokenizer)) is TextClassificationPipeline
     stock = TextClassificationPipeline(model=bert, tokenizer=tokenizer)
+    assert installed(TEXTS) == stock(TEXTS, top_k=None)
+    installed = haste_pipeline(model=bert, tokenizer=tokenizer, top_k=None)
+    assert type(installed) is TextClassificationPipeline
     assert installed(TEXTS) == stock(TEXTS, top_k=None)
     assert installed(TEXTS[0], top_k=1, function_to_apply="softmax") == stock(
         TEXTS[0], top_k=1, function_to_apply="softmax"
     )
+
+
+def test_the_pipeline_registers_whatever_loads_first(saved):
+    """`import haste_hf` after `transformers.pipelines`, or the HASTE pipeline module imported before transformers'
+    pipelines: the plain call is HASTE's either way."""
+    folder, _ = saved
+    orders = {
+        "transformers first": "import transformers.pipelines; import haste_hf",
+        "pipeline module first": "import haste_hf.modeling.pipeline_haste",
+    }
+    for order in orders.values():
+        script = f"""{order}
+from transformers import pipeline
+classifier = pipeline("text-classification", model={str(folder)!r})
+assert type(classifier).__name__ == "HasteTextClassificationPipeline", type(classifier)
+"""
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+        assert result.returncode == 0, (order, result.stderr[-3000:])
 
 
 def test_config_names_the_pipeline_only_for_remote_code(saved):
@@ -194,7 +223,7 @@ def test_config_names_the_pipeline_only_for_remote_code(saved):
         == "modeling_haste.HasteTextClassificationPipeline"
     )
     assert saved_config["auto_map"]["AutoModelForSequenceClassification"] == saved_config["auto_map"]["AutoModel"]
-    # The installed package leaves the task to transformers' pipeline: no trust_remote_code needed.
+    # The installed package names its pipeline in transformers' registry: no trust_remote_code needed.
     assert HasteConfig.from_pretrained(folder).custom_pipelines == {}
 
 
@@ -229,6 +258,15 @@ def test_pipeline_without_the_package_through_remote_code(saved, tmp_path):
             raise SystemExit("ran the exported pipeline without trust_remote_code=True")
         classifier = pipeline("text-classification", model={str(folder)!r}, trust_remote_code=True, top_k=3)
         assert type(classifier).__module__.startswith("transformers_modules"), type(classifier).__module__
+        assert type(classifier).__name__ == "HasteTextClassificationPipeline", type(classifier)
+        for top_k in (-1, 0, 2.5, []):
+            try:
+                classifier("w7", top_k=top_k)
+            except ValueError as error:
+                assert "`top_k` must be an integer in [1, 30]" in str(error), error
+            else:
+                raise SystemExit(f"served top_k={{top_k!r}}")
+        assert classifier([]) == []
         assert type(classifier.model).__module__.startswith("transformers_modules"), type(classifier.model).__module__
         with open("results.json", "w") as f:
             json.dump(classifier({TEXTS!r}, batch_size=2), f)
@@ -242,8 +280,9 @@ def test_pipeline_without_the_package_through_remote_code(saved, tmp_path):
 
 
 # ------------------------------------------------------------------------------------- no texts, long texts
-# transformers' own pipeline indexes the first text of `[]` for every model; the HASTE pipeline answers `[]`, and a
-# text longer than the encoder reads is refused in one line by the model itself, whichever pipeline serves it.
+# transformers' own pipeline (`pipeline_class=TextClassificationPipeline`) indexes the first text of `[]` for every
+# model; the HASTE pipeline answers `[]`, and a text longer than the encoder reads is refused in one line by the model
+# itself, whichever pipeline serves it.
 
 LONG_TEXT = " ".join(WORDS[:90])  # 92 tokens; the tiny encoders read 64
 
@@ -274,7 +313,7 @@ def test_a_text_beyond_the_encoders_positions_is_cut_there(folder):
 
 
 def test_a_text_beyond_the_encoders_positions_is_refused_in_one_line(folder):
-    stock = pipeline("text-classification", model=str(folder))
+    stock = pipeline("text-classification", model=str(folder), pipeline_class=TextClassificationPipeline)
     with pytest.raises(ValueError, match=r"holds texts of 92 tokens, and the encoder reads at most 64: truncate"):
         stock(LONG_TEXT, top_k=2)
     with pytest.raises(ValueError, match="encoder reads at most 64"):

@@ -231,3 +231,30 @@ def test_cuda_rewiring_matches_cpu_and_keeps_the_invariants():
         assert result.groups.device.type == device
     assert all(torch.equal(a, b) for a, b in zip(results["cpu"], results["cuda"]))
     assert all(len(set(row.tolist())) == 16 for row in results["cuda"][1])
+
+
+def test_label_normalized_scores_match_their_definition():
+    generator = torch.Generator().manual_seed(3)
+    weight = torch.randn(5, 4, 6, generator=generator)
+    weight[2, 1] = 0  # an all-zero label counts zero, not NaN
+    label_mask = torch.ones(5, 4, dtype=torch.bool)
+    label_mask[-1, 2:] = False
+    relative = weight.abs().double() / weight.abs().double().mean(dim=2, keepdim=True).clamp_min(1e-300)
+    torch.testing.assert_close(
+        group_slot_scores(weight, label_mask, "label_normalized").double(), reference_scores(relative, label_mask)
+    )
+    torch.testing.assert_close(group_slot_scores(weight, label_mask), reference_scores(weight, label_mask).float())
+
+
+def test_label_normalized_scores_give_a_rare_label_its_say_in_the_support():
+    """One group: a frequent label with large weights (slot 1 its weakest but one), a rare label whose small weights
+    peak in slot 1. Mean |w| prunes slot 1, the rare label's only strong slot; normalised per label, slot 0 (weak for
+    both, relatively) goes."""
+    weight = torch.tensor([[[1.0, 0.6, 2.0, 2.0], [0.02, 0.2, 0.02, 0.02]]])
+    supports = torch.tensor([[0, 1, 2, 3]], dtype=torch.int32)
+    plain = rewire_(weight.clone(), supports.clone(), 8, 0.25)
+    normalized = rewire_(weight.clone(), supports.clone(), 8, 0.25, score="label_normalized")
+    assert plain.slots.tolist() == [1]
+    assert normalized.slots.tolist() == [0]
+    with pytest.raises(ValueError, match="score"):
+        rewire_(weight.clone(), supports.clone(), 8, 0.25, score="max")

@@ -1,12 +1,16 @@
 """Saving and loading faults: a save never leaves a half-written folder, and loading refuses what a
 killed or corrupted save left."""
 
+import contextlib
+import json
 import os
+import shutil
 import stat
 
 import pytest
 import torch
-from faults import assert_no_leftovers, corrupt, folder_state, make_model
+from faults import assert_no_leftovers, check_killed_saves, corrupt, folder_state, killed_saves, make_model, top_labels
+from tiny_encoders import tiny_tokenizer
 from transformers import PreTrainedModel
 
 import haste_hf.hub
@@ -62,29 +66,49 @@ def test_failed_write_leaves_the_previous_save_and_no_staging(tmp_path):
     assert folder_state(tmp_path) == before
 
 
-def test_save_killed_while_files_move_in_is_refused_at_load(tmp_path):
-    """A kill between the renames leaves new config + old weights: loading names the interrupted save."""
+def test_a_save_over_a_model_killed_at_any_point_loads_as_the_old_or_the_new(tmp_path):
+    """SIGKILL before each file moved in, the journal, the id, the journal's and the staging folder's removal: the
+    folder loads as the old model (killed before the journal) or the new one (after it: the load finishes the switch)."""
+    old_model = make_model(label_count=30, head_label_count=2, seed=0, fan_in=4)
+    old_model.save_pretrained(tmp_path / "model")
+    batch = {"input_ids": torch.randint(5, 100, (6, 9), generator=torch.Generator().manual_seed(0))}
+    old = top_labels(tmp_path / "model", batch)
+    result = killed_saves(tmp_path, tmp_path / "model", ["save_pretrained", 1], points="all")
+    assert len(result["killed"]) >= 8, result["events"]  # every file of the save, each mark, the staging folder
+    check_killed_saves(tmp_path / "runs", result, old, batch)
+
+
+def test_a_save_stopped_by_an_error_while_its_files_move_in_is_finished_by_the_next_load(tmp_path, monkeypatch):
+    """An interrupt after the first file moved in: the load finishes the switch at once, the folder holds the new
+    save whole."""
     make_model(seed=0).save_pretrained(tmp_path)
     moved = []
+    replace = os.replace
 
-    def replace_then_die(source, destination):
-        if moved:
-            raise KeyboardInterrupt  # killed after the first file moved in
+    def replace_then_stop(source, destination):
+        if len(moved) == 2:  # the journal, a file, then stopped
+            raise KeyboardInterrupt
         moved.append(destination)
-        os.rename(source, destination)
+        replace(source, destination)
 
     new = make_model(seed=1, fan_in=4)
-    original = os.replace
-    os.replace = replace_then_die
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            new.save_pretrained(tmp_path)
-    finally:
-        os.replace = original
+    monkeypatch.setattr(os, "replace", replace_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        new.save_pretrained(tmp_path)
+    monkeypatch.setattr(os, "replace", replace)
     assert (tmp_path / INCOMPLETE_SAVE_FILE).exists()
+    loaded = HasteForExtremeClassification.from_pretrained(tmp_path)
+    assert loaded.config.fan_in == 4 and torch.equal(loaded.output_layer.tail.weight, new.output_layer.tail.weight)
+    assert_no_leftovers(tmp_path)
+
+
+def test_a_mark_without_a_journal_to_finish_is_refused_at_load_and_repaired_by_a_save(tmp_path):
+    """A mark of a version that wrote no journal (or one whose staging folder is gone) cannot be finished."""
+    make_model(seed=0).save_pretrained(tmp_path)
+    (tmp_path / INCOMPLETE_SAVE_FILE).write_text(json.dumps({"files": ["config.json"]}))
     with pytest.raises(OSError, match="interrupted save"):
         HasteForExtremeClassification.from_pretrained(tmp_path)
-    new.save_pretrained(tmp_path)  # saving again repairs the folder
+    make_model(seed=1, fan_in=4).save_pretrained(tmp_path)
     assert_no_leftovers(tmp_path)
     assert HasteForExtremeClassification.from_pretrained(tmp_path).config.fan_in == 4
 
@@ -160,3 +184,64 @@ def test_save_pretrained_pushes_to_the_folders_name_not_the_staging_folder(tmp_p
     model.save_pretrained(tmp_path / "other", push_to_hub=True, repo_id="user/named")
     assert pushed == [("my-model", {"private": True}), ("user/named", {})]
     assert (tmp_path / "my-model" / "model.safetensors").exists()
+
+
+MARK_CASES = """
+import json, os, resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))  # reading /dev/zero fails fast instead of filling the host
+from haste_hf import HasteForExtremeClassification
+from haste_hf.onnx_serving import OnnxClassifier
+results = {}
+for folder in sys.argv[1:]:
+    load = OnnxClassifier if folder.endswith("-onnx") else HasteForExtremeClassification.from_pretrained
+    try:
+        load(folder)
+        results[folder] = "loaded"
+    except BaseException as error:
+        results[folder] = f"{type(error).__name__}: {error}"
+print(json.dumps(results))
+"""
+
+
+def test_a_mark_that_is_not_a_small_regular_file_is_refused_at_load_in_one_line(tmp_path):
+    """A FIFO at a mark's name would block every load forever, a link to /dev/zero fill the memory: each is refused
+    at once, in one line naming it (a model folder's marks, and an ONNX export's id)."""
+    import sys
+
+    import processes
+
+    from haste_hf.export import export_onnx
+    from haste_hf.modeling.saving import SAVE_GENERATION_FILE
+
+    source = tmp_path / "model"
+    make_model().save_pretrained(source)
+    folders, marks = [], {}
+    for mark in (INCOMPLETE_SAVE_FILE, SAVE_GENERATION_FILE):
+        for kind in ("fifo", "link to /dev/zero", "oversized"):
+            folder = tmp_path / f"{len(folders)}"
+            shutil.copytree(source, folder)
+            path = folder / mark
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            if kind == "fifo":
+                os.mkfifo(path)
+            elif kind == "link to /dev/zero":
+                path.symlink_to("/dev/zero")
+            else:
+                path.write_text(json.dumps({"generation": "x" * (2 << 20)}))
+            folders.append(str(folder))
+            marks[str(folder)] = (path, kind)
+    tiny_tokenizer(source)
+    exported = tmp_path / "export-onnx"
+    export_onnx(str(source), exported, top_k=3)
+    (exported / SAVE_GENERATION_FILE).unlink()
+    os.mkfifo(exported / SAVE_GENERATION_FILE)
+    folders.append(str(exported))
+    marks[str(exported)] = (exported / SAVE_GENERATION_FILE, "fifo")
+    # A load blocked on a mark fails the test at the timeout, with the stacks of the process.
+    result = processes.run([sys.executable, "-c", MARK_CASES, *folders], timeout=180, env=processes.child_environment())
+    outcomes = json.loads(result.stdout.strip().splitlines()[-1])
+    for folder, outcome in outcomes.items():
+        path, kind = marks[folder]
+        assert outcome.startswith(("OSError", "ExportError")), (kind, outcome[:300])
+        assert str(path) in outcome and "\n" not in outcome, (kind, outcome[:300])

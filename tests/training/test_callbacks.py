@@ -183,3 +183,31 @@ def test_random_regrowth_of_a_bfloat16_tail_stays_within_the_initial_bound():
     assert model.output_layer.tail.weight.dtype == torch.bfloat16 and values.numel() == 4 * math.floor(7 * 6 * 0.5)
     assert bool((values.abs() <= 1 / math.sqrt(fan_in)).all()) and bool((values != 0).all())
     assert values.std() > 0.5 / math.sqrt(3 * fan_in)  # spread over the bound (uniform std: bound / sqrt(3))
+
+
+def test_callback_scores_pairs_as_asked():
+    """`score="label_normalized"` reaches the tail's rewiring: the callback regrows exactly the pairs that
+    `rewire_(..., score="label_normalized")` regrows, which differ here from the mean-|w| ones."""
+    from haste_hf.modeling.rewiring import rewire_
+
+    args = TrainingArguments(output_dir="unused", seed=5, report_to="none")
+    state = TrainerState(max_steps=100, global_step=30)
+    model = tiny_haste_model()
+    with torch.no_grad():  # in every group, one label with weights 100 times the others'
+        model.output_layer.tail.weight[:, 0] *= 100
+    tail = model.output_layer.tail
+    label_mask = (model.output_layer.output_labels[3:] >= 0).view(7, 4)
+    expected = {}
+    for score in ("mean_abs", "label_normalized"):
+        supports = tail.supports.clone()
+        rewire_(
+            tail.weight.clone(), supports, tail.in_features, 0.3, seed=5, step=30, label_mask=label_mask, score=score
+        )
+        expected[score] = supports
+    assert not torch.equal(expected["mean_abs"], expected["label_normalized"])
+    RewiringCallback(interval=30, fraction=0.3, score="label_normalized").on_step_end(
+        args, state, TrainerControl(), model=model
+    )
+    assert torch.equal(tail.supports, expected["label_normalized"])
+    with pytest.raises(ValueError, match="score"):
+        RewiringCallback(score="max")

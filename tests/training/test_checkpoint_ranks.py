@@ -43,7 +43,9 @@ def test_sharded_run_checkpoints_saves_and_resumes_whichever_ranks_save(tmp_path
     checkpoints, saves its whole model and resumes to the uninterrupted run's weights."""
     from haste_hf import HasteForExtremeClassification
 
-    torchrun([str(TESTS / "distributed_save_ranks.py"), str(tmp_path), pattern], tmp_path, timeout=300)
+    # Two runs of 8 steps and a resumption on 2 ranks: 139 s with the 2 cores shared by two `yes` loops and other
+    # test runs (load ~12), where 300 s was cut short in the audit; 600 s leaves 4x that.
+    torchrun([str(TESTS / "distributed_save_ranks.py"), str(tmp_path), pattern], tmp_path, timeout=600)
     results = torch.load(tmp_path / "results.pt", weights_only=False)
     for folder in (tmp_path / "model", tmp_path / "run" / "checkpoint-8"):
         saved = HasteForExtremeClassification.from_pretrained(folder).state_dict()

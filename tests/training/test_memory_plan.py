@@ -4,6 +4,7 @@ calibration against the measured peaks, and through `HasteTrainer`, the command 
 import dataclasses
 import logging
 import types
+import warnings
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ from haste_hf.training.training_args import HasteTrainingArguments
 
 
 GPU = 80 * 2**30
+PLAN_LOGGER = "transformers.haste_hf.training.memory_plan"
 OPTIONS = ("output_momentum_dtype", "output_chunked_backward", "output_fused_update")
 
 
@@ -171,6 +173,60 @@ def test_the_trainer_takes_the_plan_into_its_own_arguments(tmp_path, monkeypatch
     assert trainer.model.output_layer.tail.weight.grad is None  # the fused update stepped it inside the backward
 
 
+def test_the_plan_says_in_one_line_what_it_chose_and_why_and_checkpoints_through_the_current_call(
+    tmp_path, monkeypatch, caplog
+):
+    """A GPU where the tiny model's planned peak does not fit: one info line names the choice, the planned peak and
+    the GPU's memory; turning checkpointing on warns of no deprecated call (transformers 5.24 renamed it)."""
+    tokenizer = tiny_tokenizer(tmp_path / "tokenizer")
+    data = Dataset.from_list(planted_texts(40, 8))
+    monkeypatch.setattr(memory_plan, "device_memory_of", lambda device: 2**20)
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.INFO, logger=PLAN_LOGGER):
+        warnings.simplefilter("always")
+        trainer = make_tiny_trainer(tmp_path / "run", tokenizer, data, output_layer_dtype="bfloat16", max_steps=1)
+    assert trainer.model.is_gradient_checkpointing
+    assert [str(warning.message) for warning in caught if issubclass(warning.category, FutureWarning)] == []
+    # (and a warning: at 1 MiB even every block checkpointed does not fit)
+    lines = [
+        record.getMessage()
+        for record in caplog.records
+        if record.name == PLAN_LOGGER and record.levelno == logging.INFO
+    ]
+    peak = trainer.memory_plan.planned_peak / 2**30
+    assert lines == [
+        "Memory plan: output layer momentum bfloat16, chunked backward on, fused update on (a bf16 output layer on a "
+        f"GPU, options not given); encoder checkpointing of every block (planned peak {peak:.1f} GiB; with fewer "
+        "blocks it exceeds 85% of the GPU's 0.0 GiB)."
+    ]
+    caplog.clear()
+    monkeypatch.setattr(memory_plan, "device_memory_of", lambda device: None)
+    with caplog.at_level(logging.INFO, logger=PLAN_LOGGER):
+        make_tiny_trainer(tmp_path / "cpu", tokenizer, data, max_steps=1)
+    assert [
+        record.getMessage()
+        for record in caplog.records
+        if record.name == PLAN_LOGGER and record.levelno == logging.INFO
+    ] == [
+        "Memory plan: output layer momentum float32, chunked backward off, fused update off; no encoder "
+        "checkpointing (a CPU: no device memory to plan against)."
+    ]
+
+
+def test_log_level_info_shows_the_plan(tmp_path, caplog):
+    """transformers' `log_level` (`--log-level info`) shows the plan's line, as it shows the Trainer's own."""
+    from transformers.utils import logging as transformers_logging
+
+    verbosity = transformers_logging.get_verbosity()
+    try:
+        tokenizer = tiny_tokenizer(tmp_path / "tokenizer")
+        make_tiny_trainer(tmp_path / "run", tokenizer, Dataset.from_list(planted_texts(40, 8)), log_level="info")
+    finally:
+        transformers_logging.set_verbosity(verbosity)
+    assert [record.levelno for record in caplog.records if record.getMessage().startswith("Memory plan:")] == [
+        logging.INFO
+    ]
+
+
 def test_on_a_cpu_the_trainer_chooses_nothing(tmp_path):
     """Without a GPU: float32 momentum, no chunked backward, no fused update, no checkpointing (see memory_plan);
     the caller's arguments keep saying "not given"."""
@@ -206,3 +262,31 @@ def test_not_given_reads_apart_from_an_explicit_value_on_the_command_line_and_in
     assert off.training.output_fused_update is False and off.training._checkpointing_given
     copied = dataclasses.replace(arguments(tmp_path), output_fused_update=False)
     assert copied.output_chunked_backward is None and copied.output_fused_update is False
+
+
+def test_the_output_layer_counts_its_weights_gradients_momentum_and_logits_in_bytes(monkeypatch):
+    """The plan's output-layer terms, each against the bytes counted by hand from the layer's shape: a head of 4
+    rows over 32 features (weights and biases) and a tail of 9 groups of 4 labels of 8 weights: 420 weights; the
+    logits of 8 rows over 4 + 36 columns (padding slots included), 100 elements a chunk."""
+    model = make_tiny_model(label_count=40, head_label_count=4, group_size=4, fan_in=8)  # float32 output layer
+    layer = model.output_layer
+    assert (layer.in_features, layer.tail_group_count) == (32, 9) and layer.tail.bias is None
+    monkeypatch.setattr(memory_plan, "DEFAULT_LOSS_CHUNK_ELEMENTS", 100)
+    common = dict(batch_size=8, tokens=16, loss_rows=8, checkpoint_every=0, autocast_bf16=False)
+
+    def peak(**options):
+        return planned_peak_bytes(model, **{**common, **options})
+
+    lean = dict(momentum_dtype="float32", momentum=False, chunked_backward=True)
+    assert peak(**lean, fused_update=False) - peak(**lean, fused_update=True) == 1680  # float32 gradients
+    fused = dict(chunked_backward=True, fused_update=True)
+    no_momentum = peak(**fused, momentum=False, momentum_dtype="float32")
+    assert peak(**fused, momentum=True, momentum_dtype="float32") - no_momentum == 1680
+    assert peak(**fused, momentum=True, momentum_dtype="bfloat16") - no_momentum == 840
+    whole = dict(momentum_dtype="float32", momentum=False, fused_update=False)
+    # 8 x 40 logits of WHOLE_LOGIT_BYTES each against a chunk of 100 float32 elements.
+    assert memory_plan.WHOLE_LOGIT_BYTES == 4
+    assert peak(**whole, chunked_backward=False) - peak(**whole, chunked_backward=True) == 8 * 40 * 4 - 400
+    before = peak(**lean, fused_update=True)
+    layer.head.weight.data = layer.head.weight.data.bfloat16()  # 128 weights of 2 bytes instead of 4
+    assert before - peak(**lean, fused_update=True) == 256

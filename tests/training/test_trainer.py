@@ -372,3 +372,61 @@ def test_stock_trainer_trains_and_evaluates_from_top_k(tmp_path, tokenizer, data
     stock_metrics, haste_metrics = quality(stock.evaluate()), quality(haste.evaluate(evaluation))
     assert {"eval_loss", "eval_P@1", "eval_nDCG@3"} <= set(stock_metrics)
     assert stock_metrics == pytest.approx(haste_metrics, rel=1e-6)
+
+
+@pytest.mark.filterwarnings(r"ignore:Detected call of `lr_scheduler.step\(\)`")
+def test_the_tail_learning_rate_scale_moves_the_tail_alone(tmp_path, tokenizer, datasets_):
+    """`output_tail_lr_scale`: the tail's SGD steps (on the output layer's schedule) are that many times the head's;
+    the head, and every parameter's place in the optimizer, stay as with one rate."""
+    trainers = {
+        scale: make_trainer(tmp_path / str(scale), tokenizer, datasets_[0], output_tail_lr_scale=scale)
+        for scale in (1.0, 3.0)
+    }
+    steps = {}
+    for scale, trainer in trainers.items():
+        trainer.create_optimizer_and_scheduler(num_training_steps=8)
+        output_optimizer = unwrap_haste_optimizer(trainer.optimizer).output_optimizer
+        layer = trainer.model.output_layer
+        assert [p for g in output_optimizer.param_groups for p in g["params"]] == layer.output_parameters()
+        before = [p.detach().clone() for p in layer.output_parameters()]
+        for index, param in enumerate(layer.output_parameters()):
+            param.grad = torch.randn(param.shape, generator=torch.Generator().manual_seed(index))
+        rates = []
+        for _ in range(3):  # warm-up (1 step), then the cosine decay: the tail keeps its multiple of the head's rate
+            trainer.lr_scheduler.step()
+            rates.append([group["lr"] for group in output_optimizer.param_groups])
+        output_optimizer.step()
+        steps[scale] = {
+            name: param.detach() - start
+            for (name, param), start in zip(
+                [
+                    (n, p)
+                    for n, p in layer.named_parameters()
+                    if p.requires_grad and n.split(".")[0] in ("head", "tail")
+                ],
+                before,
+            )
+        }
+        if scale == 1.0:
+            assert len(output_optimizer.param_groups) == 1
+        else:
+            assert len(output_optimizer.param_groups) == 2 and rates[-1][0] > 0
+            assert all(tail == pytest.approx(3 * head) for head, tail in rates)
+            assert output_optimizer.param_groups[1]["params"] == list(layer.tail.parameters())
+    assert steps[1.0].keys() == steps[3.0].keys() and any(name.startswith("tail") for name in steps[1.0])
+    for name, step in steps[1.0].items():
+        expected = 3 * step if name.startswith("tail") else step
+        torch.testing.assert_close(steps[3.0][name], expected, msg=name)
+    with pytest.raises(ValueError, match="output_tail_lr_scale"):
+        HasteTrainingArguments(output_dir=str(tmp_path), use_cpu=True, output_tail_lr_scale=0)
+
+
+def test_the_trainer_rewires_with_the_score_asked_for(tmp_path, tokenizer, datasets_):
+    from haste_hf.training.callbacks import RewiringCallback
+
+    for score in ("mean_abs", "label_normalized"):
+        trainer = make_trainer(tmp_path / score, tokenizer, datasets_[0], rewiring_score=score)
+        rewirings = [c for c in trainer.callback_handler.callbacks if isinstance(c, RewiringCallback)]
+        assert [callback.score for callback in rewirings] == [score]
+    with pytest.raises(ValueError, match="rewiring_score"):
+        HasteTrainingArguments(output_dir=str(tmp_path), use_cpu=True, rewiring_score="max")

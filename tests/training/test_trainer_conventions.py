@@ -10,7 +10,7 @@ from tiny_encoders import planted_texts, tiny_tokenizer
 from tiny_haste import make_tiny_model
 from transformers import DataCollatorWithPadding, TrainingArguments
 
-from haste_hf import HasteTrainer
+from haste_hf import HasteTrainer, HasteTrainingArguments
 from haste_hf.metrics import compute_xmc_metrics
 
 
@@ -71,6 +71,26 @@ def test_data_collator_with_padding_pads_ragged_label_lists(tmp_path, tokenizer)
     assert [[label for label in row if label != -100] for row in batch["labels"].tolist()] == rows
     assert batch["input_ids"].shape[0] == 8
     assert trainer.train().global_step == 3
+
+
+def test_haste_training_arguments_with_data_collator_with_padding(tmp_path, tokenizer):
+    """`HasteTrainingArguments` keeps every column (for `XMCDataCollator`, which tokenizes the text): the raw text
+    left beside the tokens goes past `DataCollatorWithPadding`; untokenized examples are refused in one line."""
+    tokenized = texts(24, 0).map(lambda batch: tokenizer(batch["text"], truncation=True, max_length=16), batched=True)
+    arguments = HasteTrainingArguments(
+        output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=8, report_to=[], use_cpu=True
+    )
+    assert not arguments.remove_unused_columns
+    trainer = HasteTrainer(
+        model=make_tiny_model(label_count=LABELS),
+        args=arguments,
+        train_dataset=tokenized,
+        data_collator=DataCollatorWithPadding(tokenizer),
+    )
+    assert trainer.train().global_step == 2
+    raw = [texts(2, 0)[i] for i in range(2)]
+    with pytest.raises(ValueError, match=r"no `input_ids`.*haste_hf.XMCDataCollator\(tokenizer\)"):
+        trainer.data_collator(raw)
 
 
 def test_evaluate_load_finds_the_metric(tmp_path, tokenizer):

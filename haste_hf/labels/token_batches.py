@@ -1,0 +1,185 @@
+# Copyright 2026 The haste_hf Authors. Licensed under the Apache License, Version 2.0.
+"""Millions of training texts to encoder batches at the speed of the hardware, for the label embeddings.
+
+A chunk of `CHUNK_TEXTS` texts is tokenised by the Rust tokenizer behind a fast tokenizer in one call (its threads
+share the cores; the GIL is released), unpadded; its token ids become one flat array and one length per text
+(CSR), with no per-text padding in Python. The texts are then sorted by length and cut into batches of at most a
+token budget of padded tokens, so the padding is small and short texts go many to a batch. The chunk's arrays
+(tokens, the texts' label ids in the same order) go to the device in one pinned, non-blocking copy each; a batch's
+padded `input_ids` and `attention_mask` are gathered there from the flat tokens (`padded_inputs`). Chunks are
+prepared in threads ahead of the encoder (`embeddings.prepared_ahead`).
+"""
+
+import bisect
+from dataclasses import dataclass
+from itertools import chain
+
+import numpy as np
+import torch
+
+
+# Texts tokenised (and sorted by length) at once: the sort leaves little padding at this size, and a chunk's
+# arrays stay small (about 7 MB of tokens for titles).
+CHUNK_TEXTS = 16384
+# A `model_max_length` at or above this is transformers' "no limit" marker: such texts are not truncated.
+_NO_LIMIT = 10**9
+
+
+def fast_backend(tokenizer, max_length: int | None):
+    """A copy of the Rust tokenizer of a fast `tokenizer`, truncating as `tokenizer(texts, truncation=True,
+    max_length=max_length)` does and padding nothing; None when `tokenizer` has none (a slow tokenizer) or has
+    no padding token (then the tokenizer's own call explains)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not getattr(tokenizer, "is_fast", False) or tokenizer.pad_token_id is None:
+        return None
+    from tokenizers import Tokenizer
+
+    copy = Tokenizer.from_str(backend.to_str())
+    copy.no_padding()
+    limit = max_length if max_length is not None else tokenizer.model_max_length
+    if limit is None or limit >= _NO_LIMIT:
+        copy.no_truncation()
+    else:
+        copy.enable_truncation(int(limit), direction=getattr(tokenizer, "truncation_side", "right"))
+    return copy
+
+
+def _flat(rows: list, count: int) -> np.ndarray:
+    return np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=count)
+
+
+def csr_rows(rows: list) -> tuple[np.ndarray, np.ndarray]:
+    """`(flat int64 values, int64 lengths)` of a list of integer sequences."""
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    return _flat(rows, int(lengths.sum())), lengths
+
+
+def reorder_rows(flat: np.ndarray, lengths: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """The values of CSR rows `order` (an index array), concatenated in that order."""
+    new_lengths = lengths[order]
+    starts = np.cumsum(lengths) - lengths
+    new_starts = np.cumsum(new_lengths) - new_lengths
+    return flat[np.repeat(starts[order] - new_starts, new_lengths) + np.arange(int(new_lengths.sum()))]
+
+
+def length_batches(sorted_lengths: np.ndarray, token_budget: int) -> list[int]:
+    """Bounds `[0, b1, ..., n]` of consecutive batches of texts sorted by ascending length, each as long as its
+    padded size (texts x its longest text, at least 1) stays within `token_budget` (a text longer than the budget
+    goes alone)."""
+    lengths = np.maximum(sorted_lengths, 1).tolist()
+    bounds, start, count = [0], 0, len(lengths)
+    while start < count:
+        # (end - start) x lengths[end - 1] grows with `end`: the last end within the budget, by bisection.
+        fits = bisect.bisect_right(
+            range(start + 1, count + 1), token_budget, key=lambda e: (e - start) * lengths[e - 1]
+        )
+        start += max(1, fits)
+        bounds.append(start)
+    return bounds
+
+
+@dataclass
+class TokenChunk:
+    """A chunk of texts, sorted by token length, and their positive label ids, as flat arrays (CSR) ready for the
+    device.
+
+    Attributes:
+        tokens: int64 `[T]` the texts' token ids, text after text in sorted order.
+        token_types: int64 `[T]` their token type ids, or None (all zero: the encoder's default).
+        lengths: int64 `[n]` tokens of each text (sorted ascending); `starts` their offsets into `tokens`.
+        labels: int64 `[P]` the positive label ids of each text, text after text in sorted order;
+            `label_rows` int64 `[P]` the (sorted) text each belongs to; `label_bounds` (numpy, `[n + 1]`) where each
+            text's labels start.
+        bounds: the batches, as bounds into the sorted texts (`length_batches`).
+        host_lengths: `lengths` as numpy (a batch's padded length is read on the host, without a device sync).
+    """
+
+    tokens: torch.Tensor
+    token_types: torch.Tensor | None
+    lengths: torch.Tensor
+    starts: torch.Tensor
+    labels: torch.Tensor
+    label_rows: torch.Tensor
+    label_bounds: np.ndarray
+    bounds: list[int]
+    host_lengths: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return len(self.host_lengths)
+
+    def to(self, device: torch.device) -> "TokenChunk":
+        def move(tensor):
+            return None if tensor is None else tensor.to(device, non_blocking=True)
+
+        return TokenChunk(
+            *(
+                move(t)
+                for t in (self.tokens, self.token_types, self.lengths, self.starts, self.labels, self.label_rows)
+            ),
+            self.label_bounds,
+            self.bounds,
+            self.host_lengths,
+        )
+
+    def padded_inputs(self, start: int, end: int, pad_id: int, pad_type_id: int, left: bool) -> dict:
+        """The encoder's inputs of sorted texts `[start, end)`: `input_ids`, `attention_mask` (and `token_type_ids`)
+        `[end - start, longest]`, padded on the left or the right, gathered on the chunk's device."""
+        width = max(1, int(self.host_lengths[end - 1]))
+        lengths = self.lengths[start:end].unsqueeze(1)
+        columns = torch.arange(width, device=self.tokens.device)
+        shift = (width - lengths) if left else torch.zeros_like(lengths)
+        mask = (columns >= shift) & (columns < shift + lengths)
+        index = (self.starts[start:end].unsqueeze(1) + columns - shift).clamp_(0, max(0, self.tokens.numel() - 1))
+        gathered = self.tokens[index] if self.tokens.numel() else torch.zeros_like(index)
+        inputs = {"input_ids": gathered.masked_fill(~mask, pad_id), "attention_mask": mask.long()}
+        if self.token_types is not None:
+            inputs["token_type_ids"] = self.token_types[index].masked_fill(~mask, pad_type_id)
+        return inputs
+
+
+def tokenize_chunk(
+    backend,
+    texts: list[str],
+    label_lists: list,
+    label_count: int,
+    token_budget: int,
+    *,
+    with_types: bool = False,
+    pin: bool = False,
+) -> TokenChunk:
+    """`texts` tokenised by `backend` (see `fast_backend`), sorted by length and cut into batches of at most
+    `token_budget` padded tokens, with their `label_lists` (ids in `[0, label_count)`, checked), as a `TokenChunk`:
+    with `with_types` (the tokenizer's `model_input_names` has `token_type_ids`), the token types too unless all
+    are zero; with `pin`, in pinned memory for non-blocking copies."""
+    encode = getattr(backend, "encode_batch_fast", backend.encode_batch)  # `_fast`: no character offsets
+    encodings = encode(texts)
+    flat_tokens, lengths = csr_rows([encoding.ids for encoding in encodings])
+    flat_types = None
+    if with_types and any(any(encoding.type_ids) for encoding in encodings):
+        flat_types = _flat((encoding.type_ids for encoding in encodings), flat_tokens.size)
+    flat_labels, label_lengths = csr_rows(label_lists)
+    if flat_labels.size and (flat_labels.min() < 0 or flat_labels.max() >= label_count):
+        raise ValueError(
+            f"Label ids must be in [0, {label_count}) (`label_count`); got ids in [{flat_labels.min()}, "
+            f"{flat_labels.max()}]. Remove padding values such as -100."
+        )
+    order = np.argsort(lengths, kind="stable")
+    sorted_lengths = lengths[order]
+    sorted_label_lengths = label_lengths[order]
+
+    def tensor(array):
+        out = torch.from_numpy(np.ascontiguousarray(array))
+        return out.pin_memory() if pin else out
+
+    return TokenChunk(
+        tokens=tensor(reorder_rows(flat_tokens, lengths, order)),
+        token_types=None if flat_types is None else tensor(reorder_rows(flat_types, lengths, order)),
+        lengths=tensor(sorted_lengths),
+        starts=tensor(np.cumsum(sorted_lengths) - sorted_lengths),
+        labels=tensor(reorder_rows(flat_labels, label_lengths, order)),
+        label_rows=tensor(np.repeat(np.arange(len(texts), dtype=np.int64), sorted_label_lengths)),
+        label_bounds=np.concatenate([[0], np.cumsum(sorted_label_lengths)]),
+        bounds=length_batches(sorted_lengths, token_budget),
+        host_lengths=sorted_lengths,
+    )

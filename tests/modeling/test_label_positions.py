@@ -1,0 +1,52 @@
+"""The label checks of `from_encoder_pretrained` (haste_hf.modeling.label_positions.label_count_and_head): what a
+layout fixes, and what may be given beside it."""
+
+import pytest
+import torch
+
+from haste_hf import LabelLayout
+from haste_hf.modeling.label_positions import label_count_and_head
+
+
+def layout_of_10() -> LabelLayout:
+    return LabelLayout(
+        label_count=10, head_ids=torch.tensor([9, 3]), tail_order=torch.tensor([0, 1, 2, 4, 5, 6, 7, 8]), group_size=4
+    )
+
+
+@pytest.mark.parametrize("head_label_count", [None, 2])
+def test_a_layout_gives_the_label_count_head_and_group_size(head_label_count):
+    """Left out or equal to the layout's, the head count is the layout's; so are the label count and group size."""
+    config_kwargs = {}
+    counts = label_count_and_head(None, head_label_count, None, layout_of_10(), None, None, config_kwargs)
+    assert counts == (10, 2) and config_kwargs == {"group_size": 4}
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (dict(head_label_count=3), r"`head_label_count` \(3\) differs from the layout's head \(2 labels\)"),
+        (dict(label_frequencies=[1] * 10), "leave out label_frequencies"),
+        (dict(head_label_fraction=0.2), "leave out head_label_fraction"),
+    ],
+)
+def test_what_a_layout_fixes_is_refused_beside_it(arguments, message):
+    given = dict(label_count=None, head_label_count=None, head_label_fraction=None, label_frequencies=None)
+    given.update(arguments)
+    with pytest.raises(ValueError, match=message):
+        label_count_and_head(
+            given["label_count"],
+            given["head_label_count"],
+            given["head_label_fraction"],
+            layout_of_10(),
+            given["label_frequencies"],
+            None,
+            {},
+        )
+
+
+def test_without_a_layout_the_label_count_is_needed_and_one_head_setting():
+    with pytest.raises(ValueError, match="Give `label_count`"):
+        label_count_and_head(None, 2, None, None, None, None, {})
+    with pytest.raises(ValueError, match="not both"):
+        label_count_and_head(10, 2, 0.2, None, None, None, {})
