@@ -9,14 +9,16 @@ bit-identical; the output positions stay "head, then tail groups, padding last",
 serves and exports as any other.
 
 Each new label starts from the weights the trained model's own labels say its text should have (`priors.py`: a
-ridge map from the trained labels' texts, the model's label names, to their weights on the branch). Given negatives
-(training texts tagged with none of the new labels), a MAP logistic fit of the new weights alone follows: its
-positives (its own text and its examples) against the negatives, pulled toward the text's weights, the encoder and
-every existing weight frozen. Last, each new label's level is calibrated (`priors.py`): with negatives, the bias
-at which its BCE on its positives and the negatives is stationary, as training leaves a trained label's bias (its
-scores summed over those texts equal its positives' count); without, an offset that makes its summed sigmoid scores
-on a sample of the trained labels' texts what trained labels of its text's expected frequency have there. A model without
-label names falls back to the text's embedding as the direction, scaled to the trained weights' mean norm.
+ridge map from the trained labels' texts, the model's label names, to their weights on the branch; on the tail with
+negatives, plus a copy of the text's own features, its weight and the scale distilled on trained labels). Given
+negatives (training texts tagged with none of the new labels), a MAP logistic fit of the new weights alone follows:
+its positives (its own text and its examples) against the negatives, pulled toward the text's weights, the encoder
+and every existing weight frozen. Last, each new label's level is calibrated (`priors.py`) to the frequency of the
+trained labels whose texts are nearest its own: with negatives, the bias at which its BCE over the training texts is
+stationary (its positives standing for that fraction of them, the negatives for the rest), as training leaves a
+trained label's bias; without, an offset that makes its summed sigmoid scores on a sample of the trained labels'
+texts what those nearest trained labels have there. A model without label names falls back to the text's embedding
+as the direction, scaled to the trained weights' mean norm.
 """
 
 import math
@@ -525,8 +527,10 @@ def add_labels(
     branch = "head" if head else "tail"
     reference = priors.reference_rows(negative_rows, label_rows, map_ids, seed)
     reference_tail = None if reference is None or head else features["tail"][reference[0]]
+    # The copy of a text's own features scores real texts on a level no label name shows: only with negatives.
+    blends = priors.BLENDS if negatives is not None else (0.0,)
     start = priors.mapped_weights(
-        layer, branch, embedded[:count], embedded[label_rows], map_ids.to(embedded.device), reference_tail
+        layer, branch, embedded[:count], embedded[label_rows], map_ids.to(embedded.device), reference_tail, blends
     )
     if start is None:  # no label names to learn the map from: the texts' own directions
         start = fallback_start(layer, branch, features[branch], (rows, labels), negative_rows, count)
@@ -545,8 +549,15 @@ def add_labels(
                 )
             finally:
                 torch.random.set_rng_state(generator_state)
-    positives = (rows, labels) if negatives is not None else None
-    calibrate_new_labels(layer, weights, embedded, features, reference, count, positives)
+    examples_only = rows >= count  # a label's own text is no training text: it would say the label is surer
+    calibrate_new_labels(
+        layer,
+        weights,
+        embedded,
+        features,
+        reference,
+        (rows[examples_only], labels[examples_only]) if negatives is not None else None,
+    )
     all_names = None if names is None else existing_label_names(model) + names
     new_layer = extended_output_layer(layer, weights)
     model.output_layer = new_layer

@@ -5,32 +5,51 @@ level a label of its expected frequency has. `additions.py` places and fits the 
 The text map. A trained label's weights on a branch (the head's row and bias; the tail's F weights scattered onto
 the branch's features, zero off its support, and its bias where the tail has one) are a function of its text that
 training found. A ridge regression from the pooled features of the trained labels' texts to those weights learns
-it; its penalty is the one of a small grid with the least leave-one-out error (closed form from one SVD). A new
-label's weights are the map of its text: a mix of the trained labels' weights whose texts resemble its own, which
-lands on the scale and in the subspace where the trained labels' scores live, instead of the text's own embedding.
+it; its penalty is the one of a small grid with the least leave-one-out error (closed form from one SVD). The ridge
+shrinks a label the trained labels say little about to their mean weights, which rank texts by nothing of the
+label's own (deps, one H200: held-out R@5 13.3 from the map alone against 20.3 for the bare encoder's cosine). So
+on the tail a new label's weights are the map's prediction plus a copy of its text's own tail inputs (less their
+mean over the trained labels' texts), scaled to the map's spread: what a similarity between its text and a text
+knows (`blended_map`). The copy's weight and one factor on the whole are distilled on trained labels
+(`distilled_blend`): 256 of them held out of a second map, their mapped weights for each weight and factor of a
+grid scored on the reference texts, each with the bias that gives it its trained mass there, against the trained
+model's own probabilities (cross-entropy). A map from text knows less than training did; at full norm its weights
+would be surer of themselves than they know. The copy is used only with negatives: its scores on real texts sit on
+a level no label name shows (a bag-of-words encoder put new labels above every old one on planted texts without
+them), and only real texts can calibrate it. The head keeps the ridge map alone.
 
-The calibration. A label's scores over the texts the model reads have a level set by its frequency. Training with
-BCE leaves each trained label's bias where the gradient of its loss in the bias vanishes: its sigmoid scores summed
-over the training texts equal the number of them that carry it. A new label's bias is set by the same condition on
-the texts whose truth is known for it, where there are some:
+The level. A label's scores over the texts the model reads have a level set by its frequency: training with BCE
+leaves each trained label's bias where the gradient of its loss in the bias vanishes, its sigmoid scores summed
+over the training texts equal to the number of them that carry it. A new label's frequency is not observed; it is
+taken from the trained labels whose texts are nearest its own (the mean log of their masses on the reference texts,
+`nearest_log_masses`): a ridge regression of the log-mass on the text shrank every new label toward the mean
+frequency (deps: labels seen once in training got 11x an old one's level, those seen 256 times or more 1/300 of
+it), and the same mis-levelling reordered the new labels among themselves.
 
-- With negatives (training texts tagged with none of the new labels) its known texts are its positives (its own
-  text and its examples) and the negatives, and the offset makes its scores summed over them its positives' count
-  (`balanced_offsets`). The negatives carry none of the new labels: the mass they get is the label's false
-  positives, balanced against the mass its positives miss, not a positive mass the label is expected to have (an
-  earlier version set a new label's mass on the negatives alone to a trained label's mass there, which counts the
-  trained label's positives among them, and so made every new label fire on the negatives by construction).
-- Without negatives the known texts are a sample of the trained labels' texts (the model's label names), none of
-  which carries a new label, and the trained labels fitted there are the other half of the names, none of which
-  carries them either: both sides are false-positive masses. Each trained label's mass on that sample is measured,
-  the same ridge map predicts a new label's log-mass from its text, and an offset makes its mass what the map
-  predicts (`calibrate`).
+On reference texts that carry none of the new labels (the negatives, training texts tagged with none of them;
+else half the trained labels' texts, the model's label names), a new label can only score false positives. Each
+trained label's false-positive mass there is the sum of `p (1 - p)` over its scores `p` (a text scored `p` carries
+it with probability `p`); a new label's mass on the reference is set to that of the trained labels nearest its text.
+Summing a new label's own text as a positive against the negatives instead (the previous version: its scores summed
+over its positives and the negatives equal to its positives' count) gave every label the density `k / 2048` of its
+`k` positives among 2,048 negatives, 10x a typical trained label's, and its own text, which it scores near 1, said
+it was sure of its positives (the version before that, measured on deps, set a new label's mass on the negatives
+to a trained label's whole mass there, its positives included: new labels' scores of 0.9-1.0 were true 9% of the
+time, old labels' 84%). With examples (given with negatives), the examples say how sure of its
+positives the label is: its bias is where its BCE over the training texts is stationary, its examples standing for
+the fraction `rho` of them that carries it (the nearest trained labels' mass on the negatives over their count)
+and the negatives for the rest (`balanced_offsets`).
 
 Offsets are solved per label by a few vectorised Newton steps on the log of the mass. The offset is the label's
 bias: a tail trained without bias (the default) gains one when labels are added, zero for the existing labels,
 whose scores stay bit-identical (`x + 0.0 == x`). (The level could instead ride on the weights along the features'
 mean, but MiniLM's features have no direction of near-constant projection: such an offset would add noise of a
 third of itself to every score.)
+
+Cost at L trained labels: their masses on 2,048 reference texts (one pass of the output layer, O(L)); the ridge
+map on at most `MAX_MAP_LABELS` of them (O(n d^2)); the nearest trained labels of each new text (one matmul of the
+new texts against those label texts); the distillation on 256 trained labels. Seconds at 43K labels; at 10^7,
+`benchmarks/label_addition_scale.py` times each part (under a minute on an H200).
 """
 
 import math
@@ -52,9 +71,14 @@ REFERENCE_TEXTS = 2048
 NEWTON_STEPS = 30
 DEFAULT_PRIOR_STRENGTH = 1.0
 LABEL_CHUNK = 8192
-# Factors tried on the mapped tail weights (`distilled_scale`), on this many trained labels held out of the map.
+# Factors tried on the mapped tail weights (`distilled_blend`), on this many trained labels held out of the map.
 SCALES = tuple(2.0 ** (step / 2) for step in range(-6, 7))
 SCALE_LABELS = 256
+# Weights tried on the copy of a text's own centred branch features, added to the ridge map's prediction
+# (`distilled_blend`), in units of the map's own spread about its mean.
+BLENDS = (0.0, 0.5, 1.0, 2.0, 4.0)
+# A new label's expected frequency is that of this many trained labels whose texts are nearest its own.
+NEAREST_LABELS = 16
 
 
 @dataclass
@@ -121,15 +145,18 @@ def tail_weights_by_label(layer) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
 
 
 @torch.no_grad()
-def label_masses(layer, reference: torch.Tensor) -> torch.Tensor:
-    """`[label_count]` each trained label's mass on the reference features `[n, d]`: the sum of its sigmoid scores,
-    scored a few texts at a time (about 2^27 scores a chunk)."""
-    mass = torch.zeros(layer.label_count, dtype=torch.float64, device=reference.device)
+def label_masses(layer, reference: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`([label_count], [label_count])` each trained label's mass on the reference features `[n, d]` (the sum of its
+    sigmoid scores `p`) and its false-positive mass there (the sum of `p (1 - p)`: what a calibrated label scores on
+    the texts that do not carry it, a text scored `p` carrying it with probability `p`); scored a few texts at a
+    time (about 2^27 scores a chunk)."""
+    mass = torch.zeros(2, layer.label_count, dtype=torch.float64, device=reference.device)
     chunk = max(1, (1 << 27) // max(layer.label_count, 1))
     for start in range(0, reference.shape[0], chunk):
-        logits = layer.logits(reference[start : start + chunk].to(_input_dtype(layer)))
-        mass += torch.sigmoid(logits.float()).sum(dim=0).double()
-    return mass
+        probabilities = torch.sigmoid(layer.logits(reference[start : start + chunk].to(_input_dtype(layer))).float())
+        mass[0] += probabilities.sum(dim=0).double()
+        mass[1] += (probabilities * (1 - probabilities)).sum(dim=0).double()
+    return mass[0], mass[1]
 
 
 def _input_dtype(layer) -> torch.dtype:
@@ -159,12 +186,6 @@ def solve_offsets(scores_of, target_log_mass: torch.Tensor, steps: int = NEWTON_
     return offsets
 
 
-def target_log_masses(text_map: RidgeMap, texts: torch.Tensor, known: torch.Tensor) -> torch.Tensor:
-    """The log-mass the map predicts for each text, kept within the trained labels' range `known`."""
-    predicted = text_map(texts).squeeze(1)
-    return predicted.clamp(float(known.min()), float(known.max()))
-
-
 def log_mass_floor(reference_count: int) -> float:
     """A floor on the masses whose log is regressed: a label that never scores above ~0 still has some mass."""
     return math.log(1e-3 / max(reference_count, 1))
@@ -188,10 +209,11 @@ class StartingWeights:
 
 
 @torch.no_grad()
-def mapped_weights(layer, branch, new_x, label_x, label_ids, reference_tail: torch.Tensor | None = None):
+def mapped_weights(layer, branch, new_x, label_x, label_ids, reference_tail=None, blends=(0.0,)):
     """The `StartingWeights` of texts `new_x` `[count, d]` on `branch`, from the ridge map fitted on the trained
     labels `label_ids` whose texts are `label_x`; None when the branch holds fewer than 2 of them. The tail's scale
-    is distilled on the tail inputs `reference_tail` of reference texts (`distilled_scale`) where given."""
+    and the weight of the copy of the text (`blended_map`) are distilled on the tail inputs `reference_tail` of
+    reference texts (`distilled_blend`) where given."""
     positions = layer.label_positions.to(label_ids.device)[label_ids]
     if branch == "head":
         rows = positions < layer.head_label_count
@@ -215,49 +237,72 @@ def mapped_weights(layer, branch, new_x, label_x, label_ids, reference_tail: tor
     width = layer.tail.in_features
     dense = torch.zeros(rows.numel(), width, device=weights.device).scatter_(1, supports[rows], weights[rows])
     targets = dense if bias is None else torch.cat([dense, bias[rows].unsqueeze(1)], dim=1)
-    predicted = RidgeFitter(texts).fit(targets)(new_x).float()
+    copies = tail_copies(layer, texts)
+    blend, scale = 0.0, None
     if reference_tail is not None and rows.numel() >= 8:
-        scale = distilled_scale(texts, targets, rows, (weights, supports, bias), reference_tail)
-    else:  # the dense map spreads a label's weight over every feature: the trained labels' norm on the support
+        tail = (weights, supports, bias)
+        blend, scale = distilled_blend(texts, copies, targets, rows, tail, reference_tail, blends)
+    predicted = blended_map(RidgeFitter(texts).fit(targets), copies.mean(dim=0), blend)(
+        new_x, tail_copies(layer, new_x)
+    )
+    if scale is None:  # the dense map spreads a label's weight over every feature: the trained labels' norm on it
         scale = float(weights[rows].norm(dim=1).mean() / predicted[:, :width].norm(dim=1).mean().clamp(min=1e-12))
     return StartingWeights(predicted[:, :width], predicted[:, width] if bias is not None else None, scale=scale)
 
 
+def tail_copies(layer, x: torch.Tensor) -> torch.Tensor:
+    """`[n, d_tail]` the tail's inputs of pooled features `x`, in float32: what a copy of a text's embedding is."""
+    projection = layer.tail_projection
+    return x.float() if projection is None else projection(x.to(projection.weight.dtype)).float()
+
+
+def blended_map(text_map: RidgeMap, copy_mean: torch.Tensor, blend: float):
+    """`(texts [n, d], copies [n, d_tail]) -> [n, k]`: the ridge map's prediction plus `blend` times the texts' own
+    tail inputs less `copy_mean`, scaled to the prediction's spread about its mean (on the first `d_tail` columns).
+    The ridge shrinks a label the trained labels say little about to their mean weights, whose scores rank texts
+    by nothing of its own; the copy keeps what a similarity between its text and a text knows."""
+
+    def predict(texts: torch.Tensor, copies: torch.Tensor) -> torch.Tensor:
+        predicted = text_map(texts).float()
+        if blend:
+            width = copies.shape[1]
+            centred = copies - copy_mean
+            spread = (predicted[:, :width] - text_map.target_mean[:width].float()).norm(dim=1).mean()
+            predicted[:, :width] += blend * centred * (spread / centred.norm(dim=1).mean().clamp(min=1e-12))
+        return predicted
+
+    return predict
+
+
 @torch.no_grad()
-def distilled_scale(texts, targets, rows, tail, reference: torch.Tensor) -> float:
-    """The factor on mapped tail weights under which they best reproduce trained labels' probabilities: labels held
-    out of a second map, their mapped weights times each of `SCALES` (with the bias that matches their mass) scored
-    on the `reference` tail inputs `[n, d_tail]`, against the sigmoid of their trained scores (cross-entropy). A map
-    from text knows less than training did; its weights at full norm would be surer of themselves than they know."""
+def distilled_blend(texts, copies, targets, rows, tail, reference, blends=BLENDS) -> tuple[float, float]:
+    """`(blend, scale)`: the weight of the copy (`blended_map`) and the factor on the mapped tail weights under which
+    they best reproduce trained labels' probabilities: labels held out of a second map, their mapped weights for
+    each of `BLENDS` times each of `SCALES` (with the bias that matches their mass) scored on the `reference` tail
+    inputs `[n, d_tail]`, against the sigmoid of their trained scores (cross-entropy). A map from text knows less
+    than training did; its weights at full norm would be surer of themselves than they know."""
     weights, supports, bias = tail
     generator = torch.Generator().manual_seed(0)
     order = torch.randperm(rows.numel(), generator=generator).to(rows.device)
     held, rest = order[: min(SCALE_LABELS, rows.numel() // 4)], order[min(SCALE_LABELS, rows.numel() // 4) :]
     width = reference.shape[1]
-    guess = RidgeFitter(texts[rest]).fit(targets[rest])(texts[held]).float()[:, :width]
+    text_map = RidgeFitter(texts[rest]).fit(targets[rest])
     held_rows = rows[held]
     gathered = reference[:, supports[held_rows]]  # [n, h, F]
-    guessed = torch.einsum("nhf,hf->nh", gathered, guess.gather(1, supports[held_rows])).double()
     trained = torch.einsum("nhf,hf->nh", gathered, weights[held_rows])
     probabilities = torch.sigmoid(trained + (0 if bias is None else bias[held_rows])).double()
     target = probabilities.sum(dim=0).clamp(min=1e-6).log()
-    best = None
-    for scale in SCALES:
-        offsets = solve_offsets(lambda labels, scale=scale: (scale * guessed[:, labels], 1.0), target)
-        z = scale * guessed + offsets
-        loss = -(probabilities * F.logsigmoid(z) + (1 - probabilities) * F.logsigmoid(-z)).sum().item()
-        if best is None or loss < best[0]:
-            best = (loss, scale)
-    return best[1]
-
-
-@torch.no_grad()
-def calibrate(weights, reference: tuple, target_log_mass: torch.Tensor) -> None:
-    """Offsets the biases of the `NewLabelWeights` so that each new label's mass on the `reference` branch inputs
-    `(head_x, tail_x)` is `exp(target_log_mass)`."""
-    scores = weights.logits(*reference).double()
-    offsets = solve_offsets(lambda labels: (scores[:, labels], 1.0), target_log_mass.double())
-    weights.add_offsets(offsets)
+    grid = [(blend, scale) for blend in blends for scale in SCALES]
+    guessed = []
+    for blend in blends:
+        guess = blended_map(text_map, copies[rest].mean(dim=0), blend)(texts[held], copies[held])[:, :width]
+        guessed.append(torch.einsum("nhf,hf->nh", gathered, guess.gather(1, supports[held_rows])).double())
+    # Every point of the grid at once: one column per (blend, scale, held-out label), each with its own offset.
+    z = torch.cat([scale * guessed[blends.index(blend)] for blend, scale in grid], dim=1)
+    z += solve_offsets(lambda labels: (z[:, labels], 1.0), target.repeat(len(grid)))
+    repeated = probabilities.repeat(1, len(grid))
+    losses = -(repeated * F.logsigmoid(z) + (1 - repeated) * F.logsigmoid(-z)).view(z.shape[0], len(grid), -1)
+    return grid[int(losses.sum(dim=(0, 2)).argmin())]
 
 
 @torch.no_grad()
@@ -265,27 +310,33 @@ def balanced_offsets(
     negative_scores: torch.Tensor,
     positive_scores: torch.Tensor,
     positive_labels: torch.Tensor,
+    density: torch.Tensor,
     steps: int = NEWTON_STEPS,
 ) -> torch.Tensor:
-    """`[m]` the offset `beta` of each label at which the BCE gradient of its bias vanishes on the texts whose truth
-    is known for it: `sum_pos sigmoid(a + beta) + sum_neg sigmoid(b + beta) = n_pos`, its scores summed over its
-    known texts equal to how many of them carry it, where `negative_scores` `[n_neg, m]` are the labels' scores on
-    the negatives and `positive_scores` `[k]` the score of label `positive_labels[i]` on one of its positives.
-    Newton on the log of the left side, as `solve_offsets`."""
+    """`[m]` the offset `beta` of each label at which the BCE gradient of its bias vanishes over the training texts,
+    a fraction `density` of which carries it: its examples stand for those (their mean) and the negatives for the
+    rest, `density * mean_pos sigmoid(a + beta) + (1 - density) * mean_neg sigmoid(b + beta) = density`, where
+    `negative_scores` `[n_neg, m]` are the labels' scores on the negatives and `positive_scores` `[k]` the score of
+    label `positive_labels[i]` on one of its examples. (Summing the few examples against the 2,048 negatives as they
+    are gives every label the density `k / 2048`, 10x a typical trained label's.) Newton on the log of the left
+    side, as `solve_offsets`; a label without examples gets 0."""
     count = negative_scores.shape[1]
     negative_scores, positive_scores = negative_scores.double(), positive_scores.double()
-    target = torch.bincount(positive_labels, minlength=count).clamp(min=1).double().log().to(negative_scores.device)
+    density = density.double().to(negative_scores.device)
+    per_label = torch.bincount(positive_labels, minlength=count).clamp(min=1).double().to(negative_scores.device)
+    negative_weight = (1 - density).log() - math.log(negative_scores.shape[0])
+    positive_weight = (density / per_label).log()[positive_labels]
     beta = torch.zeros(count, dtype=torch.float64, device=negative_scores.device)
     for _ in range(steps):
         negative, positive = negative_scores + beta, positive_scores + beta[positive_labels]
-        # log sigmoid and log (1 - sigmoid) of the scores on the negatives, then on each label's positives grouped
-        up, down = F.logsigmoid(negative), F.logsigmoid(-negative)
-        up_positive, down_positive = F.logsigmoid(positive), F.logsigmoid(-positive)
+        # weighted log sigmoid and log (1 - sigmoid) of the scores on the negatives, then on each label's examples
+        up, down = F.logsigmoid(negative) + negative_weight, F.logsigmoid(-negative)
+        up_positive, down_positive = F.logsigmoid(positive) + positive_weight, F.logsigmoid(-positive)
         log_mass = torch.logsumexp(torch.cat([up, _scatter_logsumexp(up_positive, positive_labels, count)]), dim=0)
         log_slope = torch.logsumexp(
             torch.cat([up + down, _scatter_logsumexp(up_positive + down_positive, positive_labels, count)]), dim=0
         )
-        beta = beta - ((log_mass - target) / torch.exp(log_slope - log_mass).clamp(min=1e-9)).clamp(-4.0, 4.0)
+        beta = beta - ((log_mass - density.log()) / torch.exp(log_slope - log_mass).clamp(min=1e-9)).clamp(-4, 4)
     return beta
 
 
@@ -300,6 +351,24 @@ def _scatter_logsumexp(values: torch.Tensor, index: torch.Tensor, count: int) ->
     return out.unsqueeze(0)
 
 
+@torch.no_grad()
+def nearest_log_masses(label_x: torch.Tensor, log_masses: torch.Tensor, new_x: torch.Tensor) -> torch.Tensor:
+    """`[count]` the mean log-mass of the `NEAREST_LABELS` trained labels whose texts `label_x` `[n, d]` are the
+    most cosine-similar to each new text of `new_x` `[count, d]` (both centred on the trained texts' mean). A ridge
+    regression of the log-mass on the text shrinks every label toward the mean frequency (deps, one H200: new labels
+    seen once in training got 11x an old one's level, those seen 256 times or more 1/300 of it); the neighbours keep
+    the spread of the frequencies that resemble the text."""
+    centre = label_x.float().mean(dim=0)
+    known = F.normalize(label_x.float() - centre, dim=1)
+    k = min(NEAREST_LABELS, known.shape[0])
+    parts = []
+    for start in range(0, new_x.shape[0], LABEL_CHUNK):
+        query = F.normalize(new_x[start : start + LABEL_CHUNK].float() - centre, dim=1)
+        nearest = (query @ known.T).topk(k, dim=1).indices
+        parts.append(log_masses.to(nearest.device)[nearest].mean(dim=1))
+    return torch.cat(parts) if parts else log_masses.new_zeros(0)
+
+
 def fit_new_labels(
     weights,
     positives: tuple[torch.Tensor | None, torch.Tensor | None],
@@ -308,13 +377,14 @@ def fit_new_labels(
     *,
     steps: int,
     learning_rate: float,
-    prior_strength: float = DEFAULT_PRIOR_STRENGTH,
+    prior_strength: float | None = None,
 ) -> list[float]:
     """Adam on the new weights alone: a MAP logistic fit per new label, the mean BCE of its positive pairs plus the
     mean BCE over the negatives, plus `prior_strength / 2` times the squared distance of its weights from where
     they started (the text's), relative to their mean squared norm, so that a few examples move a label from its
     text's weights without forgetting them. Its level is calibrated afterwards, so the balance of positives and
     negatives sets the direction alone. Returns the loss of each step."""
+    prior_strength = DEFAULT_PRIOR_STRENGTH if prior_strength is None else prior_strength
     rows, labels = pairs
     pulled = [parameter for parameter in weights.parameters() if parameter.dim() > 1 and parameter.numel()]  # weights
     start = [parameter.detach().clone() for parameter in pulled]
@@ -367,40 +437,49 @@ def reference_rows(negative_rows, label_rows, map_ids, seed: int):
     return label_rows[order[:taken]], label_rows[order[taken:]], map_ids.to(order.device)[order[taken:]]
 
 
-def calibrate_new_labels(layer, weights, embedded, features, reference, count, positives=None) -> None:
-    """The new labels' levels; left as they start where there is no reference. With `positives` `(rows, labels)`
-    (the reference rows are then the negatives), each label's bias is the one at which its BCE on its positives and
-    the negatives is stationary (`balanced_offsets`); without, its mass on the `reference` rows (`reference_rows`)
-    is the one its text predicts (`calibrate`)."""
+def calibrate_new_labels(layer, weights, embedded, features, reference, examples=None) -> None:
+    """The new labels' levels; left as they start where there is no reference. On the `reference` rows
+    (`reference_rows`: the negatives, else half the trained labels' texts), none of which carries a new label, a
+    new label without examples gets the false-positive mass there of the trained labels nearest its text
+    (`label_masses`, `nearest_log_masses`, `solve_offsets`). A label with `examples` `(rows, labels)` (the reference
+    rows are then the negatives) gets the bias at which its BCE over the training texts is stationary, the fraction
+    of them that carries it being the nearest trained labels' mass on the negatives over their count
+    (`balanced_offsets`): its examples say how sure of them it is."""
     if reference is None:
         return
     rows, fit_rows, fit_ids = reference
     inputs = tuple(None if x is None else x[rows] for x in (features.get("head"), features.get("tail")))
-    if positives is not None:
-        positive_rows, positive_labels = positives
-        branch_x = tuple(features.get(branch) for branch in ("head", "tail"))
-        positive_scores = weights.pair_logits(*branch_x, positive_rows, positive_labels)
-        weights.add_offsets(balanced_offsets(weights.logits(*inputs), positive_scores, positive_labels))
-        return
-    masses = label_masses(layer, embedded[rows])
-    log_masses = masses.clamp(min=math.exp(log_mass_floor(rows.numel()))).log()
+    floor = math.exp(log_mass_floor(rows.numel()))
+    mass, false_positive = (values.clamp(min=floor).log() for values in label_masses(layer, embedded[rows]))
+    count = weights.count
     if fit_ids.numel() > 2:
-        known = log_masses[fit_ids.to(log_masses.device)]
-        text_map = RidgeFitter(embedded[fit_rows]).fit(known.unsqueeze(1))
-        target = target_log_masses(text_map, embedded[:count], known)
+        ids = fit_ids.to(mass.device)
+        mass, false_positive = (
+            nearest_log_masses(embedded[fit_rows], v[ids], embedded[:count]) for v in (mass, false_positive)
+        )
     else:
-        target = log_masses.median().expand(count)
-    calibrate(weights, inputs, target)
+        mass, false_positive = mass.median().expand(count), false_positive.median().expand(count)
+    scores = weights.logits(*inputs).double()
+    offsets = solve_offsets(lambda labels: (scores[:, labels], 1.0), false_positive.double())
+    if examples is not None and examples[0].numel():
+        example_rows, example_labels = examples
+        branch_x = tuple(features.get(branch) for branch in ("head", "tail"))
+        example_scores = weights.pair_logits(*branch_x, example_rows, example_labels)
+        density = (mass.exp() / rows.numel()).clamp(1e-7, 0.5)
+        balanced = balanced_offsets(scores, example_scores, example_labels, density)
+        has_examples = torch.bincount(example_labels, minlength=count).to(offsets.device) > 0
+        offsets = torch.where(has_examples, balanced, offsets)
+    weights.add_offsets(offsets)
 
 
 __all__ = [
+    "balanced_offsets",
     "RidgeFitter",
     "RidgeMap",
     "StartingWeights",
-    "balanced_offsets",
-    "calibrate",
     "calibrate_new_labels",
-    "distilled_scale",
+    "blended_map",
+    "distilled_blend",
     "reference_rows",
     "fallback_start",
     "fit_new_labels",
@@ -409,5 +488,5 @@ __all__ = [
     "map_labels",
     "solve_offsets",
     "tail_weights_by_label",
-    "target_log_masses",
+    "nearest_log_masses",
 ]
