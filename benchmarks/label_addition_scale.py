@@ -43,14 +43,17 @@ def main(argv=None) -> int:
     label_ids = priors.map_labels(args.labels, 0).to(device)
     new_x = torch.randn(args.new, args.features, device=device)
     rows = [("labels", args.labels), ("new labels", args.new)]
-    masses, seconds = timed(device, lambda: priors.label_masses(layer, reference))
+    (_, masses), seconds = timed(device, lambda: priors.label_masses(layer, reference))
     rows.append(("trained labels' masses on the reference (s)", f"{seconds:.1f}"))
     start, seconds = timed(
-        device, lambda: priors.mapped_weights(layer, "tail", new_x, texts, label_ids, layer.branch_inputs(reference)[1])
+        device,
+        lambda: priors.mapped_weights(
+            layer, "tail", new_x, texts, label_ids, layer.branch_inputs(reference)[1], priors.BLENDS
+        ),
     )
     rows.append(("ridge map of the tail weights + distilled scale (s)", f"{seconds:.1f}"))
-    mass_map, seconds = timed(device, lambda: priors.RidgeFitter(texts).fit(masses[label_ids].log().unsqueeze(1)))
-    rows.append(("ridge map of the masses (s)", f"{seconds:.1f}"))
+    _, seconds = timed(device, lambda: priors.nearest_log_masses(texts, masses[label_ids].log(), new_x))
+    rows.append(("expected masses from the nearest trained labels' texts (s)", f"{seconds:.1f}"))
     scores = torch.randn(priors.REFERENCE_TEXTS, args.new, device=device, dtype=torch.float64) - 4
     target = torch.full((args.new,), 1.0, device=device, dtype=torch.float64)
     _, seconds = timed(device, lambda: priors.solve_offsets(lambda labels: (scores[:, labels], 1.0), target))

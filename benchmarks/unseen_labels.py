@@ -65,14 +65,18 @@ FREQUENCY_BINS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 1 << 62)
 # The mean true score of new labels within this factor of the old ones' of the same frequency, where both have at
 # least `CALIBRATION_MIN_PAIRS` true pairs.
 CALIBRATION_FACTOR, CALIBRATION_MIN_PAIRS = 2.0, 20
-# name: (examples per label, negatives given, fit steps; None: the default). `text` calibrates on the negatives
-# without fitting; `text, nothing else` gets the label texts alone (calibrated on the trained labels' texts).
+# name: (examples per label, negatives given, fit steps (None: the default), constants of `haste_hf.labels.priors`
+# set for it). `text` calibrates on the negatives without fitting; `text, nothing else` gets the label texts alone
+# (calibrated on the trained labels' texts). The last two are ablations on the same trained model: the ridge map
+# without the copy of the text (`priors.BLENDS`), and the fit with a 10x stronger pull toward the text's weights.
 ADDITIONS = {
-    "text, nothing else": (0, False, None),
-    "text": (0, True, 0),
-    "text+fit": (0, True, None),
-    "text+1": (1, True, None),
-    "text+5": (5, True, None),
+    "text, nothing else": (0, False, None, {}),
+    "text": (0, True, 0, {}),
+    "text+fit": (0, True, None, {}),
+    "text+1": (1, True, None, {}),
+    "text+5": (5, True, None, {}),
+    "text, no copy": (0, True, 0, {"BLENDS": (0.0,)}),
+    "text+5, pull x10": (5, True, None, {"DEFAULT_PRIOR_STRENGTH": 10.0}),
 }
 
 
@@ -300,6 +304,7 @@ def heldout_worker(args) -> dict:
     import torch
 
     from haste_hf import HasteForExtremeClassification
+    from haste_hf.labels import priors
 
     (seed,) = args.seeds
     source = args.data_root / args.dataset
@@ -318,8 +323,12 @@ def heldout_worker(args) -> dict:
     results = {"before": metrics, "held_out_labels": int(held_out.size), "label_count": evaluation.label_count}
     texts, examples, negatives = additions(source, evaluation, read_rows(source / "trn.json.gz"), seed)
     to_original = np.concatenate([kept, held_out])
-    for name, (count, fitted, steps) in ADDITIONS.items():
+    for name, (count, fitted, steps, constants) in ADDITIONS.items():
         trial = HasteForExtremeClassification.from_pretrained(folder).to(features.device).eval()
+        saved = {key: getattr(priors, key) for key in constants}
+        for key, value in constants.items():
+            setattr(priors, key, value)
+        fit_steps = args.fit_steps if steps is None else steps
         started = time.time()
         trial.add_labels(
             texts,
@@ -330,11 +339,13 @@ def heldout_worker(args) -> dict:
             seed=seed,
             batch_size=args.eval_batch_size,
             max_length=min(tokenizer.model_max_length, 512),
-            **({} if steps is None else {"fit_steps": steps}),
+            **({} if fit_steps is None else {"fit_steps": fit_steps}),
         )
         if features.is_cuda:
             torch.cuda.synchronize()
         seconds = time.time() - started
+        for key, value in saved.items():
+            setattr(priors, key, value)
         scores_of = model_scores(trial, features)
         results[name] = {**evaluation.of_scores(scores_of, to_original), "add_seconds": seconds}
         results[name]["calibration"] = evaluation.calibration(scores_of, to_original)
@@ -453,7 +464,9 @@ def run_study(args) -> bool:
         argv = [sys.executable, __file__, "--worker", job, "--dataset", dataset, "--data-root", str(args.data_root)]
         argv += ["--encoder", encoder, "--work-dir", str(args.work_dir), "--out", str(args.out)]
         argv += ["--seeds", *map(str, seeds), "--workers", str(workers), "--eval-batch-size", str(args.eval_batch_size)]
-        argv += ["--extra", shlex.join(args.extra)]
+        argv += ["--extra", shlex.join(args.extra)] + (
+            [] if args.fit_steps is None else ["--fit-steps", str(args.fit_steps)]
+        )
         running.append((subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT), tag, log))
         print(f"[{time.time() - started:6.0f} s] started {tag}", flush=True)
     try:
@@ -641,6 +654,9 @@ def main(argv=None) -> int:
     )
     parser.add_argument(
         "--extra", type=shlex.split, default=[], help="Flags added to both trainings ('--max-steps 2')."
+    )
+    parser.add_argument(
+        "--fit-steps", type=int, help="Steps of the fit with negatives (default: add_labels'); a quick CPU check."
     )
     parser.add_argument(
         "--work-dir", type=Path, default=Path("/tmp/unseen-labels"), help="Data and models kept between calls."

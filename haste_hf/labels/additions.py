@@ -267,8 +267,8 @@ class NewLabelWeights(torch.nn.Module):
             )
             if layer.head.bias is not None:
                 self.head_bias = torch.nn.Parameter(torch.zeros(len(placement.head), device=device))
-        # New tail labels always get a bias (their level, `priors.calibrate`): where the tail has none, the extended
-        # layer gains one, zero for the existing labels, whose scores stay bit-identical.
+        # New tail labels always get a bias (their level, `priors.calibrate_new_labels`): where the tail has none,
+        # the extended layer gains one, zero for the existing labels, whose scores stay bit-identical.
         with_bias = layer.tail is not None and (
             layer.tail.bias is not None or bool(placement.filled or len(placement.groups))
         )
