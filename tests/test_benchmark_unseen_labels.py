@@ -71,7 +71,7 @@ def test_a_tiny_study_on_the_cpu(tmp_path, tiny_data, encoder_dir):
     out = tmp_path / "out"
     argv = [sys.executable, str(BENCHMARKS / "unseen_labels.py"), "--data-root", str(tiny_data), "--datasets", "tiny"]
     argv += ["--encoder", str(encoder_dir), "--work-dir", str(tmp_path / "work"), "--out", str(out)]
-    argv += ["--eval-batch-size", "16", "--budget-s", "500"]
+    argv += ["--eval-batch-size", "16", "--budget-s", "500", "--seeds", "0", "1", "--fit-steps", "5"]
     argv += ["--extra", "--max-steps 4 --max-length 16 --eval-batch-size 16 --fan-in 8 --group-size 4"]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TOKENIZERS_PARALLELISM": "false"}
     process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
@@ -83,18 +83,24 @@ def test_a_tiny_study_on_the_cpu(tmp_path, tiny_data, encoder_dir):
             process.wait()
     assert process.returncode == 0, output.decode()[-3000:]
 
-    results = {}
-    for job in unseen_labels.JOBS:
-        results.update(json.loads((out / "runs" / f"tiny__{job}__s0.json").read_text()))
-    assert results["held_out_labels"] == 3 and results["label_count"] == 30
-    for name in ("cosine", "before", *unseen_labels.ADDITIONS, "ceiling"):
-        assert name in results
-    for name in (*unseen_labels.ADDITIONS, "ceiling"):
-        assert 0 <= results[name]["held_R@5"] <= 1 and results[name]["held_points"] > 0
-    # The added labels leave every other label's scores as they were: the other labels rank exactly as before.
-    for name in unseen_labels.ADDITIONS:
-        assert {k: v for k, v in results[name].items() if k.startswith("other_")} == {
-            k: v for k, v in results["before"].items() if k.startswith("other_")
-        }
+    for seed in (0, 1):
+        results = {}
+        for job in unseen_labels.JOBS:
+            results.update(json.loads((out / "runs" / f"tiny__{job}__s{seed}.json").read_text()))
+        assert results["held_out_labels"] == 3 and results["label_count"] == 30
+        for name in ("cosine", "before", *unseen_labels.ADDITIONS, "ceiling"):
+            assert name in results
+        for name in (*unseen_labels.ADDITIONS, "ceiling"):
+            assert 0 <= results[name]["held_R@5"] <= 1 and results[name]["held_points"] > 0
+        # The added labels leave every other label's scores as they were: the other labels rank exactly as before.
+        for name in unseen_labels.ADDITIONS:
+            assert {k: v for k, v in results[name].items() if k.startswith("other_")} == {
+                k: v for k, v in results["before"].items() if k.startswith("other_")
+            }
+            calibration = results[name]["calibration"]
+            # Every (test point, label) pair lands in one score bin; the true ones are the test split's labels.
+            assert sum(map(sum, calibration["pairs"])) % 30 == 0 and sum(map(sum, calibration["pairs"])) > 0
+            assert sum(map(sum, calibration["true_pairs"])) == sum(map(sum, calibration["true_count"]))
     table = (out / "table.md").read_text()
-    assert "| text+5 |" in table and "| ceiling |" in table and "of the ceiling's held-out R@5" in table
+    assert "| text+5 |" in table and "| ceiling |" in table and "of the ceiling's (target >= 50%)" in table
+    assert "never worse than before adding" in table and "| score | old pairs |" in table and "±" in table

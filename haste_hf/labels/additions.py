@@ -3,17 +3,22 @@
 
 New labels take the next ids (`L, L + 1, ...`). In the tail (the default) they first fill the padding slots of
 the last tail group, the ones that fit its support best, then form groups of their own whose supports are the
-features where their projected directions are largest; with `head=True` they take new rows of the dense head.
+features where their predicted weights are largest; with `head=True` they take new rows of the dense head.
 Existing labels keep their weights, their supports and the order of their groups, so their scores stay
 bit-identical; the output positions stay "head, then tail groups, padding last", so the folder saves, loads,
 serves and exports as any other.
 
-Each new label starts from a direction in its branch's input space: the encoder's embedding of its text through
-the branch's projection, minus the mean of the negatives when there are some, plus the mean of its examples. Its
-weights are that direction on its support, scaled to the mean norm of the existing labels' weights (and the head's
-mean bias). Given negatives (training texts tagged with none of the new labels), a short fit of the new weights
-alone follows: binary cross-entropy of each new label on its positives (its own text and its examples) and on the
-negatives, the encoder and every existing weight frozen.
+Each new label starts from the weights the trained model's own labels say its text should have (`priors.py`: a
+ridge map from the trained labels' texts, the model's label names, to their weights on the branch; on the tail with
+negatives, plus a copy of the text's own features, its weight and the scale distilled on trained labels). Given
+negatives (training texts tagged with none of the new labels), a MAP logistic fit of the new weights alone follows:
+its positives (its own text and its examples) against the negatives, pulled toward the text's weights, the encoder
+and every existing weight frozen. Last, each new label's level is calibrated (`priors.py`) to the frequency of the
+trained labels whose texts are nearest its own: with negatives, the bias at which its BCE over the training texts is
+stationary (its positives standing for that fraction of them, the negatives for the rest), as training leaves a
+trained label's bias; without, an offset that makes its summed sigmoid scores on a sample of the trained labels'
+texts what those nearest trained labels have there. A model without label names falls back to the text's embedding
+as the direction, scaled to the trained weights' mean norm.
 """
 
 import math
@@ -21,14 +26,15 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 from transformers.utils.logging import is_progress_bar_enabled
 
 from ..modeling.defaults import DEFAULT_EVAL_BATCH_SIZE, DEFAULT_MAX_LENGTH
 from ..modeling.output_layer import HasteOutputLayer
 from ..modeling.sparse_ops import group_sparse_linear
+from . import priors
 from .embeddings import label_text_embeddings
 from .grouping import group_labels
+from .priors import calibrate_new_labels, fallback_start, fit_new_labels
 
 
 DEFAULT_FIT_STEPS = 200
@@ -261,7 +267,11 @@ class NewLabelWeights(torch.nn.Module):
             )
             if layer.head.bias is not None:
                 self.head_bias = torch.nn.Parameter(torch.zeros(len(placement.head), device=device))
-        with_bias = layer.tail is not None and layer.tail.bias is not None
+        # New tail labels always get a bias (their level, `priors.calibrate_new_labels`): where the tail has none,
+        # the extended layer gains one, zero for the existing labels, whose scores stay bit-identical.
+        with_bias = layer.tail is not None and (
+            layer.tail.bias is not None or bool(placement.filled or len(placement.groups))
+        )
         self.filled_weight = torch.nn.Parameter(torch.zeros(len(placement.filled), layer.fan_in, device=device))
         self.filled_support = (
             layer.tail.supports[-1].long().clone()
@@ -331,53 +341,30 @@ class NewLabelWeights(torch.nn.Module):
         return out
 
     @torch.no_grad()
-    def initialize(self, layer: HasteOutputLayer, head_directions, tail_directions) -> None:
-        """Each label's direction on its support, scaled to the mean norm of the existing labels' weights."""
+    def initialize(self, layer: HasteOutputLayer, start: "priors.StartingWeights") -> None:
+        """Each label's starting weights (a head row, or a dense tail vector taken on its support) and bias."""
         if self.head_weight is not None:
-            head = layer.head.weight.float()
-            self.head_weight.copy_(F.normalize(head_directions[self.head_labels], dim=1) * head.norm(dim=1).mean())
+            self.head_weight.copy_(start.weights[self.head_labels])
             if self.head_bias is not None:
-                self.head_bias.fill_(float(layer.head.bias.float().mean()))
+                self.head_bias.copy_(start.bias[self.head_labels])
         if self.filled_labels.numel() or self.group_labels.numel():
-            scale = layer.tail.weight.float().flatten(0, 1)
-            valid = layer.output_labels[layer.tail_first_position :] >= 0
-            scale = scale[valid].norm(dim=1).mean()
-            supports = self.label_supports()
-            on_support = F.normalize(tail_directions.gather(1, supports), dim=1) * scale
+            on_support = start.on_supports(self.label_supports())
             if self.filled_labels.numel():
                 self.filled_weight.copy_(on_support[self.filled_labels])
             flat = self.group_labels.flatten()
             weights = self.group_weight.view(-1, self.group_weight.shape[-1])
             weights[flat >= 0] = on_support[flat[flat >= 0]]
-            if self.tail_bias is not None:
-                self.tail_bias.fill_(float(layer.tail.bias.float()[valid].mean()))
+            if start.bias is not None:
+                self.tail_bias.copy_(start.bias)
 
-
-def fit_new_labels(
-    weights: NewLabelWeights,
-    positives: tuple[torch.Tensor | None, torch.Tensor | None],
-    pairs: tuple[torch.Tensor, torch.Tensor],
-    negatives: tuple[torch.Tensor | None, torch.Tensor | None],
-    *,
-    steps: int,
-    learning_rate: float,
-) -> list[float]:
-    """Adam on the new weights alone, on the model's own objective restricted to them: BCE summed over the new
-    labels' positive pairs and over every (negative, new label) pair, per negative text. Summed, not balanced, so
-    that the negatives outweigh the few positives as they do in training, and the new labels' scores fall where the
-    existing labels' do. Returns the loss of each step."""
-    optimizer = torch.optim.Adam(weights.parameters(), lr=learning_rate)
-    rows, labels = pairs
-    losses = []
-    for _ in tqdm(range(steps), desc="Fitting the new labels", unit="step", disable=not is_progress_bar_enabled()):
-        optimizer.zero_grad(set_to_none=True)
-        positive = F.softplus(-weights.pair_logits(*positives, rows, labels)).sum()
-        negative_logits = weights.logits(*negatives)
-        loss = (positive + F.softplus(negative_logits).sum()) / negative_logits.shape[0]
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
+    @torch.no_grad()
+    def add_offsets(self, offsets: torch.Tensor) -> None:
+        """Adds `offsets` `[count]` to the new labels' biases."""
+        offsets = offsets.to(self.kind.device, torch.float32)
+        if self.head_bias is not None:
+            self.head_bias += offsets[self.head_labels]
+        if self.tail_bias is not None:
+            self.tail_bias += torch.where(self.kind == 0, 0.0, offsets)
 
 
 # ------------------------------------------------------------------------------------------------ the extended layer
@@ -398,7 +385,7 @@ def extended_output_layer(layer: HasteOutputLayer, weights: NewLabelWeights) -> 
         layer.fan_in,
         head_projection_dim=layer.head_projection.out_features if layer.head_projection is not None else None,
         tail_projection_dim=layer.tail_projection.out_features if layer.tail_projection is not None else None,
-        tail_bias=tail_module is not None and tail_module.bias is not None,
+        tail_bias=tail_module is not None and (tail_module.bias is not None or weights.tail_bias is not None),
         loss=layer.loss_name,
         loss_reduction=layer.loss_reduction,
         supports_seed=layer.supports_seed,
@@ -439,7 +426,11 @@ def extended_output_layer(layer: HasteOutputLayer, weights: NewLabelWeights) -> 
             torch.cat([tail_module.supports, weights.group_supports.to(tail_module.supports.dtype)])
         )
         if new.tail.bias is not None:
-            bias = tail_module.bias.clone()
+            bias = (
+                tail_module.bias.clone()
+                if tail_module.bias is not None
+                else new.tail.bias.new_zeros(old_weight.shape[0] * group_size)
+            )
             if weights.filled_labels.numel():
                 bias[free] = weights.tail_bias[weights.filled_labels].to(dtype)
             group_bias = torch.where(flat >= 0, weights.tail_bias[flat.clamp(min=0)], 0).to(dtype)
@@ -512,8 +503,14 @@ def add_labels(
 
     count = len(texts)
     example_texts = [text for values in examples for text in values]
+    old_names = model.label_names
+    map_ids = priors.map_labels(layer.label_count, seed) if old_names is not None else torch.empty(0, dtype=torch.int64)
     embedded = embed_texts(
-        model, tokenizer, texts + example_texts + (negatives or []), batch_size=batch_size, max_length=max_length
+        model,
+        tokenizer,
+        texts + example_texts + (negatives or []) + [old_names[label] for label in map_ids.tolist()],
+        batch_size=batch_size,
+        max_length=max_length,
     )
     branches = [
         branch for branch, present in (("head", layer.head is not None), ("tail", layer.tail is not None)) if present
@@ -523,37 +520,51 @@ def add_labels(
     example_labels = torch.tensor([label for label, values in enumerate(examples) for _ in values], dtype=torch.int64)
     rows = torch.cat([torch.arange(count), count + torch.arange(example_labels.numel())]).to(embedded.device)
     labels = torch.cat([torch.arange(count), example_labels]).to(embedded.device)
-    negative_rows = slice(count + example_labels.numel(), None)
+    first_negative = count + example_labels.numel()
+    negative_rows = torch.arange(first_negative, first_negative + len(negatives or []), device=embedded.device)
+    label_rows = torch.arange(first_negative + negative_rows.numel(), embedded.shape[0], device=embedded.device)
 
-    def directions(x: torch.Tensor) -> torch.Tensor:
-        positive_mean = torch.zeros(count, x.shape[1], device=x.device).index_add_(0, labels, x[rows])
-        positive_mean /= torch.bincount(labels, minlength=count).unsqueeze(1)
-        return positive_mean - x[negative_rows].mean(dim=0) if negatives is not None else positive_mean
-
-    head_directions = directions(features["head"]) if head else None
-    tail_directions = None if head else directions(features["tail"])
-    placement = place_new_labels(layer, count, tail_directions, seed)
+    branch = "head" if head else "tail"
+    reference = priors.reference_rows(negative_rows, label_rows, map_ids, seed)
+    reference_tail = None if reference is None or head else features["tail"][reference[0]]
+    # The copy of a text's own features scores real texts on a level no label name shows: only with negatives.
+    blends = priors.BLENDS if negatives is not None else (0.0,)
+    start = priors.mapped_weights(
+        layer, branch, embedded[:count], embedded[label_rows], map_ids.to(embedded.device), reference_tail, blends
+    )
+    if start is None:  # no label names to learn the map from: the texts' own directions
+        start = fallback_start(layer, branch, features[branch], (rows, labels), negative_rows, count)
+    placement = place_new_labels(layer, count, None if head else start.weights, seed)
     weights = NewLabelWeights(layer, placement, count)
-    weights.initialize(layer, head_directions, tail_directions)
+    weights.initialize(layer, start)
+    head_x, tail_x = features.get("head"), features.get("tail")
     if negatives is not None and fit_steps:
-        head_x, tail_x = features.get("head"), features.get("tail")
-        positive_x = (head_x, tail_x)
         negative_x = tuple(None if x is None else x[negative_rows] for x in (head_x, tail_x))
         with torch.enable_grad():
             generator_state = torch.random.get_rng_state()
             try:
                 torch.manual_seed(seed)
                 fit_new_labels(
-                    weights, positive_x, (rows, labels), negative_x, steps=fit_steps, learning_rate=learning_rate
+                    weights, (head_x, tail_x), (rows, labels), negative_x, steps=fit_steps, learning_rate=learning_rate
                 )
             finally:
                 torch.random.set_rng_state(generator_state)
+    examples_only = rows >= count  # a label's own text is no training text: it would say the label is surer
+    calibrate_new_labels(
+        layer,
+        weights,
+        embedded,
+        features,
+        reference,
+        (rows[examples_only], labels[examples_only]) if negatives is not None else None,
+    )
     all_names = None if names is None else existing_label_names(model) + names
     new_layer = extended_output_layer(layer, weights)
     model.output_layer = new_layer
     old_count = model.config.label_count
     model.config.label_count = old_count + count
     model.config.head_label_count = new_layer.head_label_count
+    model.config.tail_bias = new_layer.tail is not None and new_layer.tail.bias is not None
     model.set_label_names(all_names)
     return list(range(old_count, old_count + count))
 

@@ -297,7 +297,9 @@ class HasteForExtremeClassification(HastePreTrainedModel):
                 new label's name or id to its texts. Needs `negatives`.
             negatives: texts tagged with none of the new labels (a sample of the training texts); given, the new
                 labels' weights alone are fitted for a few steps on their positives (their text and examples)
-                against these.
+                against these (`fit_steps=0`: not fitted), and the new labels' biases are calibrated on them (else
+                on the trained labels' texts; `haste_hf/labels/priors.py`). A tail without bias gains one, zero
+                for the existing labels.
             names: the new labels' names (default: their texts where the model has names).
             head: put the new labels in the dense head rather than in tail groups of their own.
             tokenizer: the model's tokenizer (default: the one saved with it).

@@ -1,0 +1,68 @@
+# Copyright 2026 The haste_hf Authors. Apache-2.0.
+"""How long the parts of `add_labels`' text map and calibration take on an output layer of `--labels` labels
+(random weights, default 10^7; the study measures 43K end to end): the trained labels' masses on the reference
+texts, the ridge map on `MAX_MAP_LABELS` label texts, the distilled scale, and the offsets of `--new` labels.
+The label texts' embedding is not timed here: `MAX_MAP_LABELS` short texts through the encoder, as many as the
+study embeds at 43K labels for every 2.3.
+
+    python benchmarks/label_addition_scale.py --labels 10000000 --new 4306
+"""
+
+import argparse
+import sys
+import time
+
+import torch
+
+from haste_hf.labels import priors
+from haste_hf.modeling.output_layer import HasteOutputLayer
+
+
+def timed(device, function):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    started = time.perf_counter()
+    result = function()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return result, time.perf_counter() - started
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--labels", type=int, default=10_000_000)
+    parser.add_argument("--new", type=int, default=4306)
+    parser.add_argument("--features", type=int, default=384)
+    args = parser.parse_args(argv)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(0)
+    layer = HasteOutputLayer(args.features, args.labels, round(0.03 * args.labels), 16, 128).to(device).eval()
+    reference = torch.randn(priors.REFERENCE_TEXTS, args.features, device=device)
+    map_count = min(args.labels, priors.MAX_MAP_LABELS)
+    texts = torch.randn(map_count, args.features, device=device)
+    label_ids = priors.map_labels(args.labels, 0).to(device)
+    new_x = torch.randn(args.new, args.features, device=device)
+    rows = [("labels", args.labels), ("new labels", args.new)]
+    (_, masses), seconds = timed(device, lambda: priors.label_masses(layer, reference))
+    rows.append(("trained labels' masses on the reference (s)", f"{seconds:.1f}"))
+    start, seconds = timed(
+        device,
+        lambda: priors.mapped_weights(
+            layer, "tail", new_x, texts, label_ids, layer.branch_inputs(reference)[1], priors.BLENDS
+        ),
+    )
+    rows.append(("ridge map of the tail weights + distilled scale (s)", f"{seconds:.1f}"))
+    _, seconds = timed(device, lambda: priors.nearest_log_masses(texts, masses[label_ids].log(), new_x))
+    rows.append(("expected masses from the nearest trained labels' texts (s)", f"{seconds:.1f}"))
+    scores = torch.randn(priors.REFERENCE_TEXTS, args.new, device=device, dtype=torch.float64) - 4
+    target = torch.full((args.new,), 1.0, device=device, dtype=torch.float64)
+    _, seconds = timed(device, lambda: priors.solve_offsets(lambda labels: (scores[:, labels], 1.0), target))
+    rows.append(("offsets of the new labels (s)", f"{seconds:.1f}"))
+    print("| part | value |\n|---|---|")
+    for name, value in rows:
+        print(f"| {name} | {value} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
