@@ -21,12 +21,14 @@ Triton/CUDA kernel or behind a CUDA-only branch: not run, a CPU cannot show it).
 
 import argparse
 import ast
+import dataclasses
 import os
 import random
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +55,7 @@ DTYPES = {
     "torch.int64": "torch.int32",
     "torch.float": "torch.bfloat16",
 }
-FATES = ("killed", "survived", "no tests", "timeout", "gpu only")
+FATES = ("killed", "survived", "no tests", "timeout", "gpu only", "gone")
 MAX_TEST_FILES = 4  # per mutant: affordable on 2 shared cores
 GPU_MARKERS = ("triton", "is_cuda", "cuda", "kernels", "_KERNELS")
 
@@ -96,11 +98,11 @@ def _gpu_only(path: str, parents: list[ast.AST], lines: list[str]) -> bool:
     return False
 
 
-def mutants_of(path: Path) -> list[Mutant]:
+def mutants_of(path: Path, root: Path = ROOT) -> list[Mutant]:
     """Every mutant of one module's deciding lines."""
     source = path.read_text()
     lines = source.splitlines()
-    relative = str(path.relative_to(ROOT))
+    relative = str(path.relative_to(root))
     found: list[Mutant] = []
 
     def add(node, kind, new, parents):
@@ -277,9 +279,43 @@ def run_mutant(mutant: Mutant, root: Path, timeout: float, marks: str) -> tuple[
     return fate, time.monotonic() - start, failed
 
 
-def draw(count: int, seed: int) -> list[Mutant]:
-    every = [mutant for path in sorted((ROOT / PACKAGE).rglob("*.py")) for mutant in mutants_of(path)]
+def draw(count: int, seed: int, root: Path = ROOT) -> list[Mutant]:
+    every = [mutant for path in sorted((root / PACKAGE).rglob("*.py")) for mutant in mutants_of(path, root)]
     return random.Random(seed).sample(every, min(count, len(every)))
+
+
+def draw_at(commit: str, count: int, seed: int) -> list[Mutant | None]:
+    """The sample drawn from the package as of `commit` (a sample is a function of the seed and the code), each
+    mutant moved to the same line of today's package: an identical line, in its module first (else in the module it
+    moved to), the one whose neighbouring lines match best, then the nearest (None: the line is gone)."""
+    with tempfile.TemporaryDirectory() as old_root:
+        archive = subprocess.run(["git", "archive", commit, PACKAGE], cwd=ROOT, capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", old_root], input=archive.stdout, check=True)
+        sample = draw(count, seed, Path(old_root))
+        today = {str(path.relative_to(ROOT)): path.read_text().split("\n") for path in (ROOT / PACKAGE).rglob("*.py")}
+        return [_moved(mutant, (Path(old_root) / mutant.path).read_text().split("\n"), today) for mutant in sample]
+
+
+def _moved(mutant: Mutant, old_lines: list[str], today: dict[str, list[str]]) -> Mutant | None:
+    index = mutant.line - 1
+    context = {offset: old_lines[index + offset] for offset in range(-3, 4) if 0 <= index + offset < len(old_lines)}
+
+    def score(lines: list[str], number: int) -> int:
+        return sum(
+            0 <= number + offset < len(lines) and lines[number + offset] == text for offset, text in context.items()
+        )
+
+    for paths in ([mutant.path], sorted(today)):
+        found = [
+            (path, number)
+            for path in paths
+            for number, line in enumerate(today.get(path, []))
+            if line == old_lines[index]
+        ]
+        if found:
+            path, number = max(found, key=lambda hit: (score(today[hit[0]], hit[1]), -abs(hit[1] - index)))
+            return dataclasses.replace(mutant, path=path, line=number + 1)
+    return None
 
 
 def parse_only(text: str | None, count: int) -> list[int]:
@@ -302,13 +338,22 @@ def main():
     parser.add_argument("--list", action="store_true", help="print the sample and exit")
     parser.add_argument("--workdir", default="/tmp/haste-mutation-copy", help="where the mutated copy lives")
     parser.add_argument("--out", default=None, help="a Markdown file to write the table to (as it goes)")
+    parser.add_argument(
+        "--drawn-at",
+        default=None,
+        help="a commit: draw the sample from the package as it was there (to finish an earlier sample after the code "
+        "moved on) and run each mutant on the same line of today's code ('gone' where that line is no more)",
+    )
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
-    sample = draw(args.count, seed)
-    print(f"seed {seed}: {len(sample)} mutants", flush=True)
+    sample = draw_at(args.drawn_at, args.count, seed) if args.drawn_at else draw(args.count, seed)
+    print(f"seed {seed}: {len(sample)} mutants" + (f" drawn at {args.drawn_at}" if args.drawn_at else ""), flush=True)
     if args.list:
         for index, mutant in enumerate(sample):
-            print(f"{index:3d} {'(gpu) ' if mutant.gpu_only else ''}{mutant.describe()}")
+            print(
+                f"{index:3d} "
+                + ("gone" if mutant is None else f"{'(gpu) ' if mutant.gpu_only else ''}{mutant.describe()}")
+            )
         return
     workdir = Path(args.workdir)
     shutil.rmtree(workdir, ignore_errors=True)
@@ -320,6 +365,9 @@ def main():
     rows = []
     for index in parse_only(args.only, len(sample)):
         mutant = sample[index]
+        if mutant is None:
+            print(f"{index:3d} gone: its line is no longer in the package", flush=True)
+            continue
         fate, seconds, failed = run_mutant(mutant, workdir, args.timeout, args.marks)
         rows.append((index, mutant, fate, seconds, failed))
         print(f"{index:3d} {fate:9s} {seconds:6.0f}s {mutant.describe()} {failed}", flush=True)
