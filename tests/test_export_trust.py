@@ -178,6 +178,8 @@ def test_bad_arguments_get_one_line_errors_and_long_texts_are_cut(exports):
             classifier.top_k(np.ones((2, 3), np.int64), np.ones((2, 4), np.int64))
         with pytest.raises(ValueError, match="rows of 65 tokens; the encoder reads at most 64: truncate"):
             classifier.top_k(np.ones((1, 65), np.int64), np.ones((1, 65), np.int64))
+        with pytest.raises(ValueError, match="`input_ids` has rows of no token: give at least one token per row"):
+            classifier.top_k(np.ones((2, 0), np.int64), np.ones((2, 0), np.int64))
         long_text = " ".join(["w1"] * 500)  # the tokenizer names no limit: the encoder's positions cut it
         with warnings.catch_warnings():
             warnings.simplefilter("error")

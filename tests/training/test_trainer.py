@@ -430,3 +430,18 @@ def test_the_trainer_rewires_with_the_score_asked_for(tmp_path, tokenizer, datas
         assert [callback.score for callback in rewirings] == [score]
     with pytest.raises(ValueError, match="rewiring_score"):
         HasteTrainingArguments(output_dir=str(tmp_path), use_cpu=True, rewiring_score="max")
+
+
+def test_one_process_leaves_the_data_order_to_the_torch_seed_as_the_stock_trainer_does(tmp_path, tokenizer, datasets_):
+    """On several processes the trainer sets `data_seed` (each rank's torch seed differs there); on one it leaves the
+    arguments as given, and the order of the examples follows the torch seed when the data loader is made, as in
+    transformers' Trainer."""
+    trainer = make_trainer(tmp_path, tokenizer, datasets_[0], save_strategy="no")
+    assert trainer.args.data_seed is None
+
+    def order(torch_seed):
+        torch.manual_seed(torch_seed)
+        return torch.cat([batch["input_ids"][:, :4].flatten() for batch in trainer.get_train_dataloader()])
+
+    assert torch.equal(order(7), order(7))
+    assert not torch.equal(order(7), order(8))
