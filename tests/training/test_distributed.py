@@ -245,3 +245,20 @@ def test_a_nan_on_one_rank_stops_or_skips_on_every_rank(tmp_path, action):
         assert [outcome["step"] for outcome in outcomes] == [2, 2]
     else:
         assert [(outcome["error"], outcome["step"], outcome["skipped"]) for outcome in outcomes] == [(None, 5, 1)] * 2
+
+
+def test_rows_gathered_to_the_cpu_in_pieces_on_a_group_of_one_process(tmp_path, monkeypatch):
+    """`gather_rows_to_cpu` on a one-process gloo group, two rows a piece (the two-process case is the slow torchrun
+    test above): the destination rank gets every row, in order, on the CPU."""
+    import torch.distributed as dist
+
+    from haste_hf.training import distributed
+
+    rows = torch.randn(5, 3, generator=torch.Generator().manual_seed(0))
+    monkeypatch.setattr(distributed, "_GATHER_CHUNK_BYTES", 2 * rows[0].nbytes)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        gathered = distributed.gather_rows_to_cpu(rows, [rows.shape[0]])
+    finally:
+        dist.destroy_process_group()
+    assert torch.equal(gathered, rows)
