@@ -1,5 +1,5 @@
-"""The new labels' file of `haste-hf add-labels` (`read_new_labels`): its two forms; a name given twice is refused naming it (`json`
-keeps the last of two keys, and one label of the two was added without a word)."""
+"""The new labels' file of `haste-hf add-labels` (`read_new_labels`): its two forms; a name given twice is refused
+naming it (`json` keeps the last of two keys, and one label of the two was added without a word)."""
 
 import json
 
