@@ -64,6 +64,8 @@ def test_two_optimizers_split_the_parameters(tmp_path, tokenizer, datasets_):
     assert len(encoder_params) + len(output_params) == len(list(model.parameters()))
     group = optimizer.output_optimizer.param_groups[0]
     assert (group["lr"], group["momentum"], group["weight_decay"]) == (0.1, 0.9, 1e-4)
+    # A replicated output layer rounds with the run's seed on every rank (a sharded one takes a seed per rank).
+    assert optimizer.output_optimizer.seed == trainer.args.seed
 
 
 def test_training_logs_both_rates_and_rewires(tmp_path, tokenizer, datasets_):
