@@ -262,3 +262,33 @@ def test_rows_gathered_to_the_cpu_in_pieces_on_a_group_of_one_process(tmp_path, 
     finally:
         dist.destroy_process_group()
     assert torch.equal(gathered, rows)
+
+
+def test_sharding_refuses_ranks_that_hold_different_layers(tmp_path, monkeypatch):
+    """`ShardedOutputLayer.shard` compares the ranks' fingerprints by a MIN and a MAX all-reduce. On a one-process
+    gloo group, the other rank is an all-reduce that meets its fingerprint: the same layer shards, another is refused
+    (two real ranks need torchrun)."""
+    import torch.distributed as dist
+
+    from haste_hf.training.sharded_output_layer import ShardedOutputLayer
+
+    def layer(seed):
+        torch.manual_seed(seed)
+        return HasteOutputLayer(16, 12, head_labels=4, group_size=4, fan_in=4)
+
+    def other_rank_holds(other):
+        def all_reduce(tensor, op, group=None):
+            reduce = torch.minimum if op == dist.ReduceOp.MIN else torch.maximum
+            tensor.copy_(reduce(tensor, _fingerprint(other).to(tensor)))
+
+        monkeypatch.setattr(dist, "all_reduce", all_reduce)
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        other_rank_holds(layer(0))
+        assert ShardedOutputLayer.shard(layer(0)).label_count == 12
+        other_rank_holds(layer(1))
+        with pytest.raises(ValueError, match="The ranks hold different output layers or label orders: build the"):
+            ShardedOutputLayer.shard(layer(0))
+    finally:
+        dist.destroy_process_group()
