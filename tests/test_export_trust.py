@@ -164,6 +164,11 @@ def test_bad_arguments_get_one_line_errors_and_long_texts_are_cut(exports):
         for texts in (None, "one text", [1, 2], ["a", None]):
             with pytest.raises(ValueError, match="`texts` must be a list of strings"):
                 classifier.predict(texts)
+        # The value is quoted in at most 60 characters: whole up to 60, else its first 57 and "...".
+        for text, shown in (("x" * 58, repr("x" * 58)), ("x" * 59, repr("x" * 59)[:57] + "...")):
+            with pytest.raises(ValueError) as error:
+                classifier.predict(text)
+            assert str(error.value).endswith(f"got {shown}.")
         for k in (2.5, True, 0, LABELS + 1, "3"):
             with pytest.raises(ValueError, match=r"`k` must be an integer in \[1, label_count=30\]"):
                 classifier.predict(["w1"], k=k)
