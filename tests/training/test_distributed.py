@@ -10,7 +10,12 @@ from launch import LOSS_TOLERANCE, TESTS, WEIGHT_TOLERANCE, assert_states_close,
 from haste_hf.labels.layout import LabelLayout
 from haste_hf.modeling.output_layer import HasteOutputLayer
 from haste_hf.training.distributed import balanced_ranges
-from haste_hf.training.sharded_output_layer import _fingerprint, assign_output_layer, resolve_shard_output_layer
+from haste_hf.training.sharded_output_layer import (
+    _fingerprint,
+    _multi_hot_to_ids,
+    assign_output_layer,
+    resolve_shard_output_layer,
+)
 
 
 @pytest.fixture(scope="module")
@@ -292,3 +297,11 @@ def test_sharding_refuses_ranks_that_hold_different_layers(tmp_path, monkeypatch
             ShardedOutputLayer.shard(layer(0))
     finally:
         dist.destroy_process_group()
+
+
+def test_multi_hot_labels_become_positive_ids_padded_to_the_longest_row():
+    """What the sharded layer's loss reads of a `[B, L]` multi-hot batch; a rank's share of a batch may be empty."""
+    labels = torch.zeros(3, 6, dtype=torch.bool)
+    labels[0, [1, 4]] = labels[2, [0, 2, 5]] = True
+    assert _multi_hot_to_ids(labels).tolist() == [[1, 4, -100], [-100] * 3, [0, 2, 5]]
+    assert _multi_hot_to_ids(torch.zeros(0, 6, dtype=torch.bool)).shape == (0, 0)
