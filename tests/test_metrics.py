@@ -154,6 +154,9 @@ def test_input_errors():
         compute_xmc_metrics(PREDICTIONS, TRUE[:2], ks=(1,))
     with pytest.raises(ValueError, match="propensity size"):
         compute_xmc_metrics(np.array([[9]]), [[0]], ks=(1,), propensity=Propensity(INVERSE, 0.55, 1.5))
+    for ks in ((), (0, 1), (-1, 1), (0,)):
+        with pytest.raises(ValueError, match=r"ks must be positive integers, got \["):
+            compute_xmc_metrics(PREDICTIONS, TRUE, ks=ks)
 
 
 # ----------------------------------------------------------------------------------------------------------
