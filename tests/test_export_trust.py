@@ -69,6 +69,8 @@ def test_an_export_names_its_files_and_serves_as_written(exports):
         files = metadata(folder)["files"]
         assert {"label_names.json", "tokenizer_config.json"} <= set(files) and metadata(folder)["max_positions"] == 64
         assert ("model.onnx" if layout == "single" else "encoder.onnx") in files
+        graph = onnx.load(folder / metadata(folder)["model_file"], load_external_data=False).graph
+        assert metadata(folder)["outputs"] == [output.name for output in graph.output]  # what the graph gives
         classifier = OnnxClassifier(folder)
         assert [row["label"] in NAMES for row in classifier.predict(["w1 w2"])[0]] == [True] * K
 
