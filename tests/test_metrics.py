@@ -206,6 +206,17 @@ def test_evaluate_metric_matches(tmp_path):
     assert XMCMetric(ks=(1,), cache_dir=str(tmp_path)).compute(predictions=[[3]], references=[[3]])["P@1"] == 1.0
 
 
+def test_the_module_names_only_what_it_defines():
+    """`XMCMetric` is defined on first use (it imports `evaluate`); any other missing name is an AttributeError, so
+    `hasattr` and `from haste_hf.metrics import X` answer as for any module."""
+    import haste_hf.metrics
+
+    assert haste_hf.metrics.XMCMetric is XMCMetric
+    assert not hasattr(haste_hf.metrics, "XMCMetrics")
+    with pytest.raises(AttributeError, match="module 'haste_hf.metrics' has no attribute 'precision_at'"):
+        haste_hf.metrics.precision_at  # noqa: B018
+
+
 @pytest.mark.parametrize(
     "name",
     ["AmazonTitles-670K", "Amazon670K", "LF-AmazonTitles-131K", "AmazonTitles-3M", "amazon_3m", "LF-Amazon-131K"],
