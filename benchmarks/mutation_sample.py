@@ -3,6 +3,7 @@
     python benchmarks/mutation_sample.py --count 100 [--seed S] [--timeout 240] [--out results.md] [--workdir DIR]
     python benchmarks/mutation_sample.py --list --seed S                  # the sample only, nothing run
     python benchmarks/mutation_sample.py --seed S --only 12,40-60         # a part of the sample (to resume)
+    python benchmarks/mutation_sample.py --seed S --drawn-at COMMIT ...    # a sample drawn earlier, on today's code
 
 A mutant changes one deciding spot of one line of `haste_hf/`: a comparison flipped (`<` to `>=`, `==` to `!=`, `is`
 to `is not`, `in` to `not in`), a condition negated (`if`/`while`/`assert`/conditional expression), `and` swapped
@@ -15,8 +16,8 @@ import its module (its own family's files first, at most MAX_TEST_FILES) run wit
 (a test failed),
 `survived` (the tests passed), `no tests` (no test file imports the module or names its functions), `timeout` (undecided: the tests
 outlived the timeout; rerun it with `--only N --timeout T`), or `gpu only` (the line is in a
-Triton/CUDA kernel or behind a CUDA-only branch: not run, a CPU cannot show it). The ratio asked for is killed /
-(killed + survived + no tests).
+Triton/CUDA kernel or behind a CUDA-only branch: not run, a CPU cannot show it). With `--drawn-at`, a mutant whose
+line is no longer in the package is `gone` (not run). The ratio asked for is killed / (killed + survived + no tests).
 """
 
 import argparse
@@ -385,7 +386,10 @@ def write_table(path: Path, seed: int, args, rows) -> None:
     lines = [
         "# Mutation sample",
         "",
-        f"`python benchmarks/mutation_sample.py --count {args.count} --seed {seed} --timeout {args.timeout:g}`"
+        f"`python benchmarks/mutation_sample.py --count {args.count} --seed {seed} --timeout {args.timeout:g}"
+        + (f" --drawn-at {args.drawn_at}" if args.drawn_at else "")
+        + (f" --only {args.only}" if args.only else "")
+        + "`"
         f' (tests: `-m "{args.marks}"`, `-x`)',
         "",
         f"Run: {len(rows)} mutants; killed {counts['killed']}, survived {counts['survived']}, no tests "
