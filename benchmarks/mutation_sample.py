@@ -209,6 +209,11 @@ def tests_of(mutant: Mutant, root: Path) -> list[str]:
             mirrored.append(str(test.relative_to(root)))
         elif any(pattern.search(test.read_text()) for pattern in patterns):
             importing.append(str(test.relative_to(root)))
+    # The importing files that use the module most first (its names, counted): `from x import y` alone
+    # says little about which of a dozen files tests the mutated line.
+    names = _module_names(mutant, root)
+    uses = {test: _uses(names, (root / test).read_text()) for test in importing}
+    importing.sort(key=lambda test: -uses[test])
     if not mirrored and not importing:  # reached through other modules (a CLI flag, a model method): the tests
         importing = _tests_naming(mutant, root)  # that name its functions and classes, most names first
     if not mirrored and not importing:  # else the tests of the package's modules that import it
@@ -228,13 +233,22 @@ def _package_importers(mutant: Mutant, root: Path) -> list[Mutant]:
     ]
 
 
-def _tests_naming(mutant: Mutant, root: Path) -> list[str]:
+def _module_names(mutant: Mutant, root: Path) -> list[str]:
+    """The module's top-level functions and classes (names of more than 3 letters)."""
     tree = ast.parse((root / mutant.path).read_text())
-    names = [
+    return [
         node.name
         for node in tree.body
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and len(node.name.strip("_")) > 3
     ]
+
+
+def _uses(names: list[str], text: str) -> int:
+    return sum(len(re.findall(rf"\b{re.escape(name)}\b", text)) for name in names)
+
+
+def _tests_naming(mutant: Mutant, root: Path) -> list[str]:
+    names = _module_names(mutant, root)
     hits = {}
     for test in sorted((root / "tests").rglob("test_*.py")):
         text = test.read_text()
