@@ -312,24 +312,29 @@ def draw_at(commit: str, count: int, seed: int) -> list[Mutant | None]:
 
 
 def _moved(mutant: Mutant, old_lines: list[str], today: dict[str, list[str]]) -> Mutant | None:
+    """The mutant on today's copy of its line: identical (else the same text re-indented, its column shifted
+    alike), in its module first, then anywhere in the package; the neighbours that match best, then the nearest."""
     index = mutant.line - 1
-    context = {offset: old_lines[index + offset] for offset in range(-3, 4) if 0 <= index + offset < len(old_lines)}
+    old_line = old_lines[index]
+    context = {
+        offset: old_lines[index + offset].strip() for offset in range(-3, 4) if 0 <= index + offset < len(old_lines)
+    }
 
     def score(lines: list[str], number: int) -> int:
         return sum(
-            0 <= number + offset < len(lines) and lines[number + offset] == text for offset, text in context.items()
+            0 <= number + offset < len(lines) and lines[number + offset].strip() == text
+            for offset, text in context.items()
         )
 
-    for paths in ([mutant.path], sorted(today)):
-        found = [
-            (path, number)
-            for path in paths
-            for number, line in enumerate(today.get(path, []))
-            if line == old_lines[index]
-        ]
-        if found:
-            path, number = max(found, key=lambda hit: (score(today[hit[0]], hit[1]), -abs(hit[1] - index)))
-            return dataclasses.replace(mutant, path=path, line=number + 1)
+    for same in (lambda line: line == old_line, lambda line: line.strip() == old_line.strip()):
+        for paths in ([mutant.path], sorted(today)):
+            found = [(path, number) for path in paths for number, line in enumerate(today.get(path, [])) if same(line)]
+            if found:
+                path, number = max(found, key=lambda hit: (score(today[hit[0]], hit[1]), -abs(hit[1] - index)))
+                line = today[path][number]
+                shift = (len(line) - len(line.lstrip())) - (len(old_line) - len(old_line.lstrip()))
+                column = mutant.column + shift if mutant.column >= 0 else -1
+                return dataclasses.replace(mutant, path=path, line=number + 1, column=column)
     return None
 
 
