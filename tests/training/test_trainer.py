@@ -434,16 +434,31 @@ def test_the_trainer_rewires_with_the_score_asked_for(tmp_path, tokenizer, datas
         HasteTrainingArguments(output_dir=str(tmp_path), use_cpu=True, rewiring_score="max")
 
 
-def test_one_process_leaves_the_data_order_to_the_torch_seed_as_the_stock_trainer_does(tmp_path, tokenizer, datasets_):
+def test_one_process_orders_the_data_as_the_stock_trainer_does(tmp_path, tokenizer, datasets_):
     """On several processes the trainer sets `data_seed` (each rank's torch seed differs there); on one it leaves the
-    arguments as given, and the order of the examples follows the torch seed when the data loader is made, as in
-    transformers' Trainer."""
-    trainer = make_trainer(tmp_path, tokenizer, datasets_[0], save_strategy="no")
-    assert trainer.args.data_seed is None
+    arguments as given, and its data loader gives the examples in the stock Trainer's order, whatever the torch seed
+    when the loader is made."""
+    from transformers import Trainer, TrainingArguments
 
-    def order(torch_seed):
+    haste = make_trainer(tmp_path / "haste", tokenizer, datasets_[0], save_strategy="no")
+    assert haste.args.data_seed is None
+    stock = Trainer(
+        model=haste.model,
+        args=TrainingArguments(
+            output_dir=str(tmp_path / "stock"),
+            per_device_train_batch_size=haste.args.per_device_train_batch_size,
+            seed=haste.args.seed,
+            remove_unused_columns=False,
+            report_to=[],
+            use_cpu=True,
+        ),
+        train_dataset=datasets_[0],
+        data_collator=haste.data_collator,
+    )
+
+    def order(trainer, torch_seed):
         torch.manual_seed(torch_seed)
         return torch.cat([batch["input_ids"][:, :4].flatten() for batch in trainer.get_train_dataloader()])
 
-    assert torch.equal(order(7), order(7))
-    assert not torch.equal(order(7), order(8))
+    for torch_seed in (7, 8):
+        assert torch.equal(order(haste, torch_seed), order(stock, torch_seed))
