@@ -4,6 +4,7 @@
     python benchmarks/mutation_sample.py --list --seed S                  # the sample only, nothing run
     python benchmarks/mutation_sample.py --seed S --only 12,40-60         # a part of the sample (to resume)
     python benchmarks/mutation_sample.py --seed S --drawn-at COMMIT ...    # a sample drawn earlier, on today's code
+    python benchmarks/mutation_sample.py --seed S --apply N                # mutant N written here, for tests by hand
 
 A mutant changes one deciding spot of one line of `haste_hf/`: a comparison flipped (`<` to `>=`, `==` to `!=`, `is`
 to `is not`, `in` to `not in`), a condition negated (`if`/`while`/`assert`/conditional expression), `and` swapped
@@ -356,6 +357,13 @@ def main():
     parser.add_argument("--marks", default="not gpu and not slow", help="pytest -m expression of the tests run")
     parser.add_argument("--only", default=None, help="indices of the sample to run: 0,3,10-20")
     parser.add_argument("--list", action="store_true", help="print the sample and exit")
+    parser.add_argument(
+        "--apply",
+        type=int,
+        default=None,
+        help="write mutant N of the sample into this checkout and exit, to run any test against it by hand "
+        "(undo: git checkout -- haste_hf)",
+    )
     parser.add_argument("--workdir", default="/tmp/haste-mutation-copy", help="where the mutated copy lives")
     parser.add_argument("--out", default=None, help="a Markdown file to write the table to (as it goes)")
     parser.add_argument(
@@ -374,6 +382,12 @@ def main():
                 f"{index:3d} "
                 + ("gone" if mutant is None else f"{'(gpu) ' if mutant.gpu_only else ''}{mutant.describe()}")
             )
+        return
+    if args.apply is not None:
+        if sample[args.apply] is None:
+            raise SystemExit(f"mutant {args.apply} is gone: its line is no longer in the package")
+        apply(sample[args.apply], ROOT)
+        print(f"applied {args.apply}: {sample[args.apply].describe()} (undo: git checkout -- {PACKAGE})")
         return
     workdir = Path(args.workdir)
     shutil.rmtree(workdir, ignore_errors=True)
