@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 from datasets import Dataset
+from huggingface_hub import ModelCard
 from tiny_encoders import planted_texts, tiny_tokenizer
 from tiny_haste import make_tiny_model, make_tiny_trainer
 from transformers import TrainerCallback
@@ -199,6 +200,11 @@ def test_model_card_names_both_optimizers(tmp_path, tokenizer, datasets_):
     assert "momentum 0.9 (float32), decoupled weight decay 0.0001" in card
     assert "every 3 steps" in card and "planted" in card and "frequency" in card
     assert "adamw_torch" not in card
+    # transformers' `create_model_card` takes one tag or a list of them.
+    for tags, expected in (("planted-tag", ["planted-tag"]), (["one-tag", "two-tag"], ["one-tag", "two-tag"])):
+        trainer.create_model_card(tags=tags)
+        card_tags = ModelCard.load(tmp_path / "README.md").data.tags
+        assert card_tags[-len(expected) :] == expected and all(len(tag) > 1 for tag in card_tags)
 
 
 @pytest.mark.parametrize("output_max_grad_norm", [0.0, 0.5])
