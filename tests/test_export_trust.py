@@ -115,6 +115,14 @@ def test_a_cut_graph_and_a_missing_output_layer_are_refused(copy_of):
     split = copy_of("split")
     (split / "output_layer.safetensors").unlink()
     refused(split, "output_layer.safetensors", "is missing")
+    shutil.rmtree(split)
+    split = copy_of("split")  # an export of an earlier version, which names no files: read as it stands
+    old = metadata(split)
+    del old["files"]
+    write_metadata(split, old)
+    (split / "output_layer.safetensors").unlink()
+    with pytest.warns(UserWarning, match="names no files"):
+        refused(split, "output_layer.safetensors", "is missing: haste_onnx.json names it. Export the model again")
 
 
 def test_an_interrupted_export_is_refused(copy_of):
