@@ -286,3 +286,6 @@ def test_metrics_by_frequency_shares_add_up_to_the_ranking_metrics_and_recall_is
         slots = sum(bucket[label] == index for row in top for label in row if label >= 0)
         assert table[name]["top-5 share"] == pytest.approx(slots / (5 * points), rel=1e-12)
     assert sum(row["top-5 share"] for row in table.values()) == pytest.approx(1.0)
+    for bad in (top[:, :4], top[0]):  # fewer columns than k; one row without its batch dimension
+        with pytest.raises(ValueError, match=r"top_k_ids must be \[N, >= 5\], got \("):
+            metrics_by_frequency(bad, truth, counts, k=5)
