@@ -301,3 +301,11 @@ def test_encoder_checkpointing_of_every_nth_block(every, expected):
     model = make_tiny_model(label_count=20, encoder=encoder)
     memory_plan.enable_encoder_checkpointing(model, every)
     assert [layer.gradient_checkpointing for layer in model.encoder.encoder.layer] == expected
+
+
+def test_device_memory_is_a_gpus_total_and_none_on_a_cpu(monkeypatch):
+    asked = []
+    properties = lambda device: asked.append(device) or types.SimpleNamespace(total_memory=80 * 2**30)  # noqa: E731
+    monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
+    assert memory_plan.device_memory_of(torch.device("cuda", 1)) == 80 * 2**30 and asked == [torch.device("cuda", 1)]
+    assert memory_plan.device_memory_of(torch.device("cpu")) is None and len(asked) == 1
