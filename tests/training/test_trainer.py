@@ -185,6 +185,9 @@ def test_arguments_are_validated(tmp_path):
         HasteTrainingArguments(output_dir=str(tmp_path), output_layer_dtype="int8")
     with pytest.raises(ValueError, match="`output_learning_rate`"):
         HasteTrainingArguments(output_dir=str(tmp_path), output_learning_rate=-1.0)
+    for max_steps in (0, -2):
+        with pytest.raises(ValueError, match=f"`max_steps` must be >= 1, or -1 to train .* got {max_steps}"):
+            HasteTrainingArguments(output_dir=str(tmp_path), max_steps=max_steps)
     with pytest.raises(ValueError, match="HasteForExtremeClassification"):
         HasteTrainer(model=torch.nn.Linear(2, 2), args=HasteTrainingArguments(output_dir=str(tmp_path)))
 
