@@ -305,3 +305,12 @@ def test_multi_hot_labels_become_positive_ids_padded_to_the_longest_row():
     labels[0, [1, 4]] = labels[2, [0, 2, 5]] = True
     assert _multi_hot_to_ids(labels).tolist() == [[1, 4, -100], [-100] * 3, [0, 2, 5]]
     assert _multi_hot_to_ids(torch.zeros(0, 6, dtype=torch.bool)).shape == (0, 0)
+
+
+def test_a_ranks_rows_are_padded_to_the_largest_share_for_the_gather():
+    from haste_hf.training.distributed import _padded
+
+    rows = torch.randn(2, 3, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(_padded(rows, 2), rows)
+    padded = _padded(rows, 4, value=-1.0)
+    assert padded.shape == (4, 3) and torch.equal(padded[:2], rows) and bool((padded[2:] == -1).all())
