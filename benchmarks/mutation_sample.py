@@ -3,6 +3,8 @@
     python benchmarks/mutation_sample.py --count 100 [--seed S] [--timeout 240] [--out results.md] [--workdir DIR]
     python benchmarks/mutation_sample.py --list --seed S                  # the sample only, nothing run
     python benchmarks/mutation_sample.py --seed S --only 12,40-60         # a part of the sample (to resume)
+    python benchmarks/mutation_sample.py --seed S --drawn-at COMMIT ...    # a sample drawn earlier, on today's code
+    python benchmarks/mutation_sample.py --seed S --apply N                # mutant N written here, for tests by hand
 
 A mutant changes one deciding spot of one line of `haste_hf/`: a comparison flipped (`<` to `>=`, `==` to `!=`, `is`
 to `is not`, `in` to `not in`), a condition negated (`if`/`while`/`assert`/conditional expression), `and` swapped
@@ -15,18 +17,20 @@ import its module (its own family's files first, at most MAX_TEST_FILES) run wit
 (a test failed),
 `survived` (the tests passed), `no tests` (no test file imports the module or names its functions), `timeout` (undecided: the tests
 outlived the timeout; rerun it with `--only N --timeout T`), or `gpu only` (the line is in a
-Triton/CUDA kernel or behind a CUDA-only branch: not run, a CPU cannot show it). The ratio asked for is killed /
-(killed + survived + no tests).
+Triton/CUDA kernel or behind a CUDA-only branch: not run, a CPU cannot show it). With `--drawn-at`, a mutant whose
+line is no longer in the package is `gone` (not run). The ratio asked for is killed / (killed + survived + no tests).
 """
 
 import argparse
 import ast
+import dataclasses
 import os
 import random
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +57,7 @@ DTYPES = {
     "torch.int64": "torch.int32",
     "torch.float": "torch.bfloat16",
 }
-FATES = ("killed", "survived", "no tests", "timeout", "gpu only")
+FATES = ("killed", "survived", "no tests", "timeout", "gpu only", "gone")
 MAX_TEST_FILES = 4  # per mutant: affordable on 2 shared cores
 GPU_MARKERS = ("triton", "is_cuda", "cuda", "kernels", "_KERNELS")
 
@@ -96,11 +100,11 @@ def _gpu_only(path: str, parents: list[ast.AST], lines: list[str]) -> bool:
     return False
 
 
-def mutants_of(path: Path) -> list[Mutant]:
+def mutants_of(path: Path, root: Path = ROOT) -> list[Mutant]:
     """Every mutant of one module's deciding lines."""
     source = path.read_text()
     lines = source.splitlines()
-    relative = str(path.relative_to(ROOT))
+    relative = str(path.relative_to(root))
     found: list[Mutant] = []
 
     def add(node, kind, new, parents):
@@ -206,6 +210,11 @@ def tests_of(mutant: Mutant, root: Path) -> list[str]:
             mirrored.append(str(test.relative_to(root)))
         elif any(pattern.search(test.read_text()) for pattern in patterns):
             importing.append(str(test.relative_to(root)))
+    # The importing files that use the module most first (its names, counted): `from x import y` alone
+    # says little about which of a dozen files tests the mutated line.
+    names = _module_names(mutant, root)
+    uses = {test: _uses(names, (root / test).read_text()) for test in importing}
+    importing.sort(key=lambda test: -uses[test])
     if not mirrored and not importing:  # reached through other modules (a CLI flag, a model method): the tests
         importing = _tests_naming(mutant, root)  # that name its functions and classes, most names first
     if not mirrored and not importing:  # else the tests of the package's modules that import it
@@ -225,13 +234,22 @@ def _package_importers(mutant: Mutant, root: Path) -> list[Mutant]:
     ]
 
 
-def _tests_naming(mutant: Mutant, root: Path) -> list[str]:
+def _module_names(mutant: Mutant, root: Path) -> list[str]:
+    """The module's top-level functions and classes (names of more than 3 letters)."""
     tree = ast.parse((root / mutant.path).read_text())
-    names = [
+    return [
         node.name
         for node in tree.body
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and len(node.name.strip("_")) > 3
     ]
+
+
+def _uses(names: list[str], text: str) -> int:
+    return sum(len(re.findall(rf"\b{re.escape(name)}\b", text)) for name in names)
+
+
+def _tests_naming(mutant: Mutant, root: Path) -> list[str]:
+    names = _module_names(mutant, root)
     hits = {}
     for test in sorted((root / "tests").rglob("test_*.py")):
         text = test.read_text()
@@ -277,9 +295,48 @@ def run_mutant(mutant: Mutant, root: Path, timeout: float, marks: str) -> tuple[
     return fate, time.monotonic() - start, failed
 
 
-def draw(count: int, seed: int) -> list[Mutant]:
-    every = [mutant for path in sorted((ROOT / PACKAGE).rglob("*.py")) for mutant in mutants_of(path)]
+def draw(count: int, seed: int, root: Path = ROOT) -> list[Mutant]:
+    every = [mutant for path in sorted((root / PACKAGE).rglob("*.py")) for mutant in mutants_of(path, root)]
     return random.Random(seed).sample(every, min(count, len(every)))
+
+
+def draw_at(commit: str, count: int, seed: int) -> list[Mutant | None]:
+    """The sample drawn from the package as of `commit` (a sample is a function of the seed and the code), each
+    mutant moved to the same line of today's package: an identical line, in its module first (else in the module it
+    moved to), the one whose neighbouring lines match best, then the nearest (None: the line is gone)."""
+    with tempfile.TemporaryDirectory() as old_root:
+        archive = subprocess.run(["git", "archive", commit, PACKAGE], cwd=ROOT, capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", old_root], input=archive.stdout, check=True)
+        sample = draw(count, seed, Path(old_root))
+        today = {str(path.relative_to(ROOT)): path.read_text().split("\n") for path in (ROOT / PACKAGE).rglob("*.py")}
+        return [_moved(mutant, (Path(old_root) / mutant.path).read_text().split("\n"), today) for mutant in sample]
+
+
+def _moved(mutant: Mutant, old_lines: list[str], today: dict[str, list[str]]) -> Mutant | None:
+    """The mutant on today's copy of its line: identical (else the same text re-indented, its column shifted
+    alike), in its module first, then anywhere in the package; the neighbours that match best, then the nearest."""
+    index = mutant.line - 1
+    old_line = old_lines[index]
+    context = {
+        offset: old_lines[index + offset].strip() for offset in range(-3, 4) if 0 <= index + offset < len(old_lines)
+    }
+
+    def score(lines: list[str], number: int) -> int:
+        return sum(
+            0 <= number + offset < len(lines) and lines[number + offset].strip() == text
+            for offset, text in context.items()
+        )
+
+    for same in (lambda line: line == old_line, lambda line: line.strip() == old_line.strip()):
+        for paths in ([mutant.path], sorted(today)):
+            found = [(path, number) for path in paths for number, line in enumerate(today.get(path, [])) if same(line)]
+            if found:
+                path, number = max(found, key=lambda hit: (score(today[hit[0]], hit[1]), -abs(hit[1] - index)))
+                line = today[path][number]
+                shift = (len(line) - len(line.lstrip())) - (len(old_line) - len(old_line.lstrip()))
+                column = mutant.column + shift if mutant.column >= 0 else -1
+                return dataclasses.replace(mutant, path=path, line=number + 1, column=column)
+    return None
 
 
 def parse_only(text: str | None, count: int) -> list[int]:
@@ -300,15 +357,37 @@ def main():
     parser.add_argument("--marks", default="not gpu and not slow", help="pytest -m expression of the tests run")
     parser.add_argument("--only", default=None, help="indices of the sample to run: 0,3,10-20")
     parser.add_argument("--list", action="store_true", help="print the sample and exit")
+    parser.add_argument(
+        "--apply",
+        type=int,
+        default=None,
+        help="write mutant N of the sample into this checkout and exit, to run any test against it by hand "
+        "(undo: git checkout -- haste_hf)",
+    )
     parser.add_argument("--workdir", default="/tmp/haste-mutation-copy", help="where the mutated copy lives")
     parser.add_argument("--out", default=None, help="a Markdown file to write the table to (as it goes)")
+    parser.add_argument(
+        "--drawn-at",
+        default=None,
+        help="a commit: draw the sample from the package as it was there (to finish an earlier sample after the code "
+        "moved on) and run each mutant on the same line of today's code ('gone' where that line is no more)",
+    )
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
-    sample = draw(args.count, seed)
-    print(f"seed {seed}: {len(sample)} mutants", flush=True)
+    sample = draw_at(args.drawn_at, args.count, seed) if args.drawn_at else draw(args.count, seed)
+    print(f"seed {seed}: {len(sample)} mutants" + (f" drawn at {args.drawn_at}" if args.drawn_at else ""), flush=True)
     if args.list:
         for index, mutant in enumerate(sample):
-            print(f"{index:3d} {'(gpu) ' if mutant.gpu_only else ''}{mutant.describe()}")
+            print(
+                f"{index:3d} "
+                + ("gone" if mutant is None else f"{'(gpu) ' if mutant.gpu_only else ''}{mutant.describe()}")
+            )
+        return
+    if args.apply is not None:
+        if sample[args.apply] is None:
+            raise SystemExit(f"mutant {args.apply} is gone: its line is no longer in the package")
+        apply(sample[args.apply], ROOT)
+        print(f"applied {args.apply}: {sample[args.apply].describe()} (undo: git checkout -- {PACKAGE})")
         return
     workdir = Path(args.workdir)
     shutil.rmtree(workdir, ignore_errors=True)
@@ -320,6 +399,9 @@ def main():
     rows = []
     for index in parse_only(args.only, len(sample)):
         mutant = sample[index]
+        if mutant is None:
+            print(f"{index:3d} gone: its line is no longer in the package", flush=True)
+            continue
         fate, seconds, failed = run_mutant(mutant, workdir, args.timeout, args.marks)
         rows.append((index, mutant, fate, seconds, failed))
         print(f"{index:3d} {fate:9s} {seconds:6.0f}s {mutant.describe()} {failed}", flush=True)
@@ -337,7 +419,10 @@ def write_table(path: Path, seed: int, args, rows) -> None:
     lines = [
         "# Mutation sample",
         "",
-        f"`python benchmarks/mutation_sample.py --count {args.count} --seed {seed} --timeout {args.timeout:g}`"
+        f"`python benchmarks/mutation_sample.py --count {args.count} --seed {seed} --timeout {args.timeout:g}"
+        + (f" --drawn-at {args.drawn_at}" if args.drawn_at else "")
+        + (f" --only {args.only}" if args.only else "")
+        + "`"
         f' (tests: `-m "{args.marks}"`, `-x`)',
         "",
         f"Run: {len(rows)} mutants; killed {counts['killed']}, survived {counts['survived']}, no tests "

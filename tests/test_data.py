@@ -153,6 +153,9 @@ def test_bow_directory_and_split_form(tmp_path, cache):
     np.testing.assert_array_equal(dataset.features["train"].toarray(), [[1, 0, 0, 0.25], [0, 0, 0, 0]])
     assert read_sparse_label_split(split / "trn_X_Y.txt", cache_dir=cache).label_count == 3
     assert read_sparse_features(split / "trn_X_Xf.txt").shape == (2, 4)
+    write(split / "trn_X_Xf.txt", "3 4\n0:1\n1:1\n2:1\n")  # a row more than the labels file
+    with pytest.raises(ValueError, match=r"split: train has 3 feature rows, 2 labels"):
+        load_xmc_dataset(split, return_features=True, cache_dir=cache)
 
 
 def test_detection_errors(tmp_path, json_dir, cache):

@@ -69,6 +69,8 @@ def test_an_export_names_its_files_and_serves_as_written(exports):
         files = metadata(folder)["files"]
         assert {"label_names.json", "tokenizer_config.json"} <= set(files) and metadata(folder)["max_positions"] == 64
         assert ("model.onnx" if layout == "single" else "encoder.onnx") in files
+        graph = onnx.load(folder / metadata(folder)["model_file"], load_external_data=False).graph
+        assert metadata(folder)["outputs"] == [output.name for output in graph.output]  # what the graph gives
         classifier = OnnxClassifier(folder)
         assert [row["label"] in NAMES for row in classifier.predict(["w1 w2"])[0]] == [True] * K
 
@@ -113,6 +115,14 @@ def test_a_cut_graph_and_a_missing_output_layer_are_refused(copy_of):
     split = copy_of("split")
     (split / "output_layer.safetensors").unlink()
     refused(split, "output_layer.safetensors", "is missing")
+    shutil.rmtree(split)
+    split = copy_of("split")  # an export of an earlier version, which names no files: read as it stands
+    old = metadata(split)
+    del old["files"]
+    write_metadata(split, old)
+    (split / "output_layer.safetensors").unlink()
+    with pytest.warns(UserWarning, match="names no files"):
+        refused(split, "output_layer.safetensors", "is missing: haste_onnx.json names it. Export the model again")
 
 
 def test_an_interrupted_export_is_refused(copy_of):
@@ -164,6 +174,11 @@ def test_bad_arguments_get_one_line_errors_and_long_texts_are_cut(exports):
         for texts in (None, "one text", [1, 2], ["a", None]):
             with pytest.raises(ValueError, match="`texts` must be a list of strings"):
                 classifier.predict(texts)
+        # The value is quoted in at most 60 characters: whole up to 60, else its first 57 and "...".
+        for text, shown in (("x" * 58, repr("x" * 58)), ("x" * 59, repr("x" * 59)[:57] + "...")):
+            with pytest.raises(ValueError) as error:
+                classifier.predict(text)
+            assert str(error.value).endswith(f"got {shown}.")
         for k in (2.5, True, 0, LABELS + 1, "3"):
             with pytest.raises(ValueError, match=r"`k` must be an integer in \[1, label_count=30\]"):
                 classifier.predict(["w1"], k=k)
@@ -178,6 +193,8 @@ def test_bad_arguments_get_one_line_errors_and_long_texts_are_cut(exports):
             classifier.top_k(np.ones((2, 3), np.int64), np.ones((2, 4), np.int64))
         with pytest.raises(ValueError, match="rows of 65 tokens; the encoder reads at most 64: truncate"):
             classifier.top_k(np.ones((1, 65), np.int64), np.ones((1, 65), np.int64))
+        with pytest.raises(ValueError, match="`input_ids` has rows of no token: give at least one token per row"):
+            classifier.top_k(np.ones((2, 0), np.int64), np.ones((2, 0), np.int64))
         long_text = " ".join(["w1"] * 500)  # the tokenizer names no limit: the encoder's positions cut it
         with warnings.catch_warnings():
             warnings.simplefilter("error")

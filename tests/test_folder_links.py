@@ -193,3 +193,23 @@ def test_add_labels_keeps_a_linked_evaluation_settings_file_a_link(hub, tmp_path
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and "evaluation_settings.json is a link" in error[0]
     assert not repo_exists(repo_id)
+
+
+def test_a_settings_file_is_copied_a_link_kept_a_link_and_anything_else_refused(tmp_path):
+    """What `add-labels` does with the model's `evaluation_settings.json` (`copy_keeping_a_link`)."""
+    from haste_hf.cli.commands import copy_keeping_a_link
+
+    source, copies = tmp_path / "source", tmp_path / "copies"
+    source.mkdir(), copies.mkdir()
+    (source / "regular.json").write_text('{"text_fields": "title"}')
+    copy_keeping_a_link(source / "regular.json", copies / "regular.json")
+    assert (copies / "regular.json").read_text() == '{"text_fields": "title"}'
+    assert not (copies / "regular.json").is_symlink()
+    (source / "link.json").symlink_to("regular.json")
+    copy_keeping_a_link(source / "link.json", copies / "link.json")
+    assert os.readlink(copies / "link.json") == "regular.json"
+    copy_keeping_a_link(source / "absent.json", copies / "absent.json")
+    assert not (copies / "absent.json").exists()
+    os.mkfifo(source / "fifo.json")
+    with pytest.raises(ValueError, match="fifo.json is not a regular file: remove it, then run the command again"):
+        copy_keeping_a_link(source / "fifo.json", copies / "fifo.json")

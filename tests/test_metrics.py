@@ -154,6 +154,9 @@ def test_input_errors():
         compute_xmc_metrics(PREDICTIONS, TRUE[:2], ks=(1,))
     with pytest.raises(ValueError, match="propensity size"):
         compute_xmc_metrics(np.array([[9]]), [[0]], ks=(1,), propensity=Propensity(INVERSE, 0.55, 1.5))
+    for ks in ((), (0, 1), (-1, 1), (0,)):
+        with pytest.raises(ValueError, match=r"ks must be positive integers, got \["):
+            compute_xmc_metrics(PREDICTIONS, TRUE, ks=ks)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -201,6 +204,17 @@ def test_evaluate_metric_matches(tmp_path):
     result = metric.compute()
     assert result == compute_xmc_metrics(PREDICTIONS, TRUE, ks=(1, 3), propensity=propensity)
     assert XMCMetric(ks=(1,), cache_dir=str(tmp_path)).compute(predictions=[[3]], references=[[3]])["P@1"] == 1.0
+
+
+def test_the_module_names_only_what_it_defines():
+    """`XMCMetric` is defined on first use (it imports `evaluate`); any other missing name is an AttributeError, so
+    `hasattr` and `from haste_hf.metrics import X` answer as for any module."""
+    import haste_hf.metrics
+
+    assert haste_hf.metrics.XMCMetric is XMCMetric
+    assert not hasattr(haste_hf.metrics, "XMCMetrics")
+    with pytest.raises(AttributeError, match="module 'haste_hf.metrics' has no attribute 'precision_at'"):
+        haste_hf.metrics.precision_at  # noqa: B018
 
 
 @pytest.mark.parametrize(
@@ -272,3 +286,6 @@ def test_metrics_by_frequency_shares_add_up_to_the_ranking_metrics_and_recall_is
         slots = sum(bucket[label] == index for row in top for label in row if label >= 0)
         assert table[name]["top-5 share"] == pytest.approx(slots / (5 * points), rel=1e-12)
     assert sum(row["top-5 share"] for row in table.values()) == pytest.approx(1.0)
+    for bad in (top[:, :4], top[0]):  # fewer columns than k; one row without its batch dimension
+        with pytest.raises(ValueError, match=r"top_k_ids must be \[N, >= 5\], got \("):
+            metrics_by_frequency(bad, truth, counts, k=5)

@@ -175,3 +175,16 @@ def test_tail_bias_through_the_command_line(dataset_dir, encoder_dir, tmp_path, 
     tail = HasteForExtremeClassification.from_pretrained(tmp_path / "bias").output_layer.tail
     assert plain.bias is None and tail.bias is not None and tail.bias.shape == (tail.weight.shape[0] * 2,)
     assert bool(tail.bias.ne(0).any())  # trained, not left at its start
+
+
+def test_label_texts_are_read_only_where_an_option_reads_them():
+    from types import SimpleNamespace
+
+    from haste_hf.recipe import label_texts_for
+
+    with_texts, without = SimpleNamespace(label_texts=["zero", "one"]), SimpleNamespace(label_texts=None)
+    assert label_texts_for(without, "data/x", init_from_label_texts=False, label_text_grouping_below=None) is None
+    assert label_texts_for(with_texts, "data/x", init_from_label_texts=False) is None
+    assert label_texts_for(with_texts, "data/x", init_from_label_texts=True) == ["zero", "one"]
+    with pytest.raises(ValueError, match=r"`label_text_grouping_below` \(--label-text-grouping-below\) .* data/x has"):
+        label_texts_for(without, "data/x", init_from_label_texts=False, label_text_grouping_below=5)

@@ -39,6 +39,7 @@ def test_add_labels_shows_progress_and_appends_each_addition_to_the_card(tmp_pat
     labels = [{"name": "planted", "text": "w90 | w91"}, {"name": "other", "text": "w92"}]
     output = run_add_labels(tmp_path / "model", labels, tmp_path / "added", capsys, "--negatives", str(dataset_dir))
     assert "Label texts" in output.err and "Fitting the new labels" in output.err  # the two long steps
+    assert f"2 labels added to the tail (ids 30 to 31) -> {tmp_path / 'added'}" in output.out
     card = (tmp_path / "added" / "README.md").read_text()
     assert card.startswith("---\nlicense: apache-2.0\n---\n# The trained model\n\nP@1 60.\n")  # the card before
     assert card.count(ADDED_LABELS_HEADING) == 1
@@ -55,6 +56,15 @@ def test_add_labels_shows_progress_and_appends_each_addition_to_the_card(tmp_pat
     again = (tmp_path / "again" / "README.md").read_text()
     assert again.startswith(card) and again.count(ADDED_LABELS_HEADING) == 1
     assert "1 label, ids 32 to 32, in the tail" in again and "placed from their texts alone" in again
+
+
+def test_add_labels_head_puts_the_labels_in_the_head_and_says_so(tmp_path, capsys):
+    saved_model(tmp_path / "model")
+    output = run_add_labels(tmp_path / "model", [{"name": "new", "text": "w90"}], tmp_path / "added", capsys, "--head")
+    assert f"added to the head (ids 30 to 30) -> {tmp_path / 'added'}" in output.out
+    assert "1 label, ids 30 to 30, in the head" in (tmp_path / "added" / "README.md").read_text()
+    config = json.loads((tmp_path / "added" / "config.json").read_text())
+    assert (config["label_count"], config["head_label_count"]) == (LABELS + 1, 4)
 
 
 def test_a_model_without_a_card_gets_one_and_a_linked_card_is_not_read(tmp_path, capsys):

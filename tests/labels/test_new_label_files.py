@@ -1,5 +1,5 @@
-"""The new labels' file of `haste-hf add-labels` (`read_new_labels`): a name given twice is refused naming it (`json`
-keeps the last of two keys, and one label of the two was added without a word)."""
+"""The new labels' file of `haste-hf add-labels` (`read_new_labels`): its two forms; a name given twice is refused
+naming it (`json` keeps the last of two keys, and one label of the two was added without a word)."""
 
 import json
 
@@ -28,6 +28,21 @@ def test_distinct_keys_read_in_order(tmp_path):
     path = tmp_path / "labels.json"
     path.write_text(json.dumps({"tag a": "w60 w61", "tag b": "w62"}))
     assert read_new_labels(path) == (["w60 w61", "w62"], ["tag a", "tag b"])
+
+
+def test_a_list_of_entries_reads_in_order_with_names_for_all_or_none(tmp_path):
+    path = tmp_path / "labels.json"
+    path.write_text(json.dumps([{"text": "w60 w61", "name": "tag a"}, {"text": "w62", "name": "tag b"}]))
+    assert read_new_labels(path) == (["w60 w61", "w62"], ["tag a", "tag b"])
+    path.write_text(json.dumps([{"text": "w60"}, {"text": "w62"}]))
+    assert read_new_labels(path) == (["w60", "w62"], None)
+    path.write_text(json.dumps([{"text": "w60", "name": "tag a"}, {"text": "w62"}]))
+    with pytest.raises(ValueError, match="entry 1 has no name; name every new label, or none"):
+        read_new_labels(path)
+    for entries in ("w60", ["w60"], [{"name": "tag a"}], [{"text": "w60"}, "w62"]):
+        path.write_text(json.dumps(entries))
+        with pytest.raises(ValueError, match=r'must hold a list of \{"text": ..., "name": ...\} objects, or an object'):
+            read_new_labels(path)
 
 
 def test_the_command_refuses_a_duplicate_name_in_one_line(cli_files, tmp_path, capsys):  # noqa: F811

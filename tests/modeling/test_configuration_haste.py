@@ -142,3 +142,18 @@ def test_num_labels_other_than_the_label_count_is_refused():
         HasteConfig(
             encoder=tiny_encoder_config("bert"), label_count=6, problem_type="single_label_classification", fan_in=4
         )
+
+
+@pytest.mark.parametrize("names", [None, ["zero", "one", "two"]])
+def test_label_names_past_the_config_limit_answer_integer_ids_in_range_only(names):
+    """`id2label` of a model past `MAX_CONFIG_LABEL_NAMES`: a Mapping of label id to name, whose lookups of anything
+    but an integer id in range (a bool, a float, a string) are a KeyError, as a dict's."""
+    from haste_hf.modeling.configuration_haste import LabelNames
+
+    id2label = LabelNames(3, names)
+    assert [id2label[label_id] for label_id in range(3)] == (names or ["LABEL_0", "LABEL_1", "LABEL_2"])
+    assert len(id2label) == 3 and list(id2label) == [0, 1, 2]
+    for key in (True, 1.0, "1", -1, 3):
+        assert key not in id2label and id2label.get(key) is None
+        with pytest.raises(KeyError):
+            id2label[key]

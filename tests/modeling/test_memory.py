@@ -100,6 +100,8 @@ def test_checkpointing_every_second_block_of_an_encoder_without_its_own():
         layer.attention.register_forward_pre_hook(lambda *_, index=index: calls[index].append(1))
     torch.testing.assert_close(gradients(model), reference, rtol=1e-5, atol=1e-6)
     assert [len(calls[index]) for index in range(4)] == [2, 1, 2, 1]
+    model.gradient_checkpointing_disable()
+    assert [layer.gradient_checkpointing for layer in model.encoder.encoder.layer] == [False] * 4
 
 
 def test_checkpointed_model_copies_and_saves_as_a_plain_one(tmp_path):

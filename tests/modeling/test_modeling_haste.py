@@ -544,3 +544,24 @@ def test_encoder_kwargs_beside_an_encoder_model_are_named_in_a_warning():
             encoder, 20, encoder_kwargs={"revision": "v2"}, group_size=4, fan_in=8
         )
     assert "`encoder_kwargs` is ignored" in captured.out
+
+
+def test_label_names_empty_ones_named_by_id_repeated_ones_kept_with_a_warning():
+    from transformers.testing_utils import CaptureLogger
+
+    from haste_hf.modeling import modeling_haste
+
+    model = make_tiny_model(label_count=6, head_label_count=2)
+    with CaptureLogger(modeling_haste.logger) as captured:
+        model.set_label_names(["same", " ", "b", "same", "", "same"])
+    assert model.label_names == ["same", "LABEL_1", "b", "same", "LABEL_4", "same"]
+    assert model.config.id2label[4] == "LABEL_4" and model.config.label2id["same"] == 5
+    assert (
+        "2 empty name(s), named LABEL_<id> (e.g. label [1]); 2 repeated name(s) (e.g. [\"'same' for labels 0 and 3\"])"
+        in (captured.out)
+    )
+    for names in ("abcdef", ["a"] * 5):
+        with pytest.raises(
+            ValueError, match=r"`label_names` has (a string|5 entries) for 6 labels: give a list of one"
+        ):
+            model.set_label_names(names)

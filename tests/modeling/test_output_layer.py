@@ -89,6 +89,22 @@ def test_invariants_refuse_padding_before_the_last_labels():
         padded.check_invariants("this layer")
 
 
+def test_invariants_refuse_tail_supports_outside_the_features_or_repeated_and_pass_a_layer_of_no_tail():
+    HasteOutputLayer(12, 8, 8, group_size=4, fan_in=5).check_invariants()  # a head alone: no supports to check
+    for position, value, message in (
+        ((2, 0), 12, r"this layer: tail supports hold feature indices in \[\d+, 12\], outside \[0, 12\)"),
+        ((2, 0), -1, r"this layer: tail supports hold feature indices in \[-1, \d+\], outside \[0, 12\)"),
+        ((2, 1), None, r"this layer: tail group 2 lists a feature twice in its support"),
+    ):
+        layer = HasteOutputLayer(12, 30, 2, group_size=4, fan_in=5)
+        layer.check_invariants()
+        supports = layer.tail.supports.clone()
+        supports[position] = supports[2, 0] if value is None else value
+        layer.tail.supports = supports
+        with pytest.raises(ValueError, match=message):
+            layer.check_invariants("this layer")
+
+
 def test_rewiring_scores_a_tail_label_0_and_leaves_only_the_padding_slots_out():
     """Label id 0 alone in the last tail group, beside 3 padding slots: its weights decide which slot is rewired
     (were it taken for padding, the group would have no label to score); the padding slots' weights do not."""

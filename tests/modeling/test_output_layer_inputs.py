@@ -56,6 +56,20 @@ def test_nan_scores_are_refused_not_ranked_first(bad):
     assert layer.topk(features[[0, 2]], 3).label_ids.shape == (2, 3)  # finite rows still rank
 
 
+def test_nan_scores_are_returned_in_a_process_group_of_several_ranks(monkeypatch):
+    """One rank raising alone would leave the others waiting in their next collective: in a group of several ranks
+    NaN scores come back, first, for the caller to check once gathered (a group of 2 stood in for by its answers)."""
+    import torch.distributed as dist
+
+    layer = make_layer()
+    features = torch.randn(3, 16)
+    features[1, 0] = float("nan")
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
+    ranked = layer.topk(features, 3)
+    assert ranked.scores[1].isnan().all() and not ranked.scores[[0, 2]].isnan().any()
+
+
 def test_supports_edited_out_of_range_are_refused_once_changed():
     layer = make_layer()
     features = torch.randn(2, 16)

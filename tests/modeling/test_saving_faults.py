@@ -120,12 +120,21 @@ def test_a_push_of_an_interrupted_save_is_refused(tmp_path):
         haste_hf.hub.push_to_hub(tmp_path, "user/model")
 
 
-def test_leftover_staging_of_a_killed_save_is_removed_by_the_next_save(tmp_path):
+@pytest.mark.parametrize("name", ["killed", "{host}-notapid-abcd1234", "4242-abcd1234", "-4242-abcd1234"])
+def test_leftover_staging_of_a_killed_save_is_removed_by_the_next_save(tmp_path, name):
+    """A staging folder whose name gives no host and process id (an older version's, a damaged name) is a leftover;
+    one of another host is kept (its save may still run: this host cannot ask)."""
+    import socket
+
     make_model().save_pretrained(tmp_path)
-    leftover = tmp_path / f"{STAGING_PREFIX}killed"
-    leftover.mkdir()
-    (leftover / "model.safetensors").write_bytes(b"partial")
+    leftover = tmp_path / f"{STAGING_PREFIX}{name.format(host=socket.gethostname())}"
+    other_host = tmp_path / f"{STAGING_PREFIX}not-{socket.gethostname()}-4242-abcd1234"
+    for staging in (leftover, other_host):
+        staging.mkdir()
+        (staging / "model.safetensors").write_bytes(b"partial")
     make_model().save_pretrained(tmp_path)
+    assert not leftover.exists() and other_host.is_dir()
+    shutil.rmtree(other_host)
     assert_no_leftovers(tmp_path)
 
 

@@ -10,7 +10,12 @@ from launch import LOSS_TOLERANCE, TESTS, WEIGHT_TOLERANCE, assert_states_close,
 from haste_hf.labels.layout import LabelLayout
 from haste_hf.modeling.output_layer import HasteOutputLayer
 from haste_hf.training.distributed import balanced_ranges
-from haste_hf.training.sharded_output_layer import _fingerprint, assign_output_layer, resolve_shard_output_layer
+from haste_hf.training.sharded_output_layer import (
+    _fingerprint,
+    _multi_hot_to_ids,
+    assign_output_layer,
+    resolve_shard_output_layer,
+)
 
 
 @pytest.fixture(scope="module")
@@ -267,3 +272,67 @@ def test_a_nan_on_one_rank_stops_or_skips_on_every_rank(tmp_path, action):
         assert [outcome["step"] for outcome in outcomes] == [2, 2]
     else:
         assert [(outcome["error"], outcome["step"], outcome["skipped"]) for outcome in outcomes] == [(None, 5, 1)] * 2
+
+
+def test_rows_gathered_to_the_cpu_in_pieces_on_a_group_of_one_process(tmp_path, monkeypatch):
+    """`gather_rows_to_cpu` on a one-process gloo group, two rows a piece (the two-process case is the slow torchrun
+    test above): the destination rank gets every row, in order, on the CPU."""
+    import torch.distributed as dist
+
+    from haste_hf.training import distributed
+
+    rows = torch.randn(5, 3, generator=torch.Generator().manual_seed(0))
+    monkeypatch.setattr(distributed, "_GATHER_CHUNK_BYTES", 2 * rows[0].nbytes)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        gathered = distributed.gather_rows_to_cpu(rows, [rows.shape[0]])
+    finally:
+        dist.destroy_process_group()
+    assert torch.equal(gathered, rows)
+
+
+def test_sharding_refuses_ranks_that_hold_different_layers(tmp_path, monkeypatch):
+    """`ShardedOutputLayer.shard` compares the ranks' fingerprints by a MIN and a MAX all-reduce. On a one-process
+    gloo group, the other rank is an all-reduce that meets its fingerprint: the same layer shards, another is refused
+    (two real ranks need torchrun)."""
+    import torch.distributed as dist
+
+    from haste_hf.training.sharded_output_layer import ShardedOutputLayer
+
+    def layer(seed):
+        torch.manual_seed(seed)
+        return HasteOutputLayer(16, 12, head_labels=4, group_size=4, fan_in=4)
+
+    def other_rank_holds(other):
+        def all_reduce(tensor, op, group=None):
+            reduce = torch.minimum if op == dist.ReduceOp.MIN else torch.maximum
+            tensor.copy_(reduce(tensor, _fingerprint(other).to(tensor)))
+
+        monkeypatch.setattr(dist, "all_reduce", all_reduce)
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        other_rank_holds(layer(0))
+        assert ShardedOutputLayer.shard(layer(0)).label_count == 12
+        other_rank_holds(layer(1))
+        with pytest.raises(ValueError, match="The ranks hold different output layers or label orders: build the"):
+            ShardedOutputLayer.shard(layer(0))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_multi_hot_labels_become_positive_ids_padded_to_the_longest_row():
+    """What the sharded layer's loss reads of a `[B, L]` multi-hot batch; a rank's share of a batch may be empty."""
+    labels = torch.zeros(3, 6, dtype=torch.bool)
+    labels[0, [1, 4]] = labels[2, [0, 2, 5]] = True
+    assert _multi_hot_to_ids(labels).tolist() == [[1, 4, -100], [-100] * 3, [0, 2, 5]]
+    assert _multi_hot_to_ids(torch.zeros(0, 6, dtype=torch.bool)).shape == (0, 0)
+
+
+def test_a_ranks_rows_are_padded_to_the_largest_share_for_the_gather():
+    from haste_hf.training.distributed import _padded
+
+    rows = torch.randn(2, 3, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(_padded(rows, 2), rows)
+    padded = _padded(rows, 4, value=-1.0)
+    assert padded.shape == (4, 3) and torch.equal(padded[:2], rows) and bool((padded[2:] == -1).all())

@@ -290,3 +290,22 @@ def test_the_output_layer_counts_its_weights_gradients_momentum_and_logits_in_by
     before = peak(**lean, fused_update=True)
     layer.head.weight.data = layer.head.weight.data.bfloat16()  # 128 weights of 2 bytes instead of 4
     assert before - peak(**lean, fused_update=True) == 256
+
+
+@pytest.mark.parametrize(
+    "every, expected", [(1, [True] * 4), (2, [True, False, True, False]), (3, [True, False, False, True])]
+)
+def test_encoder_checkpointing_of_every_nth_block(every, expected):
+    encoder = tiny_encoder_config("bert")
+    encoder.num_hidden_layers = 4
+    model = make_tiny_model(label_count=20, encoder=encoder)
+    memory_plan.enable_encoder_checkpointing(model, every)
+    assert [layer.gradient_checkpointing for layer in model.encoder.encoder.layer] == expected
+
+
+def test_device_memory_is_a_gpus_total_and_none_on_a_cpu(monkeypatch):
+    asked = []
+    properties = lambda device: asked.append(device) or types.SimpleNamespace(total_memory=80 * 2**30)  # noqa: E731
+    monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
+    assert memory_plan.device_memory_of(torch.device("cuda", 1)) == 80 * 2**30 and asked == [torch.device("cuda", 1)]
+    assert memory_plan.device_memory_of(torch.device("cpu")) is None and len(asked) == 1

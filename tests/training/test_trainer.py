@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 from datasets import Dataset
+from huggingface_hub import ModelCard
 from tiny_encoders import planted_texts, tiny_tokenizer
 from tiny_haste import make_tiny_model, make_tiny_trainer
 from transformers import TrainerCallback
@@ -64,6 +65,8 @@ def test_two_optimizers_split_the_parameters(tmp_path, tokenizer, datasets_):
     assert len(encoder_params) + len(output_params) == len(list(model.parameters()))
     group = optimizer.output_optimizer.param_groups[0]
     assert (group["lr"], group["momentum"], group["weight_decay"]) == (0.1, 0.9, 1e-4)
+    # A replicated output layer rounds with the run's seed on every rank (a sharded one takes a seed per rank).
+    assert optimizer.output_optimizer.seed == trainer.args.seed
 
 
 def test_training_logs_both_rates_and_rewires(tmp_path, tokenizer, datasets_):
@@ -182,6 +185,9 @@ def test_arguments_are_validated(tmp_path):
         HasteTrainingArguments(output_dir=str(tmp_path), output_layer_dtype="int8")
     with pytest.raises(ValueError, match="`output_learning_rate`"):
         HasteTrainingArguments(output_dir=str(tmp_path), output_learning_rate=-1.0)
+    for max_steps in (0, -2):
+        with pytest.raises(ValueError, match=f"`max_steps` must be >= 1, or -1 to train .* got {max_steps}"):
+            HasteTrainingArguments(output_dir=str(tmp_path), max_steps=max_steps)
     with pytest.raises(ValueError, match="HasteForExtremeClassification"):
         HasteTrainer(model=torch.nn.Linear(2, 2), args=HasteTrainingArguments(output_dir=str(tmp_path)))
 
@@ -197,6 +203,11 @@ def test_model_card_names_both_optimizers(tmp_path, tokenizer, datasets_):
     assert "momentum 0.9 (float32), decoupled weight decay 0.0001" in card
     assert "every 3 steps" in card and "planted" in card and "frequency" in card
     assert "adamw_torch" not in card
+    # transformers' `create_model_card` takes one tag or a list of them.
+    for tags, expected in (("planted-tag", ["planted-tag"]), (["one-tag", "two-tag"], ["one-tag", "two-tag"])):
+        trainer.create_model_card(tags=tags)
+        card_tags = ModelCard.load(tmp_path / "README.md").data.tags
+        assert card_tags[-len(expected) :] == expected and all(len(tag) > 1 for tag in card_tags)
 
 
 @pytest.mark.parametrize("output_max_grad_norm", [0.0, 0.5])
@@ -430,3 +441,33 @@ def test_the_trainer_rewires_with_the_score_asked_for(tmp_path, tokenizer, datas
         assert [callback.score for callback in rewirings] == [score]
     with pytest.raises(ValueError, match="rewiring_score"):
         HasteTrainingArguments(output_dir=str(tmp_path), use_cpu=True, rewiring_score="max")
+
+
+def test_one_process_orders_the_data_as_the_stock_trainer_does(tmp_path, tokenizer, datasets_):
+    """On several processes the trainer sets `data_seed` (each rank's torch seed differs there); on one it leaves the
+    arguments as given, and its data loader gives the examples in the stock Trainer's order, whatever the torch seed
+    when the loader is made."""
+    from transformers import Trainer, TrainingArguments
+
+    haste = make_trainer(tmp_path / "haste", tokenizer, datasets_[0], save_strategy="no")
+    assert haste.args.data_seed is None
+    stock = Trainer(
+        model=haste.model,
+        args=TrainingArguments(
+            output_dir=str(tmp_path / "stock"),
+            per_device_train_batch_size=haste.args.per_device_train_batch_size,
+            seed=haste.args.seed,
+            remove_unused_columns=False,
+            report_to=[],
+            use_cpu=True,
+        ),
+        train_dataset=datasets_[0],
+        data_collator=haste.data_collator,
+    )
+
+    def order(trainer, torch_seed):
+        torch.manual_seed(torch_seed)
+        return torch.cat([batch["input_ids"][:, :4].flatten() for batch in trainer.get_train_dataloader()])
+
+    for torch_seed in (7, 8):
+        assert torch.equal(order(haste, torch_seed), order(stock, torch_seed))
