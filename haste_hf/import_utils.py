@@ -29,13 +29,8 @@ def is_triton_available() -> bool:
     return is_package_available("triton")
 
 
-def is_onnxruntime_available() -> bool:
-    return is_package_available("onnxruntime")
-
-
 __all__ = [
     "EXPORT_PACKAGES",
-    "is_onnxruntime_available",
     "is_package_available",
     "is_peft_available",
     "is_triton_available",

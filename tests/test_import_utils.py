@@ -12,7 +12,6 @@ from haste_hf import import_utils
     [
         (import_utils.is_peft_available, "peft"),
         (import_utils.is_triton_available, "triton"),
-        (import_utils.is_onnxruntime_available, "onnxruntime"),
     ],
 )
 def test_each_check_answers_whether_its_package_can_be_imported(check, package, monkeypatch):
