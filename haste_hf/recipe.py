@@ -353,8 +353,9 @@ def _run_arguments(training_args, output_dir: str | None, recipe: RecipeArgument
 
 
 def _dataset_of(data, recipe: RecipeArguments):
-    """`(dataset, label_texts)`: the `XMCDataset` given, or the one `recipe.data` names, refused when no training
-    point has a label; its label texts where an option reads them (`label_texts_for`)."""
+    """`(dataset, label_texts, recipe)`: the `XMCDataset` given, or the one `recipe.data` names, refused when no
+    training point has a label; its label texts where an option reads them (`label_texts_for`); the recipe, with
+    `init_from_label_texts` off where the dataset has no label texts (the fallback: random rows, said in the log)."""
     dataset = (
         data
         if data is not None and not isinstance(data, (str, os.PathLike))
@@ -365,13 +366,19 @@ def _dataset_of(data, recipe: RecipeArguments):
             f"The training split of {recipe.data or DEMO_DATASET_NAME} has no positive label (every point's label list "
             "is empty): there is nothing to learn. Check the label column or file."
         )
+    if recipe.init_from_label_texts and dataset.label_texts is None:
+        logger.warning(
+            f"{recipe.data or DEMO_DATASET_NAME} has no label texts (no lbl.json.gz or Y.txt): the head and tail start "
+            "at random instead of from them (--init-from-label-texts)."
+        )
+        recipe = dataclasses.replace(recipe, init_from_label_texts=False)
     label_texts = label_texts_for(
         dataset,
         recipe.data,
         init_from_label_texts=recipe.init_from_label_texts,
         label_text_grouping_below=recipe.label_text_grouping_below,
     )
-    return dataset, label_texts
+    return dataset, label_texts, recipe
 
 
 def _encoder_of(recipe: RecipeArguments):
@@ -531,7 +538,9 @@ def train(
     is_main = process_rank_and_count()[0] == 0
     # Held from here to the end: a second run into this folder is refused now, not after its training.
     with run_folder.held(is_main):
-        dataset, label_texts = _dataset_of(data, recipe)
+        dataset, label_texts, recipe = _dataset_of(data, recipe)
+        if resume and recipe.init_from_label_texts:  # the checkpoint's weights replace the rows the texts would start
+            recipe = dataclasses.replace(recipe, init_from_label_texts=False)
         train_split, validation_split = split_validation(dataset.splits["train"], recipe.validation_fraction, seed)
         encoder_model, tokenizer = _encoder_of(recipe)
         pooling, normalize = encoder_pooling(recipe.encoder, encoder_model, recipe.pooling)

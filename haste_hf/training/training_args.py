@@ -13,6 +13,7 @@ from ..modeling.defaults import (
     DEFAULT_EVAL_BATCH_SIZE,
     DEFAULT_LEARNING_RATE,
     DEFAULT_OUTPUT_LEARNING_RATE,
+    DEFAULT_TAIL_LR_SCALE,
 )
 from ..modeling.rewiring import DEFAULT_REWIRINGS, check_rewiring_options
 from .callbacks import NON_FINITE_ACTIONS
@@ -89,10 +90,11 @@ class HasteTrainingArguments(TrainingArguments):
         default=DEFAULT_OUTPUT_LEARNING_RATE, metadata={"help": "Output layer (SGD) learning rate."}
     )
     output_tail_lr_scale: float = field(
-        default=1.0,
+        default=DEFAULT_TAIL_LR_SCALE,
         metadata={
             "help": "The sparse tail's SGD learning rate as a multiple of the output layer's (the head keeps "
-            "`output_learning_rate`; one schedule scales both): 1, one rate for head and tail."
+            f"`output_learning_rate`; one schedule scales both; default {DEFAULT_TAIL_LR_SCALE:g}): 1, one rate for "
+            "head and tail (a checkpoint trained so resumes only with 1)."
         },
     )
     output_momentum: float = field(default=0.9, metadata={"help": "Output layer SGD momentum (0: no buffer)."})
