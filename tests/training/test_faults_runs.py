@@ -292,6 +292,30 @@ def test_resuming_a_checkpoint_of_another_model_names_the_setting(
     assert_one_line_error(status, lines, 1, "train", "checkpoint-6 is a checkpoint of another model", difference)
 
 
+# The tail's defaults before issue 39: one SGD rate for head and tail (one parameter group), no tail bias.
+OLD_TAIL_FLAGS = ("--output-tail-lr-scale", "1", "--no-tail-bias")
+
+
+def test_a_checkpoint_of_the_old_tail_defaults_resumes_only_as_it_was_trained(capsys, cli_files, encoder_dir, tmp_path):
+    """A run trained before the tail's defaults changed resumes with its own settings; under the new defaults each
+    is refused in one line naming the flag that resumes it, never a silent mismatch of weights or parameter groups."""
+    from haste_hf.cli import main
+
+    output = tmp_path / "old"
+    argv = train_flags(cli_files["data"], encoder_dir, output, *RESUME_FLAGS, *OLD_TAIL_FLAGS)
+    assert main([str(arg) for arg in argv]) == 0
+    status, lines = resume(capsys, cli_files["data"], encoder_dir, output)
+    assert_one_line_error(status, lines, 1, "train", "of another model", "tail_bias is False (this run: True;")
+    assert "--no-tail-bias resumes it" in lines[0]
+    status, lines = resume(capsys, cli_files["data"], encoder_dir, output, "--no-tail-bias")
+    assert_one_line_error(
+        status, lines, 1, "train", "1 parameter group(s) and this run's 2", "--output-tail-lr-scale 1"
+    )
+    status, lines = resume(capsys, cli_files["data"], encoder_dir, output, *OLD_TAIL_FLAGS)
+    assert status == 0, lines
+    assert HasteForExtremeClassification.from_pretrained(output).output_layer.tail.bias is None
+
+
 def test_resuming_a_checkpoint_of_another_label_count_names_both_counts(capsys, cli_files, encoder_dir, run_copy):
     status, lines = resume(capsys, cli_files["data40"], encoder_dir, run_copy)
     assert_one_line_error(status, lines, 1, "train", "of another model", "label_count is 30 (this run: 40)")
