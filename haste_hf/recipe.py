@@ -435,7 +435,8 @@ def _model_of(
     from .training.sharded_output_layer import resolve_shard_output_layer
 
     sharded = resolve_shard_output_layer(training_args.shard_output_layer, training_args.world_size)
-    with deferred_output_rows(sharded and not recipe.init_from_label_texts):
+    from_label_texts = recipe.init_from_label_texts and label_texts is not None
+    with deferred_output_rows(sharded and not from_label_texts):
         model = build_model(
             encoder_model,
             layout,
@@ -448,7 +449,7 @@ def _model_of(
             tail_projection_dim=recipe.tail_projection_dim,
             tail_bias=recipe.tail_bias,
         )
-    if recipe.init_from_label_texts:
+    if from_label_texts:
         from .labels.embeddings import init_from_label_texts_
 
         init_from_label_texts_(
@@ -469,6 +470,7 @@ def _card_fields(recipe: RecipeArguments, dataset_name: str, propensity, trainin
         propensity=propensity,
         hub_model_id=training_args.hub_model_id,
         dataset_id=recipe.dataset_name,
+        label_text_init=recipe.init_from_label_texts,
     )
 
 
@@ -539,8 +541,6 @@ def train(
     # Held from here to the end: a second run into this folder is refused now, not after its training.
     with run_folder.held(is_main):
         dataset, label_texts, recipe = _dataset_of(data, recipe)
-        if resume and recipe.init_from_label_texts:  # the checkpoint's weights replace the rows the texts would start
-            recipe = dataclasses.replace(recipe, init_from_label_texts=False)
         train_split, validation_split = split_validation(dataset.splits["train"], recipe.validation_fraction, seed)
         encoder_model, tokenizer = _encoder_of(recipe)
         pooling, normalize = encoder_pooling(recipe.encoder, encoder_model, recipe.pooling)
@@ -548,8 +548,17 @@ def train(
             train_split, dataset, encoder_model, tokenizer, pooling, recipe, training_args, layout, label_texts
         )
         set_seed(seed)  # the new head and tail weights: a function of the seed, the same on every rank
+        # Resumed, the checkpoint's weights replace the rows the label texts would start: not computed.
         model = _model_of(
-            encoder_model, tokenizer, layout, dataset, pooling, normalize, recipe, training_args, label_texts
+            encoder_model,
+            tokenizer,
+            layout,
+            dataset,
+            pooling,
+            normalize,
+            recipe,
+            training_args,
+            None if resume else label_texts,
         )
         dataset_name = dataset_name_of(recipe.data, recipe.dataset_name)
         propensity = propensity_of(dataset, dataset_name, recipe.propensity_a, recipe.propensity_b)
