@@ -43,7 +43,7 @@ from .modeling.logging_utils import get_logger
 from .modeling.model_sources import DEMO_ENCODER, encoder_model_id, resolve_encoder
 from .modeling.modeling_haste import encoder_token_limit  # noqa: F401 (re-exported: `haste-hf` imports it from here)
 from .modeling.saving import last_complete_checkpoint
-from .recipe_arguments import DEFAULT_BETA, DEFAULT_GROUPING, DEMO_DATASET_NAME, RecipeArguments
+from .recipe_arguments import DEFAULT_BETA, DEFAULT_GROUPING, DEMO_DATASET_NAME, RecipeArguments, label_texts_for
 from .training.run_folder import RunFolder, check_output_dir
 
 
@@ -88,19 +88,6 @@ def resolved_text_fields(data, text_fields: str | None) -> str:
     """The text of a JSON-lines instance that `load_dataset` reads: `text_fields`, or by default the title (title +
     content for the embedded demo set)."""
     return text_fields or ("title_content" if data is None else "title")
-
-
-def label_texts_for(dataset, data, **options) -> list[str] | None:
-    """The label texts of `dataset` (read from the folder `data`, None for the demo set) when one of the recipe
-    `options` given (name: value) is on, else None; a `ValueError` naming the option when the dataset has none."""
-    reading = [name for name, value in options.items() if value]
-    if reading and dataset.label_texts is None:
-        flag = "--" + reading[0].replace("_", "-")
-        raise ValueError(
-            f"`{reading[0]}` ({flag}) reads each label's text, and {data or DEMO_DATASET_NAME} has none (no "
-            "lbl.json.gz or Y.txt): use the dataset's raw-text release, or leave the option out."
-        )
-    return dataset.label_texts if reading else None
 
 
 def dataset_name_of(data, dataset_name: str | None = None) -> str:
@@ -354,8 +341,8 @@ def _run_arguments(training_args, output_dir: str | None, recipe: RecipeArgument
 
 def _dataset_of(data, recipe: RecipeArguments):
     """`(dataset, label_texts, recipe)`: the `XMCDataset` given, or the one `recipe.data` names, refused when no
-    training point has a label; its label texts where an option reads them (`label_texts_for`); the recipe, with
-    `init_from_label_texts` off where the dataset has no label texts (the fallback: random rows, said in the log)."""
+    training point has a label; its label texts where an option reads them (`label_texts_for`); the recipe, its
+    `init_from_label_texts` off where the dataset has no label texts (the fallback: random rows, one warning)."""
     dataset = (
         data
         if data is not None and not isinstance(data, (str, os.PathLike))
@@ -548,17 +535,9 @@ def train(
             train_split, dataset, encoder_model, tokenizer, pooling, recipe, training_args, layout, label_texts
         )
         set_seed(seed)  # the new head and tail weights: a function of the seed, the same on every rank
-        # Resumed, the checkpoint's weights replace the rows the label texts would start: not computed.
+        initial_texts = None if resume else label_texts  # resumed, the checkpoint's weights replace the rows
         model = _model_of(
-            encoder_model,
-            tokenizer,
-            layout,
-            dataset,
-            pooling,
-            normalize,
-            recipe,
-            training_args,
-            None if resume else label_texts,
+            encoder_model, tokenizer, layout, dataset, pooling, normalize, recipe, training_args, initial_texts
         )
         dataset_name = dataset_name_of(recipe.data, recipe.dataset_name)
         propensity = propensity_of(dataset, dataset_name, recipe.propensity_a, recipe.propensity_b)

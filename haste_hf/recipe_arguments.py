@@ -189,3 +189,16 @@ class RecipeArguments:
 
 
 __all__ = ["DEFAULT_BETA", "DEFAULT_GROUPING", "DEMO_DATASET_NAME", "RecipeArguments"]
+
+
+def label_texts_for(dataset, data, **options) -> list[str] | None:
+    """The label texts of `dataset` (read from the folder `data`, None for the demo set) when one of the recipe
+    `options` given (name: value) is on, else None; a `ValueError` naming the option when the dataset has none."""
+    reading = [name for name, value in options.items() if value]
+    if reading and dataset.label_texts is None:
+        flag = "--" + reading[0].replace("_", "-")
+        raise ValueError(
+            f"`{reading[0]}` ({flag}) reads each label's text, and {data or DEMO_DATASET_NAME} has none (no "
+            "lbl.json.gz or Y.txt): use the dataset's raw-text release, or leave the option out."
+        )
+    return dataset.label_texts if reading else None
