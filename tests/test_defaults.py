@@ -35,7 +35,6 @@ RECIPE = dict(
     rewiring_init="zero",
     rewiring_scope="global",
     rewiring_score="mean_abs",
-    output_tail_lr_scale=2.0,
     bf16=False,
     output_layer_dtype=None,
     max_grad_norm=1.0,
@@ -76,8 +75,15 @@ def fields_of(arguments, names):
     return {name: getattr(arguments, name) for name in names}
 
 
+# The recipe's alone (`haste-hf train`, `haste_hf.train`): `HasteTrainingArguments` keeps 1 (issue 39: the sharded
+# output layer with empty shares does not yet train as one process does at another scale).
+RECIPE_ONLY = dict(output_tail_lr_scale=2.0)
+
+
 def test_training_arguments_defaults(tmp_path):
-    assert fields_of(HasteTrainingArguments(output_dir=str(tmp_path), use_cpu=True), RECIPE) == RECIPE
+    arguments = HasteTrainingArguments(output_dir=str(tmp_path), use_cpu=True)
+    assert fields_of(arguments, RECIPE) == RECIPE
+    assert arguments.output_tail_lr_scale == 1.0
 
 
 def test_recipe_arguments_defaults():
@@ -87,9 +93,9 @@ def test_recipe_arguments_defaults():
 def test_the_api_and_the_command_line_train_the_same_recipe(tmp_path):
     api, _ = _training_arguments({"use_cpu": True}, str(tmp_path), has_validation=False)
     args = parse_args(["train", "--use-cpu", "--output-dir", str(tmp_path)])
-    expected = {**RECIPE, "seed": 0}  # the command line seeds 0, as every earlier version did
-    assert fields_of(args.training, RECIPE) == expected
-    assert fields_of(api, RECIPE) == RECIPE
+    expected = {**RECIPE, **RECIPE_ONLY, "seed": 0}  # the command line seeds 0, as every earlier version did
+    assert fields_of(args.training, expected) == expected
+    assert fields_of(api, {**RECIPE, **RECIPE_ONLY}) == {**RECIPE, **RECIPE_ONLY}
     assert fields_of(args.recipe, RECIPE_STRUCTURE) == RECIPE_STRUCTURE
 
 

@@ -90,11 +90,12 @@ class HasteTrainingArguments(TrainingArguments):
         default=DEFAULT_OUTPUT_LEARNING_RATE, metadata={"help": "Output layer (SGD) learning rate."}
     )
     output_tail_lr_scale: float = field(
-        default=DEFAULT_TAIL_LR_SCALE,
+        default=1.0,
         metadata={
             "help": "The sparse tail's SGD learning rate as a multiple of the output layer's (the head keeps "
-            f"`output_learning_rate`; one schedule scales both; default {DEFAULT_TAIL_LR_SCALE:g}): 1, one rate for "
-            "head and tail (a checkpoint trained so resumes only with 1)."
+            "`output_learning_rate`; one schedule scales both): 1, one rate for head and tail (the trainer's default; "
+            f"`haste-hf train` and `haste_hf.train` default to {DEFAULT_TAIL_LR_SCALE:g}). A checkpoint resumes only "
+            "with 1 if it was trained with 1, and only with another value if not."
         },
     )
     output_momentum: float = field(default=0.9, metadata={"help": "Output layer SGD momentum (0: no buffer)."})
