@@ -86,6 +86,11 @@ def partial_checkpointing_supported() -> bool:
 def enable_encoder_checkpointing(model, every: int) -> None:
     """Checkpoints every `every`-th encoder block of `model` (1: every block), through this transformers' current
     call."""
+    if every != 1 and not partial_checkpointing_supported():
+        raise ValueError(
+            f"Checkpointing every {every}-th encoder block needs a transformers whose `{CHECKPOINTING_ENABLE}` takes "
+            "`every_n_layers`; this one checkpoints every block: ask for 1, or upgrade transformers."
+        )
     getattr(model, CHECKPOINTING_ENABLE)(**({} if every == 1 else {"every_n_layers": every}))
 
 

@@ -299,6 +299,11 @@ def test_encoder_checkpointing_of_every_nth_block(every, expected):
     encoder = tiny_encoder_config("bert")
     encoder.num_hidden_layers = 4
     model = make_tiny_model(label_count=20, encoder=encoder)
+    if every != 1 and not partial_checkpointing_supported():  # the floor's call checkpoints every block only
+        with pytest.raises(ValueError, match=f"every {every}-th encoder block needs .*every_n_layers"):
+            memory_plan.enable_encoder_checkpointing(model, every)
+        assert not any(layer.gradient_checkpointing for layer in model.encoder.encoder.layer)
+        return
     memory_plan.enable_encoder_checkpointing(model, every)
     assert [layer.gradient_checkpointing for layer in model.encoder.encoder.layer] == expected
 
