@@ -454,15 +454,19 @@ def test_report_to_an_integration_not_installed_or_unknown_is_refused_before_any
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("processes", [2, 3])
-def test_ranks_with_an_empty_share_of_the_output_layer_train_resume_and_predict_as_one_process(tmp_path, processes):
+@pytest.mark.parametrize(("processes", "tail_lr_scale"), [(2, 2.0), (3, 2.0), (3, 1.0)])
+def test_ranks_with_an_empty_share_of_the_output_layer_train_resume_and_predict_as_one_process(
+    tmp_path, processes, tail_lr_scale
+):
     """6 labels (a head of 2 rows, a tail of 1 group) on more ranks than groups, and on 3 more than head rows: the
-    sharded run, its resumption and its predictions equal those of one process with the same global batch."""
+    sharded run, its resumption and its predictions equal those of one process with the same global batch, with the
+    head and the tail in two parameter groups at two rates (`output_tail_lr_scale` 2) or in one."""
     import distributed_empty_shares
 
-    torchrun([str(TESTS / "distributed_empty_shares.py"), str(tmp_path)], tmp_path, processes=processes)
+    script = TESTS / "distributed_empty_shares.py"
+    torchrun([str(script), str(tmp_path), str(tail_lr_scale)], tmp_path, processes=processes)
     sharded = torch.load(tmp_path / "results.pt", weights_only=False)
-    single = distributed_empty_shares.run(tmp_path / "single")
+    single = distributed_empty_shares.run(tmp_path / "single", tail_lr_scale)
     for part in ("run", "resumed"):
         assert sharded[part]["rewirings"] == single[part]["rewirings"] and single[part]["rewirings"]
         torch.testing.assert_close(
