@@ -38,7 +38,7 @@ from .labels.layout import LabelLayout
 from .metrics import DEFAULT_KS
 from .model_card import CardFields, write_results
 from .modeling.configuration_haste import DEFAULT_FAN_IN, DEFAULT_GROUP_SIZE
-from .modeling.defaults import DEFAULT_EVAL_BATCH_SIZE, DEFAULT_MAX_LENGTH, DEFAULT_TAIL_LR_SCALE, LAST_CHECKPOINT
+from .modeling.defaults import DEFAULT_EVAL_BATCH_SIZE, DEFAULT_MAX_LENGTH, LAST_CHECKPOINT
 from .modeling.logging_utils import get_logger
 from .modeling.model_sources import DEMO_ENCODER, encoder_model_id, resolve_encoder
 from .modeling.modeling_haste import encoder_token_limit  # noqa: F401 (re-exported: `haste-hf` imports it from here)
@@ -285,9 +285,6 @@ def _training_arguments(training_args, output_dir: str | None, has_validation: b
         overrides = dict(training_args or {})
         defaults = dict(
             output_dir=output_dir or "haste-model",
-            # The recipe's; the trainer keeps 1: at another scale, a sharded output layer with ranks of empty shares
-            # does not yet train as one process does (tests/distributed_empty_shares.py on 3 ranks).
-            output_tail_lr_scale=DEFAULT_TAIL_LR_SCALE,
             **model_selection_arguments(has_validation, overrides.get("eval_steps")),
         )
         training_args = HasteTrainingArguments(**{**defaults, **overrides})

@@ -35,6 +35,7 @@ RECIPE = dict(
     rewiring_init="zero",
     rewiring_scope="global",
     rewiring_score="mean_abs",
+    output_tail_lr_scale=2.0,  # DEFAULT_TAIL_LR_SCALE: the trainer's own default too, so the API trains as the CLI
     bf16=False,
     output_layer_dtype=None,
     max_grad_norm=1.0,
@@ -75,15 +76,8 @@ def fields_of(arguments, names):
     return {name: getattr(arguments, name) for name in names}
 
 
-# The recipe's alone (`haste-hf train`, `haste_hf.train`): `HasteTrainingArguments` keeps 1 (issue 39: the sharded
-# output layer with empty shares does not yet train as one process does at another scale).
-RECIPE_ONLY = dict(output_tail_lr_scale=2.0)
-
-
 def test_training_arguments_defaults(tmp_path):
-    arguments = HasteTrainingArguments(output_dir=str(tmp_path), use_cpu=True)
-    assert fields_of(arguments, RECIPE) == RECIPE
-    assert arguments.output_tail_lr_scale == 1.0
+    assert fields_of(HasteTrainingArguments(output_dir=str(tmp_path), use_cpu=True), RECIPE) == RECIPE
 
 
 def test_recipe_arguments_defaults():
@@ -93,9 +87,9 @@ def test_recipe_arguments_defaults():
 def test_the_api_and_the_command_line_train_the_same_recipe(tmp_path):
     api, _ = _training_arguments({"use_cpu": True}, str(tmp_path), has_validation=False)
     args = parse_args(["train", "--use-cpu", "--output-dir", str(tmp_path)])
-    expected = {**RECIPE, **RECIPE_ONLY, "seed": 0}  # the command line seeds 0, as every earlier version did
-    assert fields_of(args.training, expected) == expected
-    assert fields_of(api, {**RECIPE, **RECIPE_ONLY}) == {**RECIPE, **RECIPE_ONLY}
+    expected = {**RECIPE, "seed": 0}  # the command line seeds 0, as every earlier version did
+    assert fields_of(args.training, RECIPE) == expected
+    assert fields_of(api, RECIPE) == RECIPE
     assert fields_of(args.recipe, RECIPE_STRUCTURE) == RECIPE_STRUCTURE
 
 
@@ -163,6 +157,7 @@ def test_the_tail_defaults_have_off_switches():
 
     args = parse_args(["train", "--use-cpu"])
     assert args.training.output_tail_lr_scale == DEFAULT_TAIL_LR_SCALE
+    assert HasteTrainingArguments.output_tail_lr_scale == DEFAULT_TAIL_LR_SCALE  # one constant: the trainer's too
     assert args.recipe.tail_bias and args.recipe.init_from_label_texts
     off = parse_args(["train", "--use-cpu", "--no-tail-bias", "--no-init-from-label-texts"]).recipe
     assert not off.tail_bias and not off.init_from_label_texts

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from ..modeling.defaults import DEFAULT_EVAL_BATCH_SIZE, DEFAULT_MAX_LENGTH, DEFAULT_TAIL_LR_SCALE, LAST_CHECKPOINT
+from ..modeling.defaults import DEFAULT_EVAL_BATCH_SIZE, DEFAULT_MAX_LENGTH, LAST_CHECKPOINT
 from ..modeling.model_sources import HUB_ID_PATTERN, check_model_source
 from .config_file import (
     check_config_values,
@@ -243,7 +243,6 @@ def train_defaults() -> dict:
         greater_is_better=True,
         save_total_limit=1,
         report_to="none",
-        output_tail_lr_scale=DEFAULT_TAIL_LR_SCALE,  # the recipe's (the trainer's own default is 1)
     )
 
 

@@ -386,7 +386,12 @@ class HasteOptimizer(torch.optim.Optimizer):
             raise ValueError(
                 f"The checkpoint's output-layer optimizer has {saved} parameter group(s) and this run's {ours}: it was "
                 f"trained with {'' if saved == 1 else 'no '}`output_tail_lr_scale` 1 (one rate for head and tail). "
-                f"Resume it with --output-tail-lr-scale {'1' if saved == 1 else 'other than 1'}, as it was trained."
+                "Resume it as it was trained: "
+                + (
+                    "--output-tail-lr-scale 1 (`output_tail_lr_scale=1` in HasteTrainingArguments)."
+                    if saved == 1
+                    else "--output-tail-lr-scale (`output_tail_lr_scale`) other than 1."
+                )
             )
         self.encoder_optimizer.load_state_dict(state_dict["encoder"])
         self.output_optimizer.load_state_dict(state_dict["output"])

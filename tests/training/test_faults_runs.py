@@ -309,7 +309,7 @@ def test_a_checkpoint_of_the_old_tail_defaults_resumes_only_as_it_was_trained(ca
     assert "--no-tail-bias resumes it" in lines[0]
     status, lines = resume(capsys, cli_files["data"], encoder_dir, output, "--no-tail-bias")
     assert_one_line_error(
-        status, lines, 1, "train", "1 parameter group(s) and this run's 2", "--output-tail-lr-scale 1"
+        status, lines, 1, "train", "1 parameter group(s) and this run's 2", "--output-tail-lr-scale 1 (`output_tail_lr"
     )
     status, lines = resume(capsys, cli_files["data"], encoder_dir, output, *OLD_TAIL_FLAGS)
     assert status == 0, lines
