@@ -461,21 +461,15 @@ def handler_of(command: str):
 
 
 def _run_command(args) -> int:
-    """The command's handler; under torchrun, this process's part of the process group ended when it is done. Left
-    to the interpreter's exit, gloo's threads can be torn down while running, and the rank aborts after its work
-    ("terminate called without an active exception"), failing a finished run."""
+    """The command's handler; under torchrun, this process's part of the process group ended once the handler (and
+    the trainer it held) is gone (`end_process_group` says why). Left to the interpreter's exit, gloo's threads can be
+    torn down while running, and the rank hangs or aborts after its work, failing a finished run."""
     had_group = _process_group_started()  # a caller's own group (a script calling `main`) is the caller's to end
     status = handler_of(args.command)(args)
     if not had_group and _process_group_started():
-        import gc
+        from haste_hf.training.distributed import end_process_group
 
-        import torch.distributed as dist
-
-        # The handler's trainer first: it holds the group, in reference cycles that only a collection frees. Freed
-        # after the group's end (at a later collection or the exit, under the GIL), it would tear the group down in
-        # a C++ destructor that joins gloo's threads holding the GIL, which a thread of the group can be waiting for.
-        gc.collect()
-        dist.destroy_process_group()
+        end_process_group()
     return status
 
 
