@@ -386,7 +386,7 @@ def every_rank_timing(args, device) -> list[tuple[float, int]]:
     from haste_hf.modeling.initialization import deferred_output_rows
     from haste_hf.training.optimization import HasteOptimizer, StochasticRoundingSGD
     from haste_hf.training.sharded_output_layer import ignore_shards_in_ddp, shard_output_layer_
-    from haste_hf.training.trainer import split_parameters
+    from haste_hf.training.trainer import DDP_TAKES_FORWARD_SYNC_BUFFERS, split_parameters
 
     rank, world_size = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
@@ -411,7 +411,10 @@ def every_rank_timing(args, device) -> list[tuple[float, int]]:
         shard_output_layer_(model)
         ignore_shards_in_ddp(model)
     model.to(device)
-    wrapped = DistributedDataParallel(model, broadcast_buffers=False)
+    no_buffer_sync = (
+        "forward_sync_buffers" if DDP_TAKES_FORWARD_SYNC_BUFFERS else "broadcast_buffers"
+    )  # torch 2.13's name
+    wrapped = DistributedDataParallel(model, **{no_buffer_sync: False})
     encoder_side, output_layer = split_parameters(model)
     output_optimizer = StochasticRoundingSGD(
         output_layer,
