@@ -411,9 +411,8 @@ def every_rank_timing(args, device) -> list[tuple[float, int]]:
         shard_output_layer_(model)
         ignore_shards_in_ddp(model)
     model.to(device)
-    no_buffer_sync = (
-        "forward_sync_buffers" if DDP_TAKES_FORWARD_SYNC_BUFFERS else "broadcast_buffers"
-    )  # torch 2.13's name
+    # torch 2.13 renamed it and warns on the old name
+    no_buffer_sync = "forward_sync_buffers" if DDP_TAKES_FORWARD_SYNC_BUFFERS else "broadcast_buffers"
     wrapped = DistributedDataParallel(model, **{no_buffer_sync: False})
     encoder_side, output_layer = split_parameters(model)
     output_optimizer = StochasticRoundingSGD(
