@@ -283,7 +283,10 @@ def load_sharded_model(folder: str | os.PathLike, device=None):
     from .sharded_output_layer import shard_output_layer_
 
     folder = os.fspath(folder)
-    with deferred_output_rows():
+    # Seeded alike on every rank (`shard` checks it) for what the folder's weights then replace; the caller's
+    # generator state is left as it was.
+    with torch.random.fork_rng(devices=[]), deferred_output_rows():
+        torch.manual_seed(0)
         model = HasteForExtremeClassification(HasteConfig.from_pretrained(folder))
     shards = OutputShards.open(folder)
     if shards is not None:  # the share is built in the stored dtype: never a float32 copy of bf16 rows

@@ -95,3 +95,9 @@ def test_cli_run_on_two_processes_checkpoints_resumes_and_prints_once(tmp_path):
     for name, value in uninterrupted.items():
         torch.testing.assert_close(again[name], value, rtol=0, atol=1e-6, msg=name)
     assert json.loads((tmp_path / "run" / "test_metrics.json").read_text()) == pytest.approx(metrics)
+    # `haste-hf evaluate` on two processes: each rank loads its rows of the saved layer; one table, train's metrics.
+    evaluate = ["-m", "haste_hf.cli", "evaluate", "--model", tmp_path / "run", "--data", tmp_path / "data"]
+    evaluated = torchrun([*evaluate, "--output", tmp_path / "evaluated.json"], tmp_path, timeout=300)
+    assert evaluated.stdout.count("metrics (%)") == 1, evaluated.stdout
+    again = json.loads((tmp_path / "evaluated.json").read_text())
+    assert {name: again[name] for name in metrics} == pytest.approx(metrics)

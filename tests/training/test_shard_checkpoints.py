@@ -244,3 +244,28 @@ def assert_state_equal(actual: dict, expected: dict):
     for name, value in expected.items():
         assert torch.equal(actual[name], value), name
 
+
+@pytest.mark.slow
+def test_predict_under_torchrun_scores_each_ranks_share_and_equals_one_process(tmp_path, one_process_group):
+    """`torchrun -m haste_hf.cli predict` on 2 processes of a folder saved by 1 rank: each rank builds its share of
+    the output layer empty and reads its rows (`load_folder_rows_`, whose reads the test above checks), the ranks'
+    top-k are merged, rank 0 writes the file: the same top-k as one process."""
+    from tiny_encoders import planted_texts, tiny_tokenizer
+
+    from haste_hf.cli import main
+
+    model, _ = sharded_save(tmp_path / "model")
+    tiny_tokenizer(tmp_path / "model")
+    texts = [row["text"] for row in planted_texts(40, 11, seed=4)]  # 6 + 5 texts on the 2 ranks
+    (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n")
+    command = ["predict", "--model", tmp_path / "model", "--input", tmp_path / "texts.txt", "-k", "3", "--logits"]
+    assert main([*map(str, command), "--output", str(tmp_path / "one.jsonl")]) == 0
+    launched = torchrun(["-m", "haste_hf.cli", *command, "--output", tmp_path / "two.jsonl"], tmp_path, timeout=300)
+    assert launched.stdout.count("Wrote the top 3 labels of 11 texts") == 1, launched.stdout
+    one, two = (
+        [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()] for name in ("one", "two")
+    )
+    assert [row["label_ids"] for row in two] == [row["label_ids"] for row in one] and len(one) == 11
+    assert [row["labels"] for row in two] == [row["labels"] for row in one]
+    for mine, theirs in zip(two, one):
+        assert mine["logits"] == pytest.approx(theirs["logits"], abs=1e-5)
