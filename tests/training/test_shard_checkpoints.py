@@ -269,3 +269,21 @@ def test_predict_under_torchrun_scores_each_ranks_share_and_equals_one_process(t
     assert [row["labels"] for row in two] == [row["labels"] for row in one]
     for mine, theirs in zip(two, one):
         assert mine["logits"] == pytest.approx(theirs["logits"], abs=1e-5)
+
+
+def test_a_push_from_a_checkpoint_takes_its_shards_along(tmp_path, one_process_group, monkeypatch):
+    """Trainer's push of a checkpoint (`hub_strategy`) copies its config and weight files into `output_dir` and
+    uploads that: a sharded checkpoint's shard files and index go along (the upload itself is stubbed here)."""
+    from datasets import Dataset
+    from tiny_encoders import planted_texts, tiny_tokenizer
+    from tiny_haste import make_tiny_trainer
+    from transformers import Trainer
+
+    sharded_save(tmp_path / "run" / "checkpoint-4")
+    trainer = make_tiny_trainer(
+        tmp_path / "run", tiny_tokenizer(tmp_path / "tokenizer"), Dataset.from_list(planted_texts(40, 8))
+    )
+    monkeypatch.setattr(Trainer, "_push_from_checkpoint", lambda self, folder: None)
+    trainer._push_from_checkpoint(str(tmp_path / "run" / "checkpoint-4"))
+    for name in (OUTPUT_SHARDS_INDEX, output_shard_file(0, 1)):
+        assert (tmp_path / "run" / name).read_bytes() == (tmp_path / "run" / "checkpoint-4" / name).read_bytes()
