@@ -4,9 +4,10 @@ weights and momentum; a save that fails on one rank fails on every rank and leav
 `torchrun --nproc_per_node 2 distributed_shard_resume.py OUT save`: a sharded run of 4 steps checkpoints at step 4
 and saves its model; then a save whose rank 1 cannot write its shard. Rank 0 writes OUT/saved.pt (the whole state and
 momentum at step 4), every rank OUT/failed-RANK.json (the error it raised).
-`torchrun --nproc_per_node 3 distributed_shard_resume.py OUT load`: resumes OUT/run/checkpoint-4 for 2 more steps;
-rank 0 writes OUT/loaded.pt (the state and momentum it started from, the rows each rank read, the steps it ran).
-The test resumes the same checkpoint in its own process (world size 1) with the same functions.
+`torchrun --nproc_per_node 3 distributed_shard_resume.py OUT load`: resumes OUT/run/checkpoint-4 for 2 more steps,
+then OUT/one/checkpoint-6 (a one-process checkpoint: one weights file, the whole momentum in optimizer.pt) for 2;
+rank 0 writes OUT/loaded.pt (for each: the state and momentum it started from, the rows each rank read, the steps
+it ran). The test resumes checkpoint 4 in its own process (world size 1, saving checkpoint 6) with `resume`.
 """
 
 import json
@@ -40,6 +41,15 @@ def output_momentum(trainer) -> dict:
     return model.output_layer.gather_full(momentum, "output_layer.") if sharded_output_layer(model) else momentum
 
 
+def snapshot(trainer) -> dict:
+    """The whole state (on rank 0) and momentum of `trainer`'s model, copied."""
+    state = full_state(trainer.model)  # the live tensors where not gathered: copied before they train on
+    return {
+        "state": state and {name: value.clone() for name, value in state.items()},
+        "momentum": output_momentum(trainer),
+    }
+
+
 class StartingPoint(TrainerCallback):
     """Keeps the state and momentum the resumed run starts from (the checkpoint's, once loaded)."""
 
@@ -47,13 +57,12 @@ class StartingPoint(TrainerCallback):
         self.trainer = self.start = None
 
     def on_train_begin(self, args, state, control, **kwargs):
-        state = full_state(self.trainer.model)  # the live tensors where not gathered: copied before they train on
-        self.start = {"state": state and {name: value.clone() for name, value in state.items()}}
-        self.start["momentum"] = output_momentum(self.trainer)
+        self.start = snapshot(self.trainer)
 
 
-def resume(output: Path, run_dir: Path) -> dict:
-    """Resumes the checkpoint of `save` for 2 more steps, recording the rows this rank read of the shards."""
+def resume(run_dir: Path, checkpoint: Path, steps: int, save: bool = False) -> dict:
+    """Resumes `checkpoint` up to step `steps` (with `save`, checkpointing there), recording the rows this rank read
+    of the shards; the state and momentum it started from and ended with."""
     reads, read_rows = [], OutputShards.read_rows
 
     def recorded(self, name, start, stop):
@@ -62,23 +71,29 @@ def resume(output: Path, run_dir: Path) -> dict:
 
     OutputShards.read_rows = recorded
     starting = StartingPoint()
-    trainer = make_trainer(run_dir, shard=world()[1] > 1, **{**RUN, "max_steps": 6, "save_strategy": "no"})
+    saving = {"save_strategy": "steps" if save else "no", "save_steps": steps}
+    trainer = make_trainer(run_dir, shard=world()[1] > 1, **{**RUN, "max_steps": steps, **saving})
     starting.trainer = trainer
     trainer.add_callback(starting)
-    trainer.train(resume_from_checkpoint=str(output / "run" / "checkpoint-4"))
+    trainer.train(resume_from_checkpoint=str(checkpoint))
     OutputShards.read_rows = read_rows
     layer = unwrap_model(trainer.model).output_layer
     owned = {"head_rows": layer.head_rows, "tail_groups": layer.tail_groups}
     every = [None] * world()[1] if world()[1] > 1 else None
     if every is not None:
         dist.all_gather_object(every, (owned, reads))
-    return {**starting.start, "reads": every or [(owned, reads)], "step": trainer.state.global_step}
+    return {
+        "start": starting.start,
+        "end": snapshot(trainer),
+        "reads": every or [(owned, reads)],
+        "step": trainer.state.global_step,
+    }
 
 
 def save(output: Path) -> None:
     trainer = make_trainer(output / "run", shard=True, **RUN)
     trainer.train()
-    saved = {"state": full_state(trainer.model), "momentum": output_momentum(trainer)}
+    saved = snapshot(trainer)
     trainer.save_model(str(output / "model"))
     if dist.get_rank() == 1:  # its shard cannot be written
         shard_checkpoints.write_safetensors = lambda *args, **kwargs: (_ for _ in ()).throw(OSError("disk full"))
@@ -97,7 +112,10 @@ def main(output: Path, stage: str):
     if stage == "save":
         save(output)
     else:
-        loaded = resume(output, output / "run3")
+        loaded = {
+            "sharded": resume(output / "run3", output / "run" / "checkpoint-4", 6),
+            "one file": resume(output / "run3-one-file", output / "one" / "checkpoint-6", 8),
+        }
         if dist.get_rank() == 0:
             torch.save(loaded, output / "loaded.pt")
     end_process_group()

@@ -198,7 +198,8 @@ def test_a_checkpoint_with_a_damaged_shard_is_not_complete(tmp_path, one_process
 def test_a_two_rank_checkpoint_resumes_on_three_ranks_and_on_one(tmp_path):
     """Saved by 2 ranks (head 3 + 2 rows, tail 5 + 4 groups), resumed by 3 (2 + 2 + 1 rows, 3 + 3 + 3 groups) and by
     one process: every rank starts from the saved weights and momentum, having read only its own rows of the
-    shards. A save whose rank 1 fails raises on both ranks and leaves the saved model as it was."""
+    shards. The one process's checkpoint (one file, as earlier versions saved sharded runs too) resumes on 3 ranks.
+    A save whose rank 1 fails raises on both ranks and leaves the saved model as it was."""
     import distributed_shard_resume as script
 
     torchrun([str(TESTS / "distributed_shard_resume.py"), str(tmp_path), "save"], tmp_path, processes=2)
@@ -222,14 +223,16 @@ def test_a_two_rank_checkpoint_resumes_on_three_ranks_and_on_one(tmp_path):
         if torch.is_tensor(value)
     )
 
+    one = script.resume(tmp_path / "one", tmp_path / "run" / "checkpoint-4", 6, save=True)
+    assert not (tmp_path / "one" / "checkpoint-6" / OUTPUT_SHARDS_INDEX).exists()  # one file, as before sharding
     torchrun([str(TESTS / "distributed_shard_resume.py"), str(tmp_path), "load"], tmp_path, processes=3)
     loaded = torch.load(tmp_path / "loaded.pt", weights_only=False)
-    one = script.resume(tmp_path, tmp_path / "one")
-    for start in (loaded, one):
-        assert start["step"] == 6
-        assert_state_equal(start["state"], saved["state"])
-        assert_state_equal(start["momentum"], saved["momentum"])
+    for run, step, expected in ((loaded["sharded"], 6, saved), (one, 6, saved), (loaded["one file"], 8, one["end"])):
+        assert run["step"] == step
+        assert_state_equal(run["start"]["state"], expected["state"])
+        assert_state_equal(run["start"]["momentum"], expected["momentum"])
     group_size = 4
+    loaded = loaded["sharded"]
     shares = [(owned["head_rows"], owned["tail_groups"]) for owned, _ in loaded["reads"]]
     assert shares == [((0, 2), (0, 3)), ((2, 4), (3, 6)), ((4, 5), (6, 9))]
     for owned, reads in [*loaded["reads"], *one["reads"]]:
