@@ -82,7 +82,8 @@ def _is_row_pair(value) -> bool:
     )
 
 
-def _is_plain_file_name(name) -> bool:
+def is_plain_file_name(name) -> bool:
+    """Whether `name` is a safetensors file name with no folder in it (nor a hidden one)."""
     return (
         isinstance(name, str)
         and name.endswith(".safetensors")
@@ -122,7 +123,7 @@ class OutputShards:
             self.shapes[name] = tuple(shape)
         self.shards, expected = [], {"head_rows": 0, "tail_groups": 0}
         for number, shard in enumerate(shards):
-            if not isinstance(shard, dict) or not _is_plain_file_name(shard.get("file")):
+            if not isinstance(shard, dict) or not is_plain_file_name(shard.get("file")):
                 raise ValueError(
                     f"{where}: shard {number} names no safetensors file of the folder itself ({shard!r}): an index "
                     "may name only files beside it; save the model again."
@@ -283,12 +284,13 @@ def loading_with_shards(shards: "OutputShards | None"):
 
 
 __all__ = [
+    "NAMES_IN_SHARDS",
     "OPTIMIZER_PREFIX",
     "OUTPUT_SHARDS_FORMAT",
     "OUTPUT_SHARDS_INDEX",
     "ROW_SHARDED_TENSORS",
     "OutputShards",
-    "NAMES_IN_SHARDS",
+    "is_plain_file_name",
     "loading_with_shards",
     "optimizer_entry_name",
     "output_shard_file",

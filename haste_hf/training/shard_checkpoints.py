@@ -25,6 +25,7 @@ from ..modeling.output_shards import (
     OUTPUT_SHARDS_INDEX,
     ROW_SHARDED_TENSORS,
     OutputShards,
+    is_plain_file_name,
     optimizer_entry_name,
     output_shard_file,
     row_range,
@@ -225,6 +226,9 @@ def load_folder_rows_(model, folder: str | os.PathLike) -> None:
     if os.path.isfile(index_path):
         with open(index_path, encoding="utf-8") as f:
             files = json.load(f)["weight_map"]
+        outside = next((file for file in files.values() if not is_plain_file_name(file)), None)
+        if outside is not None:
+            raise ValueError(f"{index_path} names {outside!r}, not a safetensors file beside it: save the model again.")
     elif os.path.isfile(os.path.join(folder, SAFE_WEIGHTS_NAME)):
         files = {}
     else:

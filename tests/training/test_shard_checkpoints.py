@@ -290,3 +290,13 @@ def test_a_push_from_a_checkpoint_takes_its_shards_along(tmp_path, one_process_g
     trainer._push_from_checkpoint(str(tmp_path / "run" / "checkpoint-4"))
     for name in (OUTPUT_SHARDS_INDEX, output_shard_file(0, 1)):
         assert (tmp_path / "run" / name).read_bytes() == (tmp_path / "run" / "checkpoint-4" / name).read_bytes()
+
+
+def test_a_weights_index_naming_a_file_outside_the_folder_is_refused(tmp_path, one_process_group):
+    """What a rank reads besides the shards: transformers' weight index, whose names are not trusted either."""
+    sharded_save(tmp_path / "model")
+    os.rename(tmp_path / "model" / "model.safetensors", tmp_path / "outside.safetensors")
+    weight_map = {name: "../outside.safetensors" for name in load_file(tmp_path / "outside.safetensors")}
+    (tmp_path / "model" / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    with pytest.raises(ValueError, match=r"names '../outside.safetensors', not a safetensors file beside it"):
+        load_folder_rows_(make_tiny_model(40, head_label_count=5), tmp_path / "model")
