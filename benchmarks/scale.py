@@ -425,8 +425,9 @@ class Runner:
         gpus = f"{self.args.gpus} processes (torchrun, output layer sharded)" if self.args.gpus > 1 else one_device()
         return f"{gpus}, {steps} steps, grouping {self.grouping()} (layout file)"
 
-    def test_texts(self) -> str:
-        return f"{one_device()}, {self.results.get('data', {}).get('test_points', 0):,} test texts"
+    def test_texts(self, processes: int = 1) -> str:
+        where = f"{processes} processes (torchrun, output layer sharded)" if processes > 1 else one_device()
+        return f"{where}, {self.results.get('data', {}).get('test_points', 0):,} test texts"
 
     def stage_train(self):
         flags = ["train", *self.common(), *self.train_flags(self.args.max_steps), "--overwrite-output-dir"]
@@ -447,8 +448,11 @@ class Runner:
         self.run("evaluate", self.probe_command("evaluate", flags), metrics, ran=self.test_texts())
 
     def stage_predict(self):
+        """On the processes of train: each holds and scores its share of the labels (the folder's rows it owns), as
+        no one GPU holds the output layer of 10^9 labels."""
         flags = ["predict", "--model", str(self.model), *self.common(), "--output", str(self.predictions), "-k", "5"]
-        self.run("predict", self.probe_command("predict", flags), ran=f"{self.test_texts()}, top 5 to a file")
+        ran = f"{self.test_texts(self.args.gpus)}, top 5 to a file"
+        self.run("predict", self.probe_command("predict", flags, self.args.gpus), ran=ran)
 
     def stage_export(self):
         try:

@@ -128,4 +128,29 @@ def _describe(shape: tuple) -> str:
     return described
 
 
-__all__ = ["check_features", "check_layer_arguments", "check_output_layer_invariants"]
+def checked_label_names(label_names, label_count: int, logger) -> list[str] | None:
+    """`label_names` as strings, an empty one as `LABEL_{id}`; refuses a count other than `label_count` and warns (once,
+    through `logger`) of empty and repeated names (see `HasteForExtremeClassification.set_label_names`)."""
+    if label_names is not None and (isinstance(label_names, str) or len(label_names) != label_count):
+        count = "a string" if isinstance(label_names, str) else f"{len(label_names)} entries"
+        raise ValueError(f"`label_names` has {count} for {label_count} labels: give a list of one name per label.")
+    if label_names is not None:
+        label_names = [str(name) for name in label_names]
+        empty = [label_id for label_id, name in enumerate(label_names) if not name.strip()]
+        for label_id in empty:
+            label_names[label_id] = f"LABEL_{label_id}"
+        first_id, repeated = {}, []
+        for label_id, name in enumerate(label_names):
+            if name in first_id:
+                repeated.append(f"{name!r} for labels {first_id[name]} and {label_id}")
+            first_id.setdefault(name, label_id)
+        if empty or repeated:
+            logger.warning_once(
+                f"`label_names`: {len(empty)} empty name(s), named LABEL_<id> (e.g. label {empty[:1]}); "
+                f"{len(repeated)} repeated name(s) (e.g. {repeated[:1]}), which predictions show alike. Give "
+                "each label a distinct name to tell them apart."
+            )
+    return label_names
+
+
+__all__ = ["check_features", "checked_label_names", "check_layer_arguments", "check_output_layer_invariants"]

@@ -23,6 +23,7 @@ import torch
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
 from .logging_utils import get_logger
+from .output_shards import OUTPUT_SHARDS_INDEX, OutputShards
 
 
 LABEL_NAMES_FILE = "label_names.json"
@@ -423,16 +424,13 @@ def atomic_path(path: str | os.PathLike):
             os.remove(temporary)
 
 
-def save_trained_folder(folder: str | os.PathLike, model, tokenizer=None, write_extra=None, state_dict=None) -> None:
+def save_trained_folder(folder: str | os.PathLike, model, tokenizer=None, write_extra=None) -> None:
     """Saves `model` (weights, configuration, label names, exportable code), `tokenizer` and whatever `write_extra(staging)`
     writes (card, metrics) into `folder` in one switch: a failure or a kill leaves the previous contents,
-    or a folder that loading refuses, never a model without its tokenizer or card. `state_dict`: the
-    weights to write instead of the model's own (a sharded output layer's gathered shares)."""
+    or a folder that loading refuses, never a model without its tokenizer or card."""
 
     def write(staging):
-        model.save_pretrained(
-            staging, state_dict=state_dict
-        )  # the exportable code goes along (see haste_hf/__init__.py)
+        model.save_pretrained(staging)  # the exportable code goes along (see haste_hf/__init__.py)
         if tokenizer is not None:
             tokenizer.save_pretrained(staging)
         if write_extra is not None:
@@ -468,6 +466,11 @@ def checkpoint_problem(folder: str | os.PathLike) -> str | None:
                 weight_files += sorted(set(json.load(f)["weight_map"].values()))
         except (ValueError, KeyError, TypeError, AttributeError):
             return f"an unreadable {SAFE_WEIGHTS_INDEX_NAME}"
+    try:
+        shards = OutputShards.open(folder)  # a label-sharded run's output layer
+    except ValueError as error:
+        return f"an invalid {OUTPUT_SHARDS_INDEX} ({error})"
+    weight_files += [] if shards is None else [shard["file"] for shard in shards.shards]
     for name in weight_files:
         try:
             with safe_open(os.path.join(folder, name), framework="pt"):

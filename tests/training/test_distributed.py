@@ -5,7 +5,16 @@ import uuid
 
 import pytest
 import torch
-from launch import LOSS_TOLERANCE, TESTS, WEIGHT_TOLERANCE, assert_states_close, cli_train_arguments, torchrun
+from launch import (
+    LOSS_TOLERANCE,
+    TESTS,
+    WEIGHT_TOLERANCE,
+    assert_momentum_in_shards,
+    assert_states_close,
+    cli_train_arguments,
+    torchrun,
+    whole_state,
+)
 
 from haste_hf.labels.layout import LabelLayout
 from haste_hf.modeling.output_layer import HasteOutputLayer
@@ -182,8 +191,9 @@ def test_replicas_stay_identical(two_processes):
 
 
 @pytest.mark.slow
-def test_sharded_run_saves_and_pushes_one_ordinary_model_and_resumes_identically(two_processes):
+def test_sharded_run_saves_and_pushes_its_model_in_row_shards_and_resumes_identically(two_processes):
     from haste_hf import HasteForExtremeClassification
+    from haste_hf.modeling.output_shards import OUTPUT_SHARDS_INDEX
 
     output, results = two_processes
     sharded = results["sharded"]["state"]
@@ -193,14 +203,13 @@ def test_sharded_run_saves_and_pushes_one_ordinary_model_and_resumes_identically
         model = HasteForExtremeClassification.from_pretrained(folder)
         assert model.output_layer.tail.weight.shape == (9, 4, 8) and model.output_layer.head.weight.shape[0] == 5
         assert (folder / "modeling_haste.py").is_file()  # loadable without haste_hf (trust_remote_code)
+        assert (folder / OUTPUT_SHARDS_INDEX).is_file()  # the output layer as the ranks wrote it, not gathered
         for name, value in model.state_dict().items():
             assert torch.equal(value, sharded[name]), (folder, name)
     pushed = HasteForExtremeClassification.from_pretrained(results["repo_id"])  # Trainer.push_to_hub of the sharded run
     for name, value in pushed.state_dict().items():
         assert torch.equal(value, sharded[name]), name
-    optimizer = torch.load(output / "sharded" / "checkpoint-8" / "optimizer.pt", weights_only=True)
-    momentum = [entry["momentum_buffer"] for entry in optimizer["output"]["state"].values()]
-    assert [tuple(buffer.shape) for buffer in momentum] == [(5, 32), (5,), (9, 4, 8)]  # whole, not one share
+    assert_momentum_in_shards(output / "sharded" / "checkpoint-8")
     # Resumed from step 8 on two processes: steps 9-12 (one rewiring) as the uninterrupted run.
     resumed = results["resumed"]
     assert resumed["rewirings"] == results["sharded"]["rewirings"]
@@ -238,8 +247,6 @@ def test_cli_train_on_two_processes_equals_one(tmp_path):
     """`torchrun -m haste_hf.cli train` (sharded by default) against one process at the same global batch:
     semantic grouping on rank 0 only, validation and best-checkpoint selection, test evaluation split over
     the ranks, one model saved."""
-    from safetensors.torch import load_file
-
     from haste_hf.cli import main
 
     arguments = cli_train_arguments(tmp_path)
@@ -251,7 +258,7 @@ def test_cli_train_on_two_processes_equals_one(tmp_path):
     # A small label set at a small batch: the user is told, once, that one process would train as fast.
     assert (launched.stdout + launched.stderr).count("2 processes will likely train slower than one") == 1
     assert main([*arguments, "--output-dir", str(tmp_path / "one"), "--batch-size", "16"]) == 0
-    one, two = load_file(tmp_path / "one" / "model.safetensors"), load_file(tmp_path / "two" / "model.safetensors")
+    one, two = whole_state(tmp_path / "one"), whole_state(tmp_path / "two")
     assert set(one) == set(two) and torch.equal(one["output_layer.tail.supports"], two["output_layer.tail.supports"])
     for name, value in one.items():
         # 54 steps of AdamW at 3e-3 with clipping grow the fp32 summation-order differences to ~2e-3 (the
