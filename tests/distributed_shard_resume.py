@@ -16,12 +16,13 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from distributed_train import end_process_group, full_state, make_trainer, world
+from distributed_train import full_state, make_trainer, world
 from transformers import TrainerCallback
 
 from haste_hf.modeling.output_shards import ROW_SHARDED_TENSORS, OutputShards
 from haste_hf.training import shard_checkpoints
 from haste_hf.training.callbacks import unwrap_model
+from haste_hf.training.distributed import end_process_group
 from haste_hf.training.optimization import unwrap_haste_optimizer
 from haste_hf.training.sharded_output_layer import sharded_output_layer
 
