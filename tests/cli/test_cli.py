@@ -337,6 +337,15 @@ def test_push_with_a_refused_token_says_how_to_log_in(trained, monkeypatch, caps
     assert "401" in error and "hf auth login" in error
 
 
+@pytest.mark.parametrize("command, scored", [("evaluate", True), ("predict", False), ("add-labels", False)])
+def test_only_evaluate_takes_the_flags_of_scoring(capsys, command, scored):
+    """predict and add-labels compute no metrics: they took --dataset-name and --propensity-a/-b and ignored them."""
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = capsys.readouterr().out
+    assert all((flag in text) == scored for flag in ("--dataset-name", "--propensity-a", "--propensity-b"))
+
+
 def test_help_states_each_default_once(capsys):
     with pytest.raises(SystemExit):
         main(["evaluate", "--help"])
