@@ -102,23 +102,21 @@ def test_files_do_not_depend_on_the_process_count(scale_data, small_set, tmp_pat
     assert (other / "trn.json.gz").read_bytes() != (folder / "trn.json.gz").read_bytes()
 
 
-def test_the_100m_preset_has_every_label_in_few_points(scale_data):
-    sizes = scale_data.scaled(scale_data.PRESETS["synthetic-100m"], 1.0, 1000)
+@pytest.mark.parametrize("preset, labels", [("synthetic-100m", 100_000_000), ("synthetic-1b", 1_000_000_000)])
+def test_the_largest_presets_train_100m_labels_on_the_same_points(scale_data, preset, labels):
+    """Both train 100M labels on 4M points and 110M positives: the 1B preset's other labels have an id and a text
+    only, so it needs no more positives than the 100M one; scaled down, the trained labels shrink alike."""
+    sizes = scale_data.scaled(scale_data.PRESETS[preset], 1.0, 1000)
     assert sizes == dict(
-        labels=100_000_000, trained_labels=100_000_000, train_points=4_000_000, test_points=1000,
+        labels=labels, trained_labels=100_000_000, train_points=4_000_000, test_points=1000,
         train_positives=110_000_000,
     )  # fmt: skip
+    assert scale_data.scaled(scale_data.PRESETS[preset], 1e-5, 10)["trained_labels"] == 1000
+
+
+def test_the_100m_preset_has_every_label_in_few_points(scale_data):
     counts = scale_data.label_counts(10_000, 11_000, 400, exponent=0.7)  # the preset at 10^-4
     assert counts.min() == 1 and counts.sum() == 11_000 and counts[0] > 10  # every label seen, a power-law head
-
-
-def test_the_1b_preset_needs_no_more_positives_than_the_100m_one(scale_data):
-    sizes = scale_data.scaled(scale_data.PRESETS["synthetic-1b"], 1.0, 1000)
-    assert sizes == dict(
-        labels=1_000_000_000, trained_labels=100_000_000, train_points=4_000_000, test_points=1000,
-        train_positives=110_000_000,
-    )  # fmt: skip
-    assert scale_data.scaled(scale_data.PRESETS["synthetic-1b"], 1e-5, 10)["trained_labels"] == 1000
 
 
 def test_labels_with_no_training_point_are_in_the_label_space_only(scale_data, tmp_path, monkeypatch):

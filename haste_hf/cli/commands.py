@@ -178,6 +178,12 @@ def check_split(args, data):
         )
 
 
+def labels_match(model, data) -> bool:
+    """Whether `data` has the model's labels: as many, and the same names where both have names."""
+    names, data_names = model.label_names, data.label_texts
+    return data.label_count == model.config.label_count and (names is None or data_names is None or names == data_names)
+
+
 def check_label_names(args, model, data) -> None:
     """Refuses data whose label names differ from the model's (the same count, another label space or order),
     unless `--ignore-label-names`: the metrics would score each label id against another label."""
@@ -203,7 +209,8 @@ def command_evaluate(args) -> int:
     if data.label_count != model.config.label_count:
         raise UsageError(
             f"the model at {args.model} has {model.config.label_count:,} labels and the dataset {data.label_count:,}: "
-            "evaluate a model on the dataset it was trained for."
+            "evaluate a model on the dataset it was trained for"
+            + (" (no --data was given, so the embedded demo set was read)." if args.data is None else ".")
         )
     check_label_names(args, model, data)
     propensity = propensity_for(args, data)
@@ -247,6 +254,12 @@ def command_predict(args) -> int:
     if texts is None:
         data = load_data(args)
         check_split(args, data)
+        if args.data is None and not labels_match(model, data):
+            raise UsageError(
+                f"argument --input: without --input or --data, predict labels the embedded demo set's texts, and the "
+                f"model at {args.model} was not trained on it ({model.config.label_count:,} labels, the demo set "
+                f"{data.label_count:,}): give --input (a text file, one text per line) or --data (a dataset folder)"
+            )
         texts = data.splits[args.split]["text"]
     ids, logits = predict_top_k(model, tokenizer, texts, args.k, args.eval_batch_size, args.max_length)
     # As the text-classification pipeline scores them: each label's own sigmoid probability.

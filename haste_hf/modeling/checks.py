@@ -1,7 +1,8 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
-"""The output layer's checks: its arguments, its ranked scores, a loaded layer's invariants (supports in range and
-distinct, every label placed once) and the shape a checkpoint's layer must share with the model it loads into.
-Exported with the modeling file (a sibling, imported with a single dot)."""
+"""The checks of the encoder's inputs (tokens there, and no more than its positions) and of the output layer: its
+arguments, its ranked scores, a loaded layer's invariants (supports in range and distinct, every label placed once)
+and the shape a checkpoint's layer must share with the model it loads into. Exported with the modeling file (a
+sibling, imported with a single dot)."""
 
 import torch
 import torch.distributed as dist
@@ -60,6 +61,23 @@ def check_layer_arguments(
         raise ValueError(
             f"`fan_in` ({fan_in}) exceeds the tail's input size ({tail_projection_dim or in_features}): a group cannot "
             "connect to more distinct features than exist. Lower `fan_in` or raise `tail_projection_dim`."
+        )
+
+
+def check_encoder_inputs(input_ids, inputs_embeds, token_limit: int | None) -> None:
+    """Raises a `ValueError` naming the fix when there are no tokens to encode, or more than the encoder's
+    `token_limit` positions. A stock Trainer removes the raw `text` column (no argument of the model) before it
+    collates: the error names the collator that tokenizes it, not the encoder's own complaint."""
+    if input_ids is None and inputs_embeds is None:
+        raise ValueError(
+            "HasteForExtremeClassification got no `input_ids`: tokenize the texts first (`dataset.map(tokenizer)`), "
+            "or collate raw text with `haste_hf.XMCDataCollator(tokenizer)` (with a stock Trainer, "
+            "`remove_unused_columns=False` so that the `text` column reaches it)."
+        )
+    if input_ids is not None and token_limit is not None and input_ids.shape[1] > token_limit:
+        raise ValueError(
+            f"`input_ids` holds texts of {input_ids.shape[1]} tokens, and the encoder reads at most {token_limit}: "
+            f"truncate them (`truncation=True, max_length={token_limit}`, to the tokenizer or the pipeline)."
         )
 
 

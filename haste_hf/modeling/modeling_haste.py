@@ -23,7 +23,7 @@ from transformers import AutoConfig, AutoModel, PreTrainedModel
 from transformers import initialization as init
 from transformers.utils import ModelOutput, cached_file
 
-from .checks import _describe, _output_layer_shape, checked_label_names
+from .checks import _describe, _output_layer_shape, check_encoder_inputs, checked_label_names
 from .configuration_haste import HasteConfig
 from .device_map import _offload_output_layer_whole
 from .encoder import (
@@ -309,12 +309,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             blank = input_ids.new_zeros(1, max(1, input_ids.shape[1]))
             pooled, outputs = self.encode(blank, torch.ones_like(blank))
             return pooled[:0], outputs
-        limit = self.max_input_tokens
-        if input_ids is not None and limit is not None and input_ids.shape[1] > limit:
-            raise ValueError(
-                f"`input_ids` holds texts of {input_ids.shape[1]} tokens, and the encoder reads at most {limit}: truncate "
-                f"them (`truncation=True, max_length={limit}`, to the tokenizer or the pipeline)."
-            )
+        check_encoder_inputs(input_ids, encoder_kwargs.get("inputs_embeds"), self.max_input_tokens)
         outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **encoder_kwargs)
         states = outputs[0]
         if attention_mask is None:

@@ -409,15 +409,19 @@ def check_finite_weights(state_dict) -> None:
 @contextmanager
 def atomic_path(path: str | os.PathLike):
     """Yields a temporary path beside `path` to write to; it replaces `path` only when the block ends
-    without an error, so `path` is never half-written. The folder of `path` must exist."""
+    without an error, so `path` is never half-written. The folder of `path` must exist. The file gets the mode
+    `open` gives a new file (0o666 less the umask), not `tempfile.mkstemp`'s 0o600, which left predictions, metrics
+    and layouts unreadable to the user's group."""
     path = Path(path)
     folder = path.parent
     if not folder.is_dir():
         raise FileNotFoundError(f"{path}: the folder {folder} does not exist; create it first.")
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=folder)
-    os.close(handle)
+    temporary = os.fspath(folder / f".{path.name}.{uuid.uuid4().hex[:12]}.partial")
+    os.close(os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+    mode = stat.S_IMODE(os.stat(temporary).st_mode)
     try:
         yield temporary
+        os.chmod(temporary, mode)  # safetensors' writer, for one, replaces the file with one of mode 0o600
         os.replace(temporary, path)
     finally:
         if os.path.exists(temporary):

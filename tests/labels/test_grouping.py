@@ -152,6 +152,25 @@ def test_label_embeddings_pool_as_the_model_does_by_default(tiny_bert):
     assert not torch.allclose(by_default, compute_label_embeddings(model, texts, labels, 9, pooling="cls", **kwargs))
 
 
+def test_label_embeddings_progress_moves_a_batch_at_a_time(tiny_bert, monkeypatch):
+    """The bar advances with each encoder batch, not once a chunk of 16,384 texts: the demo's 2,700 texts are one
+    chunk, minutes on a loaded CPU, and its bar stood at 0 until the end."""
+    from haste_hf.labels import embeddings
+
+    updates = []
+
+    class Recorder(embeddings.tqdm):
+        def update(self, n=1):
+            updates.append(n)
+            return super().update(n)
+
+    monkeypatch.setattr(embeddings, "tqdm", Recorder)
+    model, tokenizer = tiny_bert
+    texts, labels = random_corpus(23, 9)
+    compute_label_embeddings(model, texts, labels, 9, tokenizer=tokenizer, batch_size=2, device="cpu")
+    assert len(updates) > 1 and sum(updates) == 23
+
+
 def test_pooling_beside_an_encoder_that_embeds_texts_itself_is_named_in_a_warning():
     from transformers.testing_utils import CaptureLogger
 

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import stat
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,11 +19,34 @@ from haste_hf import HasteForExtremeClassification
 from haste_hf.modeling.saving import (
     INCOMPLETE_SAVE_FILE,
     STAGING_PREFIX,
+    atomic_path,
     save_folder_atomically,
 )
 
 
 # ------------------------------------------------------------------------------------- saving and loading
+
+
+@pytest.fixture
+def umask_027():
+    previous = os.umask(0o027)
+    yield 0o640  # what `open` gives a new file under it
+    os.umask(previous)
+
+
+def test_a_file_written_whole_gets_the_mode_of_a_new_file(tmp_path, umask_027):
+    """`atomic_path` (predictions, metrics, label layouts) gave 0o600, `tempfile.mkstemp`'s mode: the user's group
+    could not read what the commands wrote."""
+    path = tmp_path / "top5.jsonl"
+    with atomic_path(path) as partial:
+        assert stat.S_IMODE(os.stat(partial).st_mode) == umask_027
+        Path(partial).write_text("{}\n")
+    assert stat.S_IMODE(path.stat().st_mode) == umask_027 and path.read_text() == "{}\n"
+    assert [entry.name for entry in tmp_path.iterdir()] == ["top5.jsonl"]
+    with pytest.raises(RuntimeError), atomic_path(path) as partial:
+        Path(partial).write_text("half")
+        raise RuntimeError("killed")
+    assert path.read_text() == "{}\n" and [entry.name for entry in tmp_path.iterdir()] == ["top5.jsonl"]
 
 
 def test_save_into_a_writable_folder_under_a_read_only_parent(tmp_path, monkeypatch):
