@@ -11,6 +11,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from haste_hf.data import (
+    LabelIdPadding,
     XMCDataCollator,
     XMCFormatError,
     demo_dataset_path,
@@ -355,6 +356,25 @@ def test_collator_errors(tokenizer):
     assert bounded([{"text": "a", "labels": [7]}])["labels"].tolist() == [[7]]
     with pytest.raises(ValueError, match="label_count=8"):
         bounded([{"text": "a", "labels": [2]}, {"text": "b", "labels": [8]}])
+
+
+def test_label_id_padding_packs_ragged_ids_and_refuses_examples_without_tokens(tokenizer):
+    """`LabelIdPadding` around `DataCollatorWithPadding` (what `HasteTrainer` makes of it): tokenized examples get
+    their token columns padded by the collator and their ragged label ids padded with -100, text columns left out;
+    examples without `input_ids` are refused in one line naming `XMCDataCollator`."""
+    from transformers import DataCollatorWithPadding
+
+    padding = LabelIdPadding(DataCollatorWithPadding(tokenizer))
+    features = [
+        {"input_ids": [2, 3, 4], "text": "a b c", "labels": [7, 1, 4]},
+        {"input_ids": [3], "text": "b", "labels": [2]},
+    ]
+    batch = padding(features)
+    assert set(batch) == {"input_ids", "attention_mask", "labels"}
+    assert batch["input_ids"].tolist() == [[2, 3, 4], [3, 0, 0]]
+    assert batch["labels"].tolist() == [[7, 1, 4], [2, -100, -100]]
+    with pytest.raises(ValueError, match=r"no `input_ids`.*haste_hf.XMCDataCollator\(tokenizer\)"):
+        padding([{"text": "a b", "labels": [1]}, {"text": "c", "labels": [2, 3]}])
 
 
 def test_collator_on_loaded_dataset(json_dir, cache, tokenizer):
