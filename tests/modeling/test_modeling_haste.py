@@ -565,3 +565,20 @@ def test_label_names_empty_ones_named_by_id_repeated_ones_kept_with_a_warning():
             ValueError, match=r"`label_names` has (a string|5 entries) for 6 labels: give a list of one"
         ):
             model.set_label_names(names)
+
+
+def test_push_to_hub_without_the_hub_module_pushes_the_transformers_way(monkeypatch):
+    """Exported code where `haste_hf` is not installed: `push_to_hub` is transformers' own, given the same arguments,
+    and returns what it returns (the commit)."""
+    model = make_tiny_model(label_count=LABELS)
+    owner = next(cls for cls in type(model).__mro__[1:] if "push_to_hub" in vars(cls))
+    calls = []
+
+    def transformers_push(self, repo_id, **kwargs):
+        calls.append((self, repo_id, kwargs))
+        return "the commit"
+
+    monkeypatch.setattr(owner, "push_to_hub", transformers_push)
+    monkeypatch.setitem(sys.modules, "haste_hf.hub", None)  # as in exported code without the package
+    assert model.push_to_hub("someone/model", private=True) == "the commit"
+    assert calls == [(model, "someone/model", {"private": True})]
