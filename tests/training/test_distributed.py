@@ -321,6 +321,31 @@ def test_sharding_refuses_ranks_that_hold_different_layers(tmp_path, monkeypatch
         dist.destroy_process_group()
 
 
+def test_a_sharded_layers_top_k_on_a_group_of_one_process_is_the_layers(tmp_path):
+    """`ShardedOutputLayer.topk` (every rank's top-k of the gathered batch, merged per example) on a one-process gloo
+    group ranks as the layer it was cut from, with k above the layer's head and below its label count (two real ranks
+    are the slow torchrun tests above)."""
+    import copy
+
+    import torch.distributed as dist
+
+    from haste_hf.training.sharded_output_layer import ShardedOutputLayer
+
+    torch.manual_seed(0)
+    layer = HasteOutputLayer(16, 30, head_labels=4, group_size=4, fan_in=4).eval()
+    real = layer.output_labels >= 0  # a label order other than the identity; padding slots kept
+    layer.output_labels[real] = layer.output_labels[real][torch.randperm(30)]
+    features = torch.randn(5, 16)
+    expected = layer.topk(features, 7)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        top = ShardedOutputLayer.shard(copy.deepcopy(layer)).eval().topk(features, 7)
+    finally:
+        dist.destroy_process_group()
+    assert torch.equal(top.label_ids, expected.label_ids)
+    torch.testing.assert_close(top.scores, expected.scores, rtol=0, atol=0)
+
+
 def test_multi_hot_labels_become_positive_ids_padded_to_the_longest_row():
     """What the sharded layer's loss reads of a `[B, L]` multi-hot batch; a rank's share of a batch may be empty."""
     labels = torch.zeros(3, 6, dtype=torch.bool)
