@@ -146,6 +146,21 @@ def test_predict_topk_matches_full_logits_in_small_chunks(variant, monkeypatch):
         model.predict_topk(input_ids, attention_mask, k=LABELS + 1)
 
 
+def test_a_model_whose_weights_hold_nan_refuses_to_rank():
+    """`topk` puts NaN first: a NaN weight would rank a label best for every text. `predict_topk` and the forward's
+    top-k refuse, in one line naming the cause."""
+    model = make_model()
+    with torch.no_grad():
+        model.output_layer.head.weight[0, 0] = float("nan")
+    input_ids, attention_mask, _ = random_batch()
+    for rank in (
+        lambda: model.predict_topk(input_ids, attention_mask, k=3),
+        lambda: model(input_ids, attention_mask, top_k=3),
+    ):
+        with pytest.raises(ValueError, match="scores hold NaN .* the labels cannot be ranked"):
+            rank()
+
+
 def test_padding_slots_are_never_predicted():
     model = make_model(label_count=LABELS + 1, tail_bias=True)  # 47 tail labels: the last group has a padding slot
     layer = model.output_layer
