@@ -61,3 +61,18 @@ def test_an_integer_multi_hot_of_0s_and_1s_is_read_as_one_and_padded_ids_are_not
     assert dense_labels(torch.tensor([[1, 1, 1, 1, 1]]), 1, 5).all()
     with pytest.raises(ValueError, match="read both as a multi-hot and as padded label ids"):
         dense_labels(torch.tensor([[0, 1], [1, 1]]), 2, 2)
+
+
+@pytest.mark.parametrize(
+    "labels, message",
+    [
+        (torch.zeros(3, 4), r"A dense multi-hot `labels` needs 5 columns, got 4: pass one column per label"),
+        (torch.zeros(3, 6, dtype=torch.bool), "needs 5 columns, got 6"),
+        (torch.zeros(3), r"`labels` must be 2-D with one row per example, got shape \(3,\)"),
+        (torch.zeros(2, 5), r"one row per example, got shape \(2, 5\)"),
+        (torch.full((3, 5), 1.5), r"must hold targets in \[0, 1\]"),
+    ],
+)
+def test_a_malformed_labels_tensor_is_refused_naming_the_fix(labels, message):
+    with pytest.raises(ValueError, match=message):
+        dense_labels(labels, 3, 5)
