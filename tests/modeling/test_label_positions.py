@@ -53,10 +53,15 @@ def test_without_a_layout_the_label_count_is_needed_and_one_head_setting():
 
 
 def test_an_integer_multi_hot_of_0s_and_1s_is_read_as_one_and_padded_ids_are_not():
-    """What `MultiLabelBinarizer` gives (int64 0s and 1s, one column per label) is a multi-hot; padded label ids (any
-    other integers) are not; with 2 labels or fewer the two readings cannot be told apart and are refused."""
+    """What `MultiLabelBinarizer` gives (int64 0s and 1s, one column per label) is a multi-hot, as are bool and float
+    targets in [0, 1]; padded label ids (any other integers) are not; with 2 labels or fewer the two integer readings
+    cannot be told apart and are refused."""
     multi_hot = torch.tensor([[0, 1, 0, 1, 1], [1, 0, 0, 0, 0], [0, 0, 0, 0, 0]])
     assert torch.equal(dense_labels(multi_hot, 3, 5), multi_hot.bool())
+    soft = multi_hot.float() * 0.75 + (multi_hot == 0) * 0.25  # float targets anywhere in [0, 1], ends included
+    soft[0, 0], soft[1, 0] = 0.0, 1.0
+    for dense in (multi_hot.bool(), multi_hot.float(), soft):
+        assert dense_labels(dense, 3, 5) is dense
     assert dense_labels(torch.tensor([[3, 4, 1, 0, -100], [2, -100, -100, -100, -100]]), 2, 5) is None
     assert dense_labels(torch.tensor([[1, 1, 1, 1, 1]]), 1, 5).all()
     with pytest.raises(ValueError, match="read both as a multi-hot and as padded label ids"):
