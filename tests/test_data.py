@@ -81,6 +81,9 @@ def test_json_dataset_title_and_content(json_dir, cache):
 
     full = load_xmc_dataset(json_dir, text_fields="title_content", cache_dir=cache)
     assert full.splits["train"]["text"] == ["alpha first doc", "beta", "gamma third"]
+    for other in ("content", "title content", None):
+        with pytest.raises(ValueError, match=f"text_fields must be 'title' or 'title_content', got {other!r}"):
+            read_json_split(json_dir / "trn.json.gz", 4, text_fields=other, cache_dir=cache)
 
 
 def test_label_text_augmentation(json_dir, cache):
