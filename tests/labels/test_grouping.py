@@ -450,3 +450,9 @@ def test_rows_join_their_centroids_alike_whatever_rows_a_chunk_of_similarities_h
     assert torch.equal(chunked[0], whole[0])
     torch.testing.assert_close(chunked[1], whole[1])
     torch.testing.assert_close(chunked[2], whole[2])
+
+
+@pytest.mark.parametrize("group_size", [0, -1, True, 2.0])
+def test_a_grouping_of_a_group_size_that_is_no_positive_integer_is_refused(group_size):
+    with pytest.raises(ValueError, match=f"`group_size` must be a positive integer, got {group_size!r}"):
+        LabelGrouping(order=[0, 1, 2, 3], group_size=group_size)
