@@ -1,3 +1,4 @@
+import pickle
 from functools import partial
 
 import numpy as np
@@ -518,3 +519,20 @@ def test_the_loss_backward_is_chunked_only_where_asked(tmp_path, tokenizer, data
     layer = trainer.model.output_layer
     for weight in (layer.head.weight, layer.tail.weight):
         assert hasattr(weight, "_haste_chunked_backward") == chunked  # losses.chunk_loss_backward_'s mark
+
+
+@pytest.mark.parametrize("error", [RuntimeError("bad header"), pickle.UnpicklingError("bad pickle"), EOFError()])
+def test_a_checkpoint_file_that_does_not_load_is_named_with_its_checkpoint(error, tmp_path):
+    """What the trainer's checkpoint loaders raise (`checkpoints._reading`): a file of a checkpoint that does not load
+    is a `ValueError` naming the checkpoint and the file; outside a checkpoint, or for other errors, the loader's own
+    error stands."""
+    from haste_hf.training.checkpoints import _reading
+
+    expected = str(error) or type(error).__name__
+    message = f"^run/checkpoint-6: its optimizer.pt does not load \\({expected}\\); resume from an earlier checkpoint"
+    with pytest.raises(ValueError, match=message), _reading("run/checkpoint-6", "optimizer.pt"):
+        raise error
+    with pytest.raises(type(error)), _reading(None, "optimizer.pt"):
+        raise error
+    with pytest.raises(FileNotFoundError), _reading("run/checkpoint-6", "weights"):
+        torch.load(tmp_path / "missing.pt")
