@@ -146,6 +146,12 @@ def test_bow_directory_and_split_form(tmp_path, cache):
     assert dataset.features["train"].shape == (2, 3) and dataset.features["test"].nnz == 1
     with pytest.raises(ValueError, match="needs label texts"):
         load_xmc_dataset(bow, add_label_texts=True, cache_dir=cache)
+    write(bow / "other_test.txt", "1 3 2\n0 0:1\n")  # two test files: which one is meant cannot be guessed
+    with pytest.raises(
+        ValueError, match=r"several bag-of-words test files in .*\['eurlex_test.txt', 'other_test.txt'\]"
+    ):
+        load_xmc_dataset(bow, cache_dir=cache)
+    (bow / "other_test.txt").unlink()
 
     split = tmp_path / "split"
     split.mkdir()
