@@ -597,3 +597,14 @@ def test_push_to_hub_without_the_hub_module_pushes_the_transformers_way(monkeypa
     monkeypatch.setitem(sys.modules, "haste_hf.hub", None)  # as in exported code without the package
     assert model.push_to_hub("someone/model", private=True) == "the commit"
     assert calls == [(model, "someone/model", {"private": True})]
+
+
+@pytest.mark.parametrize("family", ["bert", "mpnet"])  # checkpointing through transformers' code; through HASTE's
+def test_is_gradient_checkpointing_says_whether_the_encoders_blocks_checkpoint(family):
+    """The property peft reads (transformers deprecated its name): True once checkpointing is on, False off."""
+    model = make_model(family=family)
+    assert model.is_gradient_checkpointing is False
+    model.gradient_checkpointing_enable()
+    assert model.is_gradient_checkpointing is True
+    model.gradient_checkpointing_disable()
+    assert model.is_gradient_checkpointing is False
