@@ -11,6 +11,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from haste_hf.data import (
+    LabelIdPadding,
     XMCDataCollator,
     XMCFormatError,
     demo_dataset_path,
@@ -80,6 +81,9 @@ def test_json_dataset_title_and_content(json_dir, cache):
 
     full = load_xmc_dataset(json_dir, text_fields="title_content", cache_dir=cache)
     assert full.splits["train"]["text"] == ["alpha first doc", "beta", "gamma third"]
+    for other in ("content", "title content", None):
+        with pytest.raises(ValueError, match=f"text_fields must be 'title' or 'title_content', got {other!r}"):
+            read_json_split(json_dir / "trn.json.gz", 4, text_fields=other, cache_dir=cache)
 
 
 def test_label_text_augmentation(json_dir, cache):
@@ -142,6 +146,12 @@ def test_bow_directory_and_split_form(tmp_path, cache):
     assert dataset.features["train"].shape == (2, 3) and dataset.features["test"].nnz == 1
     with pytest.raises(ValueError, match="needs label texts"):
         load_xmc_dataset(bow, add_label_texts=True, cache_dir=cache)
+    write(bow / "other_test.txt", "1 3 2\n0 0:1\n")  # two test files: which one is meant cannot be guessed
+    with pytest.raises(
+        ValueError, match=r"several bag-of-words test files in .*\['eurlex_test.txt', 'other_test.txt'\]"
+    ):
+        load_xmc_dataset(bow, cache_dir=cache)
+    (bow / "other_test.txt").unlink()
 
     split = tmp_path / "split"
     split.mkdir()
@@ -355,6 +365,25 @@ def test_collator_errors(tokenizer):
     assert bounded([{"text": "a", "labels": [7]}])["labels"].tolist() == [[7]]
     with pytest.raises(ValueError, match="label_count=8"):
         bounded([{"text": "a", "labels": [2]}, {"text": "b", "labels": [8]}])
+
+
+def test_label_id_padding_packs_ragged_ids_and_refuses_examples_without_tokens(tokenizer):
+    """`LabelIdPadding` around `DataCollatorWithPadding` (what `HasteTrainer` makes of it): tokenized examples get
+    their token columns padded by the collator and their ragged label ids padded with -100, text columns left out;
+    examples without `input_ids` are refused in one line naming `XMCDataCollator`."""
+    from transformers import DataCollatorWithPadding
+
+    padding = LabelIdPadding(DataCollatorWithPadding(tokenizer))
+    features = [
+        {"input_ids": [2, 3, 4], "text": "a b c", "labels": [7, 1, 4]},
+        {"input_ids": [3], "text": "b", "labels": [2]},
+    ]
+    batch = padding(features)
+    assert set(batch) == {"input_ids", "attention_mask", "labels"}
+    assert batch["input_ids"].tolist() == [[2, 3, 4], [3, 0, 0]]
+    assert batch["labels"].tolist() == [[7, 1, 4], [2, -100, -100]]
+    with pytest.raises(ValueError, match=r"no `input_ids`.*haste_hf.XMCDataCollator\(tokenizer\)"):
+        padding([{"text": "a b", "labels": [1]}, {"text": "c", "labels": [2, 3]}])
 
 
 def test_collator_on_loaded_dataset(json_dir, cache, tokenizer):

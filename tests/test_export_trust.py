@@ -83,7 +83,8 @@ def test_names_shifted_by_one_are_refused(copy_of, layout):
 
 
 def test_names_of_another_label_count_are_refused_without_digests_too(copy_of):
-    """An export of an earlier version names no files: what needs no digest is still checked, with a warning."""
+    """An export of an earlier version names no files: what needs no digest is still checked, with a warning (the
+    names' count, and that they are a list of strings)."""
     folder = copy_of()
     old = metadata(folder)
     del old["files"], old["max_positions"]
@@ -91,6 +92,10 @@ def test_names_of_another_label_count_are_refused_without_digests_too(copy_of):
     (folder / "label_names.json").write_text(json.dumps(["inserted", *NAMES]))
     with pytest.warns(UserWarning, match="names no files"):
         refused(folder, "label_names.json", f"holds {LABELS + 1} names for the export's {LABELS} labels")
+    for not_names in (list(range(LABELS)), {name: i for i, name in enumerate(NAMES)}):  # ids; an object of names
+        (folder / "label_names.json").write_text(json.dumps(not_names))
+        with pytest.warns(UserWarning, match="names no files"):
+            refused(folder, "label_names.json", "is not a list of label names")
     (folder / "label_names.json").write_text(json.dumps(NAMES))
     with pytest.warns(UserWarning, match="Export the model again"):
         assert OnnxClassifier(folder).predict(["w1"], k=2)[0][0]["label"] in NAMES

@@ -140,6 +140,26 @@ def test_layout_must_partition_the_labels():
         LabelLayout(label_count=2, head_ids=[0], tail_order=[1], group_size=1, strategy="alphabetical")
 
 
+@pytest.mark.parametrize(
+    "counts, named",
+    [
+        (
+            dict(label_count=0, head_ids=[], tail_order=[], group_size=2),
+            "`label_count` must be a positive integer, got 0",
+        ),
+        (
+            dict(label_count=2, head_ids=[0, 1], tail_order=[], group_size=0),
+            "`group_size` must be a positive integer, got 0",
+        ),
+        (dict(label_count=2, head_ids=[0], tail_order=[1], group_size=True), "`group_size` must be a positive integer"),
+        (dict(label_count=2.0, head_ids=[0], tail_order=[1], group_size=1), "`label_count` must be a positive integer"),
+    ],
+)
+def test_a_layouts_label_count_and_group_size_are_positive_integers(counts, named):
+    with pytest.raises(ValueError, match=named):
+        LabelLayout(**counts)
+
+
 def test_semantic_layout_needs_embeddings_or_an_encoder(split):
     with pytest.raises(ValueError, match="encoder"):
         LabelLayout.from_training_split(split, LABELS, 4)

@@ -278,3 +278,36 @@ def test_a_mark_that_is_not_a_small_regular_file_is_refused_at_load_in_one_line(
         path, kind = marks[folder]
         assert outcome.startswith(("OSError", "ExportError")), (kind, outcome[:300])
         assert str(path) in outcome and "\n" not in outcome, (kind, outcome[:300])
+
+
+def test_where_folders_cannot_be_locked_the_journals_owner_decides_whether_a_save_goes_on(tmp_path):
+    """`_wait_for_running_save` (no `flock`: Windows, some network file systems): no journal, or one of this process
+    or of a process of this host that is gone, lets the save go on; one of another host, of a process still running
+    past the wait, or a mark that cannot be read (a FIFO) does not, at once for the last."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from haste_hf.modeling.saving import _wait_for_running_save
+
+    mark = tmp_path / INCOMPLETE_SAVE_FILE
+
+    def journal_of(host, pid):
+        mark.write_text(json.dumps({"host": host, "pid": pid, "staging": f"{STAGING_PREFIX}x", "files": []}))
+
+    assert _wait_for_running_save(str(tmp_path), 0.05)
+    journal_of(socket.gethostname(), os.getpid())
+    assert _wait_for_running_save(str(tmp_path), 0.05)
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    journal_of(socket.gethostname(), int(ended.stdout))
+    assert _wait_for_running_save(str(tmp_path), 0.05)
+    journal_of("another-host", os.getpid())
+    assert not _wait_for_running_save(str(tmp_path), 0.05)
+    journal_of(socket.gethostname(), os.getppid())  # running, and past the wait
+    assert not _wait_for_running_save(str(tmp_path), 0.05)
+    mark.unlink()
+    os.mkfifo(mark)
+    start = time.monotonic()
+    assert not _wait_for_running_save(str(tmp_path), None)  # no wait would end
+    assert time.monotonic() - start < 5

@@ -328,6 +328,60 @@ def test_sharding_refuses_ranks_that_hold_different_layers(tmp_path, monkeypatch
         dist.destroy_process_group()
 
 
+def test_a_sharded_layers_top_k_on_a_group_of_one_process_is_the_layers(tmp_path):
+    """`ShardedOutputLayer.topk` (every rank's top-k of the gathered batch, merged per example) on a one-process gloo
+    group ranks as the layer it was cut from, with k above the layer's head and below its label count (two real ranks
+    are the slow torchrun tests above)."""
+    import copy
+
+    import torch.distributed as dist
+
+    from haste_hf.training.sharded_output_layer import ShardedOutputLayer
+
+    torch.manual_seed(0)
+    layer = HasteOutputLayer(16, 30, head_labels=4, group_size=4, fan_in=4).eval()
+    real = layer.output_labels >= 0  # a label order other than the identity; padding slots kept
+    layer.output_labels[real] = layer.output_labels[real][torch.randperm(30)]
+    features = torch.randn(5, 16)
+    expected = layer.topk(features, 7)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        top = ShardedOutputLayer.shard(copy.deepcopy(layer)).eval().topk(features, 7)
+    finally:
+        dist.destroy_process_group()
+    assert torch.equal(top.label_ids, expected.label_ids)
+    torch.testing.assert_close(top.scores, expected.scores, rtol=0, atol=0)
+
+
+def test_a_sharded_model_loads_a_checkpoint_folder_on_a_group_of_one_process(tmp_path):
+    """`ShardedOutputLayer.load_checkpoint_` (a resume of a label-sharded run) on a one-process gloo group: every
+    tensor of the saved model, the layer's share included, is loaded as saved."""
+    import torch.distributed as dist
+    from tiny_haste import make_tiny_model
+
+    from haste_hf.training.sharded_output_layer import shard_output_layer_
+
+    saved = make_tiny_model(seed=1)
+    saved.save_pretrained(tmp_path / "checkpoint")
+    model = make_tiny_model(seed=0)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        shard_output_layer_(model).load_checkpoint_(model, str(tmp_path / "checkpoint"))
+    finally:
+        dist.destroy_process_group()
+    loaded = model.state_dict()
+    assert set(loaded) == set(saved.state_dict())
+    for name, tensor in saved.state_dict().items():
+        assert torch.equal(loaded[name], tensor), name
+
+
+def test_broadcast_of_an_object_without_a_process_group_is_the_object_itself():
+    from haste_hf.training.distributed import broadcast_object
+
+    value = {"seed": 3}
+    assert broadcast_object(value) is value
+
+
 def test_multi_hot_labels_become_positive_ids_padded_to_the_longest_row():
     """What the sharded layer's loss reads of a `[B, L]` multi-hot batch; a rank's share of a batch may be empty."""
     labels = torch.zeros(3, 6, dtype=torch.bool)
