@@ -354,11 +354,12 @@ def test_a_sharded_layers_top_k_on_a_group_of_one_process_is_the_layers(tmp_path
 
 
 def test_a_sharded_model_loads_a_checkpoint_folder_on_a_group_of_one_process(tmp_path):
-    """`ShardedOutputLayer.load_checkpoint_` (a resume of a label-sharded run) on a one-process gloo group: every
+    """`load_folder_rows_` (a resume of a label-sharded run) of a one-file folder on a one-process gloo group: every
     tensor of the saved model, the layer's share included, is loaded as saved."""
     import torch.distributed as dist
     from tiny_haste import make_tiny_model
 
+    from haste_hf.training.shard_checkpoints import load_folder_rows_
     from haste_hf.training.sharded_output_layer import shard_output_layer_
 
     saved = make_tiny_model(seed=1)
@@ -366,7 +367,8 @@ def test_a_sharded_model_loads_a_checkpoint_folder_on_a_group_of_one_process(tmp
     model = make_tiny_model(seed=0)
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
-        shard_output_layer_(model).load_checkpoint_(model, str(tmp_path / "checkpoint"))
+        shard_output_layer_(model)
+        load_folder_rows_(model, tmp_path / "checkpoint")
     finally:
         dist.destroy_process_group()
     loaded = model.state_dict()
