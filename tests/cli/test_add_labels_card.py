@@ -45,7 +45,8 @@ def test_add_labels_shows_progress_and_appends_each_addition_to_the_card(tmp_pat
     before = datetime.datetime.now(datetime.timezone.utc).replace(second=0, microsecond=0)
     labels = [{"name": "planted", "text": "w90 | w91"}, {"name": "other", "text": "w92"}]
     output = run_add_labels(tmp_path / "model", labels, tmp_path / "added", capsys, "--negatives", str(dataset_dir))
-    assert "Label texts" in output.err and "Fitting the new labels" in output.err  # the two long steps
+    for step in ("Label texts", "Mapping label texts to weights", "Fitting the new labels"):  # the long steps
+        assert step in output.err, step
     assert f"2 labels added to the tail (ids 30 to 31) -> {tmp_path / 'added'}" in output.out
     card = (tmp_path / "added" / "README.md").read_text()
     assert card.startswith("---\nlicense: apache-2.0\n---\n# The trained model\n\nP@1 60.\n")  # the card before
