@@ -82,8 +82,7 @@ class Phases:
         self.torch = torch
         if self.cuda and "LOCAL_RANK" in os.environ:  # as the Trainer will: no rank reads (and holds) GPU 0
             torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-        self.stack = [{"name": "process", "started": time.perf_counter(), "allocated": 0, "reserved": 0}]
-        self.stack[0]["rss_peak"] = _current_rss_bytes()
+        self.stack = [{"name": "process", "started": time.perf_counter(), "allocated": 0, "reserved": 0, "rss_peak": 0}]
         self.done = []
         threading.Thread(target=self._sample_rss, daemon=True).start()
 
@@ -141,11 +140,8 @@ def _rss_bytes() -> int:
 
 
 def _current_rss_bytes() -> int:
-    try:
-        with open("/proc/self/statm") as handle:
-            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:  # not Linux: the peak so far stands in
-        return _rss_bytes()
+    with open("/proc/self/statm") as handle:  # Linux, as `_rss_bytes`' KiB are
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def _wrap(owner, name, phases, phase_name):
