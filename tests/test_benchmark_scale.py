@@ -171,6 +171,20 @@ def test_steady_texts_per_second_leaves_out_the_first_steps_and_the_saves():
     assert scale.steady_texts_per_second(steps, phases) == pytest.approx(64 / 8)
 
 
+def test_a_phases_host_rss_is_its_own_sampled_peak():
+    """A phase's RSS row is the peak sampled while it ran (`rss_peak`), not the process's peak so far at its end
+    (which would charge every later phase with the read's memory); reports without samples keep the latter."""
+    table = load_script("scale_table")
+    phases = [
+        {"name": "read", "seconds": 1.0, "allocated": 0, "rss": 5 * 2**30, "rss_peak": 5 * 2**30},
+        {"name": "model", "seconds": 2.0, "allocated": 0, "rss": 5 * 2**30, "rss_peak": 2**30},
+        {"name": "save", "seconds": 1.0, "allocated": 0, "rss": 3 * 2**30},
+    ]
+    rows = table.phase_rows({"reports": [{"phases": phases}]})
+    assert [(name, rss) for name, _, _, rss in rows] == [("read", 5 * 2**30), ("model", 2**30), ("save", 3 * 2**30)]
+    assert load_script("scale")._current_rss_bytes() > 2**20  # this process's resident memory now
+
+
 @pytest.mark.slow
 def test_every_stage_runs_on_the_cpu(tmp_path):
     """scale.py end to end at a tiny size (the tiny syllable encoder): data, group, train with a checkpoint,

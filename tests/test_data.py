@@ -246,6 +246,31 @@ def test_json_split_read_by_pyarrow_is_the_line_readers(tmp_path, cache, monkeyp
         assert fast.split == exact.split and fast.num_rows == 3
 
 
+def test_json_reads_parse_only_the_fields_they_use(tmp_path, cache, monkeypatch):
+    """pyarrow parses the fields a read uses and skips the others (issue 37: 2M contents and 8.6M label uids held
+    for a title-only run): a title-only split whose contents and uids are of mixed types (which pyarrow cannot
+    infer one column of) is still read by pyarrow, into the line reader's dataset, and no other column is held."""
+    from haste_hf import xmc_files
+
+    records = [
+        {"uid": "a", "title": "a b", "content": 7, "target_ind": [3, 1]},
+        {"uid": 2, "title": "c", "content": ["d"], "target_ind": []},
+    ]
+    path = write(tmp_path / "trn.json", json_lines(records))
+    fast = read_json_split(path, 4, cache_dir=cache).dataset
+    assert fast.cache_files == []  # read by pyarrow
+    with monkeypatch.context() as patch:
+        patch.setattr(xmc_files, "_fast_json_split", lambda *args: None)
+        exact = read_json_split(path, 4, cache_dir=cache).dataset
+    assert fast.to_dict() == exact.to_dict() == {"text": ["a b", "c"], "labels": [[3, 1], []]}
+    import pyarrow as pa
+
+    assert xmc_files._read_json_columns(Path(path), {"title": pa.string()}).column_names == ["title"]
+    labels = write(tmp_path / "lbl.json", json_lines([{"uid": 1, "title": "x"}, {"uid": "y", "title": "z"}]))
+    monkeypatch.setattr(xmc_files, "_iter_lines", None)  # the line reader would fail: pyarrow reads the titles
+    assert xmc_files.read_json_label_texts(labels) == ["x", "z"]
+
+
 @pytest.mark.parametrize("name,content,reader,line,fragment", MALFORMED)
 @pytest.mark.parametrize("compress", [False, True])
 def test_malformed_input_names_file_and_line(tmp_path, cache, name, content, reader, line, fragment, compress):

@@ -208,3 +208,33 @@ def test_bad_arguments_get_one_line_errors_and_long_texts_are_cut(exports):
         cut = classifier.predict([" ".join(["w1"] * 62)], k=3)[0]  # 62 words + [CLS], [SEP]
         assert [row["label"] for row in served[0]] == [row["label"] for row in cut]
         np.testing.assert_allclose([row["score"] for row in served[0]], [row["score"] for row in cut], atol=1e-5)
+
+
+def test_the_split_output_layer_is_served_from_the_checked_bytes_without_a_copy(exports, copy_of):
+    """The output layer's arrays are read-only views onto the one buffer of the file's checked bytes (issue 37:
+    `safetensors.numpy.load` copied each tensor out of them, twice the memory of 8.6M labels while it loaded), with
+    the file's values; a file cut short is refused in one line that names it."""
+    from safetensors.numpy import load_file
+
+    folder = exports["split"]
+    served = OnnxClassifier(folder).output_layer
+    expected = load_file(folder / "output_layer.safetensors")
+    assert served.keys() == expected.keys()
+    buffers = set()
+    for name, array in served.items():
+        assert (
+            array.dtype == expected[name].dtype and np.array_equal(array, expected[name]) and not array.flags.writeable
+        )
+        root = array
+        while isinstance(root, np.ndarray):
+            root = root.base
+        buffers.add(id(root.obj))  # a memoryview of the file's bytes
+    assert len(buffers) == 1
+    cut = copy_of("split")
+    old = metadata(cut)
+    del old["files"]  # no digests: the bytes themselves are checked
+    write_metadata(cut, old)
+    data = (cut / "output_layer.safetensors").read_bytes()
+    (cut / "output_layer.safetensors").write_bytes(data[:-8])
+    with pytest.warns(UserWarning, match="names no files"):
+        refused(cut, "output_layer.safetensors", "is not a whole safetensors file")
