@@ -23,16 +23,18 @@ def mutation_sample():
 
 def test_a_test_importing_a_name_the_package_reexports_runs_against_the_module(mutation_sample, tmp_path):
     """`from haste_hf.cli import main` reaches cli/commands.py through cli/__init__.py (`from .commands import
-    main`): the test that imports it so is among the mutant's tests; one that imports only another name is not."""
+    main`): the test that imports it so is among the mutant's tests beside the one that imports the module by name;
+    one that imports only another name is not."""
     files = {
         "haste_hf/cli/__init__.py": "from .commands import main\nfrom .parser import build_parser\n",
         "haste_hf/cli/commands.py": "def main():\n    return 0\n",
         "haste_hf/cli/parser.py": "def build_parser():\n    return None\n",
         "tests/cli/test_entry.py": "from haste_hf.cli import main\n\n\ndef test_main():\n    assert main() == 0\n",
+        "tests/cli/test_direct.py": "from haste_hf.cli.commands import main\n",
         "tests/cli/test_flags.py": "from haste_hf.cli import build_parser\n\n\ndef test_parser():\n    build_parser()\n",
     }
     for path, text in files.items():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text(text)
     mutant = mutation_sample.Mutant("haste_hf/cli/commands.py", 2, "", "", "", False)
-    assert mutation_sample.tests_of(mutant, tmp_path) == ["tests/cli/test_entry.py"]
+    assert sorted(mutation_sample.tests_of(mutant, tmp_path)) == ["tests/cli/test_direct.py", "tests/cli/test_entry.py"]
