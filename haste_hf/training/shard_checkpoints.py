@@ -80,6 +80,8 @@ def write_safetensors(path: str, tensors: dict[str, torch.Tensor], metadata: dic
         f.write(len(encoded).to_bytes(8, "little"))
         f.write(encoded)
         for tensor in tensors.values():
+            if tensor.numel() == 0:  # a rank's empty share: no bytes, and no [0, -1] view to cut
+                continue
             flat = tensor.detach().reshape(tensor.shape[0], -1) if tensor.dim() else tensor.detach().reshape(1, 1)
             step = _rows_per_piece(flat)
             for start in range(0, flat.shape[0], step):
