@@ -359,6 +359,26 @@ def emulate(args) -> str:
 
 def real(args) -> str | None:
     import torch.distributed as dist
+
+    from haste_hf.training.distributed import end_process_group
+
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    results = every_rank_timing(args, device)
+    rank = dist.get_rank()
+    end_process_group()  # after the model, its DDP wrapper and optimizers are gone with the function that built them
+    if rank != 0:
+        return None
+    return real_table(args, device, results)
+
+
+def every_rank_timing(args, device) -> list[tuple[float, int]]:
+    """Every rank's (median step seconds, peak bytes), on every rank: the model, its DDP wrapper and optimizers live
+    and die in here, so that none holds the process group when it ends."""
+    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
     from transformers import MPNetConfig
 
@@ -366,13 +386,8 @@ def real(args) -> str | None:
     from haste_hf.modeling.initialization import deferred_output_rows
     from haste_hf.training.optimization import HasteOptimizer, StochasticRoundingSGD
     from haste_hf.training.sharded_output_layer import ignore_shards_in_ddp, shard_output_layer_
-    from haste_hf.training.trainer import split_parameters
+    from haste_hf.training.trainer import DDP_TAKES_FORWARD_SYNC_BUFFERS, split_parameters
 
-    device = torch.device(args.device)
-    if device.type == "cuda":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-        torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     rank, world_size = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     shape = layout(args, 1)
@@ -396,7 +411,9 @@ def real(args) -> str | None:
         shard_output_layer_(model)
         ignore_shards_in_ddp(model)
     model.to(device)
-    wrapped = DistributedDataParallel(model, broadcast_buffers=False)
+    # torch 2.13 renamed it and warns on the old name
+    no_buffer_sync = "forward_sync_buffers" if DDP_TAKES_FORWARD_SYNC_BUFFERS else "broadcast_buffers"
+    wrapped = DistributedDataParallel(model, **{no_buffer_sync: False})
     encoder_side, output_layer = split_parameters(model)
     output_optimizer = StochasticRoundingSGD(
         output_layer,
@@ -422,10 +439,11 @@ def real(args) -> str | None:
     seconds, peak = measure(step, device, args.steps)
     results = [None] * world_size
     dist.all_gather_object(results, (seconds, peak))
-    dist.barrier()  # no rank tears gloo down while another still reads the gather: that rank would hang at exit
-    dist.destroy_process_group()
-    if rank != 0:
-        return None
+    return results
+
+
+def real_table(args, device, results: list[tuple[float, int]]) -> str:
+    world_size = len(results)
     slowest = max(result[0] for result in results)
     return "\n".join(
         [

@@ -49,6 +49,25 @@ def median_ms(fn, inputs, warmup=3, repeats=15):
     return statistics.median(times)
 
 
+def sweep_operands(batch, millions, fan_in, group, features, device="cuda"):
+    """`(labels, [(x, weight, supports, positions)])`: the bf16 tail operands of one shape of the launch sweeps
+    (`triton_forward_sweep.py`, `triton_loss_sweep.py`): B texts of `features` features, L = `millions` million
+    labels rounded down to whole groups of G, F distinct features a group, 8 positive positions a text."""
+    groups = int(millions * 1e6) // group
+    labels = groups * group
+    x = torch.randn(batch, features, device=device, dtype=torch.bfloat16)
+    weight = torch.randn(groups, group, fan_in, device=device, dtype=torch.bfloat16) / fan_in**0.5
+    supports = torch.rand(groups, features, device=device).argsort(dim=1)[:, :fan_in].int().contiguous()
+    positions = torch.randint(0, labels, (batch, 8), device=device)
+    return labels, [(x, weight, supports, positions)]
+
+
+def report(lines, line):
+    """Prints `line` as it comes and keeps it in `lines` for the `--out` file."""
+    lines.append(line)
+    print(line, flush=True)
+
+
 def rotations(nbytes):
     """Copies of the inputs to rotate through: enough that they do not all sit in the L2 cache."""
     l2 = torch.cuda.get_device_properties(0).L2_cache_size

@@ -204,6 +204,10 @@ def tests_of(mutant: Mutant, root: Path) -> list[str]:
         re.compile(rf"\b{re.escape(module)}\b"),
         re.compile(rf"from {re.escape(parent)} import [^\n]*\b{re.escape(stem)}\b"),
     ]
+    reexported = _reexported_names(mutant.path, root)
+    if reexported:  # `from haste_hf.cli import main` reaches cli/commands.py through the package's __init__
+        names = "|".join(map(re.escape, reexported))
+        patterns.append(re.compile(rf"from {re.escape(parent)} import [^\n]*\b(?:{names})\b"))
     mirrored, importing = [], []
     for test in sorted((root / "tests").rglob("test_*.py")):
         if test.stem == f"test_{stem}" or test.stem.startswith(f"test_{stem}_"):
@@ -222,6 +226,20 @@ def tests_of(mutant: Mutant, root: Path) -> list[str]:
             importing += [test for test in tests_of(user, root) if test not in importing]
     # The family's own files first, then the others that import the module, up to MAX_TEST_FILES in all.
     return (mirrored + importing)[:MAX_TEST_FILES]
+
+
+def _reexported_names(path: str, root: Path) -> list[str]:
+    """The names the `__init__.py` beside the module at `path` imports from it (`from .stem import a, b`)."""
+    init = (root / path).with_name("__init__.py")
+    if not init.is_file() or init == root / path:
+        return []
+    stem = Path(path).stem
+    return [
+        alias.asname or alias.name
+        for node in ast.parse(init.read_text()).body
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module == stem
+        for alias in node.names
+    ]
 
 
 def _package_importers(mutant: Mutant, root: Path) -> list[Mutant]:

@@ -43,6 +43,7 @@ sys.path[:] = [path for path in sys.path if os.path.abspath(path or ".") != HERE
 
 NEW_LABELS = 1000  # the add-labels stage: new labels from their texts alone
 MIN_STAGE_SECONDS = 10  # a stage is not started with less of --budget-s left
+RSS_SAMPLE_SECONDS = 0.05  # how often a phase's host RSS is sampled
 RELOAD_TEXTS = 32  # the split layout scores 8.6M labels in numpy on the CPU: seconds a text
 
 
@@ -68,17 +69,29 @@ scale_data, scale_table, provenance = (
 
 
 class Phases:
-    """Wall time and peak GPU memory of nested phases of one process; the peaks of a phase include its children's."""
+    """Wall time, peak GPU memory and peak host RSS of nested phases of one process; the peaks of a phase include
+    its children's. The RSS of a phase is its own peak (`RSS_SAMPLE_SECONDS` samples of /proc/self/statm), where
+    `ru_maxrss` at its end (`rss`) is the process's peak so far."""
 
     def __init__(self):
+        import threading
+
         import torch
 
         self.cuda = torch.cuda.is_available()
         self.torch = torch
         if self.cuda and "LOCAL_RANK" in os.environ:  # as the Trainer will: no rank reads (and holds) GPU 0
             torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-        self.stack = [{"name": "process", "started": time.perf_counter(), "allocated": 0, "reserved": 0}]
+        self.stack = [{"name": "process", "started": time.perf_counter(), "allocated": 0, "reserved": 0, "rss_peak": 0}]
         self.done = []
+        threading.Thread(target=self._sample_rss, daemon=True).start()
+
+    def _sample_rss(self):
+        while True:
+            rss = _current_rss_bytes()
+            for phase in list(self.stack):
+                phase["rss_peak"] = max(phase.get("rss_peak", 0), rss)
+            time.sleep(RSS_SAMPLE_SECONDS)
 
     def _flush(self):
         if not self.cuda:
@@ -94,6 +107,7 @@ class Phases:
     def phase(self, name):
         self._flush()
         record = {"name": name, "started": time.perf_counter(), "allocated": 0, "reserved": 0}
+        record["rss_peak"] = _current_rss_bytes()
         self.stack.append(record)
         try:
             yield record
@@ -102,6 +116,7 @@ class Phases:
                 self.torch.cuda.synchronize()
             self._flush()
             self.stack.remove(record)
+            record["rss_peak"] = max(record["rss_peak"], _current_rss_bytes())
             record["ended"] = time.perf_counter()
             record["seconds"] = record["ended"] - record.pop("started")
             record["rss"] = _rss_bytes()
@@ -122,6 +137,11 @@ class Phases:
 
 def _rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+def _current_rss_bytes() -> int:
+    with open("/proc/self/statm") as handle:  # Linux, as `_rss_bytes`' KiB are
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def _wrap(owner, name, phases, phase_name):
@@ -425,8 +445,9 @@ class Runner:
         gpus = f"{self.args.gpus} processes (torchrun, output layer sharded)" if self.args.gpus > 1 else one_device()
         return f"{gpus}, {steps} steps, grouping {self.grouping()} (layout file)"
 
-    def test_texts(self) -> str:
-        return f"{one_device()}, {self.results.get('data', {}).get('test_points', 0):,} test texts"
+    def test_texts(self, processes: int = 1) -> str:
+        where = f"{processes} processes (torchrun, output layer sharded)" if processes > 1 else one_device()
+        return f"{where}, {self.results.get('data', {}).get('test_points', 0):,} test texts"
 
     def stage_train(self):
         flags = ["train", *self.common(), *self.train_flags(self.args.max_steps), "--overwrite-output-dir"]
@@ -447,8 +468,11 @@ class Runner:
         self.run("evaluate", self.probe_command("evaluate", flags), metrics, ran=self.test_texts())
 
     def stage_predict(self):
+        """On the processes of train: each holds and scores its share of the labels (the folder's rows it owns), as
+        no one GPU holds the output layer of 10^9 labels."""
         flags = ["predict", "--model", str(self.model), *self.common(), "--output", str(self.predictions), "-k", "5"]
-        self.run("predict", self.probe_command("predict", flags), ran=f"{self.test_texts()}, top 5 to a file")
+        ran = f"{self.test_texts(self.args.gpus)}, top 5 to a file"
+        self.run("predict", self.probe_command("predict", flags, self.args.gpus), ran=ran)
 
     def stage_export(self):
         try:

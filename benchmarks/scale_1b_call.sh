@@ -5,10 +5,13 @@
 # 9 x 10^8 with a label text and no point, so the data needs no more positives than the 10^8 preset) at SCALE,
 # `haste-hf group --grouping random`, `haste-hf train` on GPUS processes (torchrun, the output layer sharded by labels,
 # each rank building only its rows; the memory plan's options) for the steps the call allows with a checkpoint at
-# the last, the test evaluation, then `haste-hf predict` (top 5 to a file). Fan-in 64 as the 10^8 call. Each stage's
-# wall time, peak GPU and peak host RSS; the table last. Weights-only checkpoints (`--save-only-model`): at 10^9
-# labels the bf16 output layer is 147 GB and its momentum as much again, where a 4-GPU machine has 235 GB of disk
-# (the checkpoint and the final save together still need 294 GB there; at SCALE 0.5, 147 GB).
+# the last, the test evaluation, then `haste-hf predict` on the same GPUS processes (each rank loads and scores its
+# share of the labels; top 5 to a file). Fan-in 64 as the 10^8 call. Each stage's wall time, peak GPU and peak host
+# RSS; the table last. Checkpoints and the final save are written by every rank, its rows of the output layer in a
+# file of its own (nothing gathered). Weights-only checkpoints (`--save-only-model`): at 10^9 labels the bf16 output
+# layer is 147 GB and its momentum as much again, where a 4-GPU machine has 235 GB of disk (the checkpoint and the
+# final save together still need 294 GB there; at SCALE 0.5, 147 GB: at SCALE 1 add `--train-flag "--save-strategy
+# no"`, the final save being then the only copy of the weights).
 #
 #   bash benchmarks/scale_1b_call.sh SCALE [GPUS] [extra scale.py flags]
 #     SCALE  the preset's size (1: 10^9 labels; 0.5: 5 x 10^8; 0.00002: 20,000 labels, a CPU dry run)

@@ -56,15 +56,20 @@ def stage_peaks(stage: dict) -> tuple[float, float, float]:
 
 
 def phase_rows(stage: dict) -> list[tuple[str, float, int, int]]:
-    """(phase, seconds summed over its calls, peak GPU allocated, the process's peak RSS so far at its end) of rank
-    0, in the order of `TRAIN_PHASES`: the first phase whose RSS jumps is the one that took the memory."""
+    """(phase, seconds summed over its calls, peak GPU allocated, peak host RSS) of rank 0, in the order of
+    `TRAIN_PHASES`. The RSS is the phase's own sampled peak (`rss_peak`); reports without it give the process's
+    peak so far at the phase's end, where the first phase whose RSS jumps is the one that took the memory."""
     reports = stage.get("reports") or []
     if not reports:
         return []
     totals = {}
     for phase in reports[0]["phases"]:
         seconds, peak, rss = totals.get(phase["name"], (0.0, 0, 0))
-        totals[phase["name"]] = (seconds + phase["seconds"], max(peak, phase["allocated"]), max(rss, phase["rss"]))
+        totals[phase["name"]] = (
+            seconds + phase["seconds"],
+            max(peak, phase["allocated"]),
+            max(rss, phase.get("rss_peak", phase["rss"])),
+        )
     order = [name for name in TRAIN_PHASES if name in totals] + [n for n in totals if n not in TRAIN_PHASES]
     return [(name, *totals[name]) for name in order]
 

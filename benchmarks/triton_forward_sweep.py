@@ -14,7 +14,7 @@ import argparse
 import itertools
 
 import torch
-from kernels import median_ms
+from kernels import median_ms, report, sweep_operands
 
 from haste_hf.kernels import ops
 from haste_hf.kernels.triton import forward as triton_forward
@@ -49,13 +49,9 @@ class Override:
 def sweep_shape(batch, millions, fan_in, group, features, lines):
     """Times the configurations of one shape, appending the table's lines to `lines`."""
     ops_ = torch.ops.haste
-    groups = int(millions * 1e6) // group
-    labels = groups * group
-    x = torch.randn(batch, features, device="cuda", dtype=torch.bfloat16)
-    weight = torch.randn(groups, group, fan_in, device="cuda", dtype=torch.bfloat16) / fan_in**0.5
-    supports = torch.rand(groups, features, device="cuda").argsort(dim=1)[:, :fan_in].int().contiguous()
-    positions = torch.randint(0, labels, (batch, 8), device="cuda")
-    operands = [(x, weight, supports, positions)]
+    labels, operands = sweep_operands(batch, millions, fan_in, group, features)
+    x, weight, supports, _ = operands[0]
+    groups = weight.shape[0]
     calls = {
         "fwd": lambda x, w, s, p: ops_.group_sparse_forward(x, w, s, None, False),
         "loss": lambda x, w, s, p: ops_.linear_loss(x, w, None, s, p, labels, 1 / batch, "bce", True, False),
@@ -73,16 +69,14 @@ def sweep_shape(batch, millions, fan_in, group, features, lines):
     head = f"## B={batch} L={labels / 1e6:.2f}M F={fan_in} G={group}: cuda " + " ".join(
         f"{k} {v:.3f}" for k, v in cuda.items()
     )
-    lines.append(head)
-    print(head, flush=True)
+    report(lines, head)
     results = []
 
     def time_config(config, names=("fwd",)):
         with Override(**config):
             times = {name: median_ms(calls[name], operands) for name in names}
         line = f"  {config} " + " ".join(f"{n} {t:.3f} ({t / cuda[n]:.2f})" for n, t in times.items())
-        lines.append(line)
-        print(line, flush=True)
+        report(lines, line)
         return times
 
     for config in configs:
@@ -105,6 +99,7 @@ def sweep_shape(batch, millions, fan_in, group, features, lines):
     time_config(chosen, ("fwd", "loss", "topk"))
     lines.append("  best, all passes:")
     time_config(best, ("fwd", "loss", "topk"))
+    operands.clear()  # it holds them too
     del x, weight, supports
     torch.cuda.empty_cache()
 

@@ -10,7 +10,7 @@ storing its logit gradient, bf16, d = 768: how `sparse_loss`'s choices were made
 import argparse
 
 import torch
-from kernels import median_ms
+from kernels import median_ms, report, sweep_operands
 
 from haste_hf.kernels import ops
 from haste_hf.kernels.triton import loss as triton_loss
@@ -22,13 +22,7 @@ def parse(text, kinds):
 
 def sweep_shape(shape, configs, features, lines):
     batch, millions, fan_in, group = shape
-    groups = int(millions * 1e6) // group
-    labels = groups * group
-    x = torch.randn(batch, features, device="cuda", dtype=torch.bfloat16)
-    weight = torch.randn(groups, group, fan_in, device="cuda", dtype=torch.bfloat16) / fan_in**0.5
-    supports = torch.rand(groups, features, device="cuda").argsort(dim=1)[:, :fan_in].int().contiguous()
-    positions = torch.randint(0, labels, (batch, 8), device="cuda")
-    operands = [(x, weight, supports, positions)]
+    labels, operands = sweep_operands(batch, millions, fan_in, group, features)
 
     def fused(x, w, s, p):
         return torch.ops.haste.linear_loss(x, w, None, s, p, labels, 1 / batch, "bce", True, False)
@@ -41,8 +35,7 @@ def sweep_shape(shape, configs, features, lines):
     head = (
         f"## B={batch} L={labels / 1e6:.2f}M F={fan_in} G={group}: cuda {cuda_ms:.3f} triton default {default_ms:.3f}"
     )
-    lines.append(head)
-    print(head, flush=True)
+    report(lines, head)
     for block_b, warps, stages, per_processor in configs:
         tile = dict(block_b=block_b, num_warps=warps, num_stages=stages, programs_per_processor=per_processor)
         ms = median_ms(lambda *args, tile=tile: fused_with(tile, *args, labels, batch), operands)
@@ -52,8 +45,7 @@ def sweep_shape(shape, configs, features, lines):
             f"  block_b {block_b:>3} warps {warps} stages {stages} per_sm {per_processor}: {ms:8.3f} ms "
             f"{ms / cuda_ms:5.2f}x cuda (grad rel. diff {error:.1e})"
         )
-        lines.append(line)
-        print(line, flush=True)
+        report(lines, line)
 
 
 def fused_with(tile, x, weight, supports, positions, labels, batch):

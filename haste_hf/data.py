@@ -2,7 +2,10 @@
 collator used to train on them.
 
 Every split has a `labels` column (`List(Value("int32"))`, 0-based label ids) and, for raw-text formats, a `text`
-column. Malformed input raises `XMCFormatError` (a `ValueError`) naming the file and the 1-based line.
+column. Malformed input raises `XMCFormatError` (a `ValueError`) naming the file and the 1-based line. The label-id
+lists differ in length from example to example, which transformers' collators cannot stack: batch them with
+`XMCDataCollator` (`HasteTrainer` builds one; give a stock `transformers.Trainer`
+`data_collator=XMCDataCollator(tokenizer)`, or its `default_data_collator` or `DataCollatorWithPadding` fails on them).
 
 Supported layouts (see `load_xmc_dataset`):
 
@@ -59,7 +62,8 @@ class XMCDataset:
     """A dataset directory loaded by `load_xmc_dataset`.
 
     Attributes:
-        splits: `train` and, when present, `test`. Columns `text` (raw-text formats) and `labels`.
+        splits: `train` and, when present, `test`. Columns `text` (raw-text formats) and `labels` (label-id
+            lists of different lengths: batched by `XMCDataCollator`, not by transformers' collators).
         label_texts: one text per label id, or `None` for bag-of-words data.
         label_count: size of the label space L.
         filters: split name -> int64 `[M, 2]` array of `(doc_idx, label_idx)` pairs to exclude from predictions.
@@ -141,6 +145,9 @@ def load_xmc_dataset(
     cache_dir: str | Path | None = None,
 ) -> XMCDataset:
     """Loads an Extreme Classification Repository dataset directory (train split required, test optional).
+
+    Its splits' `labels` are label-id lists of different lengths: train on them with `HasteTrainer`, or give a stock
+    `transformers.Trainer` `data_collator=XMCDataCollator(tokenizer)` (its own collators fail on them).
 
     Args:
         format: the layout; `"auto"` detects it (see `detect_format`).

@@ -18,6 +18,7 @@ and `haste_onnx.py` (a copy of `onnx_serving.py`, which serves both layouts with
 
 import contextlib
 import copy
+import hashlib
 import json
 import logging as std_logging
 import os
@@ -336,7 +337,7 @@ def export_onnx(
             with open(os.path.join(staging, onnx_serving.LABEL_NAMES_FILE), "w", encoding="utf-8") as f:
                 json.dump(model.label_names, f, ensure_ascii=False)
         # Every file serving reads, with its size and digest: the export is checked as one unit when it loads.
-        files = onnx_serving.describe_files(staging, set(os.listdir(staging)) - set(onnx_serving.UNLISTED_FILES))
+        files = describe_files(staging, set(os.listdir(staging)) - set(onnx_serving.UNLISTED_FILES))
         metadata = _metadata(model, tokenizer, layout, top_k, quantize, features, source, files)
         with open(os.path.join(staging, onnx_serving.METADATA_FILE), "w", encoding="utf-8") as f:
             json.dump(metadata, f, indent=2)
@@ -351,6 +352,19 @@ def export_onnx(
     for name in previous - written:  # a previous export of the other layout
         os.remove(os.path.join(output_dir, name))
     return layout
+
+
+def describe_files(folder, names) -> dict:
+    """`{name: {"bytes": size, "sha256": hex digest}}` of files `names` of `folder`: what an export's metadata
+    records of its files, and what `onnx_serving` checks them against."""
+    described = {}
+    for name in sorted(names):
+        digest = hashlib.sha256()
+        with open(os.path.join(folder, name), "rb") as f:
+            for block in iter(lambda: f.read(1 << 24), b""):
+                digest.update(block)
+        described[name] = {"bytes": os.path.getsize(os.path.join(folder, name)), "sha256": digest.hexdigest()}
+    return described
 
 
 def _save_output_layer(model, path):

@@ -412,12 +412,31 @@ def _cell(text: str) -> str:
     return text if len(text) <= 120 else text[:119] + "…"
 
 
+def _renamed_card(card_text: str, model_id: str, label_count: int) -> str:
+    """A card rendered from the template (`model_cards/template.md`) for the model it now describes: its usage loads
+    `model_id`, not the folder it was copied from (which lacks the added labels), its title and model index name it,
+    and its label count is the model's, the trained ones apart. Cards of other makes are left as they are."""
+    usage = re.search(r'AutoModel\.from_pretrained\("([^"]+)"\)', card_text)
+    if usage is not None and usage.group(1) != model_id:
+        old = usage.group(1)
+        card_text = card_text.replace(f'from_pretrained("{old}"', f'from_pretrained("{model_id}"')
+        card_text = re.sub(rf"^# {re.escape(old.split('/')[-1])}$", f"# {model_id}", card_text, count=1, flags=re.M)
+        card_text = re.sub(rf"^- name: {re.escape(old)}$", f"- name: {model_id}", card_text, count=1, flags=re.M)
+    labels = re.search(r"^\| Labels \| ([\d,]+)(?: \(([\d,]+) trained[^|]*\))? \|$", card_text, flags=re.M)
+    if labels is not None:
+        trained = int((labels.group(2) or labels.group(1)).replace(",", ""))
+        if label_count != trained:
+            row = f"| Labels | {label_count:,} ({trained:,} trained, {label_count - trained:,} added below) |"
+            card_text = card_text[: labels.start()] + row + card_text[labels.end() :]
+    return card_text
+
+
 def card_with_added_labels(card_text: str | None, model, model_id: str, addition: LabelAddition) -> str:
     """The model card of `model` after `addition`: `card_text` (the folder's card before, or None: a card rendered
     from the model) with the addition's entry appended under `ADDED_LABELS_HEADING` (one entry per addition)."""
     if card_text is None:
         card_text = str(render_model_card(HasteModelCardData.from_model(model, model_id=model_id)))
-    card_text = card_text.rstrip("\n") + "\n"
+    card_text = _renamed_card(card_text, model_id, addition.ids[-1] + 1).rstrip("\n") + "\n"  # the newest ids
     if ADDED_LABELS_HEADING not in card_text:
         card_text += f"\n{ADDED_LABELS_HEADING}\n\nLabels that joined the trained model, newest last.\n"
     return card_text + "\n" + addition.markdown()

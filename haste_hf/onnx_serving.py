@@ -9,8 +9,8 @@ An export folder holds one of two layouts (`haste_onnx.json` says which):
   the output layer (`head_features`, `tail_features`), and `output_layer.safetensors` holds the output layer,
   scored here in numpy a chunk of labels at a time, so memory stays `O(batch * (k + chunk))`.
 
-`OnnxClassifier` serves both. This file is flat and imports only numpy and onnxruntime (and safetensors for the split
-layout, transformers for `predict`'s tokenizer; never torch): the export copies it beside the model as `haste_onnx.py`.
+`OnnxClassifier` serves both. This file is flat and imports only numpy and onnxruntime (and transformers for
+`predict`'s tokenizer; never torch): the export copies it beside the model as `haste_onnx.py`.
 """
 
 import hashlib
@@ -32,11 +32,11 @@ LAYOUTS = ("single", "split")
 INCOMPLETE_SAVE_FILE = ".haste-save-incomplete"
 SAVE_GENERATION_FILE = ".haste-save-generation"
 STAGING_PREFIX = ".haste-staging-"
-# Files of an export that serving does not read, left out of its metadata's `files`: the metadata itself, the
-# README and this code.
+# Files serving does not read, left out of the metadata's `files`: the metadata itself, the README and this code.
 UNLISTED_FILES = (METADATA_FILE, "README.md", "haste_onnx.py")
 # Logits scored at once by the split layout's top-k (`[batch, chunk]` fp32 block).
 TOPK_CHUNK_ELEMENTS = 1 << 24
+_SAFETENSORS_DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32}
 
 
 def topk(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -105,21 +105,23 @@ def _masked_topk(logits, output_labels, first_position: int, k: int):
     return scores, columns + first_position
 
 
+def safetensors_views(data: bytes, path: str) -> dict[str, np.ndarray]:
+    """Safetensors bytes as read-only numpy views onto them (`safetensors.numpy.load` copies: 2x the memory)."""
+    try:
+        (header := json.loads(data[8 : 8 + (size := int.from_bytes(data[:8], "little"))])).pop("__metadata__", None)
+        body, arrays = memoryview(data)[8 + size :], {}
+        for name, entry in header.items():
+            start, stop = entry["data_offsets"]
+            if not (0 <= start <= stop <= len(body) and min(entry["shape"], default=0) >= 0):
+                raise ValueError(f"tensor {name!r} lies outside the data")
+            arrays[name] = np.frombuffer(body[start:stop], _SAFETENSORS_DTYPES[entry["dtype"]]).reshape(entry["shape"])
+        return arrays
+    except (AttributeError, TypeError, KeyError, ValueError) as error:
+        raise ExportError(f"{path} is not a whole safetensors file ({error}): export the model again.") from None
+
+
 def sigmoid(logits: np.ndarray) -> np.ndarray:
     return (0.5 * (1.0 + np.tanh(0.5 * logits))).astype(np.float32)  # exp-free: no overflow warnings at +-inf
-
-
-def describe_files(folder, names) -> dict:
-    """`{name: {"bytes": size, "sha256": hex digest}}` of files `names` of `folder`: what an export's metadata
-    records of its files, and what serving checks them against."""
-    described = {}
-    for name in sorted(names):
-        digest = hashlib.sha256()
-        with open(os.path.join(folder, name), "rb") as f:
-            for block in iter(lambda: f.read(1 << 24), b""):
-                digest.update(block)
-        described[name] = {"bytes": os.path.getsize(os.path.join(folder, name)), "sha256": digest.hexdigest()}
-    return described
 
 
 class ExportError(ValueError):
@@ -180,9 +182,8 @@ class OnnxClassifier:
         self.session = self._session(onnxruntime, session_options, providers)
         self.output_layer = None
         if self.layout == "split":
-            from safetensors.numpy import load
-
-            self.output_layer = load(self._content(self.metadata["output_layer_file"]))
+            name = self.metadata["output_layer_file"]
+            self.output_layer = safetensors_views(self._content(name), self._path(name))
         self.label_names = self._read_label_names()
         if self._contents is not None:  # the graph's and the output layer's bytes are loaded: only the tokenizer's kept
             graphs = tuple(self.metadata[key] for key in _graph_keys(self.metadata))
@@ -593,8 +594,7 @@ def _is_plain_file_name(name) -> bool:
 
 
 def _shown(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
 
 
-__all__ = ["METADATA_FILE", "ExportError", "OnnxClassifier", "describe_files", "output_layer_topk", "sigmoid", "topk"]
+__all__ = ["METADATA_FILE", "ExportError", "OnnxClassifier", "output_layer_topk", "sigmoid", "topk"]

@@ -16,8 +16,9 @@ import torch
 from hub_server import start_subprocess
 
 
-# Without a GPU, the Triton kernels run through Triton's interpreter. It is chosen when a kernel (and
-# `triton.language`'s own helpers) is decorated, so before anything imports triton.
+# Without a GPU the Triton kernels' tests run on CPU tensors through Triton's interpreter, which `triton.jit` picks
+# when it decorates a kernel (and `triton.language` its own helpers): set before anything imports triton
+# (tests/kernels/triton/conftest.py reads it).
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -40,11 +41,6 @@ os.environ.update(
     HF_HUB_OFFLINE="0",
 )
 os.environ.pop("TRANSFORMERS_OFFLINE", None)
-
-# Without a GPU the Triton kernels' tests run on CPU tensors through Triton's interpreter, which `triton.jit` picks
-# when it decorates a kernel: set before anything imports one (tests/kernels/triton/conftest.py).
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def _stop_hub():

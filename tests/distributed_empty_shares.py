@@ -19,12 +19,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from datasets import Dataset
-from distributed_train import collator, end_process_group, run_summary, world
+from distributed_train import collator, run_summary, world
 from tiny_encoders import planted_texts, tiny_encoder_config
 from tiny_haste import make_tiny_model, make_tiny_trainer
 
 from haste_hf.metrics import make_compute_metrics
 from haste_hf.training.callbacks import unwrap_model
+from haste_hf.training.distributed import end_process_group
 from haste_hf.training.trainer import HasteTrainer
 
 
@@ -108,7 +109,7 @@ def main(output: Path, tail_lr_scale: float):
     results = run(output / "run", tail_lr_scale)
     if dist.get_rank() == 0:
         torch.save(results, output / "results.pt")
-    end_process_group()  # the trainers gone first: see there
+    end_process_group()  # the trainers gone first: see its docstring
 
 
 if __name__ == "__main__":

@@ -10,10 +10,11 @@ from datetime import timedelta
 from pathlib import Path
 
 import torch.distributed as dist
-from distributed_train import end_process_group, make_trainer, world
+from distributed_train import make_trainer, world
 from transformers import TrainerCallback
 
 from haste_hf.training.callbacks import unwrap_model
+from haste_hf.training.distributed import end_process_group
 
 
 # A rank left waiting in a collective fails within the test's 180 s instead of after gloo's 30 minutes.
@@ -48,7 +49,7 @@ def main(output: Path, action: str):
     dist.init_process_group("gloo", timeout=COLLECTIVE_TIMEOUT)
     outcome = run(output, action)
     (output / f"rank-{world()[0]}.json").write_text(json.dumps(outcome))
-    end_process_group()  # the trainer gone first: see there
+    end_process_group()  # the trainer gone first: see its docstring
 
 
 if __name__ == "__main__":

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from distributed_train import end_process_group, full_state, make_trainer
+from distributed_train import full_state, make_trainer
 from transformers import Trainer
+
+from haste_hf.training.distributed import end_process_group
 
 
 def save_model_on_main_only(self, output_dir=None, _internal_call=False):
@@ -48,7 +50,7 @@ def main(output: Path, pattern: str):
     results = run(output)
     if dist.get_rank() == 0:
         torch.save(results, output / "results.pt")
-    end_process_group()  # the trainers gone first: see there
+    end_process_group()  # the trainers gone first: see its docstring
 
 
 if __name__ == "__main__":

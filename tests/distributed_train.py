@@ -7,7 +7,6 @@ they gave to OUT/results.pt. The test calls the same
 functions in its own process (world size 1) for the references.
 """
 
-import gc
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from tiny_haste import make_tiny_model, make_tiny_trainer
 from haste_hf.data import XMCDataCollator
 from haste_hf.metrics import make_compute_metrics
 from haste_hf.training.callbacks import unwrap_model
+from haste_hf.training.distributed import end_process_group
 from haste_hf.training.sharded_output_layer import ignore_shards_in_ddp, shard_output_layer_, sharded_output_layer
 from haste_hf.training.trainer import HasteTrainer, split_parameters
 
@@ -149,21 +149,6 @@ def evaluate_and_predict(trainer) -> dict:
         "top_ids": torch.cat([part.label_ids for part in parts]),
         "top_scores": torch.cat([part.scores for part in parts]),
     }
-
-
-def end_process_group() -> None:
-    """Ends this rank's part of the process group once nothing else holds the group: call it after the function
-    that trained has returned. A trainer left alive (its DDP wrapper's reducer holds the group; trainer, callbacks
-    and accelerator hold each other in reference cycles) is freed after `destroy_process_group`, at a collection
-    or at the exit, with the GIL held: the group's last reference then goes in a C++ destructor that joins gloo's
-    threads. The hang of `test_a_nan_on_one_rank_stops_or_skips_on_every_rank` under load was that: py-spy showed
-    the hung rank's main thread in native code at the line that called `main` (its frame gone: its locals being
-    freed) beside a Python thread with no frame (a native thread waiting for the GIL), after both ranks had written
-    their results; the other rank had exited. Collected here, the last reference goes in `destroy_process_group`,
-    whose binding releases the GIL while the group is torn down."""
-    gc.collect()
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 def main(output: Path, repo_id: str):

@@ -133,3 +133,28 @@ def cli_train_arguments(folder: Path) -> list[str]:
         "--output-lr",
         "0.5",
     ]
+
+
+def assert_momentum_in_shards(checkpoint: Path) -> None:
+    """Each rank's shard of `checkpoint` holds the momentum of its rows (head 3 + 2 rows, tail 5 + 4 groups);
+    optimizer.pt holds none of it."""
+    from safetensors.torch import load_file
+
+    from haste_hf.modeling.output_shards import output_shard_file
+
+    names = [f"optimizer.output_layer.{name}.momentum_buffer" for name in ("head.weight", "head.bias", "tail.weight")]
+    shares = [load_file(checkpoint / output_shard_file(rank, 2)) for rank in range(2)]
+    shapes = [
+        {name: tuple(value.shape) for name, value in share.items() if name.startswith("optimizer.")} for share in shares
+    ]
+    assert shapes == [dict(zip(names, [(3, 32), (3,), (5, 4, 8)])), dict(zip(names, [(2, 32), (2,), (4, 4, 8)]))]
+    output_state = torch.load(checkpoint / "optimizer.pt", weights_only=True)["output"]["state"]
+    assert not [
+        value for entry in output_state.values() for value in entry.values() if torch.is_tensor(value) and value.dim()
+    ]
+
+
+def whole_state(folder) -> dict:
+    from haste_hf import HasteForExtremeClassification
+
+    return HasteForExtremeClassification.from_pretrained(folder).state_dict()

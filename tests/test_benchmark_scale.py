@@ -102,23 +102,21 @@ def test_files_do_not_depend_on_the_process_count(scale_data, small_set, tmp_pat
     assert (other / "trn.json.gz").read_bytes() != (folder / "trn.json.gz").read_bytes()
 
 
-def test_the_100m_preset_has_every_label_in_few_points(scale_data):
-    sizes = scale_data.scaled(scale_data.PRESETS["synthetic-100m"], 1.0, 1000)
+@pytest.mark.parametrize("preset, labels", [("synthetic-100m", 100_000_000), ("synthetic-1b", 1_000_000_000)])
+def test_the_largest_presets_train_100m_labels_on_the_same_points(scale_data, preset, labels):
+    """Both train 100M labels on 4M points and 110M positives: the 1B preset's other labels have an id and a text
+    only, so it needs no more positives than the 100M one; scaled down, the trained labels shrink alike."""
+    sizes = scale_data.scaled(scale_data.PRESETS[preset], 1.0, 1000)
     assert sizes == dict(
-        labels=100_000_000, trained_labels=100_000_000, train_points=4_000_000, test_points=1000,
+        labels=labels, trained_labels=100_000_000, train_points=4_000_000, test_points=1000,
         train_positives=110_000_000,
     )  # fmt: skip
+    assert scale_data.scaled(scale_data.PRESETS[preset], 1e-5, 10)["trained_labels"] == 1000
+
+
+def test_the_100m_preset_has_every_label_in_few_points(scale_data):
     counts = scale_data.label_counts(10_000, 11_000, 400, exponent=0.7)  # the preset at 10^-4
     assert counts.min() == 1 and counts.sum() == 11_000 and counts[0] > 10  # every label seen, a power-law head
-
-
-def test_the_1b_preset_needs_no_more_positives_than_the_100m_one(scale_data):
-    sizes = scale_data.scaled(scale_data.PRESETS["synthetic-1b"], 1.0, 1000)
-    assert sizes == dict(
-        labels=1_000_000_000, trained_labels=100_000_000, train_points=4_000_000, test_points=1000,
-        train_positives=110_000_000,
-    )  # fmt: skip
-    assert scale_data.scaled(scale_data.PRESETS["synthetic-1b"], 1e-5, 10)["trained_labels"] == 1000
 
 
 def test_labels_with_no_training_point_are_in_the_label_space_only(scale_data, tmp_path, monkeypatch):
@@ -171,6 +169,20 @@ def test_steady_texts_per_second_leaves_out_the_first_steps_and_the_saves():
     phases = [{"name": "checkpoint", "seconds": 5.0, "ended": 10.5}]
     # Measured from step 2 (a fifth of 10) to step 10: 8 steps of 8 texts in 13 s, less the 5 s save.
     assert scale.steady_texts_per_second(steps, phases) == pytest.approx(64 / 8)
+
+
+def test_a_phases_host_rss_is_its_own_sampled_peak():
+    """A phase's RSS row is the peak sampled while it ran (`rss_peak`), not the process's peak so far at its end
+    (which would charge every later phase with the read's memory); reports without samples keep the latter."""
+    table = load_script("scale_table")
+    phases = [
+        {"name": "read", "seconds": 1.0, "allocated": 0, "rss": 5 * 2**30, "rss_peak": 5 * 2**30},
+        {"name": "model", "seconds": 2.0, "allocated": 0, "rss": 5 * 2**30, "rss_peak": 2**30},
+        {"name": "save", "seconds": 1.0, "allocated": 0, "rss": 3 * 2**30},
+    ]
+    rows = table.phase_rows({"reports": [{"phases": phases}]})
+    assert [(name, rss) for name, _, _, rss in rows] == [("read", 5 * 2**30), ("model", 2**30), ("save", 3 * 2**30)]
+    assert load_script("scale")._current_rss_bytes() > 2**20  # this process's resident memory now
 
 
 @pytest.mark.slow

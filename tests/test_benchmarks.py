@@ -1,10 +1,12 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
-"""The kernel-floor arithmetic of benchmarks/kernel_floors.py on a hand-made table."""
+"""The kernel-floor arithmetic of benchmarks/kernel_floors.py on a hand-made table, the summary of kernels.py and the
+operands of the launch sweeps."""
 
 import importlib.util
 from pathlib import Path
 
 import pytest
+import torch
 
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_floors.py"
@@ -52,16 +54,31 @@ VERSUS = """# NVIDIA H200, torch 2.11.0+cu130, bfloat16, d = 768, ms (median); o
 """
 
 
-def test_kernels_summary_reads_a_table_cut_short(tmp_path):
-    """`kernels.py --summarize` gives each pass's median and worst Triton / CUDA ratio of a table whose run was
-    stopped before its own summary (a device call's time limit)."""
+@pytest.fixture(scope="module")
+def kernels_benchmark():
     spec = importlib.util.spec_from_file_location("kernels_benchmark", SCRIPT.parent / "kernels.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_kernels_summary_reads_a_table_cut_short(kernels_benchmark, tmp_path):
+    """`kernels.py --summarize` gives each pass's median and worst Triton / CUDA ratio of a table whose run was
+    stopped before its own summary (a device call's time limit)."""
     table = tmp_path / "kernels.txt"
     table.write_text(VERSUS)
-    lines = module.summarize(table)
+    lines = kernels_benchmark.summarize(table)
     assert lines[0] == "# fwd: triton / cuda median 1.12, max 1.39 at B=64 L=8.60M F=32 G=16, <= 1.3: 1/2"
     assert lines[1] == "# bwd_x: triton / cuda median 1.60, max 1.60 at B=64 L=8.60M F=32 G=16, <= 1.3: 0/1"
     assert lines[2] == "# bwd_x_det: triton / cuda median 2.61, max 2.61 at B=64 L=8.60M F=32 G=16, <= 1.3: 0/1"
     assert len(lines) == 3
+
+
+def test_sweep_operands_are_a_valid_tail_of_whole_groups(kernels_benchmark):
+    """The operands both launch sweeps time on (built on the CPU here): L rounded down to whole groups, each group's
+    support F distinct features in range, positives among the labels."""
+    labels, [(x, weight, supports, positions)] = kernels_benchmark.sweep_operands(6, 0.000103, 8, 4, 32, device="cpu")
+    assert labels == 100 and weight.shape == (25, 4, 8) and x.shape == (6, 32) and positions.shape == (6, 8)
+    assert x.dtype == weight.dtype == torch.bfloat16 and supports.dtype == torch.int32 and supports.shape == (25, 8)
+    assert all(len(set(row)) == 8 for row in supports.tolist()) and supports.min() >= 0 and supports.max() < 32
+    assert positions.min() >= 0 and positions.max() < labels

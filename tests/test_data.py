@@ -11,6 +11,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from haste_hf.data import (
+    LabelIdPadding,
     XMCDataCollator,
     XMCFormatError,
     demo_dataset_path,
@@ -80,6 +81,9 @@ def test_json_dataset_title_and_content(json_dir, cache):
 
     full = load_xmc_dataset(json_dir, text_fields="title_content", cache_dir=cache)
     assert full.splits["train"]["text"] == ["alpha first doc", "beta", "gamma third"]
+    for other in ("content", "title content", None):
+        with pytest.raises(ValueError, match=f"text_fields must be 'title' or 'title_content', got {other!r}"):
+            read_json_split(json_dir / "trn.json.gz", 4, text_fields=other, cache_dir=cache)
 
 
 def test_label_text_augmentation(json_dir, cache):
@@ -142,6 +146,12 @@ def test_bow_directory_and_split_form(tmp_path, cache):
     assert dataset.features["train"].shape == (2, 3) and dataset.features["test"].nnz == 1
     with pytest.raises(ValueError, match="needs label texts"):
         load_xmc_dataset(bow, add_label_texts=True, cache_dir=cache)
+    write(bow / "other_test.txt", "1 3 2\n0 0:1\n")  # two test files: which one is meant cannot be guessed
+    with pytest.raises(
+        ValueError, match=r"several bag-of-words test files in .*\['eurlex_test.txt', 'other_test.txt'\]"
+    ):
+        load_xmc_dataset(bow, cache_dir=cache)
+    (bow / "other_test.txt").unlink()
 
     split = tmp_path / "split"
     split.mkdir()
@@ -234,6 +244,31 @@ def test_json_split_read_by_pyarrow_is_the_line_readers(tmp_path, cache, monkeyp
         assert exact.cache_files  # read line by line, through the cache
         assert fast.features == exact.features and fast.to_dict() == exact.to_dict()
         assert fast.split == exact.split and fast.num_rows == 3
+
+
+def test_json_reads_parse_only_the_fields_they_use(tmp_path, cache, monkeypatch):
+    """pyarrow parses the fields a read uses and skips the others (issue 37: 2M contents and 8.6M label uids held
+    for a title-only run): a title-only split whose contents and uids are of mixed types (which pyarrow cannot
+    infer one column of) is still read by pyarrow, into the line reader's dataset, and no other column is held."""
+    from haste_hf import xmc_files
+
+    records = [
+        {"uid": "a", "title": "a b", "content": 7, "target_ind": [3, 1]},
+        {"uid": 2, "title": "c", "content": ["d"], "target_ind": []},
+    ]
+    path = write(tmp_path / "trn.json", json_lines(records))
+    fast = read_json_split(path, 4, cache_dir=cache).dataset
+    assert fast.cache_files == []  # read by pyarrow
+    with monkeypatch.context() as patch:
+        patch.setattr(xmc_files, "_fast_json_split", lambda *args: None)
+        exact = read_json_split(path, 4, cache_dir=cache).dataset
+    assert fast.to_dict() == exact.to_dict() == {"text": ["a b", "c"], "labels": [[3, 1], []]}
+    import pyarrow as pa
+
+    assert xmc_files._read_json_columns(Path(path), {"title": pa.string()}).column_names == ["title"]
+    labels = write(tmp_path / "lbl.json", json_lines([{"uid": 1, "title": "x"}, {"uid": "y", "title": "z"}]))
+    monkeypatch.setattr(xmc_files, "_iter_lines", None)  # the line reader would fail: pyarrow reads the titles
+    assert xmc_files.read_json_label_texts(labels) == ["x", "z"]
 
 
 @pytest.mark.parametrize("name,content,reader,line,fragment", MALFORMED)
@@ -355,6 +390,25 @@ def test_collator_errors(tokenizer):
     assert bounded([{"text": "a", "labels": [7]}])["labels"].tolist() == [[7]]
     with pytest.raises(ValueError, match="label_count=8"):
         bounded([{"text": "a", "labels": [2]}, {"text": "b", "labels": [8]}])
+
+
+def test_label_id_padding_packs_ragged_ids_and_refuses_examples_without_tokens(tokenizer):
+    """`LabelIdPadding` around `DataCollatorWithPadding` (what `HasteTrainer` makes of it): tokenized examples get
+    their token columns padded by the collator and their ragged label ids padded with -100, text columns left out;
+    examples without `input_ids` are refused in one line naming `XMCDataCollator`."""
+    from transformers import DataCollatorWithPadding
+
+    padding = LabelIdPadding(DataCollatorWithPadding(tokenizer))
+    features = [
+        {"input_ids": [2, 3, 4], "text": "a b c", "labels": [7, 1, 4]},
+        {"input_ids": [3], "text": "b", "labels": [2]},
+    ]
+    batch = padding(features)
+    assert set(batch) == {"input_ids", "attention_mask", "labels"}
+    assert batch["input_ids"].tolist() == [[2, 3, 4], [3, 0, 0]]
+    assert batch["labels"].tolist() == [[7, 1, 4], [2, -100, -100]]
+    with pytest.raises(ValueError, match=r"no `input_ids`.*haste_hf.XMCDataCollator\(tokenizer\)"):
+        padding([{"text": "a b", "labels": [1]}, {"text": "c", "labels": [2, 3]}])
 
 
 def test_collator_on_loaded_dataset(json_dir, cache, tokenizer):

@@ -83,7 +83,8 @@ def test_names_shifted_by_one_are_refused(copy_of, layout):
 
 
 def test_names_of_another_label_count_are_refused_without_digests_too(copy_of):
-    """An export of an earlier version names no files: what needs no digest is still checked, with a warning."""
+    """An export of an earlier version names no files: what needs no digest is still checked, with a warning (the
+    names' count, and that they are a list of strings)."""
     folder = copy_of()
     old = metadata(folder)
     del old["files"], old["max_positions"]
@@ -91,6 +92,10 @@ def test_names_of_another_label_count_are_refused_without_digests_too(copy_of):
     (folder / "label_names.json").write_text(json.dumps(["inserted", *NAMES]))
     with pytest.warns(UserWarning, match="names no files"):
         refused(folder, "label_names.json", f"holds {LABELS + 1} names for the export's {LABELS} labels")
+    for not_names in (list(range(LABELS)), {name: i for i, name in enumerate(NAMES)}):  # ids; an object of names
+        (folder / "label_names.json").write_text(json.dumps(not_names))
+        with pytest.warns(UserWarning, match="names no files"):
+            refused(folder, "label_names.json", "is not a list of label names")
     (folder / "label_names.json").write_text(json.dumps(NAMES))
     with pytest.warns(UserWarning, match="Export the model again"):
         assert OnnxClassifier(folder).predict(["w1"], k=2)[0][0]["label"] in NAMES
@@ -203,3 +208,33 @@ def test_bad_arguments_get_one_line_errors_and_long_texts_are_cut(exports):
         cut = classifier.predict([" ".join(["w1"] * 62)], k=3)[0]  # 62 words + [CLS], [SEP]
         assert [row["label"] for row in served[0]] == [row["label"] for row in cut]
         np.testing.assert_allclose([row["score"] for row in served[0]], [row["score"] for row in cut], atol=1e-5)
+
+
+def test_the_split_output_layer_is_served_from_the_checked_bytes_without_a_copy(exports, copy_of):
+    """The output layer's arrays are read-only views onto the one buffer of the file's checked bytes (issue 37:
+    `safetensors.numpy.load` copied each tensor out of them, twice the memory of 8.6M labels while it loaded), with
+    the file's values; a file cut short is refused in one line that names it."""
+    from safetensors.numpy import load_file
+
+    folder = exports["split"]
+    served = OnnxClassifier(folder).output_layer
+    expected = load_file(folder / "output_layer.safetensors")
+    assert served.keys() == expected.keys()
+    buffers = set()
+    for name, array in served.items():
+        assert (
+            array.dtype == expected[name].dtype and np.array_equal(array, expected[name]) and not array.flags.writeable
+        )
+        root = array
+        while isinstance(root, np.ndarray):
+            root = root.base
+        buffers.add(id(root.obj))  # a memoryview of the file's bytes
+    assert len(buffers) == 1
+    cut = copy_of("split")
+    old = metadata(cut)
+    del old["files"]  # no digests: the bytes themselves are checked
+    write_metadata(cut, old)
+    data = (cut / "output_layer.safetensors").read_bytes()
+    (cut / "output_layer.safetensors").write_bytes(data[:-8])
+    with pytest.warns(UserWarning, match="names no files"):
+        refused(cut, "output_layer.safetensors", "is not a whole safetensors file")

@@ -515,3 +515,31 @@ def test_a_push_publishes_the_model_and_its_card_never_the_programs_marks(hub, t
         files = HfApi().list_repo_files(repo_id)
         assert {"config.json", "model.safetensors", "README.md", LABEL_NAMES_FILE} <= set(files), files
         assert not [name for name in files if name.startswith(".haste")], files
+
+
+def test_cli_push_names_the_login_for_a_refused_token_and_the_hubs_message_otherwise(
+    hub, tmp_path, monkeypatch, capsys
+):
+    """A 401 from the Hub is one line that says how to log in; any other Hub error is the Hub's own message, with
+    no word of logging in."""
+    import httpx2
+    from huggingface_hub.errors import HfHubHTTPError
+
+    from haste_hf.cli import main
+
+    make_model().save_pretrained(tmp_path / "out")
+    argv = ["push", "--model", str(tmp_path / "out"), "--repo-id", new_repo_id(hub, "cli-refused")]
+    with monkeypatch.context() as patched:
+        patched.setenv("HF_TOKEN", "hf_not_a_valid_token")
+        assert main(argv) == 1
+    error = capsys.readouterr().err
+    assert "401 Unauthorized" in error and "hf auth login" in error and hub.url in error
+
+    def forbidden(*args, **kwargs):
+        response = httpx2.Response(403, request=httpx2.Request("POST", f"{hub.url}/api/repos/create"))
+        raise HfHubHTTPError("403 Forbidden: this namespace is not yours", response=response)
+
+    monkeypatch.setattr(haste_hf.hub, "push_to_hub", forbidden)
+    assert main(argv) == 1
+    error = capsys.readouterr().err
+    assert "this namespace is not yours" in error and "hf auth login" not in error

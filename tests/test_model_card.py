@@ -120,3 +120,42 @@ def test_hub_model_id_of_names_paths_and_cache_folders(tmp_path):
         encoder_model_id("minilm") == encoder_model_id("all-MiniLM-L6-v2") == "sentence-transformers/all-MiniLM-L6-v2"
     )
     assert encoder_model_id(str(snapshot)) == str(snapshot)
+
+
+def test_a_runs_results_are_its_cards_metrics_and_test_metrics_json(tmp_path):
+    """`write_results` (the end of a training run): the test metrics, when computed, are in the card's table and in
+    `test_metrics.json`; without them the card says no evaluation was recorded and no JSON is written."""
+    import json
+    from types import SimpleNamespace
+
+    import torch
+    from datasets import Dataset
+    from tiny_encoders import planted_texts, tiny_tokenizer
+    from tiny_haste import make_tiny_trainer
+
+    from haste_hf.labels.layout import LabelLayout
+    from haste_hf.model_card import CardFields, write_results
+
+    trainer = make_tiny_trainer(
+        tmp_path / "run", tiny_tokenizer(tmp_path / "tokenizer"), Dataset.from_list(planted_texts(30, 8))
+    )
+    layout = LabelLayout(
+        label_count=30,
+        head_ids=torch.arange(3),
+        tail_order=torch.arange(3, 30),
+        group_size=4,
+        label_frequencies=torch.arange(30, 0, -1),
+    )
+    metrics = {"test_P@1": 0.5, "test_P@3": 0.3, "test_PSP@1": 0.2, "test_loss": 3.0}
+    propensity = SimpleNamespace(a=0.55, b=1.5)
+    for test_metrics in (metrics, None):
+        folder = tmp_path / ("with" if test_metrics else "without")
+        folder.mkdir()
+        card = CardFields("my-encoder", "my-data", propensity, test_metrics=test_metrics)
+        write_results(folder, trainer, layout, str(tmp_path / "run"), card)
+        text = (folder / "README.md").read_text()
+        if test_metrics:
+            assert "| 1 | 50.00 | 20.00 |" in text and "No evaluation recorded." not in text
+            assert json.loads((folder / "test_metrics.json").read_text()) == metrics
+        else:
+            assert "No evaluation recorded." in text and not (folder / "test_metrics.json").exists()

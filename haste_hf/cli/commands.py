@@ -34,6 +34,31 @@ def default_device():
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def launched_processes() -> int:
+    """The processes torchrun (or accelerate launch) started this one among: 1 when run alone."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def join_process_group():
+    """Under torchrun: joins the process group (NCCL on GPUs, gloo on CPUs) and returns this rank's device."""
+    import torch
+    import torch.distributed as dist
+
+    device = torch.device("cpu")
+    if torch.cuda.is_available():
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return device
+
+
+def is_main_process() -> bool:
+    from ..evaluation import process_rank_and_count
+
+    return process_rank_and_count()[0] == 0
+
+
 def load_data(args):
     from ..recipe import load_dataset
 
@@ -121,14 +146,15 @@ def load_trained(args):
         if getattr(args, name, None) is None or (name == "format" and args.format == "auto"):
             setattr(args, name, value)
     args.eval_batch_size = args.eval_batch_size or DEFAULT_EVAL_BATCH_SIZE
+    device, load_model = default_device(), HasteForExtremeClassification.from_pretrained
+    if launched_processes() > 1:  # each rank loads and scores its share of the output layer's labels
+        from ..training.shard_checkpoints import load_sharded_model
+
+        device, load_model = join_process_group(), load_sharded_model
     try:
         # The tokenizer of the same save as the weights (`read_one_save`).
         model, tokenizer = read_one_save(
-            args.model,
-            lambda: (
-                HasteForExtremeClassification.from_pretrained(args.model),
-                AutoTokenizer.from_pretrained(args.model),
-            ),
+            args.model, lambda: (load_model(args.model), AutoTokenizer.from_pretrained(args.model))
         )
     except Exception as error:
         if not is_model_file_error(error):
@@ -142,7 +168,7 @@ def load_trained(args):
         check_max_length(model.encoder, args.max_length, f"of {args.model}")
     except ValueError as error:
         raise UsageError(error) from None
-    return model.to(default_device()), tokenizer
+    return model.to(device), tokenizer
 
 
 def check_split(args, data):
@@ -150,6 +176,12 @@ def check_split(args, data):
         raise UsageError(
             f"argument --split: {args.split!r} is not a split of the dataset (splits: {', '.join(sorted(data.splits))})"
         )
+
+
+def labels_match(model, data) -> bool:
+    """Whether `data` has the model's labels: as many, and the same names where both have names."""
+    names, data_names = model.label_names, data.label_texts
+    return data.label_count == model.config.label_count and (names is None or data_names is None or names == data_names)
 
 
 def check_label_names(args, model, data) -> None:
@@ -177,11 +209,14 @@ def command_evaluate(args) -> int:
     if data.label_count != model.config.label_count:
         raise UsageError(
             f"the model at {args.model} has {model.config.label_count:,} labels and the dataset {data.label_count:,}: "
-            "evaluate a model on the dataset it was trained for."
+            "evaluate a model on the dataset it was trained for"
+            + (" (no --data was given, so the embedded demo set was read)." if args.data is None else ".")
         )
     check_label_names(args, model, data)
     propensity = propensity_for(args, data)
     metrics = evaluate_split(model, tokenizer, data, args.split, args, propensity)
+    if not is_main_process():
+        return 0
     print(format_summary(f"{args.split} metrics (%)", metrics, {"propensity": f"A={propensity.a}, B={propensity.b}"}))
     if args.output:
         with atomic_path(args.output) as path:
@@ -219,9 +254,17 @@ def command_predict(args) -> int:
     if texts is None:
         data = load_data(args)
         check_split(args, data)
+        if args.data is None and not labels_match(model, data):
+            raise UsageError(
+                f"argument --input: without --input or --data, predict labels the embedded demo set's texts, and the "
+                f"model at {args.model} was not trained on it ({model.config.label_count:,} labels, the demo set "
+                f"{data.label_count:,}): give --input (a text file, one text per line) or --data (a dataset folder)"
+            )
         texts = data.splits[args.split]["text"]
     ids, logits = predict_top_k(model, tokenizer, texts, args.k, args.eval_batch_size, args.max_length)
     # As the text-classification pipeline scores them: each label's own sigmoid probability.
+    if not is_main_process():  # every rank has all rows: the first writes them
+        return 0
     scores = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
     names = model.label_names
     with atomic_path(args.output) as path, open(path, "w", encoding="utf-8") as f:
@@ -461,21 +504,15 @@ def handler_of(command: str):
 
 
 def _run_command(args) -> int:
-    """The command's handler; under torchrun, this process's part of the process group ended when it is done. Left
-    to the interpreter's exit, gloo's threads can be torn down while running, and the rank aborts after its work
-    ("terminate called without an active exception"), failing a finished run."""
+    """The command's handler; under torchrun, this process's part of the process group ended once the handler (and
+    the trainer it held) is gone (`end_process_group` says why). Left to the interpreter's exit, gloo's threads can be
+    torn down while running, and the rank hangs or aborts after its work, failing a finished run."""
     had_group = _process_group_started()  # a caller's own group (a script calling `main`) is the caller's to end
     status = handler_of(args.command)(args)
     if not had_group and _process_group_started():
-        import gc
+        from haste_hf.training.distributed import end_process_group
 
-        import torch.distributed as dist
-
-        # The handler's trainer first: it holds the group, in reference cycles that only a collection frees. Freed
-        # after the group's end (at a later collection or the exit, under the GIL), it would tear the group down in
-        # a C++ destructor that joins gloo's threads holding the GIL, which a thread of the group can be waiting for.
-        gc.collect()
-        dist.destroy_process_group()
+        end_process_group()
     return status
 
 

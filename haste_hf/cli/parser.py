@@ -171,9 +171,10 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def _add_data_arguments(parser, required=False, of_trained_model=False, data_help=None):
+def _add_data_arguments(parser, required=False, of_trained_model=False, data_help=None, scored=False):
     """`of_trained_model`: the flags of `evaluate` and `predict`, which default to the model's training settings;
-    `data_help`: what `--data` holds for this command, where it is not the dataset to score."""
+    `data_help`: what `--data` holds for this command, where it is not the dataset to score; `scored`: the command
+    computes metrics, so it takes the dataset's name and its propensity parameters too."""
     group = parser.add_argument_group("data")
     saved = " (default: as in training)" if of_trained_model else ""
     group.add_argument(
@@ -196,23 +197,24 @@ def _add_data_arguments(parser, required=False, of_trained_model=False, data_hel
         default=None,
         help="Text of a JSON-lines instance: its title, or title + content. Default: title (title_content for the demo set).",
     )
-    group.add_argument(
-        "--dataset-name",
-        default=None,
-        help="Name for the model card and propensity presets (default: the folder name).",
-    )
-    group.add_argument(
-        "--propensity-a",
-        type=positive_float,
-        default=None,
-        help="Propensity A for PSP (default: preset by dataset name).",
-    )
-    group.add_argument(
-        "--propensity-b",
-        type=positive_float,
-        default=None,
-        help="Propensity B for PSP (default: preset by dataset name).",
-    )
+    if scored:
+        group.add_argument(
+            "--dataset-name",
+            default=None,
+            help="Name for the model card and propensity presets (default: the folder name).",
+        )
+        group.add_argument(
+            "--propensity-a",
+            type=positive_float,
+            default=None,
+            help="Propensity A for PSP (default: preset by dataset name).",
+        )
+        group.add_argument(
+            "--propensity-b",
+            type=positive_float,
+            default=None,
+            help="Propensity B for PSP (default: preset by dataset name).",
+        )
     group.add_argument(
         "--max-length",
         type=positive_int,
@@ -383,7 +385,7 @@ def build_parser(config: dict | None = None, command: str | None = None, live: b
         action="store_true",
         help="Evaluate even when the dataset's label names differ from the model's (labels are matched by id).",
     )
-    _add_data_arguments(evaluate, of_trained_model=True)
+    _add_data_arguments(evaluate, of_trained_model=True, scored=True)
 
     predict = commands.add_parser(
         "predict", help="Write the top-k labels of texts to a JSON-lines file.", formatter_class=HelpFormatter

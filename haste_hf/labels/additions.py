@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from tqdm.auto import tqdm
 from transformers.utils.logging import is_progress_bar_enabled
 
 from ..modeling.defaults import DEFAULT_EVAL_BATCH_SIZE, DEFAULT_MAX_LENGTH
@@ -529,9 +530,12 @@ def add_labels(
     reference_tail = None if reference is None or head else features["tail"][reference[0]]
     # The copy of a text's own features scores real texts on a level no label name shows: only with negatives.
     blends = priors.BLENDS if negatives is not None else (0.0,)
-    start = priors.mapped_weights(
-        layer, branch, embedded[:count], embedded[label_rows], map_ids.to(embedded.device), reference_tail, blends
-    )
+    # One step, seconds to minutes with the trained label count: a bar shows that it runs and how long it took.
+    with tqdm(total=1, desc="Mapping label texts to weights", disable=not is_progress_bar_enabled()) as bar:
+        start = priors.mapped_weights(
+            layer, branch, embedded[:count], embedded[label_rows], map_ids.to(embedded.device), reference_tail, blends
+        )
+        bar.update()
     if start is None:  # no label names to learn the map from: the texts' own directions
         start = fallback_start(layer, branch, features[branch], (rows, labels), negative_rows, count)
     placement = place_new_labels(layer, count, None if head else start.weights, seed)

@@ -359,7 +359,7 @@ def _sums_of_token_chunks(embedder, backend, pairs, label_count, token_budget, d
             first, last = int(chunk.label_bounds[start]), int(chunk.label_bounds[end])
             if last > first:
                 sums.index_add_(0, chunk.labels[first:last], embeddings[chunk.label_rows[first:last] - start])
-        progress.update(chunk.size)
+            progress.update(end - start)  # a batch at a time: a chunk can take minutes on a CPU
     return sums
 
 

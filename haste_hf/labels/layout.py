@@ -12,7 +12,6 @@ builds (G, label count, head size).
 
 import hashlib
 import os
-import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ import torch
 from ..modeling.configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, head_label_count_for
 from ..modeling.defaults import DEFAULT_EVAL_BATCH_SIZE, DEFAULT_MAX_LENGTH
 from ..modeling.logging_utils import get_logger
+from ..modeling.saving import atomic_path
 from .embeddings import blend_label_texts_, compute_label_embeddings
 from .grouping import GROUPING_STRATEGIES, ArrayLike, LabelGrouping, check_frequency_bands, group_labels
 
@@ -474,14 +474,8 @@ class LabelLayout:
         path = os.fspath(path)
         directory = os.path.dirname(os.path.abspath(path))
         os.makedirs(directory, exist_ok=True)
-        handle, staging = tempfile.mkstemp(prefix=".haste-layout-", suffix=".safetensors", dir=directory)
-        os.close(handle)
-        try:
+        with atomic_path(path) as staging:
             save_file({name: tensor.contiguous() for name, tensor in tensors.items()}, staging, metadata=metadata)
-            os.replace(staging, path)
-        finally:
-            if os.path.exists(staging):
-                os.remove(staging)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "LabelLayout":

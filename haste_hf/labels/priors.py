@@ -133,15 +133,23 @@ def map_labels(label_count: int, seed: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def tail_weights_by_label(layer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """`(labels, weights [n, F], supports [n, F])` of every tail label, and their biases `[n]` (None without)."""
-    first = layer.tail_first_position
-    ids = layer.output_labels[first:]
-    valid = ids >= 0
-    weights = layer.tail.weight.float().flatten(0, 1)[valid]
-    supports = layer.tail.supports.long().repeat_interleave(layer.group_size, dim=0)[valid]
-    bias = None if layer.tail.bias is None else layer.tail.bias.float()[valid]
-    return ids[valid], weights, supports, bias
+def tail_label_positions(layer) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(labels [n], positions [n])`: every tail label and its position among the tail's outputs (its group is
+    `position // G`)."""
+    ids = layer.output_labels[layer.tail_first_position :]
+    positions = (ids >= 0).nonzero().squeeze(1)
+    return ids[positions], positions
+
+
+@torch.no_grad()
+def tail_weights_at(layer, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """`(weights [m, F], supports [m, F], biases [m] or None)` of the tail labels at `positions`, gathered for these
+    alone: every label's at once were copies of the whole tail (8.4M labels: 4 GB of weights and, repeated per
+    label, two 8.6 GB copies of the int64 supports)."""
+    weights = layer.tail.weight.flatten(0, 1)[positions].float()
+    supports = layer.tail.supports[positions // layer.group_size].long()
+    bias = None if layer.tail.bias is None else layer.tail.bias[positions].float()
+    return weights, supports, bias
 
 
 @torch.no_grad()
@@ -226,13 +234,15 @@ def mapped_weights(layer, branch, new_x, label_x, label_ids, reference_tail=None
         predicted = RidgeFitter(label_x[rows]).fit(torch.cat(targets, dim=1))(new_x).float()
         width = layer.head.weight.shape[1]
         return StartingWeights(predicted[:, :width], predicted[:, width] if len(targets) > 1 else None)
-    ids, weights, supports, bias = tail_weights_by_label(layer)
+    ids, positions = tail_label_positions(layer)
     row_of = torch.full((layer.label_count,), -1, dtype=torch.int64, device=ids.device)
     row_of[ids] = torch.arange(ids.numel(), device=ids.device)
     in_tail = row_of[label_ids.to(ids.device)] >= 0
     if int(in_tail.sum()) < 2:
         return None
-    rows = row_of[label_ids.to(ids.device)][in_tail]
+    # The map's labels alone (at most `MAX_MAP_LABELS`), gathered once; `rows` index them.
+    weights, supports, bias = tail_weights_at(layer, positions[row_of[label_ids.to(ids.device)][in_tail]])
+    rows = torch.arange(weights.shape[0], device=ids.device)
     texts = label_x[in_tail.to(label_x.device)]
     width = layer.tail.in_features
     dense = torch.zeros(rows.numel(), width, device=weights.device).scatter_(1, supports[rows], weights[rows])
@@ -418,9 +428,10 @@ def fallback_start(layer, branch: str, x: torch.Tensor, pairs, negative_rows, co
         head = layer.head.weight.float()
         bias = None if layer.head.bias is None else layer.head.bias.float().mean().expand(direction.shape[0])
         return StartingWeights(F.normalize(direction, dim=1) * head.norm(dim=1).mean(), bias)
-    _, trained, _, bias = tail_weights_by_label(layer)
-    bias = None if bias is None else bias.mean().expand(direction.shape[0])
-    return StartingWeights(direction, bias, norm=float(trained.norm(dim=1).mean()))
+    _, positions = tail_label_positions(layer)
+    norms = torch.linalg.vector_norm(layer.tail.weight, dim=-1, dtype=torch.float32).flatten()[positions]
+    bias = None if layer.tail.bias is None else layer.tail.bias.float()[positions].mean().expand(direction.shape[0])
+    return StartingWeights(direction, bias, norm=float(norms.mean()))
 
 
 @torch.no_grad()
@@ -487,6 +498,7 @@ __all__ = [
     "label_masses",
     "map_labels",
     "solve_offsets",
-    "tail_weights_by_label",
+    "tail_label_positions",
+    "tail_weights_at",
     "nearest_log_masses",
 ]

@@ -1,7 +1,8 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
-"""The output layer's checks: its arguments, its ranked scores, a loaded layer's invariants (supports in range and
-distinct, every label placed once) and the shape a checkpoint's layer must share with the model it loads into.
-Exported with the modeling file (a sibling, imported with a single dot)."""
+"""The checks of the encoder's inputs (tokens there, and no more than its positions) and of the output layer: its
+arguments, its ranked scores, a loaded layer's invariants (supports in range and distinct, every label placed once)
+and the shape a checkpoint's layer must share with the model it loads into. Exported with the modeling file (a
+sibling, imported with a single dot)."""
 
 import torch
 import torch.distributed as dist
@@ -60,6 +61,23 @@ def check_layer_arguments(
         raise ValueError(
             f"`fan_in` ({fan_in}) exceeds the tail's input size ({tail_projection_dim or in_features}): a group cannot "
             "connect to more distinct features than exist. Lower `fan_in` or raise `tail_projection_dim`."
+        )
+
+
+def check_encoder_inputs(input_ids, inputs_embeds, token_limit: int | None) -> None:
+    """Raises a `ValueError` naming the fix when there are no tokens to encode, or more than the encoder's
+    `token_limit` positions. A stock Trainer removes the raw `text` column (no argument of the model) before it
+    collates: the error names the collator that tokenizes it, not the encoder's own complaint."""
+    if input_ids is None and inputs_embeds is None:
+        raise ValueError(
+            "HasteForExtremeClassification got no `input_ids`: tokenize the texts first (`dataset.map(tokenizer)`), "
+            "or collate raw text with `haste_hf.XMCDataCollator(tokenizer)` (with a stock Trainer, "
+            "`remove_unused_columns=False` so that the `text` column reaches it)."
+        )
+    if input_ids is not None and token_limit is not None and input_ids.shape[1] > token_limit:
+        raise ValueError(
+            f"`input_ids` holds texts of {input_ids.shape[1]} tokens, and the encoder reads at most {token_limit}: "
+            f"truncate them (`truncation=True, max_length={token_limit}`, to the tokenizer or the pipeline)."
         )
 
 
@@ -128,4 +146,29 @@ def _describe(shape: tuple) -> str:
     return described
 
 
-__all__ = ["check_features", "check_layer_arguments", "check_output_layer_invariants"]
+def checked_label_names(label_names, label_count: int, logger) -> list[str] | None:
+    """`label_names` as strings, an empty one as `LABEL_{id}`; refuses a count other than `label_count` and warns (once,
+    through `logger`) of empty and repeated names (see `HasteForExtremeClassification.set_label_names`)."""
+    if label_names is not None and (isinstance(label_names, str) or len(label_names) != label_count):
+        count = "a string" if isinstance(label_names, str) else f"{len(label_names)} entries"
+        raise ValueError(f"`label_names` has {count} for {label_count} labels: give a list of one name per label.")
+    if label_names is not None:
+        label_names = [str(name) for name in label_names]
+        empty = [label_id for label_id, name in enumerate(label_names) if not name.strip()]
+        for label_id in empty:
+            label_names[label_id] = f"LABEL_{label_id}"
+        first_id, repeated = {}, []
+        for label_id, name in enumerate(label_names):
+            if name in first_id:
+                repeated.append(f"{name!r} for labels {first_id[name]} and {label_id}")
+            first_id.setdefault(name, label_id)
+        if empty or repeated:
+            logger.warning_once(
+                f"`label_names`: {len(empty)} empty name(s), named LABEL_<id> (e.g. label {empty[:1]}); "
+                f"{len(repeated)} repeated name(s) (e.g. {repeated[:1]}), which predictions show alike. Give "
+                "each label a distinct name to tell them apart."
+            )
+    return label_names
+
+
+__all__ = ["check_features", "checked_label_names", "check_layer_arguments", "check_output_layer_invariants"]

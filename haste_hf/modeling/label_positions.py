@@ -144,7 +144,11 @@ def dense_labels(labels: torch.Tensor, batch_size: int, label_count: int) -> tor
     """`labels` as a dense multi-hot (float, bool, or an integer one of 0s and 1s read as bool), or None
     for padded ids; raises on a malformed `labels`."""
     if labels.dim() != 2 or labels.shape[0] != batch_size:
-        raise ValueError(f"`labels` must be 2-D with one row per example, got shape {tuple(labels.shape)}.")
+        raise ValueError(
+            f"`labels` must be 2-D with one row per example, got shape {tuple(labels.shape)}: positive label ids "
+            f"padded with {LABEL_PADDING_ID} (haste_hf.XMCDataCollator packs per-example label-id lists so), or a "
+            "dense [batch, label_count] multi-hot."
+        )
     if is_integer_multi_hot(labels, label_count):
         return labels.bool()
     if not (labels.dtype.is_floating_point or labels.dtype == torch.bool):

@@ -23,7 +23,7 @@ from transformers import AutoConfig, AutoModel, PreTrainedModel
 from transformers import initialization as init
 from transformers.utils import ModelOutput, cached_file
 
-from .checks import _describe, _output_layer_shape
+from .checks import _describe, _output_layer_shape, check_encoder_inputs, checked_label_names
 from .configuration_haste import HasteConfig
 from .device_map import _offload_output_layer_whole
 from .encoder import (
@@ -39,6 +39,7 @@ from .label_positions import default_output_labels, label_count_and_head, output
 from .logging_utils import get_logger
 from .model_sources import resolve_encoder
 from .output_layer import HasteOutputLayer, TopKOutput
+from .output_shards import NAMES_IN_SHARDS, OutputShards, loading_with_shards
 from .saving import INTERNAL_FILES, LABEL_NAMES_FILE, check_finite_weights, read_one_save, save_folder_atomically
 from .sentence_transformer_encoder import (
     from_sentence_transformer,
@@ -172,6 +173,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         self.output_layer = HasteOutputLayer.from_config(config, initialize=False, rows_device=OUTPUT_ROWS_DEVICE.get())
         self.label_names: list[str] | None = config.label_names  # `label_names.json` replaces them on loading
         self.post_init()
+        self._keys_to_ignore_on_load_missing = set(self._keys_to_ignore_on_load_missing or ()) | NAMES_IN_SHARDS.get()
 
     # ----------------------------------------------------------------------------------------- building
 
@@ -260,27 +262,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         """One name per label, or None (`LABEL_{id}`, transformers' naming). An empty name becomes `LABEL_{id}`;
         names that repeat (label texts of real datasets do) are kept, with a warning: the pipeline shows them
         alike, and `config.label2id` maps such a name to the last of its labels."""
-        if label_names is not None and (isinstance(label_names, str) or len(label_names) != self.config.label_count):
-            count = "a string" if isinstance(label_names, str) else f"{len(label_names)} entries"
-            raise ValueError(
-                f"`label_names` has {count} for {self.config.label_count} labels: give a list of one name per label."
-            )
-        if label_names is not None:
-            label_names = [str(name) for name in label_names]
-            empty = [label_id for label_id, name in enumerate(label_names) if not name.strip()]
-            for label_id in empty:
-                label_names[label_id] = f"LABEL_{label_id}"
-            first_id, repeated = {}, []
-            for label_id, name in enumerate(label_names):
-                if name in first_id:
-                    repeated.append(f"{name!r} for labels {first_id[name]} and {label_id}")
-                first_id.setdefault(name, label_id)
-            if empty or repeated:
-                logger.warning_once(
-                    f"`label_names`: {len(empty)} empty name(s), named LABEL_<id> (e.g. label {empty[:1]}); "
-                    f"{len(repeated)} repeated name(s) (e.g. {repeated[:1]}), which predictions show alike. Give "
-                    "each label a distinct name to tell them apart."
-                )
+        label_names = checked_label_names(label_names, self.config.label_count, logger)
         self.label_names = label_names
         self.config.set_label_names(self.label_names)
 
@@ -327,12 +309,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             blank = input_ids.new_zeros(1, max(1, input_ids.shape[1]))
             pooled, outputs = self.encode(blank, torch.ones_like(blank))
             return pooled[:0], outputs
-        limit = self.max_input_tokens
-        if input_ids is not None and limit is not None and input_ids.shape[1] > limit:
-            raise ValueError(
-                f"`input_ids` holds texts of {input_ids.shape[1]} tokens, and the encoder reads at most {limit}: truncate "
-                f"them (`truncation=True, max_length={limit}`, to the tokenizer or the pipeline)."
-            )
+        check_encoder_inputs(input_ids, encoder_kwargs.get("inputs_embeds"), self.max_input_tokens)
         outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **encoder_kwargs)
         states = outputs[0]
         if attention_mask is None:
@@ -420,10 +397,10 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         save_directory = os.fspath(save_directory)
         hub_kwargs = {name: kwargs.pop(name) for name in _PUSH_ARGUMENTS if name in kwargs}
         repo_id = kwargs.pop("repo_id", None) or os.path.basename(os.path.abspath(save_directory))
-        if self.output_layer.is_share and kwargs.get("state_dict") is None:
+        if self.output_layer.is_share:
             raise ValueError(
                 "This model holds one rank's share of the output layer: save it on every rank with "
-                "`haste_hf.training.sharded_output_layer.save_sharded_pretrained` (or `HasteTrainer.save_model`), which gathers it."
+                "`haste_hf.training.shard_checkpoints.save_sharded_folder` (or `HasteTrainer.save_model`)."
             )
         peft_modules = sorted(
             {type(module).__name__ for module in self.modules() if type(module).__module__.startswith("peft.")}
@@ -443,16 +420,18 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             return None
         check_finite_weights(self.state_dict() if kwargs.get("state_dict") is None else kwargs["state_dict"])
 
-        def write(staging):
-            super(HasteForExtremeClassification, self).save_pretrained(staging, *args, **kwargs)
-            if self.label_names is not None:
-                with open(os.path.join(staging, LABEL_NAMES_FILE), "w", encoding="utf-8") as f:
-                    json.dump(self.label_names, f, ensure_ascii=False)
-
-        save_folder_atomically(save_directory, write)
+        save_folder_atomically(save_directory, lambda staging: self.write_model_files(staging, *args, **kwargs))
         if push_to_hub:
             return self.push_to_hub(repo_id, **hub_kwargs)
         return None
+
+    def write_model_files(self, folder, *args, **kwargs) -> None:
+        """Writes the weights, configuration, code and label names into `folder` as they are (the staging folder of
+        an atomic save: `save_pretrained`, `haste_hf.training.shard_checkpoints.save_sharded_folder`)."""
+        super().save_pretrained(folder, *args, **kwargs)
+        if self.label_names is not None:
+            with open(os.path.join(folder, LABEL_NAMES_FILE), "w", encoding="utf-8") as f:
+                json.dump(self.label_names, f, ensure_ascii=False)
 
     def push_to_hub(self, repo_id: str, **kwargs):
         """Publishes the model with its label names, exportable code and HASTE model card in one commit
@@ -499,9 +478,12 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         hub_kwargs = {name: kwargs[name] for name in (*_HUB_KWARGS, "subfolder") if name in kwargs}
         # Formats 1 and 2 name the output layer's tensors without the `output_layer.` prefix.
         kwargs["key_mapping"] = {**FORMAT_2_KEY_MAPPING, **(kwargs.get("key_mapping") or {})}
-        model, loading_info = super().from_pretrained(
-            pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs
-        )
+        # A label-sharded run's output layer is in row shards beside the other weights (`output_shards`).
+        shards = OutputShards.open(pretrained_model_name_or_path, **hub_kwargs) if from_folder else None
+        with loading_with_shards(shards):
+            model, loading_info = super().from_pretrained(
+                pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs
+            )
         # Transformers would write the checkpoint back in the format it was read from: saves write the current one.
         model._weight_conversions = [
             conversion
@@ -522,6 +504,8 @@ class HasteForExtremeClassification(HastePreTrainedModel):
                 f"differs from the configuration's ({_describe(_output_layer_shape(model.config))}). To re-head the "
                 "model on another label set, pass `ignore_mismatched_sizes=True` (its output layer is then a new one)."
             )
+        if shards is not None and not reheaded:
+            shards.load_into_(model)
         _offload_output_layer_whole(model)
         # Missing buffers are rebuilt as `__init__` builds them; a missing weight would be left random.
         buffers = {name for name, _ in model.named_buffers()}

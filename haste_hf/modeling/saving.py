@@ -23,6 +23,7 @@ import torch
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
 from .logging_utils import get_logger
+from .output_shards import OUTPUT_SHARDS_INDEX, OutputShards
 
 
 LABEL_NAMES_FILE = "label_names.json"
@@ -408,31 +409,32 @@ def check_finite_weights(state_dict) -> None:
 @contextmanager
 def atomic_path(path: str | os.PathLike):
     """Yields a temporary path beside `path` to write to; it replaces `path` only when the block ends
-    without an error, so `path` is never half-written. The folder of `path` must exist."""
+    without an error, so `path` is never half-written. The folder of `path` must exist. The file gets the mode
+    `open` gives a new file (0o666 less the umask), not `tempfile.mkstemp`'s 0o600, which left predictions, metrics
+    and layouts unreadable to the user's group."""
     path = Path(path)
     folder = path.parent
     if not folder.is_dir():
         raise FileNotFoundError(f"{path}: the folder {folder} does not exist; create it first.")
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=folder)
-    os.close(handle)
+    temporary = os.fspath(folder / f".{path.name}.{uuid.uuid4().hex[:12]}.partial")
+    os.close(os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+    mode = stat.S_IMODE(os.stat(temporary).st_mode)
     try:
         yield temporary
+        os.chmod(temporary, mode)  # safetensors' writer, for one, replaces the file with one of mode 0o600
         os.replace(temporary, path)
     finally:
         if os.path.exists(temporary):
             os.remove(temporary)
 
 
-def save_trained_folder(folder: str | os.PathLike, model, tokenizer=None, write_extra=None, state_dict=None) -> None:
+def save_trained_folder(folder: str | os.PathLike, model, tokenizer=None, write_extra=None) -> None:
     """Saves `model` (weights, configuration, label names, exportable code), `tokenizer` and whatever `write_extra(staging)`
     writes (card, metrics) into `folder` in one switch: a failure or a kill leaves the previous contents,
-    or a folder that loading refuses, never a model without its tokenizer or card. `state_dict`: the
-    weights to write instead of the model's own (a sharded output layer's gathered shares)."""
+    or a folder that loading refuses, never a model without its tokenizer or card."""
 
     def write(staging):
-        model.save_pretrained(
-            staging, state_dict=state_dict
-        )  # the exportable code goes along (see haste_hf/__init__.py)
+        model.save_pretrained(staging)  # the exportable code goes along (see haste_hf/__init__.py)
         if tokenizer is not None:
             tokenizer.save_pretrained(staging)
         if write_extra is not None:
@@ -468,6 +470,11 @@ def checkpoint_problem(folder: str | os.PathLike) -> str | None:
                 weight_files += sorted(set(json.load(f)["weight_map"].values()))
         except (ValueError, KeyError, TypeError, AttributeError):
             return f"an unreadable {SAFE_WEIGHTS_INDEX_NAME}"
+    try:
+        shards = OutputShards.open(folder)  # a label-sharded run's output layer
+    except ValueError as error:
+        return f"an invalid {OUTPUT_SHARDS_INDEX} ({error})"
+    weight_files += [] if shards is None else [shard["file"] for shard in shards.shards]
     for name in weight_files:
         try:
             with safe_open(os.path.join(folder, name), framework="pt"):

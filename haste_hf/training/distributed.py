@@ -1,9 +1,11 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
 """The collectives of several processes (torch.distributed: NCCL on GPUs, gloo on CPUs) that the sharded
 output layer (`haste_hf.training.sharded_output_layer`) and the recipe use: rows of every rank gathered, with or
-without autograd, reduce-scattered back, gathered to the CPU in bounded pieces; objects broadcast.
+without autograd, reduce-scattered back, gathered to the CPU in bounded pieces; objects broadcast; the group ended
+without a hang.
 """
 
+import gc
 import math
 
 import torch
@@ -126,12 +128,29 @@ def broadcast_object(value, src: int = 0, group=None):
     return holder[0]
 
 
+def end_process_group() -> None:
+    """Ends this process's part of the default process group (a no-op without one). Call it once nothing that holds
+    the group is alive: return first from the function that built the DDP wrapper, trainer or sharded layer.
+
+    Why so: a DDP wrapper's reducer holds the group, and a trainer, its callbacks and its accelerator hold each other
+    in reference cycles. Freed after `destroy_process_group`, at a later collection or at the interpreter's exit with
+    the GIL held, the group's last reference goes in a C++ destructor that joins gloo's threads, one of which can be
+    waiting for that GIL: the rank hangs after its work (py-spy: the main thread in native code at the caller's line,
+    beside a thread with no Python frame), or aborts ("terminate called without an active exception"). Collected
+    here, the last reference goes in `destroy_process_group`, whose binding releases the GIL while the group ends."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    gc.collect()
+    dist.destroy_process_group()
+
+
 __all__ = [
     "all_gather_rows",
     "all_gather_sizes",
     "balanced_ranges",
     "broadcast_object",
     "communication_device",
+    "end_process_group",
     "gather_rows_to_cpu",
     "gather_rows_with_gradient",
     "reduce_scatter_rows",

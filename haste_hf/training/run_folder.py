@@ -94,25 +94,28 @@ class RunFolder:
 
     def save_trained(self, trainer, tokenizer, write_extra) -> None:
         """Switches the trained model of `trainer`, its `tokenizer`, its training arguments and what
-        `write_extra(folder)` writes into the folder at once. Called on every rank: a sharded output layer's
-        shares are gathered from all; the main process writes."""
+        `write_extra(folder)` writes into the folder at once. Called on every rank: each rank writes its rows of
+        a sharded output layer (`shard_checkpoints`); the main process writes the rest."""
         import torch
         from transformers.trainer import TRAINING_ARGS_NAME
 
         from .callbacks import unwrap_model
+        from .shard_checkpoints import save_sharded_folder
         from .sharded_output_layer import sharded_output_layer
 
         model = unwrap_model(trainer.model)
-        shard = sharded_output_layer(model)
-        state_dict = shard.full_state_dict(model) if shard is not None else None
-        if not trainer.is_world_process_zero():
-            return
 
-        def write(folder: Path):
+        def write(folder: Path, with_tokenizer: bool = False):
+            if with_tokenizer and tokenizer is not None:
+                tokenizer.save_pretrained(folder)
             torch.save(trainer.args, folder / TRAINING_ARGS_NAME)
             write_extra(folder)
 
-        save_trained_folder(self.path, model, tokenizer, write, state_dict=state_dict)
+        if sharded_output_layer(model) is not None:  # every rank writes its rows of the output layer
+            return save_sharded_folder(model, self.path, lambda staging: write(Path(staging), with_tokenizer=True))
+        if trainer.is_world_process_zero():
+            save_trained_folder(self.path, model, tokenizer, write)
+        return None
 
     def add_files(self, write) -> None:
         """Switches what `write(folder)` writes (the results of the test evaluation) into the folder at once."""

@@ -15,13 +15,11 @@ bytes (1.1 GB of bf16 at 8.6M labels). Sharded, as the "partial FC" of large-sca
 
 Communication per step is O(B * d) instead of O(L * F). Rewiring gathers the tail's slot scores and
 supports (every `rewiring_interval` steps) and runs the same pure function of (seed, step, weights) as
-one process, so a sharded run equals the single-process run of the same global batch. Saving gathers
-one ordinary HASTE checkpoint on rank 0; loading reads each rank's rows only. The collectives are
+one process, so a sharded run equals the single-process run of the same global batch. Saving and loading
+never gather the layer: each rank writes and reads its own rows (`haste_hf.training.shard_checkpoints`). The collectives are
 `haste_hf.training.distributed`'s (NCCL on GPUs, gloo on CPUs).
 """
 
-import json
-import os
 from dataclasses import dataclass
 
 import torch
@@ -32,6 +30,7 @@ from torch import nn
 from ..modeling.defaults import LABEL_PADDING_ID
 from ..modeling.initialization import initialize_output_rows_
 from ..modeling.output_layer import HasteOutputLayer, OutputLayerOutput, TopKOutput
+from ..modeling.output_shards import ROW_SHARDED_TENSORS
 from ..modeling.rewiring import (
     RewiringResult,
     check_rewiring_options,
@@ -49,6 +48,7 @@ from .distributed import (
     gather_rows_to_cpu,
     gather_rows_with_gradient,
 )
+from .shard_checkpoints import layer_prefix
 
 
 @dataclass(frozen=True)
@@ -116,10 +116,10 @@ class ShardedOutputLayer(HasteOutputLayer):
 
     is_share = True
     # Tensors (by name in the layer) of which each rank holds some rows.
-    SHARDED_TENSORS = ("head.weight", "head.bias", "tail.weight", "tail.bias", "tail.supports")
+    SHARDED_TENSORS = ROW_SHARDED_TENSORS
 
     @classmethod
-    def shard(cls, layer: HasteOutputLayer, group=None) -> "ShardedOutputLayer":
+    def shard(cls, layer: HasteOutputLayer, group=None, initialize: bool = True) -> "ShardedOutputLayer":
         """Collective: every rank passes the same layer (same weights and label order, checked) and gets its
         share. The layer's modules are taken over, then cut to the share's rows; a layer whose head and tail are on the
         meta device (`haste_hf.modeling.initialization.deferred_output_rows`, seeds checked alike) gets them built,
@@ -159,7 +159,7 @@ class ShardedOutputLayer(HasteOutputLayer):
             if shard.tail is not None:
                 groups = shard.local_rows("tail.weight")
                 shard._cut(shard.tail, {"weight": groups, "bias": shard.local_rows("tail.bias"), "supports": groups})
-            if deferred:
+            if deferred and initialize:  # else left empty, for rows read from a saved folder next
                 initialize_output_rows_(shard, layer.initial_weight_seed, layer.initial_head_std)
         return shard
 
@@ -327,10 +327,6 @@ class ShardedOutputLayer(HasteOutputLayer):
 
     # ---------------------------------------------------------------------------------- saving and loading
 
-    def _prefix(self, model: nn.Module) -> str:
-        """This layer's name in `model`'s state dict, with its dot."""
-        return next(name + "." for name, module in model.named_modules() if module is self)
-
     def gather_full(self, state: dict, prefix: str = "", dst: int = 0) -> dict | None:
         """`state` (tensors by state-dict name, this layer's under `prefix`) with the sharded ones gathered
         whole on rank `dst`, None elsewhere."""
@@ -344,44 +340,7 @@ class ShardedOutputLayer(HasteOutputLayer):
 
     def full_state_dict(self, model: nn.Module, dst: int = 0) -> dict | None:
         """`model`'s unsharded state dict on rank `dst` (this layer's shares gathered to the CPU), None elsewhere."""
-        return self.gather_full(model.state_dict(), self._prefix(model), dst)
-
-    def load_checkpoint_(self, model: nn.Module, folder: str) -> None:
-        """Loads `model` from a HASTE checkpoint folder (one safetensors file or an indexed set), reading only
-        this rank's rows of the sharded tensors."""
-        from safetensors import safe_open
-        from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
-
-        index_path = os.path.join(folder, SAFE_WEIGHTS_INDEX_NAME)
-        if os.path.isfile(index_path):
-            with open(index_path) as f:
-                files = json.load(f)["weight_map"]
-        elif os.path.isfile(os.path.join(folder, SAFE_WEIGHTS_NAME)):
-            files = None
-        else:
-            raise FileNotFoundError(
-                f"No {SAFE_WEIGHTS_NAME} (or its index) in {folder}: not a HASTE checkpoint folder."
-            )
-        prefix = self._prefix(model)
-        local, handles = {}, {}
-        for name, target in model.state_dict().items():
-            path = os.path.join(folder, files[name] if files is not None and name in files else SAFE_WEIGHTS_NAME)
-            if path not in handles:
-                handles[path] = safe_open(path, framework="pt")
-            handle = handles[path]
-            if name not in handle.keys():  # noqa: SIM118  (a safetensors handle has no `in`)
-                raise KeyError(f"{folder} holds no tensor {name!r}: it is not a checkpoint of this model.")
-            if name.removeprefix(prefix) in self.SHARDED_TENSORS and name.startswith(prefix):
-                rows = self.local_rows(name.removeprefix(prefix))
-                value = handle.get_slice(name)[rows.start : rows.stop]
-            else:
-                value = handle.get_tensor(name)
-            if value.shape != target.shape:
-                raise ValueError(
-                    f"{folder}: {name} has shape {tuple(value.shape)} where this rank needs {tuple(target.shape)}."
-                )
-            local[name] = value
-        model.load_state_dict(local, strict=False)
+        return self.gather_full(model.state_dict(), layer_prefix(model), dst)
 
     def _output_parameter_names(self, output_state: dict) -> list[str]:
         """Names (in this layer) of the output optimizer's parameters, in its state-dict numbering."""
@@ -395,23 +354,9 @@ class ShardedOutputLayer(HasteOutputLayer):
             )
         return names
 
-    def full_optimizer_state(self, output_state: dict, dst: int = 0) -> dict | None:
-        """The output optimizer's state dict with every per-weight tensor (momentum) gathered to rank `dst`."""
-        names = self._output_parameter_names(output_state)
-        full = {"state": {}, "param_groups": output_state["param_groups"]} if self.rank == dst else None
-        for index, name in enumerate(names):
-            entry = output_state["state"].get(index, {})
-            gathered = {}
-            for key, value in sorted(entry.items()):
-                if isinstance(value, torch.Tensor) and value.dim() > 0 and name in self.SHARDED_TENSORS:
-                    value = gather_rows_to_cpu(value, self.row_counts(name), dst, self.group)
-                gathered[key] = value
-            if full is not None and entry:
-                full["state"][index] = gathered
-        return full
-
     def local_optimizer_state(self, full_state: dict) -> dict:
-        """This rank's rows of a full output optimizer state (`full_optimizer_state`)."""
+        """This rank's rows of a whole output optimizer state (the optimizer.pt of a checkpoint saved before sharded
+        runs saved their rows in shards, `haste_hf.training.shard_checkpoints`)."""
         names = self._output_parameter_names(full_state)
         state = {}
         for index, entry in full_state["state"].items():
@@ -433,7 +378,7 @@ def sharded_output_layer(model: nn.Module) -> ShardedOutputLayer | None:
     return layer if isinstance(layer, ShardedOutputLayer) else None
 
 
-def shard_output_layer_(model: nn.Module, group=None) -> ShardedOutputLayer:
+def shard_output_layer_(model: nn.Module, group=None, initialize: bool = True) -> ShardedOutputLayer:
     """Replaces a HASTE model's output layer by this rank's share (`ShardedOutputLayer.shard`, collective)
     and returns it (the existing one if already sharded).
 
@@ -441,18 +386,8 @@ def shard_output_layer_(model: nn.Module, group=None) -> ShardedOutputLayer:
     `ignore_shards_in_ddp(model)` before wrapping.
     """
     if sharded_output_layer(model) is None:
-        model.output_layer = ShardedOutputLayer.shard(model.output_layer, group)
+        model.output_layer = ShardedOutputLayer.shard(model.output_layer, group, initialize)
     return model.output_layer
-
-
-def save_sharded_pretrained(model, save_directory, **kwargs) -> None:
-    """`save_pretrained` of a sharded model as one ordinary HASTE checkpoint, written by rank 0 (collective:
-    every rank calls it)."""
-    layer = model.output_layer
-    state_dict = layer.full_state_dict(model)
-    if layer.rank == 0:
-        model.save_pretrained(save_directory, state_dict=state_dict, **kwargs)
-    dist.barrier(group=layer.group)
 
 
 def ignore_shards_in_ddp(model: nn.Module) -> None:
@@ -460,7 +395,7 @@ def ignore_shards_in_ddp(model: nn.Module) -> None:
     from torch.nn.parallel import DistributedDataParallel
 
     layer = model.output_layer
-    prefix = layer._prefix(model)
+    prefix = layer_prefix(model)
     present = dict(model.named_parameters()) | dict(model.named_buffers())
     DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
         model, [prefix + name for name in layer.SHARDED_TENSORS if prefix + name in present]
@@ -473,7 +408,6 @@ __all__ = [
     "assign_output_layer",
     "ignore_shards_in_ddp",
     "resolve_shard_output_layer",
-    "save_sharded_pretrained",
     "shard_output_layer_",
     "sharded_output_layer",
 ]

@@ -11,12 +11,11 @@ import functools
 import inspect
 import os
 import shutil
-from contextlib import contextmanager
 
 import torch
 from torch import nn
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase, Trainer
-from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME, TRAINER_STATE_NAME
+from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME, TRAINER_STATE_NAME, TRAINING_ARGS_NAME
 from transformers.trainer_callback import TrainerState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.training_args import OptimizerNames
@@ -26,6 +25,7 @@ from ..data import LabelIdPadding, XMCDataCollator
 from ..modeling.logging_utils import get_logger
 from ..modeling.losses import chunk_loss_backward_
 from ..modeling.modeling_haste import HasteForExtremeClassification
+from ..modeling.output_shards import OUTPUT_SHARDS_INDEX, OutputShards
 from ..modeling.saving import checkpoint_problem, exported_code_files, last_complete_checkpoint
 from . import memory_plan
 from .callbacks import NonFiniteGradientCallback, RewiringCallback, TrainingSplitFingerprint, unwrap_model
@@ -40,6 +40,13 @@ from .optimization import (
 )
 from .peft_utils import check_no_peft_encoder, check_peft_model, is_peft_model
 from .scaling import multi_gpu_advice
+from .shard_checkpoints import (
+    ROWS_IN_SHARDS_KEY,
+    load_folder_rows_,
+    load_output_momentum_,
+    output_optimizer_state_to_save,
+    save_sharded_folder,
+)
 from .sharded_output_layer import (
     ignore_shards_in_ddp,
     resolve_shard_output_layer,
@@ -167,7 +174,6 @@ class HasteTrainer(Trainer):
         # The verbosity `Trainer.__init__` sets from `log_level`, set before the plan logs what it chose.
         transformers_logging.set_verbosity(args.get_process_log_level())
         self.memory_plan = self._plan_memory(args, haste_model, sharded, kwargs.get("data_collator"))
-        self._gathered = None  # see `_gathered_for_saving`
         super().__init__(model, args, *trainer_args, **kwargs)
         if args.world_size > 1:
             # The Trainer seeds every rank alike, so the ranks drew the same dropout masks for their examples
@@ -419,70 +425,66 @@ class HasteTrainer(Trainer):
             return loss, None, None
         return loss, outputs.top_label_ids, labels
 
-    # A sharded run saves and resumes through one ordinary checkpoint: the shares of the output layer and
-    # of its optimizer state are gathered on save and sliced on load, so any world size can resume it.
-    # The gathers are collectives, so they run where every rank is, whichever ranks this transformers then calls
-    # `_save` and `_save_optimizer_and_scheduler` on (5.10 and 5.17 call `_save` on the main process only, 5.24
-    # on every rank): in `_save_checkpoint` and `save_model`, which every rank enters, before the Trainer's code.
-
-    @contextmanager
-    def _gathered_for_saving(self, with_optimizer: bool):
-        """Gathers the sharded model (and, `with_optimizer`, its output optimizer's state) on every rank and keeps
-        the main process's copy for `_save` and `_save_optimizer_and_scheduler` while the block runs."""
-        shard = self.sharded_output_layer
-        if shard is None or self._gathered is not None:  # not sharded, or gathered by the caller already
-            yield
-            return
-        model_state = shard.full_state_dict(unwrap_model(self.model))
-        optimizer_state = None
-        if with_optimizer and self.optimizer is not None:
-            output_optimizer = unwrap_haste_optimizer(self.optimizer).output_optimizer
-            optimizer_state = shard.full_optimizer_state(output_optimizer.state_dict())
-        self._gathered = {"model": model_state, "optimizer": optimizer_state}
-        try:
-            yield
-        finally:
-            self._gathered = None
+    # A sharded run saves without gathering its output layer: each rank writes its rows (and, in a checkpoint, their
+    # momentum) into a file of its own and reads back the rows it owns, at any world size (`shard_checkpoints`). The
+    # save is collective, so it runs in `save_model`, which every rank enters whichever ranks this transformers then
+    # calls `_save` on (5.10 and 5.17 on the main process only, 5.24 on every rank); `_save` is not used.
 
     def _save_checkpoint(self, model, trial) -> None:
-        with self._gathered_for_saving(with_optimizer=not self.args.save_only_model):
+        self._checkpoint_momentum = not self.args.save_only_model
+        try:
             super()._save_checkpoint(model, trial)
+        finally:
+            self._checkpoint_momentum = False
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
-        """`Trainer.save_model`; a sharded model is gathered on every rank first (call it on every rank)."""
-        with self._gathered_for_saving(with_optimizer=False):
-            super().save_model(output_dir, _internal_call)
+        """`Trainer.save_model`; a sharded model is saved by every rank (call it on every rank)."""
+        if self.sharded_output_layer is None:
+            return super().save_model(output_dir, _internal_call)
+        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        with_momentum = getattr(self, "_checkpoint_momentum", False) and self.optimizer is not None
+        output_optimizer = unwrap_haste_optimizer(self.optimizer).output_optimizer if with_momentum else None
+        save_sharded_folder(unwrap_model(self.model), output_dir, self._write_tokenizer_and_arguments, output_optimizer)
+        if self.args.push_to_hub and not _internal_call:
+            self.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
+        return None
+
+    def _write_tokenizer_and_arguments(self, folder: str) -> None:
+        """What `Trainer._save` writes beside the model: the tokenizer and the training arguments."""
+        tokenizer = self.processing_class
+        tokenizer = getattr(self.data_collator, "tokenizer", None) if tokenizer is None else tokenizer
+        if tokenizer is not None:
+            tokenizer.save_pretrained(folder)
+        torch.save(self.args, os.path.join(folder, TRAINING_ARGS_NAME))
 
     def _save(self, output_dir: str | None = None, state_dict=None):
-        if self.sharded_output_layer is not None and state_dict is None:
-            if self._gathered is None:
-                raise RuntimeError(
-                    "A sharded model is saved through `save_model` (on every rank), which gathers its shares first."
-                )
-            state_dict = self._gathered["model"]
-        if not self.args.should_save:
-            return None  # the main process writes; the others took part in the gather
+        if self.sharded_output_layer is not None:
+            raise RuntimeError("A sharded model is saved through `save_model`, on every rank.")
         return super()._save(output_dir, state_dict)
 
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
         if self.sharded_output_layer is None:
             return super()._save_optimizer_and_scheduler(output_dir)
-        if self._gathered is None or (self.args.should_save and self._gathered["optimizer"] is None):
-            raise RuntimeError("A sharded run saves its optimizer through `_save_checkpoint` (on every rank).")
-        if self.args.should_save:
+        if self.args.should_save:  # the output layer's momentum is in the shards `save_model` wrote
             optimizer = unwrap_haste_optimizer(self.optimizer)
-            torch.save(
-                {"encoder": optimizer.encoder_optimizer.state_dict(), "output": self._gathered["optimizer"]},
-                os.path.join(output_dir, OPTIMIZER_NAME),
-            )
+            output = output_optimizer_state_to_save(unwrap_model(self.model), optimizer.output_optimizer)
+            state = {"encoder": optimizer.encoder_optimizer.state_dict(), "output": output}
+            torch.save(state, os.path.join(output_dir, OPTIMIZER_NAME))
             torch.save(self.lr_scheduler.state_dict(), os.path.join(output_dir, SCHEDULER_NAME))
+        return None
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         with _reading(checkpoint, f"{OPTIMIZER_NAME} or {SCHEDULER_NAME}"):
             self._load_optimizer_and_scheduler_files(checkpoint)
 
+    def _reads_rows_itself(self, checkpoint: str | None) -> bool:
+        """Whether loading `checkpoint` needs `shard_checkpoints`: this run is sharded, or the checkpoint is."""
+        return checkpoint is not None and (
+            self.sharded_output_layer is not None or os.path.isfile(os.path.join(checkpoint, OUTPUT_SHARDS_INDEX))
+        )
+
     def _load_optimizer_and_scheduler_files(self, checkpoint: str | None) -> None:
-        if self.sharded_output_layer is None or checkpoint is None:
+        if not self._reads_rows_itself(checkpoint):
             return super()._load_optimizer_and_scheduler(checkpoint)
         optimizer_file, scheduler_file = (
             os.path.join(checkpoint, OPTIMIZER_NAME),
@@ -490,24 +492,27 @@ class HasteTrainer(Trainer):
         )
         if not (os.path.isfile(optimizer_file) and os.path.isfile(scheduler_file)):
             return
-        # Memory-mapped: each rank reads its own rows of the output layer's momentum, not all of it.
+        # Memory-mapped: a checkpoint of an earlier version holds the whole momentum, of which a rank reads its rows.
         state = torch.load(optimizer_file, map_location="cpu", weights_only=True, mmap=True)
-        state["output"] = self.sharded_output_layer.local_optimizer_state(state["output"])
-        unwrap_haste_optimizer(self.optimizer).load_state_dict(state)
+        optimizer = unwrap_haste_optimizer(self.optimizer)
+        in_shards = state["output"].pop(ROWS_IN_SHARDS_KEY, None)
+        if in_shards is None and self.sharded_output_layer is not None:
+            state["output"] = self.sharded_output_layer.local_optimizer_state(state["output"])
+        optimizer.load_state_dict(state)
+        if in_shards is not None:
+            load_output_momentum_(unwrap_model(self.model), optimizer.output_optimizer, in_shards, checkpoint)
         self.lr_scheduler.load_state_dict(torch.load(scheduler_file, weights_only=True))
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
         with _reading(resume_from_checkpoint, "weights"):
-            if self.sharded_output_layer is None:
+            if not self._reads_rows_itself(resume_from_checkpoint):
                 return super()._load_from_checkpoint(resume_from_checkpoint, model)
-            self.sharded_output_layer.load_checkpoint_(
-                unwrap_model(self.model if model is None else model), resume_from_checkpoint
-            )
+            load_folder_rows_(unwrap_model(self.model if model is None else model), resume_from_checkpoint)
 
     def _load_best_model(self) -> None:
-        if self.sharded_output_layer is None:
+        if not self._reads_rows_itself(self.state.best_model_checkpoint):
             return super()._load_best_model()
-        self.sharded_output_layer.load_checkpoint_(unwrap_model(self.model), self.state.best_model_checkpoint)
+        load_folder_rows_(unwrap_model(self.model), self.state.best_model_checkpoint)
 
     def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
         # Trainer copies only the config and weights of the checkpoint into the folder it pushes; the config
@@ -518,6 +523,9 @@ class HasteTrainer(Trainer):
             self._check_publishable_output_dir()
             for path in exported_code_files():
                 shutil.copyfile(path, os.path.join(self.args.output_dir, os.path.basename(path)))
+            shards = OutputShards.open(checkpoint_folder)  # a sharded run's output layer, which it copies not
+            for name in [] if shards is None else [OUTPUT_SHARDS_INDEX, *(shard["file"] for shard in shards.shards)]:
+                shutil.copyfile(os.path.join(checkpoint_folder, name), os.path.join(self.args.output_dir, name))
         with trainer_uploads_without_internal_files():
             super()._push_from_checkpoint(checkpoint_folder)
 

@@ -27,6 +27,10 @@ OUTPUT_LAYER_DTYPES = ("float32", "bfloat16")
 HAS_ACTIVATION_CHECKPOINTING = any(
     argument.name == "activation_checkpointing" for argument in fields(TrainingArguments)
 )
+_CHECKPOINTING_RENAMES = (
+    ("gradient_checkpointing", "activation_checkpointing"),
+    ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"),
+)
 
 
 def bf16_is_supported(use_cpu: bool = False) -> bool:
@@ -259,6 +263,13 @@ class HasteTrainingArguments(TrainingArguments):
         )
         if self.gradient_checkpointing is None and not HAS_ACTIVATION_CHECKPOINTING:
             self.gradient_checkpointing = False
+        if HAS_ACTIVATION_CHECKPOINTING:
+            # This class's (and the command line's) `gradient_checkpointing` is a field of its own: passed on under the
+            # name this transformers reads, so that its deprecation warning, naming a flag the CLI lacks, never shows.
+            for old, new in _CHECKPOINTING_RENAMES:
+                if getattr(self, new) is None and getattr(self, old) is not None:
+                    setattr(self, new, getattr(self, old))
+                    setattr(self, old, None)
         if self.bf16 and self.output_layer_dtype is None:
             self.output_layer_dtype = "bfloat16"
         super().__post_init__()

@@ -9,7 +9,14 @@ from tiny_encoders import tiny_tokenizer
 from tiny_haste import make_tiny_model
 
 from haste_hf.cli import main
-from haste_hf.model_card import ADDED_LABELS_HEADING, ADDED_LABELS_LISTED, LabelAddition, card_with_added_labels
+from haste_hf.model_card import (
+    ADDED_LABELS_HEADING,
+    ADDED_LABELS_LISTED,
+    HasteModelCardData,
+    LabelAddition,
+    card_with_added_labels,
+    render_model_card,
+)
 
 
 LABELS = 30
@@ -38,7 +45,8 @@ def test_add_labels_shows_progress_and_appends_each_addition_to_the_card(tmp_pat
     before = datetime.datetime.now(datetime.timezone.utc).replace(second=0, microsecond=0)
     labels = [{"name": "planted", "text": "w90 | w91"}, {"name": "other", "text": "w92"}]
     output = run_add_labels(tmp_path / "model", labels, tmp_path / "added", capsys, "--negatives", str(dataset_dir))
-    assert "Label texts" in output.err and "Fitting the new labels" in output.err  # the two long steps
+    for step in ("Label texts", "Mapping label texts to weights", "Fitting the new labels"):  # the long steps
+        assert step in output.err, step
     assert f"2 labels added to the tail (ids 30 to 31) -> {tmp_path / 'added'}" in output.out
     card = (tmp_path / "added" / "README.md").read_text()
     assert card.startswith("---\nlicense: apache-2.0\n---\n# The trained model\n\nP@1 60.\n")  # the card before
@@ -56,6 +64,23 @@ def test_add_labels_shows_progress_and_appends_each_addition_to_the_card(tmp_pat
     again = (tmp_path / "again" / "README.md").read_text()
     assert again.startswith(card) and again.count(ADDED_LABELS_HEADING) == 1
     assert "1 label, ids 32 to 32, in the tail" in again and "placed from their texts alone" in again
+
+
+def test_the_card_of_the_new_folder_loads_it_and_counts_its_labels(tmp_path, capsys):
+    """The card copied from the trained folder told users to load that folder (without the added labels) and gave its
+    label count: it names the new folder, and counts the labels trained and added."""
+    model = saved_model(tmp_path / "model")
+    card = str(render_model_card(HasteModelCardData.from_model(model, model_id="model")))
+    assert 'from_pretrained("model")' in card and "| Labels | 30 |" in card
+    (tmp_path / "model" / "README.md").write_text(card)
+    run_add_labels(tmp_path / "model", [{"name": "new", "text": "w90"}], tmp_path / "added", capsys)
+    added = (tmp_path / "added" / "README.md").read_text()
+    assert 'from_pretrained("added")' in added and 'from_pretrained("model")' not in added
+    assert "\n# added\n" in added and "| Labels | 31 (30 trained, 1 added below) |" in added
+    run_add_labels(tmp_path / "added", [{"name": "third", "text": "w93"}], tmp_path / "again", capsys)
+    again = (tmp_path / "again" / "README.md").read_text()
+    assert 'from_pretrained("again")' in again and '"added"' not in again
+    assert "| Labels | 32 (30 trained, 2 added below) |" in again
 
 
 def test_add_labels_head_puts_the_labels_in_the_head_and_says_so(tmp_path, capsys):

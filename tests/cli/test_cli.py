@@ -49,6 +49,21 @@ def trained(tmp_path_factory, dataset_dir, encoder_dir):
     return output
 
 
+def group(dataset_dir, encoder_dir, layout_file, *flags):
+    """`haste-hf group` of the tiny dataset into `layout_file`; its exit status."""
+    return main(
+        ["group", *data_flags(dataset_dir), "--encoder", str(encoder_dir), "--output", str(layout_file), *flags]
+    )
+
+
+def train_on_layout(dataset_dir, encoder_dir, output_dir, layout_file, *flags):
+    """The arguments of a short `haste-hf train` of a tiny model (F = 8) on the label layout of `layout_file`."""
+    return [
+        "train", *data_flags(dataset_dir), "--encoder", str(encoder_dir), "--output-dir", str(output_dir),
+        "--max-steps", "2", "--fan-in", "8", "--layout-file", str(layout_file), *flags,
+    ]  # fmt: skip
+
+
 def test_train_saves_model_tokenizer_card_and_metrics(trained, dataset_dir, capsys):
     files = {path.name for path in trained.iterdir()}
     assert {
@@ -322,6 +337,15 @@ def test_push_with_a_refused_token_says_how_to_log_in(trained, monkeypatch, caps
     assert "401" in error and "hf auth login" in error
 
 
+@pytest.mark.parametrize("command, scored", [("evaluate", True), ("predict", False), ("add-labels", False)])
+def test_only_evaluate_takes_the_flags_of_scoring(capsys, command, scored):
+    """predict and add-labels compute no metrics: they took --dataset-name and --propensity-a/-b and ignored them."""
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = capsys.readouterr().out
+    assert all((flag in text) == scored for flag in ("--dataset-name", "--propensity-a", "--propensity-b"))
+
+
 def test_help_states_each_default_once(capsys):
     with pytest.raises(SystemExit):
         main(["evaluate", "--help"])
@@ -331,41 +355,10 @@ def test_help_states_each_default_once(capsys):
 
 def test_group_then_train_from_its_file_with_the_default_validation_fraction(dataset_dir, encoder_dir, tmp_path):
     layout_file = tmp_path / "layout.safetensors"
-    assert (
-        main(
-            [
-                "group",
-                *data_flags(dataset_dir),
-                "--encoder",
-                str(encoder_dir),
-                "--output",
-                str(layout_file),
-                "--group-size",
-                "4",
-                "--head-fraction",
-                "0.1",
-            ]
-        )
-        == 0
-    )
-    arguments = [
-        "train",
-        *data_flags(dataset_dir),
-        "--encoder",
-        str(encoder_dir),
-        "--output-dir",
-        str(tmp_path / "model"),
-        "--max-steps",
-        "2",
-        "--fan-in",
-        "8",
-        "--group-size",
-        "4",
-        "--head-fraction",
-        "0.1",
-        "--grouping-file",
-        str(layout_file),
-    ]
+    assert group(dataset_dir, encoder_dir, layout_file, "--group-size", "4", "--head-fraction", "0.1") == 0
+    structure = ["--group-size", "4", "--head-fraction", "0.1"]
+    arguments = train_on_layout(dataset_dir, encoder_dir, tmp_path / "model", layout_file, *structure)
+    arguments[arguments.index("--layout-file")] = "--grouping-file"  # the flag's other name
     assert main(arguments) == 0  # the structure flags agree with the file's (they may also be left out)
     from haste_hf.labels.layout import LabelLayout
 
@@ -377,41 +370,10 @@ def test_group_then_train_from_its_file_with_the_default_validation_fraction(dat
 
 def test_train_refuses_a_layout_of_another_split(dataset_dir, encoder_dir, tmp_path, capsys):
     layout_file = tmp_path / "layout.safetensors"
-    assert (
-        main(
-            [
-                "group",
-                *data_flags(dataset_dir),
-                "--encoder",
-                str(encoder_dir),
-                "--output",
-                str(layout_file),
-                "--group-size",
-                "4",
-                "--grouping",
-                "frequency",
-                "--validation-fraction",
-                "0.2",
-            ]
-        )
-        == 0
-    )
-    arguments = [
-        "train",
-        *data_flags(dataset_dir),
-        "--encoder",
-        str(encoder_dir),
-        "--output-dir",
-        str(tmp_path / "model"),
-        "--max-steps",
-        "2",
-        "--fan-in",
-        "8",
-        "--layout-file",
-        str(layout_file),
-    ]
+    flags = ["--group-size", "4", "--grouping", "frequency", "--validation-fraction", "0.2"]
+    assert group(dataset_dir, encoder_dir, layout_file, *flags) == 0
     capsys.readouterr()
-    assert main(arguments) == 1
+    assert main(train_on_layout(dataset_dir, encoder_dir, tmp_path / "model", layout_file)) == 1
     assert re.search(
         "^haste-hf train: error: .*another training split.*--validation-fraction", capsys.readouterr().err, re.M
     )
@@ -518,21 +480,7 @@ def test_group_defaults_to_the_papers_head_share(dataset_dir, encoder_dir, tmp_p
     from haste_hf.labels.layout import LabelLayout
 
     layout_file = tmp_path / "layout.safetensors"
-    assert (
-        main(
-            [
-                "group",
-                *data_flags(dataset_dir),
-                "--encoder",
-                str(encoder_dir),
-                "--output",
-                str(layout_file),
-                "--grouping",
-                "random",
-            ]
-        )
-        == 0
-    )
+    assert group(dataset_dir, encoder_dir, layout_file, "--grouping", "random") == 0
     layout = LabelLayout.load(layout_file)
     assert (layout.head_label_count, layout.group_size, layout.strategy) == (1, 16, "random")  # round(3% of 30) = 1
 
@@ -542,59 +490,15 @@ def test_group_names_the_train_options_it_ignores(dataset_dir, encoder_dir, tmp_
     from transformers.utils import logging
 
     with CaptureLogger(logging.get_logger("transformers.haste_hf.cli")) as captured:
-        assert (
-            main(
-                [
-                    "group",
-                    *data_flags(dataset_dir),
-                    "--encoder",
-                    str(encoder_dir),
-                    "--output",
-                    str(tmp_path / "layout.safetensors"),
-                    "--grouping",
-                    "random",
-                    "--fan-in",
-                    "8",
-                ]
-            )
-            == 0
-        )
+        layout_file = tmp_path / "layout.safetensors"
+        assert group(dataset_dir, encoder_dir, layout_file, "--grouping", "random", "--fan-in", "8") == 0
     assert "Ignored by `haste-hf group` (they are `train` options): --fan-in." in captured.out
 
 
 def test_train_refuses_structure_flags_that_contradict_the_layout_file(dataset_dir, encoder_dir, tmp_path, capsys):
     layout_file = tmp_path / "layout.safetensors"
-    assert (
-        main(
-            [
-                "group",
-                *data_flags(dataset_dir),
-                "--encoder",
-                str(encoder_dir),
-                "--output",
-                str(layout_file),
-                "--group-size",
-                "4",
-                "--grouping",
-                "frequency",
-            ]
-        )
-        == 0
-    )
-    base = [
-        "train",
-        *data_flags(dataset_dir),
-        "--encoder",
-        str(encoder_dir),
-        "--output-dir",
-        str(tmp_path / "model"),
-        "--max-steps",
-        "1",
-        "--fan-in",
-        "8",
-        "--layout-file",
-        str(layout_file),
-    ]
+    assert group(dataset_dir, encoder_dir, layout_file, "--group-size", "4", "--grouping", "frequency") == 0
+    base = train_on_layout(dataset_dir, encoder_dir, tmp_path / "model", layout_file)
     for flags, message in (
         (["--group-size", "8"], r"`group_size` \(8\) differs from the label layout's G \(4\)"),
         (["--head-fraction", "0.5"], "gives a head of 15 labels, the label layout's has 1"),

@@ -160,6 +160,19 @@ def test_evaluate_on_data_of_another_label_count_names_both_counts(capsys, cli_f
     assert not output.exists()
 
 
+def test_a_model_of_other_labels_is_not_run_on_the_demo_set_read_by_default(capsys, cli_files, tmp_path):
+    """Without --data (nor --input) evaluate and predict read the embedded demo set: for a model trained on other
+    data, predict refused to label the demo's texts (it wrote them silently) and evaluate says the demo set was read."""
+    output = tmp_path / "top5.jsonl"
+    status, lines = run_cli(capsys, ["predict", "--model", cli_files["model"], "--output", output])
+    assert_one_line_error(
+        status, lines, 2, "predict", "labels the embedded demo set's texts", "(30 labels, the demo set 452)", "--input"
+    )
+    assert not output.exists()
+    status, lines = run_cli(capsys, ["evaluate", "--model", cli_files["model"]])
+    assert_one_line_error(status, lines, 2, "evaluate", "has 30 labels and the dataset 452", "the embedded demo set")
+
+
 def test_evaluate_on_data_of_other_label_names_is_refused_unless_asked(capsys, cli_files, tmp_path):
     data = tmp_path / "renamed"
     shutil.copytree(cli_files["data"], data)

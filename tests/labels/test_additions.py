@@ -102,6 +102,33 @@ def test_new_groups_have_supports_where_their_directions_are_largest():
     assert supports_for(directions, 4).tolist() == [1, 5, 9, 12]
 
 
+def test_each_new_label_is_scored_from_its_own_weights_whatever_pairs_are_asked():
+    """`NewLabelWeights.pair_logits` (what fitting reads) gives each (text, label) pair the score `logits` gives it,
+    for new labels in the head, in the last group's padding slots and in a new group with padding slots; the last
+    label is a head label, whose row a padding slot must not claim."""
+    from haste_hf.labels.additions import NewLabelPlacement, NewLabelWeights
+    from haste_hf.modeling.output_layer import HasteOutputLayer
+
+    torch.manual_seed(0)
+    layer = HasteOutputLayer(32, 30, 2, 4, 8)
+    placement = NewLabelPlacement(
+        head=[1, 5],
+        filled=[0],
+        groups=torch.tensor([[2, 3, 4, -1]]),
+        supports=torch.tensor([[0, 3, 5, 9, 12, 17, 20, 31]]),
+    )
+    weights = NewLabelWeights(layer, placement, 6)
+    with torch.no_grad():
+        for param in weights.parameters():
+            param.normal_()
+    head_x, tail_x = layer.branch_inputs(torch.randn(3, 32))
+    every = weights.logits(head_x, tail_x)
+    rows, labels = torch.cartesian_prod(torch.arange(3), torch.arange(6)).T
+    torch.testing.assert_close(weights.pair_logits(head_x, tail_x, rows, labels), every[rows, labels])
+    # The head labels' scores are their rows' (no tail bias).
+    torch.testing.assert_close(every[:, [1, 5]], head_x @ weights.head_weight.T + weights.head_bias)
+
+
 @pytest.fixture(scope="module")
 def trained_folder(tmp_path_factory, tokenizer):
     """A model trained on planted data (label l planted as word `w{l}`), saved with its tokenizer."""

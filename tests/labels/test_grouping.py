@@ -152,6 +152,25 @@ def test_label_embeddings_pool_as_the_model_does_by_default(tiny_bert):
     assert not torch.allclose(by_default, compute_label_embeddings(model, texts, labels, 9, pooling="cls", **kwargs))
 
 
+def test_label_embeddings_progress_moves_a_batch_at_a_time(tiny_bert, monkeypatch):
+    """The bar advances with each encoder batch, not once a chunk of 16,384 texts: the demo's 2,700 texts are one
+    chunk, minutes on a loaded CPU, and its bar stood at 0 until the end."""
+    from haste_hf.labels import embeddings
+
+    updates = []
+
+    class Recorder(embeddings.tqdm):
+        def update(self, n=1):
+            updates.append(n)
+            return super().update(n)
+
+    monkeypatch.setattr(embeddings, "tqdm", Recorder)
+    model, tokenizer = tiny_bert
+    texts, labels = random_corpus(23, 9)
+    compute_label_embeddings(model, texts, labels, 9, tokenizer=tokenizer, batch_size=2, device="cpu")
+    assert len(updates) > 1 and sum(updates) == 23
+
+
 def test_pooling_beside_an_encoder_that_embeds_texts_itself_is_named_in_a_warning():
     from transformers.testing_utils import CaptureLogger
 
@@ -433,3 +452,26 @@ def test_frequency_order_tells_counts_apart_past_float32s_integers():
 def test_semantic_grouping_refuses_a_bad_iteration_count_or_bucket_size(options, argument):
     with pytest.raises(ValueError, match=f"`{argument}`"):
         group_labels(torch.randn(8, 4), torch.arange(8), 2, device="cpu", show_progress=False, **options)
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 3 * 4 * 5])  # less than one row of similarities; three rows
+def test_rows_join_their_centroids_alike_whatever_rows_a_chunk_of_similarities_holds(monkeypatch, chunk_bytes):
+    """`_assign_to_centroids` (k-means' step) scores rows against the centroids a chunk at a time (memory bound):
+    chunks of one or three rows give the nearest centroids, sums and similarities of one chunk of every row."""
+    from haste_hf.labels import grouping
+
+    generator = torch.Generator().manual_seed(0)
+    x = F.normalize(torch.randn(40, 8, generator=generator), dim=1)
+    centroids = F.normalize(torch.randn(5, 8, generator=generator), dim=1)
+    whole = grouping._assign_to_centroids(x, centroids, with_sums=True)
+    monkeypatch.setattr(grouping, "_CPU_CHUNK_BYTES", chunk_bytes)
+    chunked = grouping._assign_to_centroids(x, centroids, with_sums=True)
+    assert torch.equal(chunked[0], whole[0])
+    torch.testing.assert_close(chunked[1], whole[1])
+    torch.testing.assert_close(chunked[2], whole[2])
+
+
+@pytest.mark.parametrize("group_size", [0, -1, True, 2.0])
+def test_a_grouping_of_a_group_size_that_is_no_positive_integer_is_refused(group_size):
+    with pytest.raises(ValueError, match=f"`group_size` must be a positive integer, got {group_size!r}"):
+        LabelGrouping(order=[0, 1, 2, 3], group_size=group_size)

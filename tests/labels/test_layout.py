@@ -1,5 +1,8 @@
 """The label layout: built once from a training split, saved as one file, checked against split and model."""
 
+import os
+import stat
+
 import pytest
 import torch
 from datasets import Dataset
@@ -84,8 +87,13 @@ def test_layout_of_a_training_split(split, encoder_and_tokenizer, strategy):
 def test_save_load_round_trip_is_one_safetensors_file(split, tmp_path):
     layout = LabelLayout.from_training_split(split, LABELS, 8, head_label_count=5, strategy="random", seed=3)
     path = tmp_path / "layout.safetensors"
-    layout.save(path)
+    previous = os.umask(0o027)
+    try:
+        layout.save(path)
+    finally:
+        os.umask(previous)
     assert [p.name for p in tmp_path.iterdir()] == ["layout.safetensors"]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640  # a new file's mode, not mkstemp's 0o600
     loaded = LabelLayout.load(path)
     for name in ("label_count", "group_size", "strategy", "seed", "split_fingerprint", "train_points"):
         assert getattr(loaded, name) == getattr(layout, name), name
@@ -130,6 +138,26 @@ def test_layout_must_partition_the_labels():
         LabelLayout(label_count=3, head_ids=[0, 1], tail_order=[1, 2], group_size=2)
     with pytest.raises(ValueError, match="strategy"):
         LabelLayout(label_count=2, head_ids=[0], tail_order=[1], group_size=1, strategy="alphabetical")
+
+
+@pytest.mark.parametrize(
+    "counts, named",
+    [
+        (
+            dict(label_count=0, head_ids=[], tail_order=[], group_size=2),
+            "`label_count` must be a positive integer, got 0",
+        ),
+        (
+            dict(label_count=2, head_ids=[0, 1], tail_order=[], group_size=0),
+            "`group_size` must be a positive integer, got 0",
+        ),
+        (dict(label_count=2, head_ids=[0], tail_order=[1], group_size=True), "`group_size` must be a positive integer"),
+        (dict(label_count=2.0, head_ids=[0], tail_order=[1], group_size=1), "`label_count` must be a positive integer"),
+    ],
+)
+def test_a_layouts_label_count_and_group_size_are_positive_integers(counts, named):
+    with pytest.raises(ValueError, match=named):
+        LabelLayout(**counts)
 
 
 def test_semantic_layout_needs_embeddings_or_an_encoder(split):

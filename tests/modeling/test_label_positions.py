@@ -1,11 +1,11 @@
-"""The label checks of `from_encoder_pretrained` (haste_hf.modeling.label_positions.label_count_and_head): what a
-layout fixes, and what may be given beside it."""
+"""The label checks of haste_hf.modeling.label_positions: what a layout fixes and what may be given beside it
+(`label_count_and_head`, for `from_encoder_pretrained`), and how a `labels` tensor is read (`dense_labels`)."""
 
 import pytest
 import torch
 
 from haste_hf import LabelLayout
-from haste_hf.modeling.label_positions import label_count_and_head
+from haste_hf.modeling.label_positions import dense_labels, label_count_and_head
 
 
 def layout_of_10() -> LabelLayout:
@@ -50,3 +50,34 @@ def test_without_a_layout_the_label_count_is_needed_and_one_head_setting():
         label_count_and_head(None, 2, None, None, None, None, {})
     with pytest.raises(ValueError, match="not both"):
         label_count_and_head(10, 2, 0.2, None, None, None, {})
+
+
+def test_an_integer_multi_hot_of_0s_and_1s_is_read_as_one_and_padded_ids_are_not():
+    """What `MultiLabelBinarizer` gives (int64 0s and 1s, one column per label) is a multi-hot, as are bool and float
+    targets in [0, 1]; padded label ids (any other integers) are not; with 2 labels or fewer the two integer readings
+    cannot be told apart and are refused."""
+    multi_hot = torch.tensor([[0, 1, 0, 1, 1], [1, 0, 0, 0, 0], [0, 0, 0, 0, 0]])
+    assert torch.equal(dense_labels(multi_hot, 3, 5), multi_hot.bool())
+    soft = multi_hot.float() * 0.75 + (multi_hot == 0) * 0.25  # float targets anywhere in [0, 1], ends included
+    soft[0, 0], soft[1, 0] = 0.0, 1.0
+    for dense in (multi_hot.bool(), multi_hot.float(), soft):
+        assert dense_labels(dense, 3, 5) is dense
+    assert dense_labels(torch.tensor([[3, 4, 1, 0, -100], [2, -100, -100, -100, -100]]), 2, 5) is None
+    assert dense_labels(torch.tensor([[1, 1, 1, 1, 1]]), 1, 5).all()
+    with pytest.raises(ValueError, match="read both as a multi-hot and as padded label ids"):
+        dense_labels(torch.tensor([[0, 1], [1, 1]]), 2, 2)
+
+
+@pytest.mark.parametrize(
+    "labels, message",
+    [
+        (torch.zeros(3, 4), r"A dense multi-hot `labels` needs 5 columns, got 4: pass one column per label"),
+        (torch.zeros(3, 6, dtype=torch.bool), "needs 5 columns, got 6"),
+        (torch.zeros(3), r"`labels` must be 2-D with one row per example, got shape \(3,\)"),
+        (torch.zeros(2, 5), r"one row per example, got shape \(2, 5\)"),
+        (torch.full((3, 5), 1.5), r"must hold targets in \[0, 1\]"),
+    ],
+)
+def test_a_malformed_labels_tensor_is_refused_naming_the_fix(labels, message):
+    with pytest.raises(ValueError, match=message):
+        dense_labels(labels, 3, 5)

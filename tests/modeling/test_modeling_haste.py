@@ -146,6 +146,21 @@ def test_predict_topk_matches_full_logits_in_small_chunks(variant, monkeypatch):
         model.predict_topk(input_ids, attention_mask, k=LABELS + 1)
 
 
+def test_a_model_whose_weights_hold_nan_refuses_to_rank():
+    """`topk` puts NaN first: a NaN weight would rank a label best for every text. `predict_topk` and the forward's
+    top-k refuse, in one line naming the cause."""
+    model = make_model()
+    with torch.no_grad():
+        model.output_layer.head.weight[0, 0] = float("nan")
+    input_ids, attention_mask, _ = random_batch()
+    for rank in (
+        lambda: model.predict_topk(input_ids, attention_mask, k=3),
+        lambda: model(input_ids, attention_mask, top_k=3),
+    ):
+        with pytest.raises(ValueError, match="scores hold NaN .* the labels cannot be ranked"):
+            rank()
+
+
 def test_padding_slots_are_never_predicted():
     model = make_model(label_count=LABELS + 1, tail_bias=True)  # 47 tail labels: the last group has a padding slot
     layer = model.output_layer
@@ -565,3 +580,31 @@ def test_label_names_empty_ones_named_by_id_repeated_ones_kept_with_a_warning():
             ValueError, match=r"`label_names` has (a string|5 entries) for 6 labels: give a list of one"
         ):
             model.set_label_names(names)
+
+
+def test_push_to_hub_without_the_hub_module_pushes_the_transformers_way(monkeypatch):
+    """Exported code where `haste_hf` is not installed: `push_to_hub` is transformers' own, given the same arguments,
+    and returns what it returns (the commit)."""
+    model = make_tiny_model(label_count=LABELS)
+    owner = next(cls for cls in type(model).__mro__[1:] if "push_to_hub" in vars(cls))
+    calls = []
+
+    def transformers_push(self, repo_id, **kwargs):
+        calls.append((self, repo_id, kwargs))
+        return "the commit"
+
+    monkeypatch.setattr(owner, "push_to_hub", transformers_push)
+    monkeypatch.setitem(sys.modules, "haste_hf.hub", None)  # as in exported code without the package
+    assert model.push_to_hub("someone/model", private=True) == "the commit"
+    assert calls == [(model, "someone/model", {"private": True})]
+
+
+@pytest.mark.parametrize("family", ["bert", "mpnet"])  # checkpointing through transformers' code; through HASTE's
+def test_is_gradient_checkpointing_says_whether_the_encoders_blocks_checkpoint(family):
+    """The property peft reads (transformers deprecated its name): True once checkpointing is on, False off."""
+    model = make_model(family=family)
+    assert model.is_gradient_checkpointing is False
+    model.gradient_checkpointing_enable()
+    assert model.is_gradient_checkpointing is True
+    model.gradient_checkpointing_disable()
+    assert model.is_gradient_checkpointing is False

@@ -203,15 +203,18 @@ def test_optimizer_state_of_exactly_the_rewired_slots_is_zeroed(make_optimizer):
 
 
 def test_optimizer_state_reset_accepts_a_mask_and_checks_the_parameter():
-    weight = torch.nn.Parameter(torch.randn(2, 2, 3))
+    weight = torch.nn.Parameter(torch.randn(3, 2, 4))  # K, G, F all differ: a mask [K, F] is told from [G, F]
     optimizer = stepped(torch.optim.SGD([weight], lr=0.1, momentum=0.9), weight)
-    mask = torch.zeros(2, 3, dtype=torch.bool)
+    mask = torch.zeros(3, 4, dtype=torch.bool)
     mask[1, 2] = True
     reset_optimizer_state_(optimizer, weight, mask)
     buffer = optimizer.state[weight]["momentum_buffer"]
     assert bool((buffer[1, :, 2] == 0).all()) and int((buffer == 0).sum()) == 2
+    for bad in (torch.zeros(2, 4, dtype=torch.bool), torch.zeros(3, 2, dtype=torch.bool), mask.int()):
+        with pytest.raises(ValueError, match=r"`rewired` must be a RewiringResult or a bool mask \[groups, fan_in\]"):
+            reset_optimizer_state_(optimizer, weight, bad)
     with pytest.raises(ValueError, match="not among the parameters"):
-        reset_optimizer_state_(optimizer, torch.nn.Parameter(torch.randn(2, 2, 3)), mask)
+        reset_optimizer_state_(optimizer, torch.nn.Parameter(torch.randn(3, 2, 4)), mask)
     assert reset_optimizer_state_(torch.optim.SGD([weight], lr=0.1, momentum=0.9), weight, mask) == 0  # no state yet
 
 

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import stat
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,11 +19,34 @@ from haste_hf import HasteForExtremeClassification
 from haste_hf.modeling.saving import (
     INCOMPLETE_SAVE_FILE,
     STAGING_PREFIX,
+    atomic_path,
     save_folder_atomically,
 )
 
 
 # ------------------------------------------------------------------------------------- saving and loading
+
+
+@pytest.fixture
+def umask_027():
+    previous = os.umask(0o027)
+    yield 0o640  # what `open` gives a new file under it
+    os.umask(previous)
+
+
+def test_a_file_written_whole_gets_the_mode_of_a_new_file(tmp_path, umask_027):
+    """`atomic_path` (predictions, metrics, label layouts) gave 0o600, `tempfile.mkstemp`'s mode: the user's group
+    could not read what the commands wrote."""
+    path = tmp_path / "top5.jsonl"
+    with atomic_path(path) as partial:
+        assert stat.S_IMODE(os.stat(partial).st_mode) == umask_027
+        Path(partial).write_text("{}\n")
+    assert stat.S_IMODE(path.stat().st_mode) == umask_027 and path.read_text() == "{}\n"
+    assert [entry.name for entry in tmp_path.iterdir()] == ["top5.jsonl"]
+    with pytest.raises(RuntimeError), atomic_path(path) as partial:
+        Path(partial).write_text("half")
+        raise RuntimeError("killed")
+    assert path.read_text() == "{}\n" and [entry.name for entry in tmp_path.iterdir()] == ["top5.jsonl"]
 
 
 def test_save_into_a_writable_folder_under_a_read_only_parent(tmp_path, monkeypatch):
@@ -254,3 +278,36 @@ def test_a_mark_that_is_not_a_small_regular_file_is_refused_at_load_in_one_line(
         path, kind = marks[folder]
         assert outcome.startswith(("OSError", "ExportError")), (kind, outcome[:300])
         assert str(path) in outcome and "\n" not in outcome, (kind, outcome[:300])
+
+
+def test_where_folders_cannot_be_locked_the_journals_owner_decides_whether_a_save_goes_on(tmp_path):
+    """`_wait_for_running_save` (no `flock`: Windows, some network file systems): no journal, or one of this process
+    or of a process of this host that is gone, lets the save go on; one of another host, of a process still running
+    past the wait, or a mark that cannot be read (a FIFO) does not, at once for the last."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from haste_hf.modeling.saving import _wait_for_running_save
+
+    mark = tmp_path / INCOMPLETE_SAVE_FILE
+
+    def journal_of(host, pid):
+        mark.write_text(json.dumps({"host": host, "pid": pid, "staging": f"{STAGING_PREFIX}x", "files": []}))
+
+    assert _wait_for_running_save(str(tmp_path), 0.05)
+    journal_of(socket.gethostname(), os.getpid())
+    assert _wait_for_running_save(str(tmp_path), 0.05)
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    journal_of(socket.gethostname(), int(ended.stdout))
+    assert _wait_for_running_save(str(tmp_path), 0.05)
+    journal_of("another-host", os.getpid())
+    assert not _wait_for_running_save(str(tmp_path), 0.05)
+    journal_of(socket.gethostname(), os.getppid())  # running, and past the wait
+    assert not _wait_for_running_save(str(tmp_path), 0.05)
+    mark.unlink()
+    os.mkfifo(mark)
+    start = time.monotonic()
+    assert not _wait_for_running_save(str(tmp_path), None)  # no wait would end
+    assert time.monotonic() - start < 5

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from launch import TESTS, cli_train_arguments, torchrun
+from launch import TESTS, assert_momentum_in_shards, cli_train_arguments, torchrun, whole_state
 
 
 def is_running(pid: int) -> bool:
@@ -40,7 +40,8 @@ def test_a_hung_run_is_ended_with_all_its_processes(tmp_path):
 @pytest.mark.parametrize("pattern", ["main_only", "every_rank"])
 def test_sharded_run_checkpoints_saves_and_resumes_whichever_ranks_save(tmp_path, pattern):
     """transformers 5.17 calls `_save` on the main process only, 5.24 on every rank: with either, a sharded run
-    checkpoints, saves its whole model and resumes to the uninterrupted run's weights."""
+    checkpoints, saves its model (each rank its rows of the output layer, with their momentum in a checkpoint) and
+    resumes to the uninterrupted run's weights."""
     from haste_hf import HasteForExtremeClassification
 
     # Two runs of 8 steps and a resumption on 2 ranks: 139 s with the 2 cores shared by two `yes` loops and other
@@ -52,8 +53,7 @@ def test_sharded_run_checkpoints_saves_and_resumes_whichever_ranks_save(tmp_path
         assert set(saved) == set(results["uninterrupted"])
         for name, value in results["uninterrupted"].items():
             assert torch.equal(saved[name], value), (folder, name)
-    momentum = torch.load(tmp_path / "run" / "checkpoint-4" / "optimizer.pt", weights_only=True)["output"]["state"]
-    assert [tuple(entry["momentum_buffer"].shape) for entry in momentum.values()] == [(5, 32), (5,), (9, 4, 8)]
+    assert_momentum_in_shards(tmp_path / "run" / "checkpoint-4")
     for name, value in results["uninterrupted"].items():
         assert torch.equal(results["resumed"][name], value), name
 
@@ -62,8 +62,6 @@ def test_sharded_run_checkpoints_saves_and_resumes_whichever_ranks_save(tmp_path
 def test_cli_run_on_two_processes_checkpoints_resumes_and_prints_once(tmp_path):
     """`torchrun -m haste_hf.cli train` with checkpoints every 3 steps, then resumed from step 3: the same model as
     the uninterrupted run, and one test table printed per run (rank 0's)."""
-    from safetensors.torch import load_file
-
     arguments = [
         *cli_train_arguments(tmp_path),
         "--use_cpu",
@@ -83,7 +81,7 @@ def test_cli_run_on_two_processes_checkpoints_resumes_and_prints_once(tmp_path):
     first = torchrun(["-m", "haste_hf.cli", *arguments], tmp_path, timeout=420)
     assert first.stdout.count("Test metrics (%)") == 1, first.stdout
     assert sorted(path.name for path in (tmp_path / "run").glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-6"]
-    uninterrupted = load_file(tmp_path / "run" / "model.safetensors")
+    uninterrupted = whole_state(tmp_path / "run")
     metrics = json.loads((tmp_path / "run" / "test_metrics.json").read_text())
     shutil.rmtree(tmp_path / "run" / "checkpoint-6")
     resumed = torchrun(
@@ -92,8 +90,14 @@ def test_cli_run_on_two_processes_checkpoints_resumes_and_prints_once(tmp_path):
         timeout=420,
     )
     assert resumed.stdout.count("Test metrics (%)") == 1, resumed.stdout
-    again = load_file(tmp_path / "run" / "model.safetensors")
+    again = whole_state(tmp_path / "run")
     assert set(again) == set(uninterrupted)
     for name, value in uninterrupted.items():
         torch.testing.assert_close(again[name], value, rtol=0, atol=1e-6, msg=name)
     assert json.loads((tmp_path / "run" / "test_metrics.json").read_text()) == pytest.approx(metrics)
+    # `haste-hf evaluate` on two processes: each rank loads its rows of the saved layer; one table, train's metrics.
+    evaluate = ["-m", "haste_hf.cli", "evaluate", "--model", tmp_path / "run", "--data", tmp_path / "data"]
+    evaluated = torchrun([*evaluate, "--output", tmp_path / "evaluated.json"], tmp_path, timeout=300)
+    assert evaluated.stdout.count("metrics (%)") == 1, evaluated.stdout
+    again = json.loads((tmp_path / "evaluated.json").read_text())
+    assert {name: again[name] for name in metrics} == pytest.approx(metrics)

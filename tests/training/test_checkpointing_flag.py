@@ -39,3 +39,20 @@ def test_the_command_line_takes_the_flag():
     parser = build_parser(command="train", live=False)
     arguments = parser.parse_args(["train", "--activation-checkpointing", "--data", "d", "--output-dir", "o"])
     assert arguments.activation_checkpointing is True
+
+
+def test_the_old_name_of_this_class_and_the_command_line_is_taken_without_a_warning(tmp_path):
+    """`HasteTrainingArguments` declares `gradient_checkpointing` itself (the CLI's `--gradient-checkpointing`): on a
+    transformers that renamed it, the value goes on under the new name, with no warning naming a flag the CLI lacks."""
+    from haste_hf import HasteTrainingArguments
+    from haste_hf.training.training_args import HAS_ACTIVATION_CHECKPOINTING
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*gradient_checkpointing.*deprecated", category=FutureWarning)
+        args = HasteTrainingArguments(
+            output_dir=str(tmp_path), gradient_checkpointing=True, gradient_checkpointing_kwargs={"every_n_layers": 2}
+        )
+    assert args.gradient_checkpointing is True and args.gradient_checkpointing_kwargs == {"every_n_layers": 2}
+    assert args._checkpointing_given
+    if HAS_ACTIVATION_CHECKPOINTING:  # the name transformers reads there
+        assert args.activation_checkpointing is True

@@ -5,7 +5,16 @@ import uuid
 
 import pytest
 import torch
-from launch import LOSS_TOLERANCE, TESTS, WEIGHT_TOLERANCE, assert_states_close, cli_train_arguments, torchrun
+from launch import (
+    LOSS_TOLERANCE,
+    TESTS,
+    WEIGHT_TOLERANCE,
+    assert_momentum_in_shards,
+    assert_states_close,
+    cli_train_arguments,
+    torchrun,
+    whole_state,
+)
 
 from haste_hf.labels.layout import LabelLayout
 from haste_hf.modeling.output_layer import HasteOutputLayer
@@ -182,8 +191,9 @@ def test_replicas_stay_identical(two_processes):
 
 
 @pytest.mark.slow
-def test_sharded_run_saves_and_pushes_one_ordinary_model_and_resumes_identically(two_processes):
+def test_sharded_run_saves_and_pushes_its_model_in_row_shards_and_resumes_identically(two_processes):
     from haste_hf import HasteForExtremeClassification
+    from haste_hf.modeling.output_shards import OUTPUT_SHARDS_INDEX
 
     output, results = two_processes
     sharded = results["sharded"]["state"]
@@ -193,14 +203,13 @@ def test_sharded_run_saves_and_pushes_one_ordinary_model_and_resumes_identically
         model = HasteForExtremeClassification.from_pretrained(folder)
         assert model.output_layer.tail.weight.shape == (9, 4, 8) and model.output_layer.head.weight.shape[0] == 5
         assert (folder / "modeling_haste.py").is_file()  # loadable without haste_hf (trust_remote_code)
+        assert (folder / OUTPUT_SHARDS_INDEX).is_file()  # the output layer as the ranks wrote it, not gathered
         for name, value in model.state_dict().items():
             assert torch.equal(value, sharded[name]), (folder, name)
     pushed = HasteForExtremeClassification.from_pretrained(results["repo_id"])  # Trainer.push_to_hub of the sharded run
     for name, value in pushed.state_dict().items():
         assert torch.equal(value, sharded[name]), name
-    optimizer = torch.load(output / "sharded" / "checkpoint-8" / "optimizer.pt", weights_only=True)
-    momentum = [entry["momentum_buffer"] for entry in optimizer["output"]["state"].values()]
-    assert [tuple(buffer.shape) for buffer in momentum] == [(5, 32), (5,), (9, 4, 8)]  # whole, not one share
+    assert_momentum_in_shards(output / "sharded" / "checkpoint-8")
     # Resumed from step 8 on two processes: steps 9-12 (one rewiring) as the uninterrupted run.
     resumed = results["resumed"]
     assert resumed["rewirings"] == results["sharded"]["rewirings"]
@@ -238,8 +247,6 @@ def test_cli_train_on_two_processes_equals_one(tmp_path):
     """`torchrun -m haste_hf.cli train` (sharded by default) against one process at the same global batch:
     semantic grouping on rank 0 only, validation and best-checkpoint selection, test evaluation split over
     the ranks, one model saved."""
-    from safetensors.torch import load_file
-
     from haste_hf.cli import main
 
     arguments = cli_train_arguments(tmp_path)
@@ -251,7 +258,7 @@ def test_cli_train_on_two_processes_equals_one(tmp_path):
     # A small label set at a small batch: the user is told, once, that one process would train as fast.
     assert (launched.stdout + launched.stderr).count("2 processes will likely train slower than one") == 1
     assert main([*arguments, "--output-dir", str(tmp_path / "one"), "--batch-size", "16"]) == 0
-    one, two = load_file(tmp_path / "one" / "model.safetensors"), load_file(tmp_path / "two" / "model.safetensors")
+    one, two = whole_state(tmp_path / "one"), whole_state(tmp_path / "two")
     assert set(one) == set(two) and torch.equal(one["output_layer.tail.supports"], two["output_layer.tail.supports"])
     for name, value in one.items():
         # 54 steps of AdamW at 3e-3 with clipping grow the fp32 summation-order differences to ~2e-3 (the
@@ -319,6 +326,62 @@ def test_sharding_refuses_ranks_that_hold_different_layers(tmp_path, monkeypatch
             ShardedOutputLayer.shard(layer(0))
     finally:
         dist.destroy_process_group()
+
+
+def test_a_sharded_layers_top_k_on_a_group_of_one_process_is_the_layers(tmp_path):
+    """`ShardedOutputLayer.topk` (every rank's top-k of the gathered batch, merged per example) on a one-process gloo
+    group ranks as the layer it was cut from, with k above the layer's head and below its label count (two real ranks
+    are the slow torchrun tests above)."""
+    import copy
+
+    import torch.distributed as dist
+
+    from haste_hf.training.sharded_output_layer import ShardedOutputLayer
+
+    torch.manual_seed(0)
+    layer = HasteOutputLayer(16, 30, head_labels=4, group_size=4, fan_in=4).eval()
+    real = layer.output_labels >= 0  # a label order other than the identity; padding slots kept
+    layer.output_labels[real] = layer.output_labels[real][torch.randperm(30)]
+    features = torch.randn(5, 16)
+    expected = layer.topk(features, 7)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        top = ShardedOutputLayer.shard(copy.deepcopy(layer)).eval().topk(features, 7)
+    finally:
+        dist.destroy_process_group()
+    assert torch.equal(top.label_ids, expected.label_ids)
+    torch.testing.assert_close(top.scores, expected.scores, rtol=0, atol=0)
+
+
+def test_a_sharded_model_loads_a_checkpoint_folder_on_a_group_of_one_process(tmp_path):
+    """`load_folder_rows_` (a resume of a label-sharded run) of a one-file folder on a one-process gloo group: every
+    tensor of the saved model, the layer's share included, is loaded as saved."""
+    import torch.distributed as dist
+    from tiny_haste import make_tiny_model
+
+    from haste_hf.training.shard_checkpoints import load_folder_rows_
+    from haste_hf.training.sharded_output_layer import shard_output_layer_
+
+    saved = make_tiny_model(seed=1)
+    saved.save_pretrained(tmp_path / "checkpoint")
+    model = make_tiny_model(seed=0)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        shard_output_layer_(model)
+        load_folder_rows_(model, tmp_path / "checkpoint")
+    finally:
+        dist.destroy_process_group()
+    loaded = model.state_dict()
+    assert set(loaded) == set(saved.state_dict())
+    for name, tensor in saved.state_dict().items():
+        assert torch.equal(loaded[name], tensor), name
+
+
+def test_broadcast_of_an_object_without_a_process_group_is_the_object_itself():
+    from haste_hf.training.distributed import broadcast_object
+
+    value = {"seed": 3}
+    assert broadcast_object(value) is value
 
 
 def test_multi_hot_labels_become_positive_ids_padded_to_the_longest_row():

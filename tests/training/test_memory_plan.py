@@ -314,3 +314,33 @@ def test_device_memory_is_a_gpus_total_and_none_on_a_cpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
     assert memory_plan.device_memory_of(torch.device("cuda", 1)) == 80 * 2**30 and asked == [torch.device("cuda", 1)]
     assert memory_plan.device_memory_of(torch.device("cpu")) is None and len(asked) == 1
+
+
+def test_a_size_the_encoders_config_does_not_name_counts_no_activations(monkeypatch):
+    """The activations are planned from the encoder config's layers, hidden size and heads; a config that names no
+    hidden size (not a transformer's, or one spelled otherwise) gets no bytes per hidden unit guessed for it: planned
+    as a hidden size of 0, the attention part alone."""
+    from types import SimpleNamespace
+
+    model = make_tiny_model()
+    common = dict(
+        batch_size=8,
+        tokens=16,
+        loss_rows=8,
+        momentum_dtype="float32",
+        momentum=True,
+        chunked_backward=False,
+        fused_update=False,
+        checkpoint_every=0,
+        autocast_bf16=False,
+    )
+    planned = {}
+    for name, encoder in (
+        ("unnamed", SimpleNamespace(num_hidden_layers=2, num_attention_heads=2)),
+        ("zero", SimpleNamespace(num_hidden_layers=2, num_attention_heads=2, hidden_size=0)),
+        ("no layers", SimpleNamespace()),
+    ):
+        monkeypatch.setattr(model.config, "encoder", encoder)
+        planned[name] = planned_peak_bytes(model, **common)
+    attention = 2 * 2 * 8 * 16 * memory_plan.ATTENTION_BYTES_PER_HEAD_TOKEN * 2 * 16  # fp32: twice the bf16 bytes
+    assert planned["unnamed"] == planned["zero"] == planned["no layers"] + attention

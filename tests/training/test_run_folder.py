@@ -25,6 +25,17 @@ def test_a_folder_holding_a_model_is_refused_unless_overwritten_or_resumed(tmp_p
     assert not (tmp_path / "new").exists()
 
 
+def test_the_refusal_names_up_to_four_things_the_folder_holds(tmp_path):
+    folder = finished_run(tmp_path / "out")
+    (folder / "model.safetensors").write_bytes(b"")
+    (folder / "checkpoint-8").mkdir()
+    with pytest.raises(ValueError, match=r"\(config.json, model.safetensors, checkpoint-4, checkpoint-8\): pass"):
+        RunFolder(folder).check()
+    (folder / "checkpoint-12").mkdir()
+    with pytest.raises(ValueError, match=r"\(config.json, model.safetensors, checkpoint-4, checkpoint-8, ...\): pass"):
+        RunFolder(folder).check()
+
+
 def test_a_file_where_the_folder_should_be_is_refused(tmp_path):
     (tmp_path / "out").write_text("")
     with pytest.raises(ValueError, match="is a file; give a folder path"):

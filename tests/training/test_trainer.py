@@ -1,3 +1,4 @@
+import pickle
 from functools import partial
 
 import numpy as np
@@ -471,3 +472,67 @@ def test_one_process_orders_the_data_as_the_stock_trainer_does(tmp_path, tokeniz
 
     for torch_seed in (7, 8):
         assert torch.equal(order(haste, torch_seed), order(stock, torch_seed))
+
+
+def test_the_memory_plan_is_sized_for_the_collators_length_else_the_encoders_else_512_tokens(tmp_path, monkeypatch):
+    """The input length the memory plan is asked about: the collator's `max_length`, else the encoder's
+    `max_position_embeddings`, else 512 (an encoder config that names no limit)."""
+    from types import SimpleNamespace
+
+    from haste_hf.training import memory_plan
+
+    asked = []
+
+    def plan_memory(args, model, *, tokens, sharded, device_memory):
+        asked.append(tokens)
+        return SimpleNamespace(
+            output_momentum_dtype="float32",
+            output_chunked_backward=False,
+            output_fused_update=False,
+            checkpoint_every=0,
+        )
+
+    monkeypatch.setattr(memory_plan, "plan_memory", plan_memory)
+    args = HasteTrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[])
+    model = make_model()
+    HasteTrainer._plan_memory(args, model, False, SimpleNamespace(max_length=24))
+    HasteTrainer._plan_memory(args, model, False, SimpleNamespace(max_length=None))
+    no_limit = SimpleNamespace(config=SimpleNamespace(encoder=SimpleNamespace()))
+    HasteTrainer._plan_memory(args, no_limit, False, None)
+    assert asked == [24, model.config.encoder.max_position_embeddings, 512]
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_the_loss_backward_is_chunked_only_where_asked(tmp_path, tokenizer, datasets_, chunked):
+    """With `output_chunked_backward` and `output_fused_update` off, the trainer's optimizer leaves the output layer's
+    backward as the model's own; on, the head and tail weights run theirs by label chunks."""
+    trainer = make_tiny_trainer(
+        tmp_path,
+        tokenizer,
+        datasets_[0],
+        model_fields=dict(label_count=LABELS),
+        output_chunked_backward=chunked,
+        output_fused_update=False,
+        max_steps=1,
+    )
+    trainer.create_optimizer()
+    layer = trainer.model.output_layer
+    for weight in (layer.head.weight, layer.tail.weight):
+        assert hasattr(weight, "_haste_chunked_backward") == chunked  # losses.chunk_loss_backward_'s mark
+
+
+@pytest.mark.parametrize("error", [RuntimeError("bad header"), pickle.UnpicklingError("bad pickle"), EOFError()])
+def test_a_checkpoint_file_that_does_not_load_is_named_with_its_checkpoint(error, tmp_path):
+    """What the trainer's checkpoint loaders raise (`checkpoints._reading`): a file of a checkpoint that does not load
+    is a `ValueError` naming the checkpoint and the file; outside a checkpoint, or for other errors, the loader's own
+    error stands."""
+    from haste_hf.training.checkpoints import _reading
+
+    expected = str(error) or type(error).__name__
+    message = f"^run/checkpoint-6: its optimizer.pt does not load \\({expected}\\); resume from an earlier checkpoint"
+    with pytest.raises(ValueError, match=message), _reading("run/checkpoint-6", "optimizer.pt"):
+        raise error
+    with pytest.raises(type(error)), _reading(None, "optimizer.pt"):
+        raise error
+    with pytest.raises(FileNotFoundError), _reading("run/checkpoint-6", "weights"):
+        torch.load(tmp_path / "missing.pt")

@@ -1,6 +1,9 @@
 """What a user of transformers' training conventions gets with a HASTE model, as with a transformers classifier: a
 stock `TrainingArguments` (`remove_unused_columns=True`) over raw text, `DataCollatorWithPadding` over tokenized text
-with ragged label-id lists, and the metric from `evaluate.load`."""
+with ragged label-id lists, and the metric from `evaluate.load`; and what a stock `Trainer` needs (`XMCDataCollator`),
+as the README says."""
+
+from pathlib import Path
 
 import evaluate
 import numpy as np
@@ -8,13 +11,14 @@ import pytest
 from datasets import Dataset
 from tiny_encoders import planted_texts, tiny_tokenizer
 from tiny_haste import make_tiny_model
-from transformers import DataCollatorWithPadding, TrainingArguments
+from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
 
-from haste_hf import HasteTrainer, HasteTrainingArguments
+from haste_hf import HasteTrainer, HasteTrainingArguments, XMCDataCollator
 from haste_hf.metrics import compute_xmc_metrics
 
 
 LABELS = 40
+README = Path(__file__).parents[2] / "README.md"
 
 
 @pytest.fixture
@@ -116,3 +120,74 @@ def test_evaluate_load_finds_the_metric(tmp_path, tokenizer):
     )
     scores = trainer.evaluate()
     assert {"eval_P@1", "eval_P@3", "eval_nDCG@3"} <= set(scores) and 0 <= scores["eval_P@1"] <= 1
+
+
+def tokenized(tokenizer, rows):
+    return Dataset.from_list(rows).map(
+        lambda batch: tokenizer(batch["text"], truncation=True, max_length=16), batched=True, remove_columns=["text"]
+    )
+
+
+def stock_trainer_paragraph():
+    readme = " ".join(README.read_text().split())
+    paragraph = readme[readme.index("A stock `transformers.Trainer` trains") :]
+    return paragraph[: paragraph.index("```")]
+
+
+@pytest.mark.parametrize(
+    "processing, collator, message",
+    [
+        (False, "default_data_collator", "expected sequence of length"),
+        (True, "DataCollatorWithPadding", "Unable to create tensor"),
+    ],
+)
+def test_a_stock_trainer_needs_xmc_data_collator_as_the_readme_says(tmp_path, tokenizer, processing, collator, message):
+    """A stock `Trainer` collates with transformers' own collator (chosen by the type of `processing_class` alone,
+    before any of the model's code runs), which fails on label-id lists of different lengths; the README names the
+    error the user meets there and the fix, `XMCDataCollator`, which trains."""
+    dataset = tokenized(tokenizer, planted_texts(LABELS, 24, 0, labels_per_text=3))
+    assert len({len(row) for row in dataset["labels"][:8]}) > 1  # ragged in the first batch
+    given = {"processing_class": tokenizer} if processing else {}
+    trainer = Trainer(
+        model=make_tiny_model(label_count=LABELS), args=stock_arguments(tmp_path), train_dataset=dataset, **given
+    )
+    with pytest.raises(ValueError) as failure:
+        trainer.train()
+    assert str(failure.value).startswith(message)
+    paragraph = stock_trainer_paragraph()
+    assert f"`{collator}`" in paragraph and f"`{message} ...`" in paragraph
+    assert "`data_collator=XMCDataCollator(tokenizer)`" in paragraph
+
+    trainer = Trainer(
+        model=make_tiny_model(label_count=LABELS),
+        args=stock_arguments(tmp_path),
+        train_dataset=dataset,
+        data_collator=XMCDataCollator(tokenizer, max_length=16),
+        **given,
+    )
+    assert trainer.train().global_step == 3
+
+
+def test_a_stock_trainer_left_without_tokens_is_told_of_xmc_data_collator(tmp_path, tokenizer):
+    """Labels of one length collate, but a stock `TrainingArguments` removes the raw `text` (no argument of the model):
+    the model names the collator that tokenizes it, not the encoder's complaint about missing `input_ids`."""
+    raw = Dataset.from_list(planted_texts(LABELS, 16, 0, labels_per_text=1))
+    trainer = Trainer(model=make_tiny_model(label_count=LABELS), args=stock_arguments(tmp_path), train_dataset=raw)
+    with pytest.raises(
+        ValueError, match=r"got no `input_ids`.*haste_hf.XMCDataCollator\(tokenizer\).*remove_unused_columns"
+    ):
+        trainer.train()
+
+
+def test_a_stock_trainer_given_one_label_id_per_text_is_told_of_xmc_data_collator(tmp_path, tokenizer):
+    """A `label` column of one id per text collates (transformers' collators name it `labels`) as a `[B]` vector,
+    which the model refuses in one line naming the form it takes and `XMCDataCollator`, which packs id lists so."""
+    rows = [{"text": row["text"], "label": row["labels"][0]} for row in planted_texts(LABELS, 16, 0, labels_per_text=1)]
+    trainer = Trainer(
+        model=make_tiny_model(label_count=LABELS),
+        args=stock_arguments(tmp_path),
+        train_dataset=tokenized(tokenizer, rows),
+        processing_class=tokenizer,
+    )
+    with pytest.raises(ValueError, match=r"must be 2-D with one row per example, got shape \(8,\).*XMCDataCollator"):
+        trainer.train()

@@ -1,0 +1,40 @@
+# Copyright 2026 The haste_hf Authors. Apache-2.0.
+"""benchmarks/mutation_sample.py: which test files run against a mutant, on a hand-made tree."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "mutation_sample.py"
+
+
+@pytest.fixture(scope="module")
+def mutation_sample():
+    spec = importlib.util.spec_from_file_location("mutation_sample", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+
+
+def test_a_test_importing_a_name_the_package_reexports_runs_against_the_module(mutation_sample, tmp_path):
+    """`from haste_hf.cli import main` reaches cli/commands.py through cli/__init__.py (`from .commands import
+    main`): the test that imports it so is among the mutant's tests beside the one that imports the module by name;
+    one that imports only another name is not."""
+    files = {
+        "haste_hf/cli/__init__.py": "from .commands import main\nfrom .parser import build_parser\n",
+        "haste_hf/cli/commands.py": "def main():\n    return 0\n",
+        "haste_hf/cli/parser.py": "def build_parser():\n    return None\n",
+        "tests/cli/test_entry.py": "from haste_hf.cli import main\n\n\ndef test_main():\n    assert main() == 0\n",
+        "tests/cli/test_direct.py": "from haste_hf.cli.commands import main\n",
+        "tests/cli/test_flags.py": "from haste_hf.cli import build_parser\n\n\ndef test_parser():\n    build_parser()\n",
+    }
+    for path, text in files.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    mutant = mutation_sample.Mutant("haste_hf/cli/commands.py", 2, "", "", "", False)
+    assert sorted(mutation_sample.tests_of(mutant, tmp_path)) == ["tests/cli/test_direct.py", "tests/cli/test_entry.py"]

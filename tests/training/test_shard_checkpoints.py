@@ -1,0 +1,302 @@
+"""A label-sharded run's folders (haste_hf/training/shard_checkpoints.py, haste_hf/modeling/output_shards.py): each
+rank writes and reads its own rows of the output layer; one process loads the folder whole; nothing in the index is
+trusted. The save and load run on a gloo group of one process here, on two and three under torchrun below."""
+
+import json
+import os
+import shutil
+
+import pytest
+import torch
+import torch.distributed as dist
+from launch import TESTS, torchrun
+from safetensors.torch import load_file, save_file
+from tiny_haste import make_tiny_model
+
+from haste_hf import HasteForExtremeClassification
+from haste_hf.modeling.output_shards import OUTPUT_SHARDS_INDEX, OutputShards, output_shard_file, row_range
+from haste_hf.modeling.saving import SAVE_GENERATION_FILE, checkpoint_problem
+from haste_hf.training import shard_checkpoints
+from haste_hf.training.shard_checkpoints import load_folder_rows_, save_sharded_folder
+from haste_hf.training.sharded_output_layer import shard_output_layer_
+
+
+@pytest.fixture
+def one_process_group(tmp_path):
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def sharded_save(folder):
+    """A tiny model (head 5 rows, tail 9 groups of 4) saved by a one-rank sharded layer; its whole state."""
+    model = make_tiny_model(40, head_label_count=5, training=False)
+    model.set_label_names([f"label {label_id}" for label_id in range(40)])
+    whole = {name: value.clone() for name, value in model.state_dict().items()}
+    shard_output_layer_(model)
+    save_sharded_folder(model, folder)
+    return model, whole
+
+
+def split_in_two(folder, head_rows=((0, 3), (3, 5)), tail_groups=((0, 5), (5, 9))):
+    """Rewrites the one shard of `folder` as two (the files of a two-rank save)."""
+    index = json.loads((folder / OUTPUT_SHARDS_INDEX).read_text())
+    single = folder / index["shards"][0]["file"]
+    tensors = load_file(single)
+    single.unlink()
+    index["shards"] = []
+    for rank, (head, tail) in enumerate(zip(head_rows, tail_groups)):
+        rows = {name: row_range(name, head, tail, index["group_size"]) for name in tensors}
+        part = {name: value[slice(*rows[name])].contiguous() for name, value in tensors.items()}
+        save_file(part, folder / output_shard_file(rank, 2))
+        index["shards"].append({"file": output_shard_file(rank, 2), "head_rows": list(head), "tail_groups": list(tail)})
+    (folder / OUTPUT_SHARDS_INDEX).write_text(json.dumps(index))
+    return index
+
+
+def assert_state(model, expected):
+    state = model.state_dict()
+    assert set(state) == set(expected)
+    for name, value in expected.items():
+        assert torch.equal(state[name], value), name
+
+
+def test_a_sharded_save_is_one_switch_and_loads_whole_in_one_process(tmp_path, one_process_group, capfd):
+    model, whole = sharded_save(tmp_path / "model")
+    files = set(os.listdir(tmp_path / "model"))
+    assert {OUTPUT_SHARDS_INDEX, output_shard_file(0, 1), "model.safetensors", "label_names.json"} <= files
+    assert not any(name.startswith(".haste-staging") for name in files) and SAVE_GENERATION_FILE in files
+    assert "output_layer.tail.weight" not in load_file(tmp_path / "model" / "model.safetensors")
+    assert "output_layer.output_labels" in load_file(tmp_path / "model" / "model.safetensors")
+    capfd.readouterr()
+    loaded = HasteForExtremeClassification.from_pretrained(tmp_path / "model")
+    assert_state(loaded, whole)
+    assert loaded.label_names == model.label_names
+    assert "MISSING" not in "".join(capfd.readouterr())  # transformers' report of weights it did not find
+    split_in_two(tmp_path / "model")
+    assert_state(HasteForExtremeClassification.from_pretrained(tmp_path / "model"), whole)
+    other = make_tiny_model(40, head_label_count=5, training=False, seed=5)
+    load_folder_rows_(other, tmp_path / "model")  # a whole layer reads every row
+    assert_state(other, whole)
+
+
+def test_a_plain_save_over_a_sharded_folder_removes_its_shards_and_back(tmp_path, one_process_group):
+    model, whole = sharded_save(tmp_path / "model")
+    plain = HasteForExtremeClassification.from_pretrained(tmp_path / "model")
+    plain.save_pretrained(tmp_path / "model")
+    assert not any(name.startswith("model-output") for name in os.listdir(tmp_path / "model"))
+    assert_state(HasteForExtremeClassification.from_pretrained(tmp_path / "model"), whole)
+    save_sharded_folder(model, tmp_path / "model")
+    assert_state(HasteForExtremeClassification.from_pretrained(tmp_path / "model"), whole)
+
+
+def test_a_rank_reads_only_the_shards_that_hold_its_rows(tmp_path, one_process_group):
+    sharded_save(tmp_path / "model")
+    split_in_two(tmp_path / "model")
+    shards = OutputShards.open(tmp_path / "model")
+    opened = []
+    original = shards._slice
+    shards._slice = lambda shard, name, rows: opened.append(shard["file"]) or original(shard, name, rows)
+    whole = load_file(tmp_path / "model" / output_shard_file(1, 2))["output_layer.tail.weight"]
+    assert torch.equal(shards.read_rows("output_layer.tail.weight", 6, 9), whole[1:4])
+    assert opened == [output_shard_file(1, 2)]
+    assert shards.read_rows("output_layer.head.bias", 3, 3).shape == (0,)
+
+
+def _tamper(folder, case):
+    index = json.loads((folder / OUTPUT_SHARDS_INDEX).read_text())
+    shards = index["shards"]
+    if case == "outside":
+        shutil.copy(folder / shards[1]["file"], folder.parent / "outside.safetensors")
+        shards[1]["file"] = "../outside.safetensors"
+    elif case == "absolute":
+        shards[1]["file"] = str(folder / shards[1]["file"])
+    elif case == "overlap":
+        shards[1]["tail_groups"] = [4, 9]
+    elif case == "gap":
+        shards[1]["head_rows"] = [4, 5]
+    elif case == "missing":
+        del shards[1]
+    elif case == "twice":
+        shards[1]["file"] = shards[0]["file"]
+    elif case == "shape":
+        name = folder / shards[1]["file"]
+        tensors = load_file(name)
+        tensors["output_layer.tail.weight"] = tensors["output_layer.tail.weight"][:3].contiguous()
+        save_file(tensors, name)
+    elif case == "link":
+        os.rename(folder / shards[1]["file"], folder.parent / "elsewhere.safetensors")
+        os.symlink(folder.parent / "elsewhere.safetensors", folder / shards[1]["file"])
+    elif case == "not json":
+        (folder / OUTPUT_SHARDS_INDEX).write_text("{")
+        return
+    elif case == "format":
+        index["format"] = "something else"
+    (folder / OUTPUT_SHARDS_INDEX).write_text(json.dumps(index))
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("outside", "names no safetensors file of the folder itself"),
+        ("absolute", "names no safetensors file of the folder itself"),
+        ("overlap", "overlap at 5"),
+        ("gap", "leave a gap at 3"),
+        ("missing", "shard files are missing"),
+        ("twice", "names a shard file twice"),
+        ("shape", "of shape (3, 4, 8) where its rows [5, 9] need (4, 4, 8)"),
+        ("link", "is a link"),
+        ("not json", "is not JSON"),
+        ("format", "is not a version-1 HASTE output-shards index"),
+    ],
+)
+def test_nothing_in_the_index_is_trusted(tmp_path, one_process_group, case, message):
+    sharded_save(tmp_path / "model")
+    split_in_two(tmp_path / "model")
+    _tamper(tmp_path / "model", case)
+    with pytest.raises(ValueError) as error:
+        HasteForExtremeClassification.from_pretrained(tmp_path / "model")
+    assert message in str(error.value) and "\n" not in str(error.value), str(error.value)
+
+
+def test_a_save_that_fails_on_a_rank_leaves_the_folder_as_it_was(tmp_path, one_process_group, monkeypatch):
+    model, whole = sharded_save(tmp_path / "model")
+    before = {name: (tmp_path / "model" / name).read_bytes() for name in os.listdir(tmp_path / "model")}
+
+    def full_disk(*args, **kwargs):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(shard_checkpoints, "write_safetensors", full_disk)
+    with torch.no_grad():
+        model.output_layer.tail.weight.add_(1.0)
+    with pytest.raises(OSError, match="rank 0: No space left on device"):
+        save_sharded_folder(model, tmp_path / "model")
+    after = {name: (tmp_path / "model" / name).read_bytes() for name in os.listdir(tmp_path / "model")}
+    assert after == before
+    with torch.no_grad():
+        model.output_layer.tail.weight.view(-1)[0] = float("nan")
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="rank 0: Refusing to save non-finite"):
+        save_sharded_folder(model, tmp_path / "model")
+    assert_state(HasteForExtremeClassification.from_pretrained(tmp_path / "model"), whole)
+
+
+def test_a_checkpoint_with_a_damaged_shard_is_not_complete(tmp_path, one_process_group):
+    sharded_save(tmp_path / "checkpoint-4")
+    (tmp_path / "checkpoint-4" / "trainer_state.json").write_text(json.dumps({"global_step": 4}))
+    assert checkpoint_problem(tmp_path / "checkpoint-4") is None
+    shard = tmp_path / "checkpoint-4" / output_shard_file(0, 1)
+    shard.write_bytes(shard.read_bytes()[:100])
+    assert checkpoint_problem(tmp_path / "checkpoint-4").startswith(f"a damaged {output_shard_file(0, 1)}")
+    _tamper_gap = json.loads((tmp_path / "checkpoint-4" / OUTPUT_SHARDS_INDEX).read_text())
+    _tamper_gap["shards"][0]["tail_groups"] = [0, 8]
+    (tmp_path / "checkpoint-4" / OUTPUT_SHARDS_INDEX).write_text(json.dumps(_tamper_gap))
+    assert checkpoint_problem(tmp_path / "checkpoint-4").startswith(f"an invalid {OUTPUT_SHARDS_INDEX}")
+
+
+@pytest.mark.slow
+def test_a_two_rank_checkpoint_resumes_on_three_ranks_and_on_one(tmp_path):
+    """Saved by 2 ranks (head 3 + 2 rows, tail 5 + 4 groups), resumed by 3 (2 + 2 + 1 rows, 3 + 3 + 3 groups) and by
+    one process: every rank starts from the saved weights and momentum, having read only its own rows of the
+    shards. The one process's checkpoint (one file, as earlier versions saved sharded runs too) resumes on 3 ranks.
+    A save whose rank 1 fails raises on both ranks and leaves the saved model as it was."""
+    import distributed_shard_resume as script
+
+    torchrun([str(TESTS / "distributed_shard_resume.py"), str(tmp_path), "save"], tmp_path, processes=2)
+    saved = torch.load(tmp_path / "saved.pt", weights_only=False)
+    errors = [json.loads((tmp_path / f"failed-{rank}.json").read_text()) for rank in range(2)]
+    assert errors[0] == "OSError: rank 1: disk full", errors
+    assert errors[1] == "OSError: Saving " + str(tmp_path / "model") + " failed (on rank 0): rank 1: disk full"
+    assert_state(HasteForExtremeClassification.from_pretrained(tmp_path / "model"), saved["state"])
+    momentum = {
+        name: value
+        for rank in range(2)
+        for name, value in load_file(tmp_path / "run" / "checkpoint-4" / output_shard_file(rank, 2)).items()
+        if name.startswith("optimizer.")
+    }
+    assert sorted(momentum) == sorted(f"optimizer.{name}.momentum_buffer" for name in saved["momentum"])
+    output_state = torch.load(tmp_path / "run" / "checkpoint-4" / "optimizer.pt", weights_only=True)["output"]
+    assert all(
+        value.dim() == 0
+        for entry in output_state["state"].values()
+        for value in entry.values()
+        if torch.is_tensor(value)
+    )
+
+    one = script.resume(tmp_path / "one", tmp_path / "run" / "checkpoint-4", 6, save=True)
+    assert not (tmp_path / "one" / "checkpoint-6" / OUTPUT_SHARDS_INDEX).exists()  # one file, as before sharding
+    torchrun([str(TESTS / "distributed_shard_resume.py"), str(tmp_path), "load"], tmp_path, processes=3)
+    loaded = torch.load(tmp_path / "loaded.pt", weights_only=False)
+    for run, step, expected in ((loaded["sharded"], 6, saved), (one, 6, saved), (loaded["one file"], 8, one["end"])):
+        assert run["step"] == step
+        assert_state_equal(run["start"]["state"], expected["state"])
+        assert_state_equal(run["start"]["momentum"], expected["momentum"])
+    group_size = 4
+    loaded = loaded["sharded"]
+    shares = [(owned["head_rows"], owned["tail_groups"]) for owned, _ in loaded["reads"]]
+    assert shares == [((0, 2), (0, 3)), ((2, 4), (3, 6)), ((4, 5), (6, 9))]
+    for owned, reads in [*loaded["reads"], *one["reads"]]:
+        assert reads and all(
+            (start, stop) == row_range(name, owned["head_rows"], owned["tail_groups"], group_size)
+            for name, start, stop in reads
+        ), (owned, reads)
+
+
+def assert_state_equal(actual: dict, expected: dict):
+    assert set(actual) == set(expected)
+    for name, value in expected.items():
+        assert torch.equal(actual[name], value), name
+
+
+@pytest.mark.slow
+def test_predict_under_torchrun_scores_each_ranks_share_and_equals_one_process(tmp_path, one_process_group):
+    """`torchrun -m haste_hf.cli predict` on 2 processes of a folder saved by 1 rank: each rank builds its share of
+    the output layer empty and reads its rows (`load_folder_rows_`, whose reads the test above checks), the ranks'
+    top-k are merged, rank 0 writes the file: the same top-k as one process."""
+    from tiny_encoders import planted_texts, tiny_tokenizer
+
+    from haste_hf.cli import main
+
+    model, _ = sharded_save(tmp_path / "model")
+    tiny_tokenizer(tmp_path / "model")
+    texts = [row["text"] for row in planted_texts(40, 11, seed=4)]  # 6 + 5 texts on the 2 ranks
+    (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n")
+    command = ["predict", "--model", tmp_path / "model", "--input", tmp_path / "texts.txt", "-k", "3", "--logits"]
+    assert main([*map(str, command), "--output", str(tmp_path / "one.jsonl")]) == 0
+    launched = torchrun(["-m", "haste_hf.cli", *command, "--output", tmp_path / "two.jsonl"], tmp_path, timeout=300)
+    assert launched.stdout.count("Wrote the top 3 labels of 11 texts") == 1, launched.stdout
+    one, two = (
+        [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()] for name in ("one", "two")
+    )
+    assert [row["label_ids"] for row in two] == [row["label_ids"] for row in one] and len(one) == 11
+    assert [row["labels"] for row in two] == [row["labels"] for row in one]
+    for mine, theirs in zip(two, one):
+        assert mine["logits"] == pytest.approx(theirs["logits"], abs=1e-5)
+
+
+def test_a_push_from_a_checkpoint_takes_its_shards_along(tmp_path, one_process_group, monkeypatch):
+    """Trainer's push of a checkpoint (`hub_strategy`) copies its config and weight files into `output_dir` and
+    uploads that: a sharded checkpoint's shard files and index go along (the upload itself is stubbed here)."""
+    from datasets import Dataset
+    from tiny_encoders import planted_texts, tiny_tokenizer
+    from tiny_haste import make_tiny_trainer
+    from transformers import Trainer
+
+    sharded_save(tmp_path / "run" / "checkpoint-4")
+    trainer = make_tiny_trainer(
+        tmp_path / "run", tiny_tokenizer(tmp_path / "tokenizer"), Dataset.from_list(planted_texts(40, 8))
+    )
+    monkeypatch.setattr(Trainer, "_push_from_checkpoint", lambda self, folder: None)
+    trainer._push_from_checkpoint(str(tmp_path / "run" / "checkpoint-4"))
+    for name in (OUTPUT_SHARDS_INDEX, output_shard_file(0, 1)):
+        assert (tmp_path / "run" / name).read_bytes() == (tmp_path / "run" / "checkpoint-4" / name).read_bytes()
+
+
+def test_a_weights_index_naming_a_file_outside_the_folder_is_refused(tmp_path, one_process_group):
+    """What a rank reads besides the shards: transformers' weight index, whose names are not trusted either."""
+    sharded_save(tmp_path / "model")
+    os.rename(tmp_path / "model" / "model.safetensors", tmp_path / "outside.safetensors")
+    weight_map = {name: "../outside.safetensors" for name in load_file(tmp_path / "outside.safetensors")}
+    (tmp_path / "model" / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    with pytest.raises(ValueError, match=r"names '../outside.safetensors', not a safetensors file beside it"):
+        load_folder_rows_(make_tiny_model(40, head_label_count=5), tmp_path / "model")
