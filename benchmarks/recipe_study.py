@@ -60,7 +60,10 @@ BENCH = {
     "--validation-fraction": "0",
     "rewirings": "5",
 }
-BEFORE = {"--epochs": "5"}  # the defaults of commit 3049036 (the issue's first row)
+# The tail's defaults before issue 39 (one SGD rate for head and tail, no tail bias, random rows): `defaults+olddefaults`
+# measures the recipe as it was, beside `defaults`, what it is now.
+OLD_TAIL_DEFAULTS = {"--output-tail-lr-scale": "1", "--no-tail-bias": None, "--no-init-from-label-texts": None}
+BEFORE = {"--epochs": "5", **OLD_TAIL_DEFAULTS}  # the defaults of commit 3049036 (the issue's first row)
 # name: the flags changed from the anchor (`bench+...` from BENCH; others stand alone).
 LEVERS = {
     "epochs10": {"--epochs": "10"},
@@ -117,6 +120,8 @@ LEVERS = {
     # Tail labels with a bias, as Dense's labels have (the CPU pre-check in tail_study/PLAN.md: it closed most of the
     # gap there, by keeping rare labels' false positives out of the top 5).
     "tailbias": {"--tail-bias": None},
+    # The defaults before issue 39 (the three levers above made defaults): `defaults+olddefaults` is today's before.
+    "olddefaults": OLD_TAIL_DEFAULTS,
 }
 
 

@@ -89,6 +89,7 @@ def build(variant: str, label_count: int, args) -> HasteForExtremeClassification
         head_label_count=head,
         group_size=args.group_size,
         fan_in=args.fan_in,
+        tail_bias=args.tail_bias,
     )
     with torch.device("cuda"):
         model = HasteForExtremeClassification(config)
@@ -311,6 +312,9 @@ def main(argv=None):
     parser.add_argument("--group-size", type=int, default=32)
     parser.add_argument("--fan-in", type=int, default=64)
     parser.add_argument("--head-fraction", type=float, default=0.03)
+    parser.add_argument(
+        "--tail-bias", action="store_true", help="a bias per tail label (the recipe's default since issue 39)"
+    )
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=10)
     # Each memory option: the trainer's own choice (haste_hf.training.memory_plan) unless a flag forces it on or off.

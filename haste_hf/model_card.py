@@ -48,6 +48,9 @@ class HasteModelCardData:
     group_size: int = 1
     fan_in: int = 1
     tail_input_dim: int = 1
+    tail_bias: bool = False
+    # Whether the head and tail started from the label texts' embeddings (None: not recorded, a trainer-API run).
+    label_text_init: bool | None = None
     dataset_name: str | None = None
     dataset_id: str | None = None
     split: str = "test"
@@ -81,6 +84,7 @@ class HasteModelCardData:
             group_size=config.group_size,
             fan_in=config.fan_in,
             tail_input_dim=config.tail_input_dim,
+            tail_bias=bool(getattr(config, "tail_bias", False)),
         )
         return cls(**{**defaults, **fields})
 
@@ -292,6 +296,8 @@ def render_model_card(data: HasteModelCardData, plot_file: str | None = None) ->
         group_size=data.group_size,
         fan_in=data.fan_in,
         tail_input_dim=data.tail_input_dim,
+        tail_bias=data.tail_bias,
+        label_text_init=data.label_text_init,
         sparsity=data.sparsity,
         dataset_name=data.dataset_name,
         grouping=data.grouping,
@@ -327,6 +333,7 @@ class CardFields:
     test_metrics: dict | None = None
     hub_model_id: str | None = None
     dataset_id: str | None = None
+    label_text_init: bool | None = None
 
 
 def write_results(folder: Path, trainer, layout, output_dir: str, card: CardFields) -> None:
@@ -342,6 +349,7 @@ def write_results(folder: Path, trainer, layout, output_dir: str, card: CardFiel
         metrics=card.test_metrics or {},
         split="test",
         propensity={"A": card.propensity.a, "B": card.propensity.b},
+        label_text_init=card.label_text_init,
         label_frequencies=layout.label_frequencies.numpy() if layout.label_frequencies is not None else None,
     )
     write_model_card(card_data, folder / "README.md")

@@ -43,7 +43,7 @@ from .modeling.logging_utils import get_logger
 from .modeling.model_sources import DEMO_ENCODER, encoder_model_id, resolve_encoder
 from .modeling.modeling_haste import encoder_token_limit  # noqa: F401 (re-exported: `haste-hf` imports it from here)
 from .modeling.saving import last_complete_checkpoint
-from .recipe_arguments import DEFAULT_BETA, DEFAULT_GROUPING, DEMO_DATASET_NAME, RecipeArguments
+from .recipe_arguments import DEFAULT_BETA, DEFAULT_GROUPING, DEMO_DATASET_NAME, RecipeArguments, label_texts_for
 from .training.run_folder import RunFolder, check_output_dir
 
 
@@ -88,19 +88,6 @@ def resolved_text_fields(data, text_fields: str | None) -> str:
     """The text of a JSON-lines instance that `load_dataset` reads: `text_fields`, or by default the title (title +
     content for the embedded demo set)."""
     return text_fields or ("title_content" if data is None else "title")
-
-
-def label_texts_for(dataset, data, **options) -> list[str] | None:
-    """The label texts of `dataset` (read from the folder `data`, None for the demo set) when one of the recipe
-    `options` given (name: value) is on, else None; a `ValueError` naming the option when the dataset has none."""
-    reading = [name for name, value in options.items() if value]
-    if reading and dataset.label_texts is None:
-        flag = "--" + reading[0].replace("_", "-")
-        raise ValueError(
-            f"`{reading[0]}` ({flag}) reads each label's text, and {data or DEMO_DATASET_NAME} has none (no "
-            "lbl.json.gz or Y.txt): use the dataset's raw-text release, or leave the option out."
-        )
-    return dataset.label_texts if reading else None
 
 
 def dataset_name_of(data, dataset_name: str | None = None) -> str:
@@ -353,8 +340,9 @@ def _run_arguments(training_args, output_dir: str | None, recipe: RecipeArgument
 
 
 def _dataset_of(data, recipe: RecipeArguments):
-    """`(dataset, label_texts)`: the `XMCDataset` given, or the one `recipe.data` names, refused when no training
-    point has a label; its label texts where an option reads them (`label_texts_for`)."""
+    """`(dataset, label_texts, recipe)`: the `XMCDataset` given, or the one `recipe.data` names, refused when no
+    training point has a label; its label texts where an option reads them (`label_texts_for`); the recipe, its
+    `init_from_label_texts` off where the dataset has no label texts (the fallback: random rows, one warning)."""
     dataset = (
         data
         if data is not None and not isinstance(data, (str, os.PathLike))
@@ -365,13 +353,19 @@ def _dataset_of(data, recipe: RecipeArguments):
             f"The training split of {recipe.data or DEMO_DATASET_NAME} has no positive label (every point's label list "
             "is empty): there is nothing to learn. Check the label column or file."
         )
+    if recipe.init_from_label_texts and dataset.label_texts is None:
+        logger.warning(
+            f"{recipe.data or DEMO_DATASET_NAME} has no label texts (no lbl.json.gz or Y.txt): the head and tail start "
+            "at random instead of from them (--init-from-label-texts)."
+        )
+        recipe = dataclasses.replace(recipe, init_from_label_texts=False)
     label_texts = label_texts_for(
         dataset,
         recipe.data,
         init_from_label_texts=recipe.init_from_label_texts,
         label_text_grouping_below=recipe.label_text_grouping_below,
     )
-    return dataset, label_texts
+    return dataset, label_texts, recipe
 
 
 def _encoder_of(recipe: RecipeArguments):
@@ -428,7 +422,8 @@ def _model_of(
     from .training.sharded_output_layer import resolve_shard_output_layer
 
     sharded = resolve_shard_output_layer(training_args.shard_output_layer, training_args.world_size)
-    with deferred_output_rows(sharded and not recipe.init_from_label_texts):
+    from_label_texts = recipe.init_from_label_texts and label_texts is not None
+    with deferred_output_rows(sharded and not from_label_texts):
         model = build_model(
             encoder_model,
             layout,
@@ -441,7 +436,7 @@ def _model_of(
             tail_projection_dim=recipe.tail_projection_dim,
             tail_bias=recipe.tail_bias,
         )
-    if recipe.init_from_label_texts:
+    if from_label_texts:
         from .labels.embeddings import init_from_label_texts_
 
         init_from_label_texts_(
@@ -462,6 +457,7 @@ def _card_fields(recipe: RecipeArguments, dataset_name: str, propensity, trainin
         propensity=propensity,
         hub_model_id=training_args.hub_model_id,
         dataset_id=recipe.dataset_name,
+        label_text_init=recipe.init_from_label_texts,
     )
 
 
@@ -531,7 +527,7 @@ def train(
     is_main = process_rank_and_count()[0] == 0
     # Held from here to the end: a second run into this folder is refused now, not after its training.
     with run_folder.held(is_main):
-        dataset, label_texts = _dataset_of(data, recipe)
+        dataset, label_texts, recipe = _dataset_of(data, recipe)
         train_split, validation_split = split_validation(dataset.splits["train"], recipe.validation_fraction, seed)
         encoder_model, tokenizer = _encoder_of(recipe)
         pooling, normalize = encoder_pooling(recipe.encoder, encoder_model, recipe.pooling)
@@ -539,8 +535,9 @@ def train(
             train_split, dataset, encoder_model, tokenizer, pooling, recipe, training_args, layout, label_texts
         )
         set_seed(seed)  # the new head and tail weights: a function of the seed, the same on every rank
+        initial_texts = None if resume else label_texts  # resumed, the checkpoint's weights replace the rows
         model = _model_of(
-            encoder_model, tokenizer, layout, dataset, pooling, normalize, recipe, training_args, label_texts
+            encoder_model, tokenizer, layout, dataset, pooling, normalize, recipe, training_args, initial_texts
         )
         dataset_name = dataset_name_of(recipe.data, recipe.dataset_name)
         propensity = propensity_of(dataset, dataset_name, recipe.propensity_a, recipe.propensity_b)

@@ -9,7 +9,7 @@ from typing import Literal
 from .data import DATA_FORMATS
 from .labels.grouping import check_frequency_bands
 from .modeling.configuration_haste import DEFAULT_FAN_IN, DEFAULT_GROUP_SIZE, DEFAULT_HEAD_LABEL_FRACTION
-from .modeling.defaults import DEFAULT_MAX_LENGTH
+from .modeling.defaults import DEFAULT_INIT_FROM_LABEL_TEXTS, DEFAULT_MAX_LENGTH, DEFAULT_TAIL_BIAS
 from .modeling.model_sources import DEMO_ENCODER, check_model_source
 
 
@@ -46,10 +46,11 @@ class RecipeArguments:
     )
     label_texts: bool = field(default=False, metadata={"help": "Add the labels' own texts as training points."})
     init_from_label_texts: bool = field(
-        default=False,
+        default=DEFAULT_INIT_FROM_LABEL_TEXTS,
         metadata={
             "help": "Start each label's head row or tail weights from the encoder's embedding of its text (the "
-            "dataset's label texts), through the projections and on its group's support, instead of at random."
+            "dataset's label texts), through the projections and on its group's support, instead of at random. "
+            "On by default where the data has label texts; data without them starts at random (said in the log)."
         },
     )
     label_text_init_scale: float = field(
@@ -101,7 +102,7 @@ class RecipeArguments:
         default=None, metadata={"help": "Width of the tail's projection (default: none)."}
     )
     tail_bias: bool = field(
-        default=False,
+        default=DEFAULT_TAIL_BIAS,
         metadata={
             "help": "Give every tail label a bias, as the dense head's labels have: a rare label's logit can then "
             "learn its low prior instead of ranking as a false positive."
@@ -188,3 +189,16 @@ class RecipeArguments:
 
 
 __all__ = ["DEFAULT_BETA", "DEFAULT_GROUPING", "DEMO_DATASET_NAME", "RecipeArguments"]
+
+
+def label_texts_for(dataset, data, **options) -> list[str] | None:
+    """The label texts of `dataset` (read from the folder `data`, None for the demo set) when one of the recipe
+    `options` given (name: value) is on, else None; a `ValueError` naming the option when the dataset has none."""
+    reading = [name for name, value in options.items() if value]
+    if reading and dataset.label_texts is None:
+        flag = "--" + reading[0].replace("_", "-")
+        raise ValueError(
+            f"`{reading[0]}` ({flag}) reads each label's text, and {data or DEMO_DATASET_NAME} has none (no "
+            "lbl.json.gz or Y.txt): use the dataset's raw-text release, or leave the option out."
+        )
+    return dataset.label_texts if reading else None

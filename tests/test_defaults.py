@@ -35,7 +35,7 @@ RECIPE = dict(
     rewiring_init="zero",
     rewiring_scope="global",
     rewiring_score="mean_abs",
-    output_tail_lr_scale=1.0,
+    output_tail_lr_scale=2.0,  # DEFAULT_TAIL_LR_SCALE: the trainer's own default too, so the API trains as the CLI
     bf16=False,
     output_layer_dtype=None,
     max_grad_norm=1.0,
@@ -50,11 +50,11 @@ RECIPE_STRUCTURE = dict(
     head_label_fraction=None,
     grouping=None,
     label_texts=False,
-    init_from_label_texts=False,
+    init_from_label_texts=True,
     label_text_init_scale=1.0,
     label_text_grouping_below=0,
     frequency_bands=None,
-    tail_bias=False,
+    tail_bias=True,
     head_projection_dim=None,
     tail_projection_dim=None,
 )
@@ -148,3 +148,17 @@ def test_memory_options_choose_themselves(tmp_path):
     assert plan(80 * 2**30) == ("bfloat16", True, True, 0)
     assert plan(None) == ("float32", False, False, 0)
     assert (memory_plan.DEVICE_MEMORY_SHARE, memory_plan.CHECKPOINT_CHOICES) == (0.85, (0, 4, 3, 2, 1))
+
+
+def test_the_tail_defaults_have_off_switches():
+    """The tail study's defaults (issue 39) come from one constant each, and each turns off from the command line
+    (a checkpoint trained before them resumes only with them off)."""
+    from haste_hf.modeling.defaults import DEFAULT_TAIL_LR_SCALE
+
+    args = parse_args(["train", "--use-cpu"])
+    assert args.training.output_tail_lr_scale == DEFAULT_TAIL_LR_SCALE
+    assert HasteTrainingArguments.output_tail_lr_scale == DEFAULT_TAIL_LR_SCALE  # one constant: the trainer's too
+    assert args.recipe.tail_bias and args.recipe.init_from_label_texts
+    off = parse_args(["train", "--use-cpu", "--no-tail-bias", "--no-init-from-label-texts"]).recipe
+    assert not off.tail_bias and not off.init_from_label_texts
+    assert parse_args(["train", "--use-cpu", "--output-tail-lr-scale", "1"]).training.output_tail_lr_scale == 1.0

@@ -67,6 +67,13 @@ def test_card_without_metrics_or_tail(tmp_path):
     assert not (tmp_path / PLOT_FILE).exists()
 
 
+def test_card_states_the_tail_bias_and_leaves_out_an_unrecorded_start(tmp_path):
+    model = make_tiny_model(label_count=300, head_label_count=9, tail_bias=True)
+    write_model_card(HasteModelCardData.from_model(model), tmp_path / "README.md")
+    text = (tmp_path / "README.md").read_text()
+    assert "(75.0% sparse), a bias per label |" in text and "Start of head and tail" not in text
+
+
 def test_card_names_the_base_model_by_hub_id_and_lists_the_dataset(tmp_path):
     write_model_card(
         card_data(encoder="sentence-transformers/all-MiniLM-L6-v2", dataset_id="someone/debian-tags"),

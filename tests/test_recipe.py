@@ -163,18 +163,28 @@ def test_the_run_keeps_the_checkpoint_of_the_best_validation_p_at_1(dataset_dir,
 
 
 def test_tail_bias_through_the_command_line(dataset_dir, encoder_dir, tmp_path, capsys):
-    """`--tail-bias` gives every tail label a trained bias (the tail study's lever, issue 39); without it, none."""
+    """Every tail label has a trained bias by default (the tail study's lever, issue 39); with `--no-tail-bias`,
+    none. The model card states the tail's defaults (bias, the tail's rate, label-text init) and their absence."""
     from haste_hf import HasteForExtremeClassification
     from haste_hf.cli import main
 
     common = ["--data", str(dataset_dir), "--encoder", str(encoder_dir), "--group-size", "2", "--fan-in", "8"]
     common += ["--max-length", "16", "--max-steps", "2", "--use-cpu", "--report-to", "none"]
-    for flags, name in (([], "plain"), (["--tail-bias"], "bias")):
+    old_defaults = ["--no-tail-bias", "--output-tail-lr-scale", "1", "--no-init-from-label-texts"]
+    for flags, name in ((old_defaults, "plain"), ([], "bias")):
         assert main(["train", *common, "--output-dir", str(tmp_path / name), *flags]) == 0, capsys.readouterr().err
     plain = HasteForExtremeClassification.from_pretrained(tmp_path / "plain").output_layer.tail
     tail = HasteForExtremeClassification.from_pretrained(tmp_path / "bias").output_layer.tail
     assert plain.bias is None and tail.bias is not None and tail.bias.shape == (tail.weight.shape[0] * 2,)
     assert bool(tail.bias.ne(0).any())  # trained, not left at its start
+    cards = {name: (tmp_path / name / "README.md").read_text() for name in ("plain", "bias")}
+    for stated in (
+        "a bias per label",
+        "tail at 2.0x the rate",
+        "| Start of head and tail | the label texts' embeddings |",
+    ):
+        assert stated in cards["bias"] and stated not in cards["plain"], stated
+    assert "| Start of head and tail | random |" in cards["plain"]
 
 
 def test_label_texts_are_read_only_where_an_option_reads_them():

@@ -51,12 +51,27 @@ def test_the_tail_study_levers_turn_their_options_on(dataset_dir, tmp_path):
     args = parse_args(train_argv("defaults+bands1-5+tailx2+rewirenorm+F256+G4", dataset_dir, tmp_path))
     assert (args.recipe.frequency_bands, args.recipe.fan_in, args.recipe.group_size) == ([1, 5], 256, 4)
     assert (args.training.output_tail_lr_scale, args.training.rewiring_score) == (2.0, "label_normalized")
-    assert (
-        not args.recipe.tail_bias
-        and parse_args(train_argv("defaults+tailbias", dataset_dir, tmp_path)).recipe.tail_bias
-    )
+    assert parse_args(train_argv("defaults+olddefaults+tailbias", dataset_dir, tmp_path)).recipe.tail_bias
     args = parse_args(train_argv("defaults+F384", dataset_dir, tmp_path))
     assert (args.recipe.fan_in, args.training.rewiring_interval) == (384, 0)
+
+
+def test_olddefaults_measures_the_recipe_before_the_tail_defaults(dataset_dir, tmp_path):
+    """`defaults` passes no recipe flag (the new defaults of issue 39 by construction); `defaults+olddefaults` and
+    `before` train the tail as before them: one SGD rate, no tail bias, random rows."""
+    now = parse_args(train_argv("defaults", dataset_dir, tmp_path))
+    assert (now.training.output_tail_lr_scale, now.recipe.tail_bias, now.recipe.init_from_label_texts) == (
+        2.0,
+        True,
+        True,
+    )
+    for variant in ("defaults+olddefaults", "before"):
+        old = parse_args(train_argv(variant, dataset_dir, tmp_path))
+        assert (old.training.output_tail_lr_scale, old.recipe.tail_bias, old.recipe.init_from_label_texts) == (
+            1.0,
+            False,
+            False,
+        ), variant
 
 
 def test_a_run_longer_than_a_device_call_resumes_from_its_checkpoint(dataset_dir, tmp_path):

@@ -485,7 +485,9 @@ def init_from_label_texts_(
         )
         center = sums / max(1, len(sample))
     start = 0
-    for batch in label_text_embeddings(model.encoder, (label_texts[i] for i in kept.tolist()), **options):
+    # A list (references to the texts), not a generator: its length sizes the progress bar, whose percentage the
+    # command line's error tests tell from a message.
+    for batch in label_text_embeddings(model.encoder, [label_texts[i] for i in kept.tolist()], **options):
         layer.init_from_label_embeddings_(
             ids[kept[start : start + batch.shape[0]]],
             batch,

@@ -42,7 +42,15 @@ def checkpoint_model_differences(folder: str | os.PathLike, config) -> list[str]
     pairs = [(name, saved.get(name), getattr(config, name, None)) for name in OUTPUT_LAYER_STRUCTURE_FIELDS]
     encoder = saved.get("encoder") if isinstance(saved.get("encoder"), dict) else {}
     pairs += [(f"encoder {name}", encoder.get(name), getattr(config.encoder, name, None)) for name in _ENCODER_FIELDS]
-    return [f"{name} is {theirs} (this run: {ours})" for name, theirs, ours in pairs if theirs != ours]
+    differences = [f"{name} is {theirs} (this run: {ours})" for name, theirs, ours in pairs if theirs != ours]
+    # The tail's bias, a default of the recipe since issue 39 (a checkpoint of before has none; its weights would
+    # load without it, and its optimizer state not): named with the flag that resumes it.
+    theirs, ours = bool(saved.get("tail_bias", False)), bool(getattr(config, "tail_bias", False))
+    if theirs != ours:
+        differences.append(
+            f"tail_bias is {theirs} (this run: {ours}; {'--' if theirs else '--no-'}tail-bias resumes it)"
+        )
+    return differences
 
 
 def _name_at(names, index: int):

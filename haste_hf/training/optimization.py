@@ -378,6 +378,21 @@ class HasteOptimizer(torch.optim.Optimizer):
             raise ValueError(
                 f"Expected a HasteOptimizer state dict with keys 'encoder' and 'output', got {sorted(state_dict)}."
             )
+        saved, ours = len(state_dict["output"]["param_groups"]), len(self.output_optimizer.param_groups)
+        if saved != ours:
+            # One group: head and tail at one rate (`output_tail_lr_scale` 1, every checkpoint before that default
+            # changed); two: the tail's apart. With as many groups, the saved rates win (torch restores each group's
+            # rates, the scheduler its base rates), so only the group count can mismatch.
+            raise ValueError(
+                f"The checkpoint's output-layer optimizer has {saved} parameter group(s) and this run's {ours}: it was "
+                f"trained with {'' if saved == 1 else 'no '}`output_tail_lr_scale` 1 (one rate for head and tail). "
+                "Resume it as it was trained: "
+                + (
+                    "--output-tail-lr-scale 1 (`output_tail_lr_scale=1` in HasteTrainingArguments)."
+                    if saved == 1
+                    else "--output-tail-lr-scale (`output_tail_lr_scale`) other than 1."
+                )
+            )
         self.encoder_optimizer.load_state_dict(state_dict["encoder"])
         self.output_optimizer.load_state_dict(state_dict["output"])
 

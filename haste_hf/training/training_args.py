@@ -13,6 +13,7 @@ from ..modeling.defaults import (
     DEFAULT_EVAL_BATCH_SIZE,
     DEFAULT_LEARNING_RATE,
     DEFAULT_OUTPUT_LEARNING_RATE,
+    DEFAULT_TAIL_LR_SCALE,
 )
 from ..modeling.rewiring import DEFAULT_REWIRINGS, check_rewiring_options
 from .callbacks import NON_FINITE_ACTIONS
@@ -62,8 +63,9 @@ class HasteTrainingArguments(TrainingArguments):
 
     The defaults are the recipe measured in `benchmarks/recipe_study.py` (`benchmarks/README.md`): 10 epochs of
     batch 128, AdamW at 2e-4 with 10% warm-up, cosine and weight decay 0.01, SGD at 0.4 with momentum 0.9 and
-    decoupled weight decay 1e-4, bf16 (autocast and a bf16 output layer) wherever the GPU has it, and 6 rewirings
-    of 20% of the tail's (group, slot) pairs spread over the first two thirds of training.
+    decoupled weight decay 1e-4 (the tail's at `DEFAULT_TAIL_LR_SCALE` times the head's rate, as in `haste-hf train`),
+    bf16 (autocast and a bf16 output layer) wherever the GPU has it, and 6 rewirings of 20% of the tail's
+    (group, slot) pairs spread over the first two thirds of training.
     """
 
     learning_rate: float = field(default=DEFAULT_LEARNING_RATE, metadata={"help": "Encoder (AdamW) learning rate."})
@@ -93,10 +95,12 @@ class HasteTrainingArguments(TrainingArguments):
         default=DEFAULT_OUTPUT_LEARNING_RATE, metadata={"help": "Output layer (SGD) learning rate."}
     )
     output_tail_lr_scale: float = field(
-        default=1.0,
+        default=DEFAULT_TAIL_LR_SCALE,
         metadata={
             "help": "The sparse tail's SGD learning rate as a multiple of the output layer's (the head keeps "
-            "`output_learning_rate`; one schedule scales both): 1, one rate for head and tail."
+            f"`output_learning_rate`; one schedule scales both; default {DEFAULT_TAIL_LR_SCALE:g}): 1, one rate for "
+            "head and tail. A checkpoint resumes only with 1 if it was trained with 1, and only with another value "
+            "if not."
         },
     )
     output_momentum: float = field(default=0.9, metadata={"help": "Output layer SGD momentum (0: no buffer)."})

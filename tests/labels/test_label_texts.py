@@ -246,22 +246,45 @@ def test_label_text_options_through_the_command_line(described_dataset, encoder_
     assert LabelLayout.load(tmp_path / "l").tail_label_count == 9
 
 
+def test_label_text_init_falls_back_to_random_rows_without_label_texts():
+    """`init_from_label_texts` (on by default, issue 39) is off for data without label texts, said in one warning;
+    data with them keeps it on, silently."""
+    from types import SimpleNamespace
+
+    from transformers.testing_utils import CaptureLogger
+
+    from haste_hf import recipe as recipe_module
+    from haste_hf.recipe import RecipeArguments, _dataset_of
+
+    without = SimpleNamespace(label_texts=None, train_label_frequencies=[1, 2])
+    with_texts = SimpleNamespace(label_texts=["zero", "one"], train_label_frequencies=[1, 2])
+    asked = RecipeArguments()
+    assert asked.init_from_label_texts
+    with CaptureLogger(recipe_module.logger) as captured:
+        _, label_texts, recipe = _dataset_of(without, asked)
+    assert label_texts is None and not recipe.init_from_label_texts and asked.init_from_label_texts
+    assert captured.out.count("has no label texts") == 1 and "start at random" in captured.out, captured.out
+    with CaptureLogger(recipe_module.logger) as captured:
+        _, label_texts, recipe = _dataset_of(with_texts, asked)
+    assert label_texts == ["zero", "one"] and recipe.init_from_label_texts and captured.out == ""
+
+
 def test_label_text_options_refused_without_label_texts(encoder_dir, tmp_path, capsys):
-    """A raw text + sparse labels folder without Y.txt has no label texts: refused in one line naming the flag."""
+    """A raw text + sparse labels folder without Y.txt has no label texts: grouping by them is refused in one line
+    naming the flag (their init falls back to random rows instead: the test above)."""
     data = tmp_path / "no-label-texts"
     data.mkdir()
     (data / "trn_X.txt").write_text("w1 w2\nw3\n")
     (data / "trn_X_Y.txt").write_text("2 4\n0:1 1:1\n2:1\n")
     common = ["--data", str(data), "--encoder", str(encoder_dir)]
     for argv in (
-        ["train", *common, "--output-dir", str(tmp_path / "m"), "--init-from-label-texts", "--use-cpu"],
         ["train", *common, "--output-dir", str(tmp_path / "m"), "--label-text-grouping-below", "2", "--use-cpu"],
         ["group", *common, "--output", str(tmp_path / "l"), "--label-text-grouping-below", "2"],
     ):
         capsys.readouterr()
         assert main(argv) == 1
         messages = [line for line in capsys.readouterr().err.splitlines() if line.startswith("haste-hf")]
-        flag = "--init-from-label-texts" if "--init-from-label-texts" in argv else "--label-text-grouping-below"
+        flag = "--label-text-grouping-below"
         assert len(messages) == 1 and flag in messages[0] and "has none" in messages[0], messages
         assert messages[0].startswith(f"haste-hf {argv[0]}: error: "), messages
 

@@ -292,6 +292,30 @@ def test_resuming_a_checkpoint_of_another_model_names_the_setting(
     assert_one_line_error(status, lines, 1, "train", "checkpoint-6 is a checkpoint of another model", difference)
 
 
+# The tail's defaults before issue 39: one SGD rate for head and tail (one parameter group), no tail bias.
+OLD_TAIL_FLAGS = ("--output-tail-lr-scale", "1", "--no-tail-bias")
+
+
+def test_a_checkpoint_of_the_old_tail_defaults_resumes_only_as_it_was_trained(capsys, cli_files, encoder_dir, tmp_path):
+    """A run trained before the tail's defaults changed resumes with its own settings; under the new defaults each
+    is refused in one line naming the flag that resumes it, never a silent mismatch of weights or parameter groups."""
+    from haste_hf.cli import main
+
+    output = tmp_path / "old"
+    argv = train_flags(cli_files["data"], encoder_dir, output, *RESUME_FLAGS, *OLD_TAIL_FLAGS)
+    assert main([str(arg) for arg in argv]) == 0
+    status, lines = resume(capsys, cli_files["data"], encoder_dir, output)
+    assert_one_line_error(status, lines, 1, "train", "of another model", "tail_bias is False (this run: True;")
+    assert "--no-tail-bias resumes it" in lines[0]
+    status, lines = resume(capsys, cli_files["data"], encoder_dir, output, "--no-tail-bias")
+    assert_one_line_error(
+        status, lines, 1, "train", "1 parameter group(s) and this run's 2", "--output-tail-lr-scale 1 (`output_tail_lr"
+    )
+    status, lines = resume(capsys, cli_files["data"], encoder_dir, output, *OLD_TAIL_FLAGS)
+    assert status == 0, lines
+    assert HasteForExtremeClassification.from_pretrained(output).output_layer.tail.bias is None
+
+
 def test_resuming_a_checkpoint_of_another_label_count_names_both_counts(capsys, cli_files, encoder_dir, run_copy):
     status, lines = resume(capsys, cli_files["data40"], encoder_dir, run_copy)
     assert_one_line_error(status, lines, 1, "train", "of another model", "label_count is 30 (this run: 40)")
@@ -430,15 +454,19 @@ def test_report_to_an_integration_not_installed_or_unknown_is_refused_before_any
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("processes", [2, 3])
-def test_ranks_with_an_empty_share_of_the_output_layer_train_resume_and_predict_as_one_process(tmp_path, processes):
+@pytest.mark.parametrize(("processes", "tail_lr_scale"), [(2, 2.0), (3, 2.0), (3, 1.0)])
+def test_ranks_with_an_empty_share_of_the_output_layer_train_resume_and_predict_as_one_process(
+    tmp_path, processes, tail_lr_scale
+):
     """6 labels (a head of 2 rows, a tail of 1 group) on more ranks than groups, and on 3 more than head rows: the
-    sharded run, its resumption and its predictions equal those of one process with the same global batch."""
+    sharded run, its resumption and its predictions equal those of one process with the same global batch, with the
+    head and the tail in two parameter groups at two rates (`output_tail_lr_scale` 2) or in one."""
     import distributed_empty_shares
 
-    torchrun([str(TESTS / "distributed_empty_shares.py"), str(tmp_path)], tmp_path, processes=processes)
+    script = TESTS / "distributed_empty_shares.py"
+    torchrun([str(script), str(tmp_path), str(tail_lr_scale)], tmp_path, processes=processes)
     sharded = torch.load(tmp_path / "results.pt", weights_only=False)
-    single = distributed_empty_shares.run(tmp_path / "single")
+    single = distributed_empty_shares.run(tmp_path / "single", tail_lr_scale)
     for part in ("run", "resumed"):
         assert sharded[part]["rewirings"] == single[part]["rewirings"] and single[part]["rewirings"]
         torch.testing.assert_close(

@@ -306,6 +306,25 @@ def test_haste_optimizer_state_dict_round_trip():
         resumed.load_state_dict(checkpoint["encoder"])
 
 
+def test_a_checkpoint_of_another_output_group_count_names_the_tail_scale_that_resumes_it():
+    """One output group (`output_tail_lr_scale` 1) against two (head and tail apart), both ways: one line naming the
+    flag and the `HasteTrainingArguments` field, never torch's bare group mismatch."""
+    model = TinyModel()
+
+    def haste_optimizer(groups: int) -> HasteOptimizer:
+        weight, bias = model.output.parameters()
+        output_groups = [{"params": [weight, bias]}] if groups == 1 else [{"params": [weight]}, {"params": [bias]}]
+        return HasteOptimizer(torch.optim.AdamW(model.encoder.parameters()), StochasticRoundingSGD(output_groups))
+
+    one, two = haste_optimizer(1).state_dict(), haste_optimizer(2).state_dict()
+    with pytest.raises(ValueError, match=r"1 parameter group\(s\) and this run's 2") as refused:
+        haste_optimizer(2).load_state_dict(one)
+    assert "--output-tail-lr-scale 1 (`output_tail_lr_scale=1` in HasteTrainingArguments)" in str(refused.value)
+    with pytest.raises(ValueError, match=r"2 parameter group\(s\) and this run's 1") as refused:
+        haste_optimizer(1).load_state_dict(two)
+    assert "--output-tail-lr-scale (`output_tail_lr_scale`) other than 1" in str(refused.value)
+
+
 def test_haste_optimizer_rejects_shared_parameters_and_new_groups():
     model = TinyModel()
     with pytest.raises(ValueError, match="share parameters"):
