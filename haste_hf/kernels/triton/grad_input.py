@@ -48,6 +48,7 @@ def _grad_input_kernel(
     BLOCK_B: tl.constexpr,
     PACK: tl.constexpr,
     DETERMINISTIC: tl.constexpr,
+    LOOKAHEAD: tl.constexpr,
     PRECISION: tl.constexpr,
     NUM_STAGES: tl.constexpr,
 ):
@@ -60,7 +61,25 @@ def _grad_input_kernel(
     acc_rows = acc_ptr + rows[None, :]
     first = split.to(tl.int64) * packs_per_program
     count = tl.minimum(packs_per_program, num_packs - first)
-    if DETERMINISTIC:
+    if DETERMINISTIC and LOOKAHEAD:
+        _deterministic_lookahead(
+            grad_out_ptr,
+            weight_ptr,
+            supports_ptr,
+            acc_rows,
+            first,
+            count,
+            rows,
+            row_mask,
+            batch,
+            num_groups,
+            G,
+            F,
+            BLOCK_G,
+            BLOCK_F,
+            PRECISION,
+        )
+    elif DETERMINISTIC:
         # Triton's software pipeline stops at the barrier: the next group's operands are loaded by hand
         # before this group's update.
         next_operands = _load_pack(
@@ -103,6 +122,60 @@ def _grad_input_kernel(
                 PACK,
             )
             _add_pack(acc_rows, operands, batch, row_mask, PRECISION, DETERMINISTIC)
+
+
+@triton.jit
+def _deterministic_lookahead(
+    grad_out_ptr,
+    weight_ptr,
+    supports_ptr,
+    acc_rows,
+    first,
+    count,
+    rows,
+    row_mask,
+    batch,
+    num_groups,
+    G: tl.constexpr,
+    F: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """The deterministic mode's loop with the next group's partial rows read before this group's are written, so
+    that the read's latency overlaps this group's product and store: the rows the two groups share (read too
+    early) take this group's new values instead, moved between the tiles in registers (`tl.gather`). Each group's
+    sum is the one a read after the write would give; a barrier orders each group's stores before the next's."""
+    operands = _load_pack(
+        grad_out_ptr, weight_ptr, supports_ptr, first, rows, row_mask, num_groups, G, F, BLOCK_G, BLOCK_F, 1
+    )
+    features, slot_mask = operands[2], operands[3]
+    mask = slot_mask[:, None] & row_mask[None, :]
+    current = tl.load(acc_rows + features[:, None].to(tl.int64) * batch, mask=mask, other=0.0, cache_modifier=".cg")
+    slots = tl.arange(0, BLOCK_F)
+    for step in range(count):
+        following = first + tl.minimum(step + 1, count - 1)  # the last group loads itself again: none past K
+        next_operands = _load_pack(
+            grad_out_ptr, weight_ptr, supports_ptr, following, rows, row_mask, num_groups, G, F, BLOCK_G, BLOCK_F, 1
+        )
+        next_features, next_slot_mask = next_operands[2], next_operands[3]
+        next_mask = next_slot_mask[:, None] & row_mask[None, :]
+        # Issued before this group's stores: up to date but for the rows of this group's features.
+        next_current = tl.load(
+            acc_rows + next_features[:, None].to(tl.int64) * batch, mask=next_mask, other=0.0, cache_modifier=".cg"
+        )
+        grad_block, weight_block, features, slot_mask = operands
+        total = current + tl.dot(weight_block, grad_block, input_precision=PRECISION)
+        tl.store(acc_rows + features[:, None].to(tl.int64) * batch, total, mask=mask)
+        # Slot j of the next group holds the feature of slot `source[j]` of this one, if any (a support's features
+        # are distinct: at most one match); padded slots match nothing.
+        shared = (next_features[:, None] == features[None, :]) & next_slot_mask[:, None] & slot_mask[None, :]
+        source = tl.sum(tl.where(shared, slots[None, :], 0), axis=1)
+        moved = tl.gather(total, tl.broadcast_to(source[:, None], (BLOCK_F, total.shape[1])), axis=0)
+        current = tl.where(tl.max(shared.to(tl.int32), axis=1)[:, None] > 0, moved, next_current)
+        operands, mask = next_operands, next_mask
+        # This group's stores before the next group's (other threads may write the same rows).
+        tl.debug_barrier()
 
 
 @triton.jit
@@ -168,7 +241,7 @@ def _block(size: int) -> int:
 def launch_defaults(batch: int, num_groups: int, group_size: int, fan_in: int, deterministic: bool) -> dict:
     """The launch of one shape (chosen by shape, not autotuned; measured in triton_backward_notes.md): batch rows
     per program, programs per multiprocessor and batch tile, groups a dot (fast mode only), warps, pipeline stages."""
-    return {"block_b": 32, "programs_per_sm": 4, "pack": 1, "num_warps": 4, "num_stages": 3}
+    return {"block_b": 32, "programs_per_sm": 4, "pack": 1, "num_warps": 4, "num_stages": 3, "lookahead": False}
 
 
 def grad_input(
@@ -183,6 +256,7 @@ def grad_input(
     pack: int | None = None,
     num_warps: int | None = None,
     programs_per_sm: int | None = None,
+    lookahead: bool | None = None,
 ) -> torch.Tensor:
     """`[B, d]` feature gradient of `out = group_sparse_linear(x, weight, supports)` for `grad_out [B, K * G]`,
     in the dtype of `weight`, summed in fp32; bitwise reproducible when `deterministic`.
@@ -239,6 +313,7 @@ def grad_input(
             BLOCK_B=block_b,
             PACK=pack,
             DETERMINISTIC=deterministic,
+            LOOKAHEAD=defaults["lookahead"] if lookahead is None else lookahead,
             PRECISION="ieee" if fp32 else "tf32",
             NUM_STAGES=num_stages or defaults["num_stages"],
             num_warps=num_warps or defaults["num_warps"],
