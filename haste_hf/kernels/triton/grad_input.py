@@ -152,7 +152,7 @@ def _deterministic_lookahead(
     features, slot_mask = operands[2], operands[3]
     mask = slot_mask[:, None] & row_mask[None, :]
     current = tl.load(acc_rows + features[:, None].to(tl.int64) * batch, mask=mask, other=0.0, cache_modifier=".cg")
-    slots = tl.arange(0, BLOCK_F)
+    CHUNK: tl.constexpr = min(BLOCK_F, 32)
     for step in range(count):
         following = first + tl.minimum(step + 1, count - 1)  # the last group loads itself again: none past K
         next_operands = _load_pack(
@@ -168,11 +168,18 @@ def _deterministic_lookahead(
         total = current + tl.dot(weight_block, grad_block, input_precision=PRECISION)
         tl.store(acc_rows + features[:, None].to(tl.int64) * batch, total, mask=mask)
         # Slot j of the next group holds the feature of slot `source[j]` of this one, if any (a support's features
-        # are distinct: at most one match); padded slots match nothing.
-        shared = (next_features[:, None] == features[None, :]) & next_slot_mask[:, None] & slot_mask[None, :]
-        source = tl.sum(tl.where(shared, slots[None, :], 0), axis=1)
+        # are distinct: at most one match). This group's support is read again in chunks of 32 slots (from L1):
+        # a [F, F] comparison at once would hold F registers a thread. Padded slots match nothing.
+        source = tl.zeros((BLOCK_F,), dtype=tl.int32)
+        found = tl.zeros((BLOCK_F,), dtype=tl.int32)
+        for chunk in tl.static_range(BLOCK_F // CHUNK):
+            chunk_slots = chunk * CHUNK + tl.arange(0, CHUNK)
+            chunk_features = tl.load(supports_ptr + (first + step) * F + chunk_slots, mask=chunk_slots < F, other=-1)
+            shared = (next_features[:, None] == chunk_features[None, :]) & next_slot_mask[:, None]
+            source += tl.sum(tl.where(shared, chunk_slots[None, :], 0), axis=1)
+            found += tl.sum(shared.to(tl.int32), axis=1)
         moved = tl.gather(total, tl.broadcast_to(source[:, None], (BLOCK_F, total.shape[1])), axis=0)
-        current = tl.where(tl.max(shared.to(tl.int32), axis=1)[:, None] > 0, moved, next_current)
+        current = tl.where(found[:, None] > 0, moved, next_current)
         operands, mask = next_operands, next_mask
         # This group's stores before the next group's (other threads may write the same rows).
         tl.debug_barrier()
