@@ -142,47 +142,100 @@ def _deterministic_lookahead(
     BLOCK_F: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
-    """The deterministic mode's loop with the next group's partial rows read before this group's are written, so
-    that the read's latency overlaps this group's product and store: the rows the two groups share (read too
-    early) take this group's new values instead, moved between the tiles in registers (`tl.gather`). Each group's
-    sum is the one a read after the write would give; a barrier orders each group's stores before the next's."""
-    operands = _load_pack(
+    """The deterministic mode's loop with each group's partial rows read two groups ahead, so that the read's
+    latency overlaps two groups' products and stores instead of standing between them. A row read early misses
+    the updates of the (at most two) groups between its read and its use: where such a group shares the feature,
+    the row takes that group's new value instead (moved between the tiles in registers by `tl.gather`; the later
+    group's value wins). Each group's sum is then the one a read after the previous group's write gives: the same
+    bits as reading there. A barrier orders each group's stores before the next group's."""
+    ops0 = _load_pack(
         grad_out_ptr, weight_ptr, supports_ptr, first, rows, row_mask, num_groups, G, F, BLOCK_G, BLOCK_F, 1
     )
-    features, slot_mask = operands[2], operands[3]
-    mask = slot_mask[:, None] & row_mask[None, :]
-    current = tl.load(acc_rows + features[:, None].to(tl.int64) * batch, mask=mask, other=0.0, cache_modifier=".cg")
-    CHUNK: tl.constexpr = min(BLOCK_F, 32)
+    ops1 = _load_pack(
+        grad_out_ptr,
+        weight_ptr,
+        supports_ptr,
+        first + tl.minimum(1, count - 1),
+        rows,
+        row_mask,
+        num_groups,
+        G,
+        F,
+        BLOCK_G,
+        BLOCK_F,
+        1,
+    )
+    read0 = _partial_rows(acc_rows, ops0, row_mask, batch)
+    read1 = _partial_rows(acc_rows, ops1, row_mask, batch)
+    moved0 = tl.zeros_like(read0)
+    moved1 = tl.zeros_like(read1)
+    found0 = tl.zeros((BLOCK_F,), dtype=tl.int32)
+    found1 = tl.zeros((BLOCK_F,), dtype=tl.int32)
     for step in range(count):
-        following = first + tl.minimum(step + 1, count - 1)  # the last group loads itself again: none past K
-        next_operands = _load_pack(
-            grad_out_ptr, weight_ptr, supports_ptr, following, rows, row_mask, num_groups, G, F, BLOCK_G, BLOCK_F, 1
+        group = first + step
+        # The last groups load the last one again: none past K (never stored).
+        ops2 = _load_pack(
+            grad_out_ptr,
+            weight_ptr,
+            supports_ptr,
+            first + tl.minimum(step + 2, count - 1),
+            rows,
+            row_mask,
+            num_groups,
+            G,
+            F,
+            BLOCK_G,
+            BLOCK_F,
+            1,
         )
-        next_features, next_slot_mask = next_operands[2], next_operands[3]
-        next_mask = next_slot_mask[:, None] & row_mask[None, :]
-        # Issued before this group's stores: up to date but for the rows of this group's features.
-        next_current = tl.load(
-            acc_rows + next_features[:, None].to(tl.int64) * batch, mask=next_mask, other=0.0, cache_modifier=".cg"
-        )
-        grad_block, weight_block, features, slot_mask = operands
+        # Read now (after the previous group's stores and barrier), used two groups later.
+        read2 = _partial_rows(acc_rows, ops2, row_mask, batch)
+        grad_block, weight_block, features, slot_mask = ops0
+        current = tl.where(found0[:, None] > 0, moved0, read0)
         total = current + tl.dot(weight_block, grad_block, input_precision=PRECISION)
-        tl.store(acc_rows + features[:, None].to(tl.int64) * batch, total, mask=mask)
-        # Slot j of the next group holds the feature of slot `source[j]` of this one, if any (a support's features
-        # are distinct: at most one match). This group's support is read again in chunks of 32 slots (from L1):
-        # a [F, F] comparison at once would hold F registers a thread. Padded slots match nothing.
-        source = tl.zeros((BLOCK_F,), dtype=tl.int32)
-        found = tl.zeros((BLOCK_F,), dtype=tl.int32)
-        for chunk in tl.static_range(BLOCK_F // CHUNK):
-            chunk_slots = chunk * CHUNK + tl.arange(0, CHUNK)
-            chunk_features = tl.load(supports_ptr + (first + step) * F + chunk_slots, mask=chunk_slots < F, other=-1)
-            shared = (next_features[:, None] == chunk_features[None, :]) & next_slot_mask[:, None]
-            source += tl.sum(tl.where(shared, chunk_slots[None, :], 0), axis=1)
-            found += tl.sum(shared.to(tl.int32), axis=1)
-        moved = tl.gather(total, tl.broadcast_to(source[:, None], (BLOCK_F, total.shape[1])), axis=0)
-        current = tl.where(found[:, None] > 0, moved, next_current)
-        operands, mask = next_operands, next_mask
+        tl.store(acc_rows + features[:, None].to(tl.int64) * batch, total, mask=slot_mask[:, None] & row_mask[None, :])
+        source1, shared1 = _shared_slots(supports_ptr, group, ops1, F, BLOCK_F)
+        moved1 = tl.where(
+            shared1[:, None] > 0, tl.gather(total, tl.broadcast_to(source1[:, None], total.shape), 0), moved1
+        )
+        found1 += shared1
+        source2, shared2 = _shared_slots(supports_ptr, group, ops2, F, BLOCK_F)
+        moved2 = tl.gather(total, tl.broadcast_to(source2[:, None], total.shape), 0)
+        ops0, read0, moved0, found0 = ops1, read1, moved1, found1
+        ops1, read1, moved1, found1 = ops2, read2, moved2, shared2
         # This group's stores before the next group's (other threads may write the same rows).
         tl.debug_barrier()
+
+
+@triton.jit
+def _partial_rows(acc_rows, operands, row_mask, batch):
+    """The program's partial sums `[BLOCK_F, rows]` at the features of a group's support (through L2)."""
+    features, slot_mask = operands[2], operands[3]
+    return tl.load(
+        acc_rows + features[:, None].to(tl.int64) * batch,
+        mask=slot_mask[:, None] & row_mask[None, :],
+        other=0.0,
+        cache_modifier=".cg",
+    )
+
+
+@triton.jit
+def _shared_slots(supports_ptr, group, later, F: tl.constexpr, BLOCK_F: tl.constexpr):
+    """For each slot of the `later` group's support: the slot of group `group` that holds the same feature (0 if
+    none) and whether there is one (a support's features are distinct: at most one). Group `group`'s support is
+    read again in chunks of 32 slots (from L1): a [F, F] comparison at once would hold F registers a thread.
+    Padded slots match nothing."""
+    later_features, later_mask = later[2], later[3]
+    CHUNK: tl.constexpr = min(BLOCK_F, 32)
+    source = tl.zeros((BLOCK_F,), dtype=tl.int32)
+    found = tl.zeros((BLOCK_F,), dtype=tl.int32)
+    for chunk in tl.static_range(BLOCK_F // CHUNK):
+        slots = chunk * CHUNK + tl.arange(0, CHUNK)
+        features = tl.load(supports_ptr + group * F + slots, mask=slots < F, other=-1)
+        shared = (later_features[:, None] == features[None, :]) & later_mask[:, None]
+        source += tl.sum(tl.where(shared, slots[None, :], 0), axis=1)
+        found += tl.sum(shared.to(tl.int32), axis=1)
+    return source, found
 
 
 @triton.jit
