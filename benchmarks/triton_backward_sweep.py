@@ -60,7 +60,9 @@ def operands_of(batch, millions, fan_in, group, features):
     groups = int(millions * 1e6) // group
     x = torch.randn(batch, features, device="cuda", dtype=torch.bfloat16)
     weight = torch.randn(groups, group, fan_in, device="cuda", dtype=torch.bfloat16) / fan_in**0.5
-    supports = torch.rand(groups, features, device="cuda").argsort(dim=1)[:, :fan_in].int().contiguous()
+    # F distinct features a group (topk of random keys: no [K, d] int64 argsort, which side-by-side compile
+    # processes could not all hold at 8.6M labels)
+    supports = torch.rand(groups, features, device="cuda").topk(fan_in, dim=1).indices.int().contiguous()
     grad_out = torch.randn(batch, groups * group, device="cuda", dtype=torch.bfloat16)
     return [(x, weight, supports, grad_out)]
 
