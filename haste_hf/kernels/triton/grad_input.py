@@ -11,13 +11,16 @@ the L2 cache.
 
 - fast mode: all programs add into one `[d, B]` buffer with fp32 atomics (relaxed, 16 bytes each: 4 batch
   rows); the order of the additions varies from run to run. Triton's software pipeline keeps the next
-  groups' operands in flight.
+  groups' operands in flight. `pack` groups can share one dot (their weights on the diagonal blocks of one
+  operand, as in the forward): fewer, larger loop steps for small F and G.
 - deterministic mode (no float atomics): each program owns a partial `[d, BLOCK_B]` of a `[splits, d, B]`
   buffer and updates it with plain loads and stores (through L2: `.cg`). Two groups of a run may share a
   feature, and the threads that read an accumulator row for the next group are not those that wrote it
   for this one, so a barrier orders each group's update before the next. A second kernel adds the splits
   in their order. Same inputs, same bits. (Atomics into the program's own partial with the same barrier
   are also reproducible, but measured slower: 71.7 against 54.5 ms at B = 512, L = 8.6M, F = 128, G = 16.)
+  The `lookahead` loop reads each group's rows two groups early, so that the read's latency is not between
+  the groups, and mends the rows the groups in between wrote (`_deterministic_lookahead`): the same bits.
 
 Both end with `split_sum.py`'s kernel, which also transposes back to `[B, d]` and casts to the operands' dtype.
 """

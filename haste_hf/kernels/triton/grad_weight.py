@@ -7,7 +7,9 @@ per call: each gathered feature is then a contiguous run of batch values, where 
 scattered element per row), and accumulates `x_I^T @ grad_out_k` `[F, G]` in fp32 on tensor cores, stored
 once in the operands' dtype, transposed into `[K, G, F]`. Batches of several chunks: one group a program,
 Triton's software pipeline over the chunks. A batch of one chunk: a program walks a run of groups, the
-pipeline over the groups. fp32 operands use a true fp32 product (`input_precision="ieee"`, no TF32).
+pipeline over the groups. `pack` groups can share one dot (their supports gathered side by side, their
+`grad_out` columns side by side, the diagonal blocks of the product stored): fewer, larger loop steps for
+small F and G. fp32 operands use a true fp32 product (`input_precision="ieee"`, no TF32).
 """
 
 import torch
