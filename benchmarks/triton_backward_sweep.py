@@ -29,10 +29,8 @@ from haste_hf.kernels.triton.grad_weight import grad_weight
 # (block_b, programs_per_sm, pack, num_warps, num_stages); the first of each list: the default before the sweep
 FAST = [(32, 4, 1, 4, 3), (32, 4, 2, 4, 3), (32, 8, 1, 4, 3), (32, 8, 2, 4, 3), (64, 4, 1, 4, 3), (64, 4, 2, 4, 3)]
 FAST += [(32, 4, 1, 2, 3), (32, 4, 2, 2, 3)]
-# (block_b, programs_per_sm, num_warps, lookahead); ptxas (sm_90) puts the lookahead loop at 109-255 registers a
-# thread with 4 warps (F = 32: 109-181, F = 64: 180-229, F = 128: 255 with spills) against 48-130 for the plain one
-DETERMINISTIC = [(32, 4, 4, False), (32, 2, 4, False), (32, 1, 4, False), (16, 2, 4, False), (16, 4, 4, True)]
-DETERMINISTIC += [(32, 2, 4, True), (32, 4, 8, True), (16, 4, 8, True)]
+# (block_b, programs_per_sm, num_warps)
+DETERMINISTIC = [(32, 4, 4), (32, 2, 4), (32, 1, 4), (16, 2, 4)]
 # (block_b, pack, programs_per_sm, num_warps, num_stages)
 WEIGHT = [(64, 1, 16, 4, 3), (64, 2, 16, 4, 3), (64, 1, 8, 4, 3), (64, 1, 32, 4, 3), (64, 1, 16, 8, 3)]
 WEIGHT += [(32, 1, 16, 4, 3), (64, 2, 16, 8, 3)]
@@ -73,8 +71,8 @@ def triton_calls(group, fan_in, features):
     for block_b, per_sm, pack, warps, stages in FAST:
         config = dict(block_b=block_b, programs_per_sm=per_sm, pack=pack, num_warps=warps, num_stages=stages)
         calls.append(("bwd_x", config, lambda x, w, s, g, c=config: grad_input(g, w, s, features, False, **c)))
-    for block_b, per_sm, warps, lookahead in DETERMINISTIC:
-        config = dict(block_b=block_b, programs_per_sm=per_sm, num_warps=warps, lookahead=lookahead)
+    for block_b, per_sm, warps in DETERMINISTIC:
+        config = dict(block_b=block_b, programs_per_sm=per_sm, num_warps=warps)
         calls.append(("bwd_x_det", config, lambda x, w, s, g, c=config: grad_input(g, w, s, features, True, **c)))
     for block_b, pack, per_sm, warps, stages in WEIGHT:
         if pack > 1 and fan_in > min(fan_in, 4096 // max(16, group)):

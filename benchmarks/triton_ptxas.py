@@ -45,14 +45,12 @@ def grad_input_rows():
     signature = {"grad_out_ptr": "*bf16", "weight_ptr": "*bf16", "supports_ptr": "*i32", "acc_ptr": "*fp32"}
     signature.update(dict.fromkeys(("batch", "num_features", "num_groups", "num_packs", "packs_per_program"), "i32"))
     divisible = ("grad_out_ptr", "weight_ptr", "supports_ptr", "acc_ptr", "batch", "num_features")
-    modes = [("fast", 32, 1, False, 4), ("fast", 32, 2, False, 4), ("fast", 64, 2, False, 4)]
-    modes += [("det", 32, 1, False, 4), ("det-lookahead", 16, 1, True, 4), ("det-lookahead", 32, 1, True, 4)]
-    modes += [("det-lookahead", 32, 1, True, 8), ("det-lookahead", 16, 1, True, 8)]
-    for (fan_in, group), (mode, block_b, pack, lookahead, warps) in itertools.product(SHAPES, modes):
+    modes = [("fast", 32, 1, 4), ("fast", 32, 2, 4), ("fast", 64, 2, 4), ("det", 32, 1, 4)]
+    for (fan_in, group), (mode, block_b, pack, warps) in itertools.product(SHAPES, modes):
         constants = dict(G=group, F=fan_in, BLOCK_G=group, BLOCK_F=fan_in, BLOCK_B=block_b, PACK=pack)
-        constants.update(DETERMINISTIC=mode != "fast", LOOKAHEAD=lookahead, PRECISION="tf32", NUM_STAGES=3)
+        constants.update(DETERMINISTIC=mode != "fast", PRECISION="tf32", NUM_STAGES=3)
         used = resources(grad_input._grad_input_kernel, signature, constants, divisible, warps)
-        yield f"bwd_x {mode:<13} F={fan_in:<3} G={group:<2} block_b={block_b:<2} pack={pack} warps={warps}", used
+        yield f"bwd_x {mode:<4} F={fan_in:<3} G={group:<2} block_b={block_b:<2} pack={pack} warps={warps}", used
 
 
 def grad_weight_rows():

@@ -155,22 +155,6 @@ def test_grad_input_work_splits(kernels, poisoned_outputs, block_b, groups_per_p
         check(f"grad_x (deterministic={deterministic})", actual, expected, torch.float32)
 
 
-@pytest.mark.parametrize("groups_per_program", [None, 1, 3, 24])
-def test_deterministic_lookahead_gives_the_same_bits(kernels, groups_per_program):
-    """The deterministic loop that reads the next group's rows before this group's writes (and takes this group's
-    new values for the rows both share) sums exactly as the loop that reads after the writes: the same bits. Small
-    d against F: most consecutive groups share features."""
-    _, grad_input = kernels
-    shape = (70, 768, 600, 32, 64) if GPU else (37, 40, 24, 16, 32)
-    for dtype in [torch.bfloat16, torch.float32] if GPU else [torch.float32]:
-        x, weight, supports, grad_out = make_operands(*shape, dtype, seed=11)
-        after = grad_input(grad_out, weight, supports, shape[1], True, 16, groups_per_program, lookahead=False)
-        before = grad_input(grad_out, weight, supports, shape[1], True, 16, groups_per_program, lookahead=True)
-        assert torch.equal(after, before)
-        expected, _ = reference_gradients(x, weight, supports, grad_out)
-        check("grad_x", before, expected, dtype)
-
-
 @pytest.mark.parametrize("pack", [2, 4])
 def test_grad_input_packs_of_groups(kernels, poisoned_outputs, pack):
     """Fast mode with several groups a dot (block-diagonal weights): K that the packs do not divide, G and F that

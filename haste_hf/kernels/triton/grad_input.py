@@ -18,9 +18,9 @@ the L2 cache.
   feature, and the threads that read an accumulator row for the next group are not those that wrote it
   for this one, so a barrier orders each group's update before the next. A second kernel adds the splits
   in their order. Same inputs, same bits. (Atomics into the program's own partial with the same barrier
-  are also reproducible, but measured slower: 71.7 against 54.5 ms at B = 512, L = 8.6M, F = 128, G = 16.)
-  The `lookahead` loop reads each group's rows two groups early, so that the read's latency is not between
-  the groups, and mends the rows the groups in between wrote (`_deterministic_lookahead`): the same bits.
+  are also reproducible, but measured slower: 71.7 against 54.5 ms at B = 512, L = 8.6M, F = 128, G = 16.
+  A loop reading each group's rows two groups early, mending those the groups in between wrote, gave the same
+  bits 2.2-30x slower: triton_backward_sweep_h200_d1ec341.txt.)
 
 Both end with `split_sum.py`'s kernel, which also transposes back to `[B, d]` and casts to the operands' dtype.
 """
@@ -51,7 +51,6 @@ def _grad_input_kernel(
     BLOCK_B: tl.constexpr,
     PACK: tl.constexpr,
     DETERMINISTIC: tl.constexpr,
-    LOOKAHEAD: tl.constexpr,
     PRECISION: tl.constexpr,
     NUM_STAGES: tl.constexpr,
 ):
@@ -64,25 +63,7 @@ def _grad_input_kernel(
     acc_rows = acc_ptr + rows[None, :]
     first = split.to(tl.int64) * packs_per_program
     count = tl.minimum(packs_per_program, num_packs - first)
-    if DETERMINISTIC and LOOKAHEAD:
-        _deterministic_lookahead(
-            grad_out_ptr,
-            weight_ptr,
-            supports_ptr,
-            acc_rows,
-            first,
-            count,
-            rows,
-            row_mask,
-            batch,
-            num_groups,
-            G,
-            F,
-            BLOCK_G,
-            BLOCK_F,
-            PRECISION,
-        )
-    elif DETERMINISTIC:
+    if DETERMINISTIC:
         # Triton's software pipeline stops at the barrier: the next group's operands are loaded by hand
         # before this group's update.
         next_operands = _load_pack(
@@ -125,120 +106,6 @@ def _grad_input_kernel(
                 PACK,
             )
             _add_pack(acc_rows, operands, batch, row_mask, PRECISION, DETERMINISTIC)
-
-
-@triton.jit
-def _deterministic_lookahead(
-    grad_out_ptr,
-    weight_ptr,
-    supports_ptr,
-    acc_rows,
-    first,
-    count,
-    rows,
-    row_mask,
-    batch,
-    num_groups,
-    G: tl.constexpr,
-    F: tl.constexpr,
-    BLOCK_G: tl.constexpr,
-    BLOCK_F: tl.constexpr,
-    PRECISION: tl.constexpr,
-):
-    """The deterministic mode's loop with each group's partial rows read two groups ahead, so that the read's
-    latency overlaps two groups' products and stores instead of standing between them. A row read early misses
-    the updates of the (at most two) groups between its read and its use: where such a group shares the feature,
-    the row takes that group's new value instead (moved between the tiles in registers by `tl.gather`; the later
-    group's value wins). Each group's sum is then the one a read after the previous group's write gives: the same
-    bits as reading there. A barrier orders each group's stores before the next group's."""
-    ops0 = _load_pack(
-        grad_out_ptr, weight_ptr, supports_ptr, first, rows, row_mask, num_groups, G, F, BLOCK_G, BLOCK_F, 1
-    )
-    ops1 = _load_pack(
-        grad_out_ptr,
-        weight_ptr,
-        supports_ptr,
-        first + tl.minimum(1, count - 1),
-        rows,
-        row_mask,
-        num_groups,
-        G,
-        F,
-        BLOCK_G,
-        BLOCK_F,
-        1,
-    )
-    read0 = _partial_rows(acc_rows, ops0, row_mask, batch)
-    read1 = _partial_rows(acc_rows, ops1, row_mask, batch)
-    moved0 = tl.zeros_like(read0)
-    moved1 = tl.zeros_like(read1)
-    found0 = tl.zeros((BLOCK_F,), dtype=tl.int32)
-    found1 = tl.zeros((BLOCK_F,), dtype=tl.int32)
-    for step in range(count):
-        group = first + step
-        # The last groups load the last one again: none past K (never stored).
-        ops2 = _load_pack(
-            grad_out_ptr,
-            weight_ptr,
-            supports_ptr,
-            first + tl.minimum(step + 2, count - 1),
-            rows,
-            row_mask,
-            num_groups,
-            G,
-            F,
-            BLOCK_G,
-            BLOCK_F,
-            1,
-        )
-        # Read now (after the previous group's stores and barrier), used two groups later.
-        read2 = _partial_rows(acc_rows, ops2, row_mask, batch)
-        grad_block, weight_block, features, slot_mask = ops0
-        current = tl.where(found0[:, None] > 0, moved0, read0)
-        total = current + tl.dot(weight_block, grad_block, input_precision=PRECISION)
-        tl.store(acc_rows + features[:, None].to(tl.int64) * batch, total, mask=slot_mask[:, None] & row_mask[None, :])
-        source1, shared1 = _shared_slots(supports_ptr, group, ops1, F, BLOCK_F)
-        moved1 = tl.where(
-            shared1[:, None] > 0, tl.gather(total, tl.broadcast_to(source1[:, None], total.shape), 0), moved1
-        )
-        found1 += shared1
-        source2, shared2 = _shared_slots(supports_ptr, group, ops2, F, BLOCK_F)
-        moved2 = tl.gather(total, tl.broadcast_to(source2[:, None], total.shape), 0)
-        ops0, read0, moved0, found0 = ops1, read1, moved1, found1
-        ops1, read1, moved1, found1 = ops2, read2, moved2, shared2
-        # This group's stores before the next group's (other threads may write the same rows).
-        tl.debug_barrier()
-
-
-@triton.jit
-def _partial_rows(acc_rows, operands, row_mask, batch):
-    """The program's partial sums `[BLOCK_F, rows]` at the features of a group's support (through L2)."""
-    features, slot_mask = operands[2], operands[3]
-    return tl.load(
-        acc_rows + features[:, None].to(tl.int64) * batch,
-        mask=slot_mask[:, None] & row_mask[None, :],
-        other=0.0,
-        cache_modifier=".cg",
-    )
-
-
-@triton.jit
-def _shared_slots(supports_ptr, group, later, F: tl.constexpr, BLOCK_F: tl.constexpr):
-    """For each slot of the `later` group's support: the slot of group `group` that holds the same feature (0 if
-    none) and whether there is one (a support's features are distinct: at most one). Group `group`'s support is
-    read again in chunks of 32 slots (from L1): a [F, F] comparison at once would hold F registers a thread.
-    Padded slots match nothing."""
-    later_features, later_mask = later[2], later[3]
-    CHUNK: tl.constexpr = min(BLOCK_F, 32)
-    source = tl.zeros((BLOCK_F,), dtype=tl.int32)
-    found = tl.zeros((BLOCK_F,), dtype=tl.int32)
-    for chunk in tl.static_range(BLOCK_F // CHUNK):
-        slots = chunk * CHUNK + tl.arange(0, CHUNK)
-        features = tl.load(supports_ptr + group * F + slots, mask=slots < F, other=-1)
-        shared = (later_features[:, None] == features[None, :]) & later_mask[:, None]
-        source += tl.sum(tl.where(shared, slots[None, :], 0), axis=1)
-        found += tl.sum(shared.to(tl.int32), axis=1)
-    return source, found
 
 
 @triton.jit
@@ -304,7 +171,7 @@ def _block(size: int) -> int:
 def launch_defaults(batch: int, num_groups: int, group_size: int, fan_in: int, deterministic: bool) -> dict:
     """The launch of one shape (chosen by shape, not autotuned; measured in triton_backward_notes.md): batch rows
     per program, programs per multiprocessor and batch tile, groups a dot (fast mode only), warps, pipeline stages."""
-    return {"block_b": 32, "programs_per_sm": 4, "pack": 1, "num_warps": 4, "num_stages": 3, "lookahead": False}
+    return {"block_b": 32, "programs_per_sm": 4, "pack": 1, "num_warps": 4, "num_stages": 3}
 
 
 def grad_input(
@@ -319,7 +186,6 @@ def grad_input(
     pack: int | None = None,
     num_warps: int | None = None,
     programs_per_sm: int | None = None,
-    lookahead: bool | None = None,
 ) -> torch.Tensor:
     """`[B, d]` feature gradient of `out = group_sparse_linear(x, weight, supports)` for `grad_out [B, K * G]`,
     in the dtype of `weight`, summed in fp32; bitwise reproducible when `deterministic`.
@@ -376,7 +242,6 @@ def grad_input(
             BLOCK_B=block_b,
             PACK=pack,
             DETERMINISTIC=deterministic,
-            LOOKAHEAD=defaults["lookahead"] if lookahead is None else lookahead,
             PRECISION="ieee" if fp32 else "tf32",
             NUM_STAGES=num_stages or defaults["num_stages"],
             num_warps=num_warps or defaults["num_warps"],
