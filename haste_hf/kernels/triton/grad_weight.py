@@ -9,7 +9,7 @@ once in the operands' dtype, transposed into `[K, G, F]`. Batches of several chu
 Triton's software pipeline over the chunks. A batch of one chunk: a program walks a run of groups, the
 pipeline over the groups. `pack` groups can share one dot (their supports gathered side by side, their
 `grad_out` columns side by side, the diagonal blocks of the product stored): fewer, larger loop steps for
-small F and G. fp32 operands use a true fp32 product (`input_precision="ieee"`, no TF32).
+small F and G (two by default where measured faster: `launch_defaults`). fp32 operands use a true fp32 product (`input_precision="ieee"`, no TF32).
 """
 
 import torch
@@ -184,10 +184,18 @@ def _block(size: int) -> int:
 
 def launch_defaults(batch: int, num_groups: int, group_size: int, fan_in: int, dtype: torch.dtype) -> dict:
     """The launch of one shape (chosen by shape, not autotuned; measured in triton_backward_notes.md): batch rows a
-    chunk, groups a dot, programs per multiprocessor (a batch of one chunk), warps, pipeline stages."""
+    chunk, groups a dot, programs per multiprocessor (a batch of one chunk), warps, pipeline stages.
+
+    Two groups a dot at F <= 32, G <= 32 in 16-bit dtypes: on one H200, L = 8.6M, bf16
+    (triton_backward_sweep_h200_d1ec341.txt), B = 512, F = 32, G = 16: 4.07 ms against 7.46 for one group (CUDA
+    6.58; 8 warps: 4.27 against 8.11); B = 64, F = 32, G = 64, 8 warps: 0.58 against 0.63 (CUDA 0.63; the 4-warp
+    lines of that shape were lost). Not at G = 64: its pack takes 74 KB of shared memory (sm_90 ptxas,
+    triton_backward_ptxas_sm90_5ec595a.txt), over the 64 KB of a Turing GPU, where F <= 32, G <= 32 takes at most
+    49 KB and one group a dot at most 61 KB; wider supports are not measured."""
+    pack = 2 if dtype != torch.float32 and _block(fan_in) <= 32 and _block(group_size) <= 32 else 1
     return {
         "block_b": 64 if dtype != torch.float32 else 32,
-        "pack": 1,
+        "pack": pack,
         "programs_per_sm": 16,
         "num_warps": 4,
         "num_stages": 3,
