@@ -1,8 +1,11 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
-"""The kernel-floor arithmetic of benchmarks/kernel_floors.py on a hand-made table, the summary of kernels.py and the
-operands of the launch sweeps."""
+"""The kernel-floor arithmetic of benchmarks/kernel_floors.py on a hand-made table, the summary of kernels.py, the
+operands of the launch sweeps and the backward sweep's output."""
 
 import importlib.util
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,3 +85,40 @@ def test_sweep_operands_are_a_valid_tail_of_whole_groups(kernels_benchmark):
     assert x.dtype == weight.dtype == torch.bfloat16 and supports.dtype == torch.int32 and supports.shape == (25, 8)
     assert all(len(set(row)) == 8 for row in supports.tolist()) and supports.min() >= 0 and supports.max() < 32
     assert positions.min() >= 0 and positions.max() < labels
+
+
+SWEEP_KILLED = """
+import os, signal, sys
+sys.path.insert(0, sys.argv[1])
+import triton_backward_sweep as sweep
+
+sweep.ops.is_available = lambda: True
+sweep.torch.cuda.get_device_name = lambda: "no GPU"
+
+
+def time_shape(batch, millions, fan_in, group, passes, features, deadline, emit):
+    emit(f"## B={batch} {'+'.join(passes)}")
+    if batch == 2:  # as `timeout` or a device call's limit stops the run
+        os.kill(os.getpid(), signal.SIGKILL)
+    return [f"# best B={batch}"]
+
+
+sweep.time_shape = time_shape
+sweep.main(["--shapes", "1,8.6,32,16:bwd_w", "2,8.6,32,16", "--passes", "bwd_x", "--out", sys.argv[2]])
+"""
+
+
+def test_backward_sweep_keeps_its_lines_when_killed(tmp_path):
+    """triton_backward_sweep.py writes each line to `--out` as it is measured: a run killed mid-shape (a device
+    call's time limit) leaves the header and every shape's lines up to the kill (its shapes timed by a stand-in
+    here: no GPU)."""
+    out = tmp_path / "sweep.txt"
+    run = subprocess.run(
+        [sys.executable, "-c", SWEEP_KILLED, str(SCRIPT.parent), str(out)], capture_output=True, text=True, timeout=600
+    )
+    assert run.returncode == -signal.SIGKILL, run.stderr
+    assert out.read_text().splitlines() == [
+        "# no GPU, bf16, d = 768: ms (median), triton / cuda",
+        "## B=1 bwd_w",
+        "## B=2 bwd_x",
+    ]

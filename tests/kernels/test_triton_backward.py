@@ -155,6 +155,54 @@ def test_grad_input_work_splits(kernels, poisoned_outputs, block_b, groups_per_p
         check(f"grad_x (deterministic={deterministic})", actual, expected, torch.float32)
 
 
+@pytest.mark.parametrize("pack", [2, 4])
+def test_grad_input_packs_of_groups(kernels, poisoned_outputs, pack):
+    """Fast mode with several groups a dot (block-diagonal weights): K that the packs do not divide, G and F that
+    are not powers of two, runs of packs of any length; the deterministic mode refuses packs."""
+    _, grad_input = kernels
+    for shape in ((37, 100, 5, 16, 32), (20, 64, 7, 12, 20)):
+        x, weight, supports, grad_out = make_operands(*shape, torch.float32, seed=pack + shape[2])
+        expected, _ = reference_gradients(x, weight, supports, grad_out)
+        for groups_per_program in (None, 1, 3):
+            actual = grad_input(grad_out, weight, supports, shape[1], False, 16, groups_per_program, pack=pack)
+            check(f"grad_x (groups_per_program={groups_per_program})", actual, expected, torch.float32)
+    with pytest.raises(ValueError, match="`pack` must be 1"):
+        grad_input(grad_out, weight, supports, shape[1], True, pack=pack)
+
+
+@pytest.mark.parametrize("pack", [2, 4])
+def test_grad_weight_packs_of_groups(kernels, poisoned_outputs, pack):
+    """Several groups a dot, their diagonal blocks stored: a batch of one chunk (runs of packs) and of several
+    (one pack a program), K that the packs do not divide, G and F that are not powers of two."""
+    grad_weight, _ = kernels
+    for shape in ((20, 64, 7, 16, 32), (70, 100, 5, 12, 20)):
+        x, weight, supports, grad_out = make_operands(*shape, torch.float32, seed=pack + shape[0])
+        _, expected = reference_gradients(x, weight, supports, grad_out)
+        for groups_per_program in (None, 3):
+            actual = grad_weight(grad_out, x, supports, shape[3], groups_per_program, block_b=32, pack=pack)
+            check(f"grad_weight (groups_per_program={groups_per_program})", actual, expected, torch.float32)
+    with pytest.raises(ValueError, match="one feature tile"):
+        x, weight, supports, grad_out = make_operands(8, 200, 3, 64, 96, torch.float32, seed=0)
+        grad_weight(grad_out, x, supports, 64, pack=pack)
+
+
+def test_grad_weight_packs_two_groups_by_default_where_measured():
+    """Two groups a dot by default at F <= 32, G <= 32 in 16-bit dtypes (triton_backward_sweep_h200_d1ec341.txt:
+    0.62 against 1.13 of CUDA's time at B = 512, F = 32, G = 16), one elsewhere (unmeasured, or more shared memory
+    than a Turing GPU has); the fp16 cases of test_grad_weight_matches_reference run the packed default."""
+    from haste_hf.kernels.triton.grad_weight import launch_defaults
+
+    for batch, group, fan_in, dtype in [
+        (512, 16, 32, torch.bfloat16),
+        (64, 32, 32, torch.float16),
+        (8, 3, 7, torch.half),
+    ]:
+        assert launch_defaults(batch, 1000, group, fan_in, dtype)["pack"] == 2
+    for batch, group, fan_in, dtype in [(512, 16, 64, torch.bfloat16), (64, 64, 32, torch.bfloat16)]:
+        assert launch_defaults(batch, 1000, group, fan_in, dtype)["pack"] == 1
+    assert launch_defaults(512, 1000, 16, 32, torch.float32)["pack"] == 1
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32] if GPU else [torch.float32], ids=str)
 def test_deterministic_grad_input_is_bitwise_reproducible(kernels, dtype):
     """Runs of groups that share features (d small against K * F) in one program: each group's update
@@ -205,7 +253,7 @@ def test_operands_are_checked(kernels):
         grad_input(grad_out.half(), weight, supports, 64, True)
     with pytest.raises(ValueError, match="at most 65535"):
         many = torch.zeros(70_000, 16, 1, device=DEVICE)  # checked before any launch: never read
-        grad_input(many.new_zeros(1, 70_000 * 16), many, supports[:1, :1].repeat(70_000, 1), 64, False, 32, 1)
+        grad_input(many.new_zeros(1, 70_000 * 16), many, supports[:1, :1].repeat(70_000, 1), 64, False, 32, 1, pack=1)
 
 
 def test_interpreter_is_what_runs_on_cpu(kernels):
