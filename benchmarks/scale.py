@@ -305,7 +305,8 @@ def reload_check(args, phases) -> dict:
 
 
 def child(command: list[str], timeout: float, env=None) -> dict:
-    """Runs `command`; its wall time, exit status and the peak RSS of its process tree (`wait4`)."""
+    """Runs `command`; its wall time, exit status and the peak RSS of its process tree (`wait4`); `timed_out` when
+    it was killed at `timeout` (its exit status is then -9)."""
     started = time.perf_counter()
     process = subprocess.Popen(command, env=env, start_new_session=True)
     deadline = started + timeout
@@ -321,8 +322,17 @@ def child(command: list[str], timeout: float, env=None) -> dict:
             break
         else:
             time.sleep(0.2)
+    timed_out = process.returncode is not None
     process.returncode = os.waitstatus_to_exitcode(status) if process.returncode is None else process.returncode
-    return {"exit": process.returncode, "wall": time.perf_counter() - started, "tree_rss": rusage.ru_maxrss * 1024}
+    outcome = {"exit": process.returncode, "wall": time.perf_counter() - started, "tree_rss": rusage.ru_maxrss * 1024}
+    return {**outcome, "timed_out": True} if timed_out else outcome
+
+
+def stopped_note(timeout: float, budget_left: float, stage_timeout: float) -> str:
+    """What cut a stage that `child` killed at `timeout`: the call's budget (`--budget-s`), or `--stage-timeout`."""
+    if budget_left <= stage_timeout:
+        return f"stopped at the call's budget (--budget-s) after {timeout:.0f} s, unfinished"
+    return f"stopped at --stage-timeout ({stage_timeout:.0f} s), unfinished"
 
 
 def read_reports(path: Path) -> list[dict]:
@@ -370,6 +380,8 @@ class Runner:
         if metrics is not None:
             metrics.unlink(missing_ok=True)
         outcome = child(command, min(self.args.stage_timeout, left))
+        if outcome.pop("timed_out", False):
+            outcome["stopped"] = stopped_note(min(self.args.stage_timeout, left), left, self.args.stage_timeout)
         ran = ran() if callable(ran) else ran  # read once the stage is done (the layout's grouping)
         outcome["ran"] = "; ".join(part for part in (ran, f"commit {self.results['commit']}") if part)
         outcome["reports"] = read_reports(self.work / f"report-{name}.json")
@@ -377,7 +389,7 @@ class Runner:
             outcome["metrics"] = json.loads(metrics.read_text())
         self.results["stages"][name] = outcome
         self.save()
-        status = "ok" if outcome["exit"] == 0 else f"FAILED (exit {outcome['exit']})"
+        status = "ok" if outcome["exit"] == 0 else outcome.get("stopped") or f"FAILED (exit {outcome['exit']})"
         print(f"[scale] {name}: {status} in {outcome['wall']:.1f} s", flush=True)
         if outcome["exit"] != 0 and not self.args.keep_going:
             raise SystemExit(f"stage {name} failed; see its output above")

@@ -142,7 +142,7 @@ def markdown(results: dict, compare: dict | None = None) -> str:
             lines.append(f"| {name} | - | - | - | - | skipped: {stage['skipped']} |")
             continue
         allocated, reserved, rss = stage_peaks(stage)
-        notes = [] if stage["exit"] == 0 else [f"FAILED (exit {stage['exit']})"]
+        notes = [] if stage["exit"] == 0 else [stage.get("stopped") or f"FAILED (exit {stage['exit']})"]
         reports = stage.get("reports") or []
         if len(reports) > 1 and any(r["gpu_allocated"] for r in reports):
             notes.append("peak GPU GiB a rank " + ", ".join(_gib(r["gpu_allocated"]) for r in reports))

@@ -185,6 +185,28 @@ def test_a_phases_host_rss_is_its_own_sampled_peak():
     assert load_script("scale")._current_rss_bytes() > 2**20  # this process's resident memory now
 
 
+def test_a_stage_cut_by_the_calls_budget_is_reported_stopped_not_failed(tmp_path, monkeypatch):
+    """A stage that the call's budget (`--budget-s`) or `--stage-timeout` kills is a stopped stage in the log and the
+    table ("stopped at ..., unfinished"), not a "FAILED (exit -9)" one; a stage that fails by itself still FAILs."""
+    scale, table = load_script("scale"), load_script("scale_table")
+    monkeypatch.setattr(scale, "MIN_STAGE_SECONDS", 0)
+    argv = ["--preset", "amazon-670k", "--work", str(tmp_path), "--keep-going", "--budget-s", "1", "--stages", "data"]
+    runner = scale.Runner(scale.parse_args(argv))
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    stopped = runner.run("add-labels", sleeper, ran="1,000 labels from their texts")
+    assert stopped["exit"] == -9 and stopped["wall"] < 30
+    assert stopped["stopped"].startswith("stopped at the call's budget (--budget-s) after ")
+    runner.deadline, runner.args.stage_timeout = float("inf"), 0.5
+    assert runner.run("export", sleeper)["stopped"] == "stopped at --stage-timeout (0 s), unfinished"
+    failed = runner.run("reload", [sys.executable, "-c", "raise SystemExit(3)"])
+    assert failed["exit"] == 3 and "stopped" not in failed
+    runner.results["data"] = {}
+    text = table.markdown(runner.results)
+    row = next(line for line in text.splitlines() if line.startswith("| add-labels |"))
+    assert "1,000 labels from their texts" in row and "stopped at the call's budget" in row and "FAILED" not in row
+    assert "FAILED (exit 3)" in next(line for line in text.splitlines() if line.startswith("| reload |"))
+
+
 @pytest.mark.slow
 def test_every_stage_runs_on_the_cpu(tmp_path):
     """scale.py end to end at a tiny size (the tiny syllable encoder): data, group, train with a checkpoint,

@@ -23,3 +23,24 @@ def test_predict_top_k_in_batches_equals_one_text_at_a_time(tmp_path, monkeypatc
             top = model.predict_topk(**tokenizer([text], truncation=True, max_length=16, return_tensors="pt"), k=3)
         assert ids[row].tolist() == top.label_ids[0].tolist()
         np.testing.assert_allclose(scores[row], top.scores[0].numpy(), atol=1e-5)
+
+
+def test_predict_top_k_batches_texts_of_similar_length(tmp_path):
+    # Batched by length, a batch pads its texts to about their own length: the encoder reads few padding tokens.
+    tokenizer = tiny_tokenizer(tmp_path)
+    model = make_tiny_model(training=False)
+    rng = np.random.default_rng(7)
+    texts = [" ".join(rng.choice(WORDS, size=size)) for size in rng.permutation(np.repeat([1, 12], 8))]
+    widths = []
+
+    def recording(texts, **kwargs):
+        batch = tokenizer(texts, **kwargs)
+        widths.append(batch["input_ids"].shape[1])
+        return batch
+
+    ids, _ = predict_top_k(model, recording, texts, 3, batch_size=8, max_length=16)
+    longest = max(texts, key=len)
+    long_width = len(tokenizer([longest], truncation=True, max_length=16)["input_ids"][0])
+    assert len(widths) == 2 and min(widths) < long_width  # the short texts' batch is not padded to the long ones
+    expected, _ = predict_top_k(model, tokenizer, texts[::-1], 3, batch_size=8, max_length=16)
+    assert ids.tolist() == expected[::-1].tolist()  # rows in the texts' order, whatever the batches

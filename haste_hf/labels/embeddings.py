@@ -9,7 +9,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from itertools import islice
+from itertools import chain, islice, repeat
 from typing import NamedTuple
 
 import numpy as np
@@ -22,7 +22,7 @@ from ..modeling.defaults import DEFAULT_EVAL_BATCH_SIZE, DEFAULT_MAX_LENGTH, LAB
 from ..modeling.encoder import pool_hidden_states
 from ..modeling.logging_utils import get_logger
 from .grouping import ArrayLike, _as_int64_vector, _default_device
-from .token_batches import CHUNK_TEXTS, fast_backend, tokenize_chunk
+from .token_batches import CHUNK_TEXTS, fast_backend, gives_token_types, tokenize_chunk
 
 
 logger = get_logger(__name__)
@@ -131,9 +131,12 @@ def prepared_ahead(prepare, batches: Iterable[list], texts_of=_as_is) -> Iterato
             yield batch, first_prepared if prepared is None else prepared.result()
 
 
-def _batched(iterable: Iterable, size: int):
+def _batched(iterable: Iterable, size: int, ramp: int = 0):
+    """Lists of `size` items of `iterable`; with `ramp`, the first `ramp` lists are `size / 2**ramp`, ..., `size / 2`
+    items: the first chunks, tokenised while many others are, reach the encoder in a fraction of the time."""
     iterator = iter(iterable)
-    while batch := list(islice(iterator, size)):
+    sizes = chain((max(1, size >> shift) for shift in range(ramp, 0, -1)), repeat(size))
+    while batch := list(islice(iterator, next(sizes))):
         yield batch
 
 
@@ -147,6 +150,20 @@ def _embed_batch(embed, prepared, texts: list[str], device: torch.device) -> tor
             f"got {tuple(embeddings.shape)}."
         )
     return embeddings.to(device=device, dtype=torch.float32)
+
+
+# On a GPU, the fewest padded tokens of a batch of the label embeddings' fast path. A MiniLM forward costs the host
+# milliseconds of Python launches whatever its size, and the GPU embeds a batch of 8,192 tokens (64 x 128) in less:
+# at 8.6M labels the host's launches, not the GPU, set the pace (2.02M training texts at 15.7K a second, the end
+# of the pass at 29K a second once the tokenizer threads let go of the GIL). 65,536 tokens is ~1,240 titles.
+MIN_GPU_TOKEN_BUDGET = 65536
+
+
+def embedding_token_budget(batch_size: int, max_length: int | None, device: torch.device) -> int:
+    """The padded tokens of a batch of `compute_label_embeddings`' fast path: `batch_size` x `max_length` (128 when
+    None), at least `MIN_GPU_TOKEN_BUDGET` on a GPU."""
+    budget = batch_size * (max_length or DEFAULT_MAX_LENGTH)
+    return max(budget, MIN_GPU_TOKEN_BUDGET) if device.type == "cuda" else budget
 
 
 def _check_batch_size(batch_size) -> None:
@@ -254,7 +271,8 @@ def compute_label_embeddings(
         tokenizer: tokenizer of a transformers `encoder`. A fast one (with a Rust backend) tokenises chunks of
             texts ahead in threads, and each chunk is sorted by length (`token_batches`).
         batch_size: number of texts encoded at once; with a fast tokenizer, the padded tokens of a batch
-            (`batch_size` x `max_length`, 128 when None): short texts, sorted by length, go many to a batch.
+            (`embedding_token_budget`: `batch_size` x `max_length`, 128 when None; on a GPU at least
+            `MIN_GPU_TOKEN_BUDGET`): short texts, sorted by length, go many to a batch.
         max_length: truncation length for a transformers `encoder`.
         pooling: `"cls"` (first token), `"mean"` (masked mean) or `"last_token"` (last attended token), for a
             transformers `encoder`; by default the pooling a HASTE model over this encoder uses
@@ -283,7 +301,7 @@ def compute_label_embeddings(
     try:
         backend = None if embedder.tokenizer is None else fast_backend(embedder.tokenizer, max_length)
         if backend is not None:
-            token_budget = batch_size * (max_length or DEFAULT_MAX_LENGTH)
+            token_budget = embedding_token_budget(batch_size, max_length, device)
             sums = _sums_of_token_chunks(embedder, backend, pairs, label_count, token_budget, device, progress)
         else:
             sums = _sums_of_batches(embedder, pairs, label_count, batch_size, device, progress)
@@ -331,6 +349,11 @@ def _sums_of_batches(embedder, pairs, label_count, batch_size, device, progress)
     return sums
 
 
+# The first chunks of the fast path are smaller (1,024, 2,048, 4,096, 8,192 texts, then `CHUNK_TEXTS`): the
+# threads tokenise their chunks together, and at 8.6M labels the encoder had embedded 30K texts after 13 s.
+CHUNK_RAMP = 4
+
+
 def _sums_of_token_chunks(embedder, backend, pairs, label_count, token_budget, device, progress) -> torch.Tensor | None:
     """The label sums of unit text embeddings, chunk by chunk of `CHUNK_TEXTS` texts tokenised ahead in threads
     by the Rust `backend`, each chunk sorted by length into batches of at most `token_budget` padded tokens
@@ -339,7 +362,7 @@ def _sums_of_token_chunks(embedder, backend, pairs, label_count, token_budget, d
     tokenizer = embedder.tokenizer
     left = getattr(tokenizer, "padding_side", "right") == "left"
     pad_type_id = getattr(tokenizer, "pad_token_type_id", 0) or 0
-    with_types = "token_type_ids" in getattr(tokenizer, "model_input_names", ())
+    with_types = "token_type_ids" in getattr(tokenizer, "model_input_names", ()) and gives_token_types(backend)
     pin = device.type == "cuda"
 
     def prepare(chunk):
@@ -349,7 +372,7 @@ def _sums_of_token_chunks(embedder, backend, pairs, label_count, token_budget, d
         )
 
     sums = None
-    for _, host_chunk in prepared_ahead(prepare, _batched(pairs, CHUNK_TEXTS)):
+    for _, host_chunk in prepared_ahead(prepare, _batched(pairs, CHUNK_TEXTS, ramp=CHUNK_RAMP)):
         chunk = host_chunk.to(device)
         for start, end in zip(chunk.bounds, chunk.bounds[1:]):
             inputs = chunk.padded_inputs(start, end, tokenizer.pad_token_id, pad_type_id, left)

@@ -44,6 +44,14 @@ def fast_backend(tokenizer, max_length: int | None):
     return copy
 
 
+def gives_token_types(backend) -> bool:
+    """Whether `backend` gives a single text any non-zero token type id. A single text's type ids come from the
+    post-processor's template alone (the text's pieces and the special tokens each have their fixed id), never from
+    the text: one probe answers for every text, where reading each text's `type_ids` would turn every token's into a
+    Python int (a quarter of a chunk's Python time, under the GIL the encoder's thread needs)."""
+    return any(backend.encode("a").type_ids)
+
+
 def _flat(rows: list, count: int) -> np.ndarray:
     return np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=count)
 

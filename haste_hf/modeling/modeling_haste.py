@@ -504,6 +504,12 @@ class HasteForExtremeClassification(HastePreTrainedModel):
                 f"differs from the configuration's ({_describe(_output_layer_shape(model.config))}). To re-head the "
                 "model on another label set, pass `ignore_mismatched_sizes=True` (its output layer is then a new one)."
             )
+        if from_folder and not reheaded and kwargs.get("dtype", kwargs.get("torch_dtype", "auto")) == "auto":
+            # The output layer in the dtypes it was saved in (a bf16 one under a float32 encoder), not the one dtype
+            # transformers loads all in: top-k then runs training's fused kernel, not a float32 fallback.
+            from .saving import to_stored_dtypes_
+
+            to_stored_dtypes_(model.output_layer, pretrained_model_name_or_path, shards, kwargs, **hub_kwargs)
         if shards is not None and not reheaded:
             shards.load_into_(model)
         _offload_output_layer_whole(model)

@@ -7,6 +7,7 @@ Flat and Hub-exportable (imports only torch and transformers): exported remote c
 model folders through it without this package.
 """
 
+import functools
 import json
 import os
 import re
@@ -23,7 +24,7 @@ import torch
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
 from .logging_utils import get_logger
-from .output_shards import OUTPUT_SHARDS_INDEX, OutputShards
+from .output_shards import OUTPUT_SHARDS_INDEX, OutputShards, is_plain_file_name
 
 
 LABEL_NAMES_FILE = "label_names.json"
@@ -484,6 +485,60 @@ def checkpoint_problem(folder: str | os.PathLike) -> str | None:
     return None
 
 
+# The weights a checkpoint may store the output layer's head and tail in (a folder chooses no other dtype).
+_OUTPUT_WEIGHT_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+
+
+def stored_output_dtypes(source, shards: "OutputShards | None" = None, **hub_kwargs) -> dict[str, torch.dtype]:
+    """`{"head": dtype, "tail": dtype}`: how the checkpoint `source` (a folder or a Hub id) stores the output layer's
+    weights, read from the safetensors headers (no tensor is read). A run with a bf16 output layer saves it in bf16
+    beside a float32 encoder, and `from_pretrained` loads every weight in one dtype: this is what it casts the layer
+    back to. A branch the checkpoint lacks, or stores in a dtype that is no weight dtype, is left out."""
+    from safetensors import SafetensorError, safe_open
+    from transformers.utils import cached_file
+
+    names = {branch: f"output_layer.{branch}.weight" for branch in ("head", "tail")}
+    if shards is not None:
+        return {branch: shards.dtype(name) for branch, name in names.items() if name in shards.shapes}
+    fetch = functools.partial(
+        cached_file,
+        source,
+        _raise_exceptions_for_missing_entries=False,
+        _raise_exceptions_for_connection_errors=False,
+        **hub_kwargs,
+    )
+    index_file, weight_map = fetch(SAFE_WEIGHTS_INDEX_NAME), {}
+    if index_file is not None:
+        with open(index_file, encoding="utf-8") as f:
+            weight_map = json.load(f).get("weight_map") or {}
+    dtypes = {}
+    for branch, name in names.items():
+        for key in (name, name.removeprefix("output_layer.")):  # format 2 names it without the prefix
+            file = weight_map.get(key) if index_file is not None else SAFE_WEIGHTS_NAME
+            path = fetch(file) if is_plain_file_name(file) else None
+            if path is None:
+                continue
+            try:
+                with safe_open(path, framework="pt") as handle:
+                    stored = handle.get_slice(key).get_dtype() if key in handle.keys() else None  # noqa: SIM118
+            except (SafetensorError, OSError):
+                stored = None
+            if stored in _OUTPUT_WEIGHT_DTYPES:
+                dtypes[branch] = _OUTPUT_WEIGHT_DTYPES[stored]
+                break
+    return dtypes
+
+
+def to_stored_dtypes_(output_layer, source, shards: "OutputShards | None", load_kwargs: dict, **hub_kwargs) -> None:
+    """Casts the head and the tail of `output_layer`, just loaded from `source`, to the dtypes the checkpoint stores
+    them in (`stored_output_dtypes`); not under a device map (its offloaded weights stay as it loaded them)."""
+    if load_kwargs.get("device_map") is not None:
+        return
+    for branch, dtype in stored_output_dtypes(source, shards, **hub_kwargs).items():
+        if getattr(output_layer, branch) is not None:
+            getattr(output_layer, branch).to(dtype)
+
+
 def checkpoint_is_complete(folder: str | os.PathLike) -> bool:
     """Whether a Trainer checkpoint finished saving (see `checkpoint_problem`)."""
     return checkpoint_problem(folder) is None
@@ -536,4 +591,6 @@ __all__ = [
     "save_folder_atomically",
     "save_generation",
     "save_trained_folder",
+    "stored_output_dtypes",
+    "to_stored_dtypes_",
 ]

@@ -12,7 +12,13 @@ from transformers import BertModel
 from haste_hf.labels import embeddings
 from haste_hf.labels.embeddings import compute_label_embeddings
 from haste_hf.labels.layout import LabelLayout
-from haste_hf.labels.token_batches import fast_backend, length_batches, reorder_rows, tokenize_chunk
+from haste_hf.labels.token_batches import (
+    fast_backend,
+    gives_token_types,
+    length_batches,
+    reorder_rows,
+    tokenize_chunk,
+)
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +79,42 @@ def test_padded_inputs_equal_the_tokenizers_own_padding(tiny_bert, side):
             ]
     finally:
         tokenizer.padding_side = "right"
+
+
+def test_token_types_are_read_only_where_the_template_gives_a_text_any(tiny_bert):
+    """A single text's token type ids come from the post-processor's template, not the text: BERT's are all zero
+    (the encoder's default: none are gathered), a template that types the text 1 gives every text's."""
+    from tokenizers.processors import TemplateProcessing
+
+    _, tokenizer = tiny_bert
+    backend = fast_backend(tokenizer, 24)
+    assert not gives_token_types(backend)
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    backend.post_processor = TemplateProcessing(
+        single="[CLS]:0 $A:1 [SEP]:0", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    assert gives_token_types(backend)
+    texts = random_texts(9, seed=4)
+    chunk = tokenize_chunk(backend, texts, [[0]] * 9, 1, token_budget=10**6, with_types=True)
+    expected = [encoding.type_ids for encoding in backend.encode_batch(texts)]
+    got = [chunk.token_types[s : s + n].tolist() for s, n in zip(chunk.starts.tolist(), chunk.lengths.tolist())]
+    assert sorted(got) == sorted(expected) and any(map(any, got))
+
+
+def test_a_gpu_batch_of_the_label_embeddings_reads_at_least_the_gpu_token_budget():
+    # The host's launches, not the GPU, bound small batches on a GPU; the CPU keeps batch_size x max_length.
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert embeddings.embedding_token_budget(64, 128, cuda) == embeddings.MIN_GPU_TOKEN_BUDGET == 65536
+    assert embeddings.embedding_token_budget(64, None, cpu) == 64 * 128
+    assert embeddings.embedding_token_budget(1024, 128, cuda) == 1024 * 128
+
+
+def test_the_first_chunks_ramp_up_to_the_chunk_size():
+    # Small first chunks reach the encoder early, while the threads tokenise the others together.
+    chunks = list(embeddings._batched(range(1000), 128, ramp=embeddings.CHUNK_RAMP))
+    assert [len(chunk) for chunk in chunks] == [8, 16, 32, 64, *[128] * 6, 1000 - 120 - 6 * 128]
+    assert [item for chunk in chunks for item in chunk] == list(range(1000))
+    assert [len(chunk) for chunk in embeddings._batched(range(5), 2)] == [2, 2, 1]
 
 
 def test_the_minilm_backend_tokenises_as_its_tokenizer():

@@ -239,6 +239,28 @@ def test_low_precision_load_keeps_integer_buffers(tmp_path):
     assert torch.isfinite(loaded(input_ids, attention_mask, labels=labels).loss)
 
 
+@pytest.mark.parametrize("max_shard_size", [None, "20KB"])
+def test_output_layer_loads_in_the_dtype_it_was_saved_in(max_shard_size, tmp_path):
+    # A run with a bf16 output layer (`--bf16`) saves it beside a float32 encoder: it loads back in bf16, so that
+    # evaluate and predict score with the kernels and the numbers of training, not a float32 copy of it.
+    model = make_model(tail_bias=True)
+    for branch in (model.output_layer.head, model.output_layer.tail):
+        branch.to(torch.bfloat16)
+    model.save_pretrained(tmp_path, **({"max_shard_size": max_shard_size} if max_shard_size else {}))
+    loaded = HasteForExtremeClassification.from_pretrained(tmp_path)
+    assert_same_state(model, loaded)
+    assert next(loaded.encoder.parameters()).dtype == torch.float32
+    input_ids, attention_mask, _ = random_batch()
+    expected, got = (
+        model.predict_topk(input_ids, attention_mask, k=5),
+        loaded.predict_topk(input_ids, attention_mask, k=5),
+    )
+    assert torch.equal(got.label_ids, expected.label_ids) and torch.equal(got.scores, expected.scores)
+    # A dtype the caller names is the dtype of every weight, as before.
+    as_float = HasteForExtremeClassification.from_pretrained(tmp_path, dtype=torch.float32)
+    assert {p.dtype for p in as_float.parameters()} == {torch.float32}
+
+
 def test_failed_save_leaves_previous_checkpoint_intact(tmp_path, monkeypatch):
     model = make_model()
     model.save_pretrained(tmp_path)

@@ -28,9 +28,11 @@ def one_process_group(tmp_path):
     dist.destroy_process_group()
 
 
-def sharded_save(folder):
-    """A tiny model (head 5 rows, tail 9 groups of 4) saved by a one-rank sharded layer; its whole state."""
+def sharded_save(folder, output_dtype=torch.float32):
+    """A tiny model (head 5 rows, tail 9 groups of 4; the head and tail in `output_dtype`) saved by a one-rank
+    sharded layer; its whole state."""
     model = make_tiny_model(40, head_label_count=5, training=False)
+    model.output_layer.head.to(output_dtype), model.output_layer.tail.to(output_dtype)
     model.set_label_names([f"label {label_id}" for label_id in range(40)])
     whole = {name: value.clone() for name, value in model.state_dict().items()}
     shard_output_layer_(model)
@@ -78,6 +80,15 @@ def test_a_sharded_save_is_one_switch_and_loads_whole_in_one_process(tmp_path, o
     other = make_tiny_model(40, head_label_count=5, training=False, seed=5)
     load_folder_rows_(other, tmp_path / "model")  # a whole layer reads every row
     assert_state(other, whole)
+
+
+def test_a_sharded_bf16_output_layer_loads_whole_in_bf16(tmp_path, one_process_group):
+    # The shards store a bf16 head and tail under a float32 encoder: one process loads them so, not in float32.
+    _, whole = sharded_save(tmp_path / "model", output_dtype=torch.bfloat16)
+    loaded = HasteForExtremeClassification.from_pretrained(tmp_path / "model")
+    assert loaded.output_layer.tail.weight.dtype == loaded.output_layer.head.weight.dtype == torch.bfloat16
+    assert all(value.dtype == loaded.state_dict()[name].dtype for name, value in whole.items())
+    assert_state(loaded, whole)
 
 
 def test_a_plain_save_over_a_sharded_folder_removes_its_shards_and_back(tmp_path, one_process_group):
