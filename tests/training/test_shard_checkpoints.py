@@ -300,3 +300,43 @@ def test_a_weights_index_naming_a_file_outside_the_folder_is_refused(tmp_path, o
     (tmp_path / "model" / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
     with pytest.raises(ValueError, match=r"names '../outside.safetensors', not a safetensors file beside it"):
         load_folder_rows_(make_tiny_model(40, head_label_count=5), tmp_path / "model")
+
+
+def test_the_final_save_links_the_last_checkpoints_shards_where_they_hold_its_rows(tmp_path):
+    """At 10^9 labels a checkpoint and a final save of 147 GB each do not fit a 235 GB disk: a run whose last
+    checkpoint (weights only) is its final state links each rank's shard file into the final folder; a shard that
+    differs by one byte, or rows changed since, are written again, and the folder always holds the model's rows."""
+    torchrun([str(TESTS / "distributed_shard_links.py"), str(tmp_path)], tmp_path, timeout=600)
+    ranks = torch.load(tmp_path / "results.pt")
+    assert len(ranks) == 2
+    for results in ranks:
+        assert results["as_trained"] == {"linked": True, "holds_the_model": True}
+        assert results["weights_changed"] == {"linked": False, "holds_the_model": True}
+        assert results["checkpoint_changed"] == {"linked": False, "holds_the_model": True}
+
+
+@pytest.mark.parametrize("case", ["another_file_system", "a_link", "more_tensors"])
+def test_a_shard_is_written_where_it_cannot_be_linked(tmp_path, one_process_group, monkeypatch, case):
+    """Across file systems (os.link fails), from a link, or from a file of other tensors (a checkpoint with its
+    momentum), the shard is written, not linked, and the folder loads."""
+    model, whole = sharded_save(tmp_path / "checkpoint")
+    shard = tmp_path / "checkpoint" / output_shard_file(0, 1)
+    if case == "another_file_system":
+
+        def cross_device_link(*args, **kwargs):
+            raise OSError(18, "Invalid cross-device link")
+
+        monkeypatch.setattr(shard_checkpoints.os, "link", cross_device_link)
+    elif case == "a_link":
+        shutil.move(shard, tmp_path / "elsewhere.safetensors")
+        shard.symlink_to(tmp_path / "elsewhere.safetensors")
+    else:
+        tensors = load_file(shard)
+        save_file({**tensors, "optimizer.extra": torch.ones(2)}, shard, metadata={"format": "pt"})
+    save_sharded_folder(model, tmp_path / "final", link_from=str(tmp_path / "checkpoint"))
+    final = tmp_path / "final" / output_shard_file(0, 1)
+    assert not final.is_symlink() and os.stat(final).st_ino != os.stat(shard).st_ino
+    assert_state(HasteForExtremeClassification.from_pretrained(tmp_path / "final"), whole)
+    monkeypatch.undo()
+    save_sharded_folder(model, tmp_path / "linked", link_from=str(tmp_path / "final"))  # the control: it links
+    assert os.stat(tmp_path / "linked" / output_shard_file(0, 1)).st_ino == os.stat(final).st_ino
