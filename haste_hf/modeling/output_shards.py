@@ -10,7 +10,11 @@ to `model-output-0000r-of-0000W.safetensors`; `model.safetensors` holds every ot
     {"format": "haste-output-shards", "version": 1, "group_size": G, "head_rows": H, "tail_groups": T,
      "tensors": {"output_layer.tail.weight": {"shape": [T, G, F]}, ...},
      "shards": [{"file": "model-output-00001-of-00002.safetensors", "head_rows": [0, h], "tail_groups": [0, t]},
-                ...]}
+                ...],
+     "label_names": {"label_count": L, "files": [{"file": "label-names-00001-of-00002.safetensors", "labels": [0, l]},
+                                                  ...]}}
+
+The label names (where the model has any) are in files of one rank each too (`label_names`), not in one JSON.
 
 `OutputShards` reads any rows of such a folder, shard by shard through safetensors' lazy slices: a rank of a run on
 any number of ranks reads the rows it owns, one process reads them all (`from_pretrained`). Nothing in the index is
@@ -101,6 +105,7 @@ class OutputShards:
     def __init__(self, index, source: str, path_of):
         self.source, self._path_of, self._handles = source, path_of, {}
         where = f"{source}: {OUTPUT_SHARDS_INDEX}"
+        self._label_names = index.get("label_names") if isinstance(index, dict) else None
         if not (isinstance(index, dict) and index.get("format") == OUTPUT_SHARDS_FORMAT and index.get("version") == 1):
             raise ValueError(f"{where} is not a version-1 HASTE output-shards index: save the model again.")
         counts = [index.get(key) for key in ("group_size", "head_rows", "tail_groups")]
@@ -190,6 +195,32 @@ class OutputShards:
 
     def names(self) -> list[str]:
         return list(self.shapes)
+
+    def has_label_names(self) -> bool:
+        return self._label_names is not None
+
+    def label_names(self, label_count: int | None = None):
+        """The folder's label names (`label_names.LabelNameTable`, its files memory-mapped), None where the index
+        lists no label names files (the names are then in `label_names.json`, or there are none). `label_count`: the
+        model's, which the index must give (None: the index's own)."""
+        from .label_names import open_name_files
+
+        entry = self._label_names
+        if entry is None:
+            return None
+        where = f"{self.source}: {OUTPUT_SHARDS_INDEX}"
+        count = entry.get("label_count") if isinstance(entry, dict) else None
+        if not (type(count) is int and count >= 0) or count != (count if label_count is None else label_count):
+            raise ValueError(
+                f"{where} names the labels of another label count than {label_count}: save the model again."
+            )
+
+        def path_of(name):
+            if not is_plain_file_name(name):
+                raise ValueError(f"{where} names {name!r}, not a safetensors file beside it: save the model again.")
+            return self._path_of(name)
+
+        return open_name_files(entry.get("files"), count, path_of, where)
 
     def dtype(self, name: str) -> torch.dtype:
         """The dtype of tensor `name`, as its first shard stores it."""

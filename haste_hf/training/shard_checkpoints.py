@@ -17,10 +17,12 @@ import json
 import math
 import os
 import stat
+import warnings
 
 import torch
 import torch.distributed as dist
 
+from ..modeling.label_names import label_names_file, name_file_tensors
 from ..modeling.logging_utils import get_logger
 from ..modeling.output_shards import (
     OUTPUT_SHARDS_FORMAT,
@@ -33,7 +35,7 @@ from ..modeling.output_shards import (
     row_range,
 )
 from ..modeling.saving import check_finite_weights, save_folder_atomically
-from .distributed import broadcast_object
+from .distributed import balanced_ranges, broadcast_object
 
 
 logger = get_logger(__name__)
@@ -115,7 +117,16 @@ def _index(model, tensors: dict[str, torch.Tensor]) -> dict:
     slices, head_count, group_count = layer.slices, layer.head_label_count, layer.tail_group_count
     whole = {"head_rows": (0, head_count), "tail_groups": (0, group_count), "group_size": layer.group_size}
     shapes = {name: [row_range(name, **whole)[1], *tensor.shape[1:]] for name, tensor in tensors.items()}
+    names = None
+    if model.label_names is not None:
+        ranges = balanced_ranges(model.config.label_count, len(slices))
+        files = [label_names_file(rank, len(slices)) for rank in range(len(slices))]
+        names = {
+            "label_count": model.config.label_count,
+            "files": [{"file": file, "labels": list(labels)} for file, labels in zip(files, ranges)],
+        }
     return {
+        **({} if names is None else {"label_names": names}),
         "format": OUTPUT_SHARDS_FORMAT,
         "version": 1,
         "group_size": layer.group_size,
@@ -206,15 +217,24 @@ def save_sharded_folder(
     group, rank, world_size = layer.group, layer.rank, layer.world_size
     folder = os.fspath(folder)
 
+    def write_or_link(path: str, tensors: dict, metadata: dict) -> None:
+        if link_from is not None and _link_share(os.fspath(link_from), path, tensors, metadata):
+            logger.info(f"Rank {rank}: {os.path.basename(path)} in {folder} is a link to the one of {link_from}.")
+        else:
+            write_safetensors(path, tensors, metadata)
+
     def write_share(staging: str) -> dict:
         tensors = share_tensors(model, output_optimizer)
         check_finite_weights(tensors)
         metadata = {"format": "pt", "rank": str(rank), "world_size": str(world_size)}
-        path = os.path.join(staging, output_shard_file(rank, world_size))
-        if link_from is not None and _link_share(os.fspath(link_from), path, tensors, metadata):
-            logger.info(f"Rank {rank}: its output-layer shard in {folder} is a link to the one of {link_from}.")
-        else:
-            write_safetensors(path, tensors, metadata)
+        write_or_link(os.path.join(staging, output_shard_file(rank, world_size)), tensors, metadata)
+        if model.label_names is not None:  # this rank's range of label ids, never the whole list
+            start, stop = balanced_ranges(model.config.label_count, world_size)[rank]
+            arrays, metadata = name_file_tensors(model.label_names, start, stop)
+            with warnings.catch_warnings():  # memory-mapped names are read-only, and only read here
+                warnings.filterwarnings("ignore", message=".*not writable.*")
+                names = {key: torch.from_numpy(value) for key, value in arrays.items()}
+            write_or_link(os.path.join(staging, label_names_file(rank, world_size)), names, metadata)
         return tensors
 
     def errors_of_all(error: str | None) -> list[tuple[int, str]]:
@@ -245,7 +265,7 @@ def save_sharded_folder(
                 if not (name.startswith(prefix) and name[len(prefix) :] in ROW_SHARDED_TENSORS)
             }
             check_finite_weights(rest)
-            model.write_model_files(staging, state_dict=rest)
+            model.write_model_files(staging, state_dict=rest, label_names_file=False)
             with open(os.path.join(staging, OUTPUT_SHARDS_INDEX), "w", encoding="utf-8") as f:
                 json.dump(_index(model, tensors), f, indent=1)
             if write_rest is not None:
@@ -362,7 +382,9 @@ def load_sharded_model(folder: str | os.PathLike, device=None):
     shard_output_layer_(model, initialize=False)
     load_folder_rows_(model, folder)
     names_file = os.path.join(folder, LABEL_NAMES_FILE)
-    if os.path.isfile(names_file):
+    if shards is not None and shards.has_label_names():  # memory-mapped, read a name at a time
+        model.set_label_names(shards.label_names(model.config.label_count))
+    elif os.path.isfile(names_file):  # a folder saved whole, or before the names had files of their own
         with open(names_file, encoding="utf-8") as f:
             model.set_label_names(json.load(f))
     return model.to(device) if device is not None else model

@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 from tiny_haste import make_tiny_model
 
 from haste_hf import HasteForExtremeClassification
+from haste_hf.modeling.label_names import LabelNameTable, label_names_file
 from haste_hf.modeling.output_shards import OUTPUT_SHARDS_INDEX, OutputShards, output_shard_file, row_range
 from haste_hf.modeling.saving import SAVE_GENERATION_FILE, checkpoint_problem
 from haste_hf.training import shard_checkpoints
@@ -64,14 +65,15 @@ def assert_state(model, expected):
 def test_a_sharded_save_is_one_switch_and_loads_whole_in_one_process(tmp_path, one_process_group, capfd):
     model, whole = sharded_save(tmp_path / "model")
     files = set(os.listdir(tmp_path / "model"))
-    assert {OUTPUT_SHARDS_INDEX, output_shard_file(0, 1), "model.safetensors", "label_names.json"} <= files
+    assert {OUTPUT_SHARDS_INDEX, output_shard_file(0, 1), "model.safetensors", label_names_file(0, 1)} <= files
+    assert "label_names.json" not in files  # the names are in files of one rank each, not one list
     assert not any(name.startswith(".haste-staging") for name in files) and SAVE_GENERATION_FILE in files
     assert "output_layer.tail.weight" not in load_file(tmp_path / "model" / "model.safetensors")
     assert "output_layer.output_labels" in load_file(tmp_path / "model" / "model.safetensors")
     capfd.readouterr()
     loaded = HasteForExtremeClassification.from_pretrained(tmp_path / "model")
     assert_state(loaded, whole)
-    assert loaded.label_names == model.label_names
+    assert isinstance(loaded.label_names, LabelNameTable) and loaded.label_names == model.label_names
     assert "MISSING" not in "".join(capfd.readouterr())  # transformers' report of weights it did not find
     split_in_two(tmp_path / "model")
     assert_state(HasteForExtremeClassification.from_pretrained(tmp_path / "model"), whole)
