@@ -399,3 +399,18 @@ def test_a_ranks_rows_are_padded_to_the_largest_share_for_the_gather():
     assert torch.equal(_padded(rows, 2), rows)
     padded = _padded(rows, 4, value=-1.0)
     assert padded.shape == (4, 3) and torch.equal(padded[:2], rows) and bool((padded[2:] == -1).all())
+
+
+def test_the_label_layout_reaches_every_rank_through_a_file_not_a_collective(tmp_path):
+    """At 10^9 labels the layout is 16 GB: pickled through `broadcast_object`, it would cross every GPU. Rank 0 writes
+    it to a file the others read; only the file's path is broadcast, and the file is removed. Where a rank cannot read
+    it, every rank takes the broadcast copy."""
+    torchrun([str(TESTS / "distributed_layout_file.py"), str(tmp_path)], tmp_path, timeout=300)
+    ranks = [torch.load(tmp_path / f"rank-{rank}.pt", weights_only=False) for rank in range(2)]
+    for results in ranks:
+        for shared in (results["shared"], results["fallback"]):
+            for name, value in ranks[0]["shared"].items():
+                assert torch.equal(shared[name], value) if isinstance(value, torch.Tensor) else shared[name] == value
+        assert "LabelLayout" not in results["carried"] and results["left"] == [] and results["left_after"] == []
+        assert "LabelLayout" in results["fallback_carried"]
+    assert ranks[0]["shared"]["strategy"] == "random" and ranks[0]["shared"]["tail_order"].numel() == 32
