@@ -54,6 +54,7 @@ def main(output: Path):
         return LabelLayout.load(path)
 
     carried.clear()
+    folder = output / "run-2"  # rank 0 writes its next file while rank 1 may still be listing the first folder
     fallback = broadcast_through_file(layout, folder, LabelLayout.save, unreadable_on_rank_1)
     dist.barrier()
     results.update(fallback=layout_tensors(fallback), fallback_carried=list(carried), left_after=os.listdir(folder))
