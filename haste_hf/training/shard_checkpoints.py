@@ -25,6 +25,7 @@ import torch.distributed as dist
 from ..modeling.label_names import label_names_file, name_file_tensors
 from ..modeling.logging_utils import get_logger
 from ..modeling.output_shards import (
+    LABEL_ID_TENSORS,
     OUTPUT_SHARDS_FORMAT,
     OUTPUT_SHARDS_INDEX,
     ROW_SHARDED_TENSORS,
@@ -102,6 +103,10 @@ def share_tensors(model, output_optimizer=None) -> dict[str, torch.Tensor]:
     their optimizer state of one row per weight row (momentum)."""
     layer, prefix = model.output_layer, layer_prefix(model)
     tensors = {prefix + name: value for name, value in layer.state_dict().items() if name in ROW_SHARDED_TENSORS}
+    if getattr(layer, "is_share", False):  # its label ids: the head rows', then the tail slots'
+        labels = layer.output_labels
+        head, tail = labels.split([layer.head_width, labels.numel() - layer.head_width])
+        tensors.update({prefix + LABEL_ID_TENSORS[0]: head, prefix + LABEL_ID_TENSORS[1]: tail})
     if output_optimizer is not None:
         for name, param in layer.named_parameters():
             if name in ROW_SHARDED_TENSORS and param in output_optimizer.state:
@@ -259,10 +264,11 @@ def save_sharded_folder(
         def write_main():  # before the shards: transformers' save removes the weight files it did not write
             tensors = share_tensors(model, output_optimizer)
             prefix = layer_prefix(model)
+            in_shards = (*ROW_SHARDED_TENSORS, "output_labels")
             rest = {
                 name: value
                 for name, value in model.state_dict().items()
-                if not (name.startswith(prefix) and name[len(prefix) :] in ROW_SHARDED_TENSORS)
+                if not (name.startswith(prefix) and name[len(prefix) :] in in_shards)
             }
             check_finite_weights(rest)
             model.write_model_files(staging, state_dict=rest, label_names_file=False)
@@ -317,6 +323,9 @@ def load_folder_rows_(model, folder: str | os.PathLike) -> None:
     owned = {"head_rows": layer.head_rows, "tail_groups": layer.tail_groups, "group_size": layer.group_size}
     handles = {}
     for name, target in model.state_dict().items():
+        if name == prefix + "output_labels":
+            _copy_output_labels_(target, layer, prefix, shards, folder, files, handles)
+            continue
         row_sharded = name.startswith(prefix) and name[len(prefix) :] in ROW_SHARDED_TENSORS
         if row_sharded and shards is not None:
             _copy_rows_(target, shards, name, row_range(name, **owned)[0], folder)
@@ -333,6 +342,36 @@ def load_folder_rows_(model, folder: str | os.PathLike) -> None:
             value = handles[path].get_tensor(name)
         _check_shape(value.shape, target, name, folder)
         target.copy_(value)
+
+
+def _copy_output_labels_(target: torch.Tensor, layer, prefix: str, shards, folder: str, files, handles) -> None:
+    """`target` <- the label ids of `layer`'s positions (a share's, or all): from the shards' label-id parts, or from
+    the whole `output_labels` of the main weights (folders saved before the shards held them)."""
+    from safetensors import safe_open
+    from transformers.utils import SAFE_WEIGHTS_NAME
+
+    share = getattr(layer, "is_share", False)
+    rows = {"head_rows": layer.head_rows, "tail_groups": layer.tail_groups} if share else None
+    if shards is not None and prefix + LABEL_ID_TENSORS[0] in shards.shapes:
+        target.copy_(shards.output_labels(prefix, target.shape, rows))
+        return
+    name = prefix + "output_labels"
+    path = os.path.join(folder, files.get(name, SAFE_WEIGHTS_NAME))
+    if path not in handles:
+        handles[path] = safe_open(path, framework="pt")
+    if name not in handles[path].keys():  # noqa: SIM118  (a safetensors handle has no `in`)
+        raise KeyError(f"{folder} holds no tensor {name!r}: it is not a checkpoint of this model.")
+    stored = handles[path].get_slice(name)
+    if not share:
+        value = stored[:]
+    else:  # the share's head rows, then its tail slots, of the whole vector
+        first, (start, stop) = (
+            layer.head_label_count,
+            row_range(prefix + "tail.bias", **rows, group_size=layer.group_size),
+        )
+        value = torch.cat([stored[slice(*layer.head_rows)], stored[first + start : first + stop]])
+    _check_shape(value.shape, target, name, folder)
+    target.copy_(value)
 
 
 def _check_shape(shape, target: torch.Tensor, name: str, folder: str) -> None:

@@ -106,8 +106,15 @@ def test_each_rank_builds_only_its_share_of_the_output_layer(tmp_path):
             rows = {"head.weight": head_rows, "head.bias": head_rows, "tail.bias": labels}.get(
                 name.removeprefix("output_layer."), tail_groups if name.startswith("output_layer.tail.") else None
             )
+            if name == "output_layer.output_labels":  # the label ids of the share's positions alone: head, then tail
+                whole = torch.cat([whole[head_rows], whole[13 + labels.start : 13 + labels.stop]])  # H = 13
             assert torch.equal(result["share"][name], whole if rows is None else whole[rows]), name
     assert [r["rows"] for r in results] == [((0, 7), (0, 10)), ((7, 13), (10, 20))]
+    # Each label's position comes from the one rank that holds it; no rank holds an [L] map of every label.
+    positions = torch.stack([r["positions"].flatten() for r in results])
+    assert torch.equal((positions >= 0).sum(0), torch.ones(90, dtype=torch.int64))
+    assert torch.equal(positions.max(0).values, results[0]["whole_positions"])
+    assert all("no [label_count] map" in r["label_positions_refused"] for r in results)
 
 
 @pytest.mark.slow
