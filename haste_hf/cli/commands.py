@@ -15,6 +15,7 @@ errors answer without torch or transformers (this module imports neither, nor do
 (`flags.py`); the dataclasses load once the arguments check out.
 """
 
+import functools
 import json
 import os
 import sys
@@ -150,7 +151,8 @@ def load_trained(args):
     if launched_processes() > 1:  # each rank loads and scores its share of the output layer's labels
         from ..training.shard_checkpoints import load_sharded_model
 
-        device, load_model = join_process_group(), load_sharded_model
+        device = join_process_group()
+        load_model = functools.partial(load_sharded_model, device=device)  # the share made on the GPU, not the host
     try:
         # The tokenizer of the same save as the weights (`read_one_save`).
         model, tokenizer = read_one_save(

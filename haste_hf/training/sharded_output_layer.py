@@ -124,11 +124,14 @@ class ShardedOutputLayer(HasteOutputLayer):
     SHARDED_TENSORS = ROW_SHARDED_TENSORS
 
     @classmethod
-    def shard(cls, layer: HasteOutputLayer, group=None, initialize: bool = True) -> "ShardedOutputLayer":
+    def shard(
+        cls, layer: HasteOutputLayer, group=None, initialize: bool = True, rows_device=None
+    ) -> "ShardedOutputLayer":
         """Collective: every rank passes the same layer (same weights and label order, checked) and gets its
         share. The layer's modules are taken over, then cut to the share's rows; a layer whose head and tail are on the
         meta device (`haste_hf.modeling.initialization.deferred_output_rows`, seeds checked alike) gets them built,
-        only the share's rows, equal to the same rows of the layer built whole."""
+        only the share's rows, equal to the same rows of the layer built whole, on `rows_device` (default: the CPU;
+        a GPU where the rows are read from a folder next, so that no host process holds the share)."""
         deferred = _rows_deferred(layer)
         if deferred and getattr(layer, "initial_weight_seed", None) is None:
             raise ValueError(
@@ -159,11 +162,12 @@ class ShardedOutputLayer(HasteOutputLayer):
         with torch.no_grad():
             if shard.head is not None:
                 rows = shard.local_rows("head.weight")
-                shard._cut(shard.head, {"weight": rows, "bias": rows})
+                shard._cut(shard.head, {"weight": rows, "bias": rows}, rows_device)
                 shard.head.out_features = rows.stop - rows.start
             if shard.tail is not None:
                 groups = shard.local_rows("tail.weight")
-                shard._cut(shard.tail, {"weight": groups, "bias": shard.local_rows("tail.bias"), "supports": groups})
+                tail_rows = {"weight": groups, "bias": shard.local_rows("tail.bias"), "supports": groups}
+                shard._cut(shard.tail, tail_rows, rows_device)
             if deferred and initialize:  # else left empty, for rows read from a saved folder next
                 initialize_output_rows_(shard, layer.initial_weight_seed, layer.initial_head_std)
             # The label ids of this share's positions alone (8 GB whole at 10^9 labels, on every GPU, and as much
@@ -173,17 +177,19 @@ class ShardedOutputLayer(HasteOutputLayer):
             first = shard.head_label_count
             shard._buffers["output_labels"] = torch.cat(
                 [whole[head], whole[first + tail.start : first + tail.stop]]
-            ).clone()
+            ).to(rows_device or whole.device, copy=True)
         shard._lookup_cache = None
         return shard
 
     @staticmethod
-    def _cut(module: nn.Module, rows: dict[str, slice]) -> None:
-        """Keeps the rows `rows[name]` of each tensor; of one on the meta device, an empty CPU tensor of their size."""
+    def _cut(module: nn.Module, rows: dict[str, slice], device=None) -> None:
+        """Keeps the rows `rows[name]` of each tensor; of one on the meta device, an empty tensor of their size on
+        `device` (default: the CPU)."""
 
         def kept_rows(tensor, kept):
             if tensor.device.type == "meta":
-                return torch.empty((kept.stop - kept.start, *tensor.shape[1:]), dtype=tensor.dtype, device="cpu")
+                shape = (kept.stop - kept.start, *tensor.shape[1:])
+                return torch.empty(shape, dtype=tensor.dtype, device=device or "cpu")
             return tensor.detach()[kept].clone()
 
         for name, kept in rows.items():
@@ -453,7 +459,7 @@ def sharded_output_layer(model: nn.Module) -> ShardedOutputLayer | None:
     return layer if isinstance(layer, ShardedOutputLayer) else None
 
 
-def shard_output_layer_(model: nn.Module, group=None, initialize: bool = True) -> ShardedOutputLayer:
+def shard_output_layer_(model: nn.Module, group=None, initialize: bool = True, rows_device=None) -> ShardedOutputLayer:
     """Replaces a HASTE model's output layer by this rank's share (`ShardedOutputLayer.shard`, collective)
     and returns it (the existing one if already sharded).
 
@@ -461,7 +467,7 @@ def shard_output_layer_(model: nn.Module, group=None, initialize: bool = True) -
     `ignore_shards_in_ddp(model)` before wrapping.
     """
     if sharded_output_layer(model) is None:
-        model.output_layer = ShardedOutputLayer.shard(model.output_layer, group, initialize)
+        model.output_layer = ShardedOutputLayer.shard(model.output_layer, group, initialize, rows_device)
     return model.output_layer
 
 

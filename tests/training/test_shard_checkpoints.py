@@ -346,3 +346,58 @@ def test_a_shard_is_written_where_it_cannot_be_linked(tmp_path, one_process_grou
     monkeypatch.undo()
     save_sharded_folder(model, tmp_path / "linked", link_from=str(tmp_path / "final"))  # the control: it links
     assert os.stat(tmp_path / "linked" / output_shard_file(0, 1)).st_ino == os.stat(final).st_ino
+
+
+def test_load_sharded_model_makes_the_share_on_the_device_it_serves_on(tmp_path, one_process_group, monkeypatch):
+    """`haste-hf predict` under torchrun: the share's rows are made empty on the rank's device and read into it piece
+    by piece, never held by the host process first (37 GB a rank at 10^9 labels on 4 GPUs). On a CPU machine the
+    device is the CPU: the test checks the device is passed down and every share tensor is made on it."""
+    from haste_hf.training import sharded_output_layer
+
+    _, whole = sharded_save(tmp_path / "model")
+    asked = []
+    shard = sharded_output_layer.ShardedOutputLayer.shard.__func__
+
+    def recording_shard(cls, layer, group=None, initialize=True, rows_device=None):
+        asked.append(rows_device)
+        return shard(cls, layer, group, initialize, rows_device)
+
+    monkeypatch.setattr(sharded_output_layer.ShardedOutputLayer, "shard", classmethod(recording_shard))
+    model = shard_checkpoints.load_sharded_model(tmp_path / "model", device=torch.device("cpu"))
+    assert asked == [torch.device("cpu")]
+    state = model.state_dict()
+    for name in ("output_layer.head.weight", "output_layer.tail.weight", "output_layer.tail.supports"):
+        assert torch.equal(state[name], whole[name]), name
+    assert torch.equal(state["output_layer.output_labels"], whole["output_layer.output_labels"])
+
+
+def test_a_share_built_empty_is_made_on_the_device_asked_for(one_process_group):
+    from haste_hf.modeling.initialization import deferred_output_rows
+
+    with deferred_output_rows():
+        model = make_tiny_model(40, head_label_count=5, training=False)
+    layer = shard_output_layer_(model, initialize=False, rows_device="meta")
+    tensors = [layer.head.weight, layer.head.bias, layer.tail.weight, layer.tail.supports, layer.output_labels]
+    assert all(tensor.device.type == "meta" for tensor in tensors)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_load_sharded_model_on_a_gpu_holds_no_share_on_the_host(tmp_path, one_process_group):
+    """A share of 160 MB of fp32 tail weights loaded onto the GPU: the host's peak grows by far less than the share."""
+    import resource
+
+    from haste_hf.modeling.initialization import deferred_output_rows
+
+    with deferred_output_rows():
+        model = make_tiny_model(1_600_000, head_label_count=0, group_size=16, fan_in=32, training=False)
+    shard_output_layer_(model)
+    save_sharded_folder(model, tmp_path / "model")
+    share_bytes = model.output_layer.tail.weight.numel() * 4
+    del model
+    torch.zeros(1, device="cuda")  # the CUDA context's host memory, before the measure
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    loaded = shard_checkpoints.load_sharded_model(tmp_path / "model", device=torch.device("cuda"))
+    added = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+    assert loaded.output_layer.tail.weight.device.type == "cuda"
+    assert added < share_bytes / 2, (added, share_bytes)
