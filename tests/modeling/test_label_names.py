@@ -165,3 +165,33 @@ def test_a_resume_under_other_names_is_refused_from_the_names_files(tmp_path, on
     check_label_names(str(folder), ["alpha", "LABEL_1", "γάμμα", "delta delta", "e"])
     with pytest.raises(ValueError, match="label 3 is 'delta delta' there and 'other' in this run"):
         check_label_names(str(folder), ["alpha", "LABEL_1", "γάμμα", "other", "e"])
+
+
+@pytest.mark.slow
+def test_a_cli_run_on_two_processes_keeps_its_names_compact_and_links_its_last_checkpoint(tmp_path):
+    """`haste-hf train` on two processes with the label texts a table (as past 20M labels), a weights-only checkpoint
+    at its last step: the final folder's shards and names files are the checkpoint's (hard links), the names load as a
+    table, and `haste-hf predict` on two processes names its labels from them."""
+    import os
+
+    from launch import cli_train_arguments
+
+    from haste_hf.modeling.output_shards import output_shard_file
+
+    run = tmp_path / "run"
+    arguments = [*cli_train_arguments(tmp_path), "--use_cpu", "--batch-size", "8", "--max-steps", "4"]
+    arguments += ["--save-strategy", "steps", "--save-steps", "4", "--save-only-model", "true", "--output-dir", run]
+    torchrun([TESTS / "distributed_cli_tables.py", *arguments], tmp_path, timeout=420)
+    for rank in range(2):
+        for name in (output_shard_file(rank, 2), label_names_file(rank, 2)):
+            assert os.stat(run / name).st_ino == os.stat(run / "checkpoint-4" / name).st_ino, name
+    assert not (run / "label_names.json").exists()
+    loaded = HasteForExtremeClassification.from_pretrained(run)
+    assert isinstance(loaded.label_names, LabelNameTable) and list(loaded.label_names) == [
+        f"label {i}" for i in range(30)
+    ]
+    predict = ["-m", "haste_hf.cli", "predict", "--model", run, "--data", tmp_path / "data", "-k", "3"]
+    torchrun([*predict, "--output", tmp_path / "top.jsonl"], tmp_path, timeout=300)
+    records = [json.loads(line) for line in (tmp_path / "top.jsonl").read_text().splitlines()]
+    assert len(records) == 41
+    assert all(record["labels"] == [f"label {i}" for i in record["label_ids"]] for record in records)
