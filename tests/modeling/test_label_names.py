@@ -195,3 +195,21 @@ def test_a_cli_run_on_two_processes_keeps_its_names_compact_and_links_its_last_c
     records = [json.loads(line) for line in (tmp_path / "top.jsonl").read_text().splitlines()]
     assert len(records) == 41
     assert all(record["labels"] == [f"label {i}" for i in record["label_ids"]] for record in records)
+
+
+def test_a_sharded_folder_exports_its_names_as_one_json(tmp_path, one_process_group):
+    """An export reads the model whole and writes `label_names.json` for onnxruntime: the compact table as a list."""
+    from tiny_encoders import tiny_tokenizer
+
+    from haste_hf.export import export_onnx
+
+    folder = saved_folder(tmp_path / "model")
+    tiny_tokenizer(folder)
+    export_onnx(folder, tmp_path / "export", top_k=2)
+    assert json.loads((tmp_path / "export" / "label_names.json").read_text()) == [
+        "alpha",
+        "LABEL_1",
+        "γάμμα",
+        "delta delta",
+        "e",
+    ]
