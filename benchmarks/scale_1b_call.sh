@@ -8,10 +8,12 @@
 # the last, the test evaluation, then `haste-hf predict` on the same GPUS processes (each rank loads and scores its
 # share of the labels; top 5 to a file). Fan-in 64 as the 10^8 call. Each stage's wall time, peak GPU and peak host
 # RSS; the table last. Checkpoints and the final save are written by every rank, its rows of the output layer in a
-# file of its own (nothing gathered). Weights-only checkpoints (`--save-only-model`): at 10^9 labels the bf16 output
-# layer is 147 GB and its momentum as much again, where a 4-GPU machine has 235 GB of disk (the checkpoint and the
-# final save together still need 294 GB there; at SCALE 0.5, 147 GB: at SCALE 1 add `--train-flag "--save-strategy
-# no"`, the final save being then the only copy of the weights).
+# file of its own (nothing gathered), with its label ids and its range of label names. Weights-only checkpoints
+# (`--save-only-model`): at 10^9 labels the bf16 output layer is 147 GB (163 GB with the int32 supports) and its
+# momentum as much again, where a 4-GPU machine has 235 GB of disk. The final save links the last checkpoint's
+# files (hard links, checked byte for byte) instead of writing them again: the two take one copy, about 205 GB at
+# SCALE 1 (output layer 163, label ids 8, label names 34); the data and the layout file take the rest, so at SCALE 1
+# keep SCALE_WORK on the largest disk, or add `--train-flag "--save-strategy no"` (the final save then the only copy).
 #
 #   bash benchmarks/scale_1b_call.sh SCALE [GPUS] [extra scale.py flags]
 #     SCALE  the preset's size (1: 10^9 labels; 0.5: 5 x 10^8; 0.00002: 20,000 labels, a CPU dry run)

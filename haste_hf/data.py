@@ -221,7 +221,7 @@ def load_xmc_dataset(
         if label_texts is None:
             raise ValueError(f"add_label_texts=True needs label texts, and {path} ({format}) has none")
         label_points = Dataset.from_dict(
-            {"text": label_texts, "labels": [[label] for label in range(label_count)]}, features=TEXT_FEATURES
+            {"text": list(label_texts), "labels": [[label] for label in range(label_count)]}, features=TEXT_FEATURES
         )
         train = concatenate_datasets([train, label_points])
 

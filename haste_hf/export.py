@@ -335,7 +335,7 @@ def export_onnx(
         tokenizer.save_pretrained(staging)
         if model.label_names is not None:
             with open(os.path.join(staging, onnx_serving.LABEL_NAMES_FILE), "w", encoding="utf-8") as f:
-                json.dump(model.label_names, f, ensure_ascii=False)
+                json.dump(list(model.label_names), f, ensure_ascii=False)  # a compact table too
         # Every file serving reads, with its size and digest: the export is checked as one unit when it loads.
         files = describe_files(staging, set(os.listdir(staging)) - set(onnx_serving.UNLISTED_FILES))
         metadata = _metadata(model, tokenizer, layout, top_k, quantize, features, source, files)

@@ -379,8 +379,8 @@ def _encoder_of(recipe: RecipeArguments):
 
 def _shared_layout(train_split, dataset, encoder_model, tokenizer, pooling, recipe, training_args, layout, label_texts):
     """The label layout, computed (or checked) once by the main process: the other ranks take rank 0's (CUDA
-    reductions need not agree between runs)."""
-    from .training.distributed import broadcast_object
+    reductions need not agree between runs), read from a file rank 0 writes (16 GB at 10^9 labels: not pickled)."""
+    from .training.distributed import broadcast_through_file
 
     if process_rank_and_count()[0] == 0:
         layout = build_layout(
@@ -401,7 +401,7 @@ def _shared_layout(train_split, dataset, encoder_model, tokenizer, pooling, reci
             label_text_grouping_below=recipe.label_text_grouping_below,
             frequency_bands=recipe.frequency_bands,
         )
-    return broadcast_object(layout)
+    return broadcast_through_file(layout, training_args.output_dir, LabelLayout.save, LabelLayout.load)
 
 
 def _model_of(

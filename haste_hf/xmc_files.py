@@ -23,6 +23,8 @@ import numpy as np
 from datasets import Dataset, Features, List, NamedSplit, Value
 from datasets.exceptions import DatasetGenerationError
 
+from .modeling.label_names import LabelNameTable
+
 
 if TYPE_CHECKING:
     import scipy.sparse
@@ -276,8 +278,9 @@ def _generate(generator, gen_kwargs: dict[str, Any], features: Features, split: 
         raise
 
 
-def read_json_label_texts(path: str | Path) -> list[str]:
-    """Reads label texts (`title`) from an `lbl.json[.gz]` file, one label per non-blank line, in id order.
+def read_json_label_texts(path: str | Path) -> list[str] | LabelNameTable:
+    """Reads label texts (`title`) from an `lbl.json[.gz]` file, one label per non-blank line, in id order (from
+    `COMPACT_LABEL_TEXTS_FROM` labels as a compact, read-only `LabelNameTable`).
 
     pyarrow's JSON reader parses the file on all cores (8.6M labels: seconds, where a `json.loads` per line takes
     tens of seconds, in every command that reads the data); a file it cannot read into one string column is read
@@ -314,6 +317,12 @@ def _read_json_columns(path: Path, columns: dict):
         return None
 
 
+# From this many labels, `read_json_label_texts` reads the texts into a compact `LabelNameTable` (one offsets vector,
+# one byte buffer), not a list of strings: 10^9 of them would be about 80 GB of Python objects in every process. Above
+# the largest label set measured as lists (8.6M labels, `benchmarks/scale_data.py`), which keep their path.
+COMPACT_LABEL_TEXTS_FROM = 20_000_000
+
+
 def _fast_json_label_texts(path: Path) -> list[str] | None:
     """The `title` of every line of `path` by pyarrow, or None where it reads no string column without a gap
     (malformed lines, missing or non-string titles, bad UTF-8): the exact reader then says what is wrong."""
@@ -325,6 +334,8 @@ def _fast_json_label_texts(path: Path) -> list[str] | None:
     titles = table.column("title")
     if not pa.types.is_string(titles.type) or titles.null_count:
         return None
+    if len(titles) >= COMPACT_LABEL_TEXTS_FROM:
+        return LabelNameTable.from_arrow(titles, source=str(path))
     return titles.to_pylist()
 
 

@@ -4,7 +4,8 @@
 1. A model of `LARGE` labels built within `deferred_output_rows` and sharded: the peak resident memory it adds
    (`ru_maxrss`, measured before anything else large is built), against the bytes of the whole tail.
 2. A tiny model (blocks of 5 rows, so shares cut blocks) built so and sharded, and the same model built whole on
-   each rank: the share's rows, and everything else, for the test to compare.
+   each rank: the share's rows, and everything else, for the test to compare; the positions of every label id
+   through the share (its own labels' alone) and through the whole model.
 """
 
 import resource
@@ -47,6 +48,13 @@ def main(output: Path):
     shard = shard_output_layer_(model)
     whole = make_tiny_model(**SMALL)
     results.update(share=model.state_dict(), whole=whole.state_dict(), rows=(shard.head_rows, shard.tail_groups))
+    # Label ids -> positions from the share's own ids (no [L] map on a rank): -1 for the labels of other ranks.
+    every_label = torch.arange(SMALL["label_count"]).view(3, -1)
+    results.update(positions=shard.positive_positions(every_label), whole_positions=whole.output_layer.label_positions)
+    try:
+        _ = shard.label_positions
+    except ValueError as error:
+        results["label_positions_refused"] = str(error)
     torch.save(results, output / f"rank-{rank}.pt")
     dist.barrier()
     dist.destroy_process_group()

@@ -15,6 +15,7 @@ errors answer without torch or transformers (this module imports neither, nor do
 (`flags.py`); the dataclasses load once the arguments check out.
 """
 
+import functools
 import json
 import os
 import sys
@@ -150,7 +151,8 @@ def load_trained(args):
     if launched_processes() > 1:  # each rank loads and scores its share of the output layer's labels
         from ..training.shard_checkpoints import load_sharded_model
 
-        device, load_model = join_process_group(), load_sharded_model
+        device = join_process_group()
+        load_model = functools.partial(load_sharded_model, device=device)  # the share made on the GPU, not the host
     try:
         # The tokenizer of the same save as the weights (`read_one_save`).
         model, tokenizer = read_one_save(
@@ -190,11 +192,13 @@ def check_label_names(args, model, data) -> None:
     names, data_names = model.label_names, data.label_texts
     if args.ignore_label_names or names is None or data_names is None:
         return
-    differing = [label for label, (name, data_name) in enumerate(zip(names, data_names)) if name != data_name]
-    if differing:
-        first = differing[0]
+    from ..modeling.label_names import first_difference
+
+    first = first_difference(names, data_names)  # tables of 10^9 names are compared as bytes, not name by name
+    if first is not None:
+        differing = sum(name != data_name for name, data_name in zip(names, data_names))
         raise UsageError(
-            f"the labels of the model at {args.model} are not the dataset's: {len(differing):,} of {len(names):,} names "
+            f"the labels of the model at {args.model} are not the dataset's: {differing:,} of {len(names):,} names "
             f"differ (label {first} is {names[first]!r} in the model, {data_names[first]!r} in the dataset). Evaluate "
             "the model on the dataset it was trained for, or pass --ignore-label-names to score it by label id anyway."
         )

@@ -8,6 +8,7 @@ import torch
 import torch.distributed as dist
 
 from . import label_positions
+from .label_names import LabelNameTable
 
 
 def _check_ranked_scores(top_scores: torch.Tensor) -> None:
@@ -152,6 +153,10 @@ def checked_label_names(label_names, label_count: int, logger) -> list[str] | No
     if label_names is not None and (isinstance(label_names, str) or len(label_names) != label_count):
         count = "a string" if isinstance(label_names, str) else f"{len(label_names)} entries"
         raise ValueError(f"`label_names` has {count} for {label_count} labels: give a list of one name per label.")
+    if isinstance(label_names, LabelNameTable):
+        # Kept compact (10^9 names would be 80 GB of strings): empty names read LABEL_<id>; repeats are not looked
+        # for, which would take a table of every name.
+        return label_names.as_label_names()
     if label_names is not None:
         label_names = [str(name) for name in label_names]
         empty = [label_id for label_id, name in enumerate(label_names) if not name.strip()]

@@ -137,7 +137,9 @@ def positive_positions(labels: torch.Tensor, label_positions: torch.Tensor, labe
         f"`labels` holds ids outside [0, {label_count}) other than the padding value {LABEL_PADDING_ID}: "
         f"pass positive label ids padded with {LABEL_PADDING_ID}, or a dense [batch, label_count] multi-hot.",
     )
-    return torch.where(valid, label_positions[labels.masked_fill(~valid | invalid, 0).long()], -1)
+    ids = labels.masked_fill(~valid | invalid, 0).long()
+    # A share of a sharded layer passes a function of the ids (it holds no [L] map): see `ShardedOutputLayer`.
+    return torch.where(valid, label_positions(ids) if callable(label_positions) else label_positions[ids], -1)
 
 
 def dense_labels(labels: torch.Tensor, batch_size: int, label_count: int) -> torch.Tensor | None:

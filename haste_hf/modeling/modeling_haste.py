@@ -425,13 +425,14 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             return self.push_to_hub(repo_id, **hub_kwargs)
         return None
 
-    def write_model_files(self, folder, *args, **kwargs) -> None:
-        """Writes the weights, configuration, code and label names into `folder` as they are (the staging folder of
-        an atomic save: `save_pretrained`, `haste_hf.training.shard_checkpoints.save_sharded_folder`)."""
+    def write_model_files(self, folder, *args, label_names_file: bool = True, **kwargs) -> None:
+        """Writes the weights, configuration, code and (unless `label_names_file` is False: a sharded save writes them
+        in files of its own) label names into `folder` as they are (the staging folder of an atomic save:
+        `save_pretrained`, `haste_hf.training.shard_checkpoints.save_sharded_folder`)."""
         super().save_pretrained(folder, *args, **kwargs)
-        if self.label_names is not None:
+        if self.label_names is not None and label_names_file:
             with open(os.path.join(folder, LABEL_NAMES_FILE), "w", encoding="utf-8") as f:
-                json.dump(self.label_names, f, ensure_ascii=False)
+                json.dump(list(self.label_names), f, ensure_ascii=False)
 
     def push_to_hub(self, repo_id: str, **kwargs):
         """Publishes the model with its label names, exportable code and HASTE model card in one commit
@@ -549,7 +550,9 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             if from_folder
             else None
         )
-        if names_file is not None:
+        if shards is not None and shards.has_label_names():  # a sharded save's, in files of one rank each
+            model.set_label_names(shards.label_names(model.config.label_count))
+        elif names_file is not None:
             with open(names_file, encoding="utf-8") as f:
                 model.set_label_names(json.load(f))
         return (model, loading_info) if output_loading_info else model

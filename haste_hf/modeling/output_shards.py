@@ -10,7 +10,11 @@ to `model-output-0000r-of-0000W.safetensors`; `model.safetensors` holds every ot
     {"format": "haste-output-shards", "version": 1, "group_size": G, "head_rows": H, "tail_groups": T,
      "tensors": {"output_layer.tail.weight": {"shape": [T, G, F]}, ...},
      "shards": [{"file": "model-output-00001-of-00002.safetensors", "head_rows": [0, h], "tail_groups": [0, t]},
-                ...]}
+                ...],
+     "label_names": {"label_count": L, "files": [{"file": "label-names-00001-of-00002.safetensors", "labels": [0, l]},
+                                                  ...]}}
+
+The label names (where the model has any) are in files of one rank each too (`label_names`), not in one JSON.
 
 `OutputShards` reads any rows of such a folder, shard by shard through safetensors' lazy slices: a rank of a run on
 any number of ranks reads the rows it owns, one process reads them all (`from_pretrained`). Nothing in the index is
@@ -33,6 +37,9 @@ OUTPUT_SHARDS_INDEX = "model-output.safetensors.index.json"
 OUTPUT_SHARDS_FORMAT = "haste-output-shards"
 # The output layer's tensors (by name in the layer) of which a sharded run's ranks hold rows.
 ROW_SHARDED_TENSORS = ("head.weight", "head.bias", "tail.weight", "tail.bias", "tail.supports")
+# A share's label ids (`output_labels` of its positions), in its shard as two tensors whose rows follow the head's
+# and the tail slots' (as `tail.bias`); one process joins them into `output_labels`.
+LABEL_ID_TENSORS = ("head.label_ids", "tail.label_ids")
 # Names of optimizer state in the shards: `optimizer.<parameter's state-dict name>.<state key>`.
 OPTIMIZER_PREFIX = "optimizer."
 
@@ -58,7 +65,9 @@ def row_sharded_suffix(name: str) -> str | None:
     """The entry of `ROW_SHARDED_TENSORS` that the state-dict name `name` (or the optimizer entry of one) ends
     with, or None."""
     parameter = _parameter_name(name)
-    return next((suffix for suffix in ROW_SHARDED_TENSORS if parameter.endswith("." + suffix)), None)
+    return next(
+        (suffix for suffix in (*ROW_SHARDED_TENSORS, *LABEL_ID_TENSORS) if parameter.endswith("." + suffix)), None
+    )
 
 
 def row_range(name: str, head_rows, tail_groups, group_size: int) -> tuple[int, int]:
@@ -69,7 +78,7 @@ def row_range(name: str, head_rows, tail_groups, group_size: int) -> tuple[int, 
         raise KeyError(f"{name} is not a row-sharded tensor of the output layer.")
     if suffix.startswith("head."):
         return tuple(head_rows)
-    scale = group_size if suffix == "tail.bias" else 1
+    scale = group_size if suffix in ("tail.bias", "tail.label_ids") else 1
     return tail_groups[0] * scale, tail_groups[1] * scale
 
 
@@ -101,6 +110,7 @@ class OutputShards:
     def __init__(self, index, source: str, path_of):
         self.source, self._path_of, self._handles = source, path_of, {}
         where = f"{source}: {OUTPUT_SHARDS_INDEX}"
+        self._label_names = index.get("label_names") if isinstance(index, dict) else None
         if not (isinstance(index, dict) and index.get("format") == OUTPUT_SHARDS_FORMAT and index.get("version") == 1):
             raise ValueError(f"{where} is not a version-1 HASTE output-shards index: save the model again.")
         counts = [index.get(key) for key in ("group_size", "head_rows", "tail_groups")]
@@ -191,6 +201,32 @@ class OutputShards:
     def names(self) -> list[str]:
         return list(self.shapes)
 
+    def has_label_names(self) -> bool:
+        return self._label_names is not None
+
+    def label_names(self, label_count: int | None = None):
+        """The folder's label names (`label_names.LabelNameTable`, its files memory-mapped), None where the index
+        lists no label names files (the names are then in `label_names.json`, or there are none). `label_count`: the
+        model's, which the index must give (None: the index's own)."""
+        from .label_names import open_name_files
+
+        entry = self._label_names
+        if entry is None:
+            return None
+        where = f"{self.source}: {OUTPUT_SHARDS_INDEX}"
+        count = entry.get("label_count") if isinstance(entry, dict) else None
+        if not (type(count) is int and count >= 0) or count != (count if label_count is None else label_count):
+            raise ValueError(
+                f"{where} names the labels of another label count than {label_count}: save the model again."
+            )
+
+        def path_of(name):
+            if not is_plain_file_name(name):
+                raise ValueError(f"{where} names {name!r}, not a safetensors file beside it: save the model again.")
+            return self._path_of(name)
+
+        return open_name_files(entry.get("files"), count, path_of, where)
+
     def dtype(self, name: str) -> torch.dtype:
         """The dtype of tensor `name`, as its first shard stores it."""
         shard = self.shards[0]
@@ -242,6 +278,26 @@ class OutputShards:
             pieces.append(self._slice(shard, name, row_range(name, **self._ranges(shard)))[0:0])
         return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
 
+    def output_labels(self, prefix: str, shape, rows=None) -> torch.Tensor:
+        """The `output_labels` of the layer under `prefix` from its parts in the shards: all of them, or the head rows
+        and tail groups `rows` (`{"head_rows": ..., "tail_groups": ...}`) of one share."""
+        head, tail = (prefix + name for name in LABEL_ID_TENSORS)
+        if tail not in self.shapes:
+            raise ValueError(f"{self.source}: {OUTPUT_SHARDS_INDEX} lists {head} without {tail}: save the model again.")
+        parts = [
+            self.read_rows(
+                name, *(row_range(name, **rows, group_size=self.group_size) if rows else (0, self.shapes[name][0]))
+            )
+            for name in (head, tail)
+        ]
+        labels = torch.cat(parts)
+        if tuple(labels.shape) != tuple(shape):
+            raise ValueError(
+                f"{self.source}: the shards hold {labels.numel()} label ids where the model's configuration makes "
+                f"{tuple(shape)}: the folder's files do not belong together."
+            )
+        return labels
+
     def close(self) -> None:
         self._handles.clear()
 
@@ -252,6 +308,10 @@ class OutputShards:
         state = model.state_dict()
         loaded = set()
         for name in self.names():
+            if name.endswith("." + LABEL_ID_TENSORS[0]):  # with its tail part, the layer's `output_labels`
+                target = name[: -len(LABEL_ID_TENSORS[0])] + "output_labels"
+                state[target].copy_(self.output_labels(name[: -len(LABEL_ID_TENSORS[0])], state[target].shape))
+                loaded.add(target)
             if name not in state:
                 continue
             value = self.read_rows(name, 0, self.shapes[name][0])
@@ -275,7 +335,9 @@ NAMES_IN_SHARDS = contextvars.ContextVar("haste_names_in_shards", default=frozen
 @contextlib.contextmanager
 def loading_with_shards(shards: "OutputShards | None"):
     """Within the block, new models leave the tensors `shards` holds out of transformers' missing-weights report."""
-    names = frozenset() if shards is None else frozenset(f"^{re.escape(name)}$" for name in shards.names())
+    held = [] if shards is None else shards.names()
+    held += [name[: -len(LABEL_ID_TENSORS[0])] + "output_labels" for name in held if name.endswith(LABEL_ID_TENSORS[0])]
+    names = frozenset(f"^{re.escape(name)}$" for name in held)
     token = NAMES_IN_SHARDS.set(names)
     try:
         yield
@@ -284,6 +346,7 @@ def loading_with_shards(shards: "OutputShards | None"):
 
 
 __all__ = [
+    "LABEL_ID_TENSORS",
     "NAMES_IN_SHARDS",
     "OPTIMIZER_PREFIX",
     "OUTPUT_SHARDS_FORMAT",

@@ -11,6 +11,7 @@ from safetensors import SafetensorError
 from transformers.utils import CONFIG_NAME
 
 from ..modeling.configuration_haste import OUTPUT_LAYER_STRUCTURE_FIELDS
+from ..modeling.label_names import LabelNameTable, first_difference
 from ..modeling.saving import LABEL_NAMES_FILE
 
 
@@ -55,27 +56,38 @@ def checkpoint_model_differences(folder: str | os.PathLike, config) -> list[str]
 
 def _name_at(names, index: int):
     """`names[index]`, or None where `names` is None or shorter."""
-    return names[index] if isinstance(names, list) and index < len(names) else None
+    return names[index] if isinstance(names, (list, LabelNameTable)) and index < len(names) else None
+
+
+def _saved_label_names(checkpoint: str):
+    """The label names `checkpoint` was trained under: its label names files (a sharded save's, memory-mapped) or its
+    `label_names.json`; None where it has neither."""
+    from ..modeling.output_shards import OutputShards
+
+    shards = OutputShards.open(checkpoint)
+    if shards is not None and shards.has_label_names():
+        return shards.label_names()
+    path = os.path.join(checkpoint, LABEL_NAMES_FILE)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (UnicodeDecodeError, ValueError) as error:
+        raise ValueError(
+            f"{path} is not a JSON list of label names ({error}); resume from another checkpoint."
+        ) from None
 
 
 def check_label_names(checkpoint: str, ours) -> None:
     """Refuses a checkpoint trained under other label names than `ours` (the names of this run's model; same count,
     other names or order: the weights would continue under the wrong names)."""
-    path = os.path.join(checkpoint, LABEL_NAMES_FILE)
-    if not os.path.isfile(path):
+    theirs = _saved_label_names(checkpoint)
+    if theirs is None:
         return
-    try:
-        with open(path, encoding="utf-8") as f:
-            theirs = json.load(f)
-    except (UnicodeDecodeError, ValueError) as error:
-        raise ValueError(
-            f"{path} is not a JSON list of label names ({error}); resume from another checkpoint."
-        ) from None
-    if theirs != ours:
-        first = next(
-            (i for i in range(max(len(theirs or []), len(ours or []))) if _name_at(theirs, i) != _name_at(ours, i)),
-            0,
-        )
+    named = isinstance(theirs, (list, LabelNameTable)) and ours is not None
+    first = first_difference(theirs, ours) if named else 0
+    if first is not None:
         raise ValueError(
             f"{checkpoint} was trained under other label names: label {first} is {_name_at(theirs, first)!r} there "
             f"and {_name_at(ours, first)!r} in this run. Resume it with the data it was trained with, or start "

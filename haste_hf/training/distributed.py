@@ -1,12 +1,15 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
 """The collectives of several processes (torch.distributed: NCCL on GPUs, gloo on CPUs) that the sharded
 output layer (`haste_hf.training.sharded_output_layer`) and the recipe use: rows of every rank gathered, with or
-without autograd, reduce-scattered back, gathered to the CPU in bounded pieces; objects broadcast; the group ended
+without autograd, reduce-scattered back, gathered to the CPU in bounded pieces; objects broadcast (large ones through a
+file); the group ended
 without a hang.
 """
 
 import gc
 import math
+import os
+import tempfile
 
 import torch
 import torch.distributed as dist
@@ -128,6 +131,38 @@ def broadcast_object(value, src: int = 0, group=None):
     return holder[0]
 
 
+def broadcast_through_file(value, folder, save, load, group=None):
+    """`value` of rank 0 on every rank, through a file: rank 0 writes it into `folder` (`save(value, path)`), the
+    others read it (`load(path)`, which checks it). A large object (the label layout of 10^9 labels, 16 GB) then
+    crosses no collective, which would pickle it whole and pass the bytes through every GPU. Where a rank cannot read
+    the file (hosts that share no file system), every rank takes `broadcast_object`'s copy instead."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:
+        return value
+    rank, path = dist.get_rank(group), None
+    if rank == 0:
+        try:
+            os.makedirs(folder, exist_ok=True)
+            handle, path = tempfile.mkstemp(prefix=".haste-broadcast-", dir=folder)
+            os.close(handle)
+            save(value, path)
+        except OSError:
+            path = None  # every rank takes the broadcast copy below
+    path = broadcast_object(path, group=group)
+    loaded, failed = value, False
+    if rank != 0 and path is not None:
+        try:
+            loaded = load(path)
+        except (OSError, ValueError):
+            failed = True
+    failures = [None] * dist.get_world_size(group)
+    dist.all_gather_object(failures, failed, group=group)  # every rank has read the file past this point
+    if rank == 0 and path is not None:
+        os.remove(path)
+    if path is None or any(failures):
+        return broadcast_object(value, group=group)
+    return loaded
+
+
 def end_process_group() -> None:
     """Ends this process's part of the default process group (a no-op without one). Call it once nothing that holds
     the group is alive: return first from the function that built the DDP wrapper, trainer or sharded layer.
@@ -149,6 +184,7 @@ __all__ = [
     "all_gather_sizes",
     "balanced_ranges",
     "broadcast_object",
+    "broadcast_through_file",
     "communication_device",
     "end_process_group",
     "gather_rows_to_cpu",

@@ -98,6 +98,7 @@ class RunFolder:
         a sharded output layer (`shard_checkpoints`); the main process writes the rest."""
         import torch
         from transformers.trainer import TRAINING_ARGS_NAME
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
         from .callbacks import unwrap_model
         from .shard_checkpoints import save_sharded_folder
@@ -112,7 +113,15 @@ class RunFolder:
             write_extra(folder)
 
         if sharded_output_layer(model) is not None:  # every rank writes its rows of the output layer
-            return save_sharded_folder(model, self.path, lambda staging: write(Path(staging), with_tokenizer=True))
+            # The checkpoint of the last step holds the same rows when it was the last thing the run did (weights
+            # only: `save_only_model`): each rank links its shard rather than writing it again, checked byte for byte.
+            last = Path(self.path) / f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}"
+            return save_sharded_folder(
+                model,
+                self.path,
+                lambda staging: write(Path(staging), with_tokenizer=True),
+                link_from=str(last) if last.is_dir() else None,
+            )
         if trainer.is_world_process_zero():
             save_trained_folder(self.path, model, tokenizer, write)
         return None

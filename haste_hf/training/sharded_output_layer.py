@@ -29,6 +29,7 @@ from torch import nn
 
 from ..modeling.defaults import LABEL_PADDING_ID
 from ..modeling.initialization import initialize_output_rows_
+from ..modeling.label_positions import positive_positions
 from ..modeling.output_layer import HasteOutputLayer, OutputLayerOutput, TopKOutput
 from ..modeling.output_shards import ROW_SHARDED_TENSORS
 from ..modeling.rewiring import (
@@ -49,6 +50,10 @@ from .distributed import (
     gather_rows_with_gradient,
 )
 from .shard_checkpoints import layer_prefix
+
+
+# The tensors whose row counts split a share's `output_labels`: its head rows, then its tail slots.
+SPLIT_BY = ("head.weight", "tail.bias")
 
 
 @dataclass(frozen=True)
@@ -119,11 +124,14 @@ class ShardedOutputLayer(HasteOutputLayer):
     SHARDED_TENSORS = ROW_SHARDED_TENSORS
 
     @classmethod
-    def shard(cls, layer: HasteOutputLayer, group=None, initialize: bool = True) -> "ShardedOutputLayer":
+    def shard(
+        cls, layer: HasteOutputLayer, group=None, initialize: bool = True, rows_device=None
+    ) -> "ShardedOutputLayer":
         """Collective: every rank passes the same layer (same weights and label order, checked) and gets its
         share. The layer's modules are taken over, then cut to the share's rows; a layer whose head and tail are on the
         meta device (`haste_hf.modeling.initialization.deferred_output_rows`, seeds checked alike) gets them built,
-        only the share's rows, equal to the same rows of the layer built whole."""
+        only the share's rows, equal to the same rows of the layer built whole, on `rows_device` (default: the CPU;
+        a GPU where the rows are read from a folder next, so that no host process holds the share)."""
         deferred = _rows_deferred(layer)
         if deferred and getattr(layer, "initial_weight_seed", None) is None:
             raise ValueError(
@@ -154,22 +162,34 @@ class ShardedOutputLayer(HasteOutputLayer):
         with torch.no_grad():
             if shard.head is not None:
                 rows = shard.local_rows("head.weight")
-                shard._cut(shard.head, {"weight": rows, "bias": rows})
+                shard._cut(shard.head, {"weight": rows, "bias": rows}, rows_device)
                 shard.head.out_features = rows.stop - rows.start
             if shard.tail is not None:
                 groups = shard.local_rows("tail.weight")
-                shard._cut(shard.tail, {"weight": groups, "bias": shard.local_rows("tail.bias"), "supports": groups})
+                tail_rows = {"weight": groups, "bias": shard.local_rows("tail.bias"), "supports": groups}
+                shard._cut(shard.tail, tail_rows, rows_device)
             if deferred and initialize:  # else left empty, for rows read from a saved folder next
                 initialize_output_rows_(shard, layer.initial_weight_seed, layer.initial_head_std)
+            # The label ids of this share's positions alone (8 GB whole at 10^9 labels, on every GPU, and as much
+            # again for the inverse map): the head's rows, then the tail groups' slots.
+            whole, tail = layer.output_labels, shard.local_rows("tail.bias")
+            head = slice(*shard.head_rows)
+            first = shard.head_label_count
+            shard._buffers["output_labels"] = torch.cat(
+                [whole[head], whole[first + tail.start : first + tail.stop]]
+            ).to(rows_device or whole.device, copy=True)
+        shard._lookup_cache = None
         return shard
 
     @staticmethod
-    def _cut(module: nn.Module, rows: dict[str, slice]) -> None:
-        """Keeps the rows `rows[name]` of each tensor; of one on the meta device, an empty CPU tensor of their size."""
+    def _cut(module: nn.Module, rows: dict[str, slice], device=None) -> None:
+        """Keeps the rows `rows[name]` of each tensor; of one on the meta device, an empty tensor of their size on
+        `device` (default: the CPU)."""
 
         def kept_rows(tensor, kept):
             if tensor.device.type == "meta":
-                return torch.empty((kept.stop - kept.start, *tensor.shape[1:]), dtype=tensor.dtype, device="cpu")
+                shape = (kept.stop - kept.start, *tensor.shape[1:])
+                return torch.empty(shape, dtype=tensor.dtype, device=device or "cpu")
             return tensor.detach()[kept].clone()
 
         for name, kept in rows.items():
@@ -190,6 +210,56 @@ class ShardedOutputLayer(HasteOutputLayer):
         counts = self.row_counts(name)
         start = sum(counts[: self.rank])
         return slice(start, start + counts[self.rank])
+
+    # ---------------------------------------------------------------------------------- labels
+
+    @property
+    def head_width(self) -> int:
+        return self.head_rows[1] - self.head_rows[0]
+
+    def _share_index(self, positions: torch.Tensor) -> torch.Tensor:
+        """Output positions of this share (global) -> indices into its `output_labels` (head rows, then tail slots)."""
+        return torch.where(
+            positions < self.head_label_count,
+            positions - self.head_rows[0],
+            positions - self.tail_first_position + self.head_width,
+        )
+
+    def _global_positions(self, index: torch.Tensor) -> torch.Tensor:
+        return torch.where(
+            index < self.head_width, index + self.head_rows[0], index - self.head_width + self.tail_first_position
+        )
+
+    @property
+    def label_positions(self):
+        raise ValueError(
+            "A share of a sharded output layer holds the label ids of its own positions only, no [label_count] map: "
+            "gather the layer whole (`full_state_dict`) or load the saved model in one process for it."
+        )
+
+    def _share_lookup(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """This share's label ids sorted, and the output position of each (cached while `output_labels` is
+        unchanged): int32 where the ids fit, 2 x 4 bytes a position instead of an [L] int64 map of every label."""
+        labels = self.output_labels
+        key = (labels.data_ptr(), labels._version, labels.device)
+        if self._lookup_cache is None or self._lookup_cache[0] != key:
+            dtype = torch.int32 if self.label_count < 2**31 else torch.int64
+            ids, order = labels.to(dtype).sort()
+            self._lookup_cache = (key, ids, self._global_positions(order).to(dtype))
+        return self._lookup_cache[1:]
+
+    def _positions_of_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        """Label ids -> their output positions where this share holds them, else -1."""
+        sorted_ids, positions = self._share_lookup()
+        if sorted_ids.numel() == 0:
+            return torch.full_like(ids, -1)
+        ids = ids.to(sorted_ids.dtype)
+        found = torch.searchsorted(sorted_ids, ids).clamp(max=sorted_ids.numel() - 1)
+        return torch.where(sorted_ids[found] == ids, positions[found].long(), -1)
+
+    def positive_positions(self, labels: torch.Tensor) -> torch.Tensor:
+        """`HasteOutputLayer.positive_positions` of this share: positions of the labels it holds, -1 elsewhere."""
+        return positive_positions(labels, self._positions_of_ids, self.label_count)
 
     # ---------------------------------------------------------------------------------- scoring
 
@@ -271,7 +341,10 @@ class ShardedOutputLayer(HasteOutputLayer):
         if missing > 0:  # fewer labels here than k
             scores = F.pad(scores, (0, missing), value=float("-inf"))
             positions = F.pad(positions, (0, missing), value=-1)
-        label_ids = torch.where(positions >= 0, self.output_labels[positions.clamp(min=0)], -1)
+        if self.output_labels.numel():
+            label_ids = torch.where(positions >= 0, self.output_labels[self._share_index(positions).clamp(min=0)], -1)
+        else:  # an empty share: its top-k is padding alone
+            label_ids = torch.full_like(positions, -1)
         gathered_scores = all_gather_rows(scores.unsqueeze(0), [1] * self.world_size, self.group)
         gathered_ids = all_gather_rows(label_ids.unsqueeze(0), [1] * self.world_size, self.group)
         start = sum(sizes[: self.rank])
@@ -292,7 +365,7 @@ class ShardedOutputLayer(HasteOutputLayer):
         tail = self.tail
         local_groups, group_size, fan_in = tail.weight.shape
         check_rewiring_options(fraction, scope, init, zero_fraction_ok=True, score=score)
-        positions = self.output_labels[self.tail_first_position : self.tail_first_position + local_groups * group_size]
+        positions = self.output_labels[self.head_width : self.head_width + local_groups * group_size]
         scores = group_slot_scores(tail.weight, (positions >= 0).view(local_groups, group_size), score)
         counts = self.row_counts("tail.weight")
         device = communication_device(self.group)
@@ -336,6 +409,14 @@ class ShardedOutputLayer(HasteOutputLayer):
                 gathered = gather_rows_to_cpu(state[prefix + name], self.row_counts(name), dst, self.group)
                 if full is not None:
                     full[prefix + name] = gathered
+        if prefix + "output_labels" in state:  # each rank's head rows, then its tail slots
+            labels = state[prefix + "output_labels"]
+            parts = [
+                gather_rows_to_cpu(part, self.row_counts(name), dst, self.group)
+                for part, name in zip(labels.split([self.head_width, labels.numel() - self.head_width]), SPLIT_BY)
+            ]
+            if full is not None:
+                full[prefix + "output_labels"] = torch.cat(parts)
         return full
 
     def full_state_dict(self, model: nn.Module, dst: int = 0) -> dict | None:
@@ -378,7 +459,7 @@ def sharded_output_layer(model: nn.Module) -> ShardedOutputLayer | None:
     return layer if isinstance(layer, ShardedOutputLayer) else None
 
 
-def shard_output_layer_(model: nn.Module, group=None, initialize: bool = True) -> ShardedOutputLayer:
+def shard_output_layer_(model: nn.Module, group=None, initialize: bool = True, rows_device=None) -> ShardedOutputLayer:
     """Replaces a HASTE model's output layer by this rank's share (`ShardedOutputLayer.shard`, collective)
     and returns it (the existing one if already sharded).
 
@@ -386,7 +467,7 @@ def shard_output_layer_(model: nn.Module, group=None, initialize: bool = True) -
     `ignore_shards_in_ddp(model)` before wrapping.
     """
     if sharded_output_layer(model) is None:
-        model.output_layer = ShardedOutputLayer.shard(model.output_layer, group, initialize)
+        model.output_layer = ShardedOutputLayer.shard(model.output_layer, group, initialize, rows_device)
     return model.output_layer
 
 
@@ -397,8 +478,9 @@ def ignore_shards_in_ddp(model: nn.Module) -> None:
     layer = model.output_layer
     prefix = layer_prefix(model)
     present = dict(model.named_parameters()) | dict(model.named_buffers())
+    # `output_labels` too: each rank holds its share's label ids, which DDP's buffer broadcast would overwrite.
     DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
-        model, [prefix + name for name in layer.SHARDED_TENSORS if prefix + name in present]
+        model, [prefix + name for name in (*layer.SHARDED_TENSORS, "output_labels") if prefix + name in present]
     )
 
 

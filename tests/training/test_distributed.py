@@ -106,8 +106,15 @@ def test_each_rank_builds_only_its_share_of_the_output_layer(tmp_path):
             rows = {"head.weight": head_rows, "head.bias": head_rows, "tail.bias": labels}.get(
                 name.removeprefix("output_layer."), tail_groups if name.startswith("output_layer.tail.") else None
             )
+            if name == "output_layer.output_labels":  # the label ids of the share's positions alone: head, then tail
+                whole = torch.cat([whole[head_rows], whole[13 + labels.start : 13 + labels.stop]])  # H = 13
             assert torch.equal(result["share"][name], whole if rows is None else whole[rows]), name
     assert [r["rows"] for r in results] == [((0, 7), (0, 10)), ((7, 13), (10, 20))]
+    # Each label's position comes from the one rank that holds it; no rank holds an [L] map of every label.
+    positions = torch.stack([r["positions"].flatten() for r in results])
+    assert torch.equal((positions >= 0).sum(0), torch.ones(90, dtype=torch.int64))
+    assert torch.equal(positions.max(0).values, results[0]["whole_positions"])
+    assert all("no [label_count] map" in r["label_positions_refused"] for r in results)
 
 
 @pytest.mark.slow
@@ -399,3 +406,18 @@ def test_a_ranks_rows_are_padded_to_the_largest_share_for_the_gather():
     assert torch.equal(_padded(rows, 2), rows)
     padded = _padded(rows, 4, value=-1.0)
     assert padded.shape == (4, 3) and torch.equal(padded[:2], rows) and bool((padded[2:] == -1).all())
+
+
+def test_the_label_layout_reaches_every_rank_through_a_file_not_a_collective(tmp_path):
+    """At 10^9 labels the layout is 16 GB: pickled through `broadcast_object`, it would cross every GPU. Rank 0 writes
+    it to a file the others read; only the file's path is broadcast, and the file is removed. Where a rank cannot read
+    it, every rank takes the broadcast copy."""
+    torchrun([str(TESTS / "distributed_layout_file.py"), str(tmp_path)], tmp_path, timeout=300)
+    ranks = [torch.load(tmp_path / f"rank-{rank}.pt", weights_only=False) for rank in range(2)]
+    for results in ranks:
+        for shared in (results["shared"], results["fallback"]):
+            for name, value in ranks[0]["shared"].items():
+                assert torch.equal(shared[name], value) if isinstance(value, torch.Tensor) else shared[name] == value
+        assert "LabelLayout" not in results["carried"] and results["left"] == [] and results["left_after"] == []
+        assert "LabelLayout" in results["fallback_carried"]
+    assert ranks[0]["shared"]["strategy"] == "random" and ranks[0]["shared"]["tail_order"].numel() == 32

@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 from tiny_haste import make_tiny_model
 
 from haste_hf import HasteForExtremeClassification
+from haste_hf.modeling.label_names import LabelNameTable, label_names_file
 from haste_hf.modeling.output_shards import OUTPUT_SHARDS_INDEX, OutputShards, output_shard_file, row_range
 from haste_hf.modeling.saving import SAVE_GENERATION_FILE, checkpoint_problem
 from haste_hf.training import shard_checkpoints
@@ -66,14 +67,19 @@ def assert_state(model, expected):
 def test_a_sharded_save_is_one_switch_and_loads_whole_in_one_process(tmp_path, one_process_group, capfd):
     model, whole = sharded_save(tmp_path / "model")
     files = set(os.listdir(tmp_path / "model"))
-    assert {OUTPUT_SHARDS_INDEX, output_shard_file(0, 1), "model.safetensors", "label_names.json"} <= files
+    assert {OUTPUT_SHARDS_INDEX, output_shard_file(0, 1), "model.safetensors", label_names_file(0, 1)} <= files
+    assert "label_names.json" not in files  # the names are in files of one rank each, not one list
     assert not any(name.startswith(".haste-staging") for name in files) and SAVE_GENERATION_FILE in files
     assert "output_layer.tail.weight" not in load_file(tmp_path / "model" / "model.safetensors")
-    assert "output_layer.output_labels" in load_file(tmp_path / "model" / "model.safetensors")
+    # The label ids too are in the shards (8 GB whole at 10^9 labels), each rank's positions' in its own.
+    assert "output_layer.output_labels" not in load_file(tmp_path / "model" / "model.safetensors")
+    assert {"output_layer.head.label_ids", "output_layer.tail.label_ids"} <= set(
+        load_file(tmp_path / "model" / output_shard_file(0, 1))
+    )
     capfd.readouterr()
     loaded = HasteForExtremeClassification.from_pretrained(tmp_path / "model")
     assert_state(loaded, whole)
-    assert loaded.label_names == model.label_names
+    assert isinstance(loaded.label_names, LabelNameTable) and loaded.label_names == model.label_names
     assert "MISSING" not in "".join(capfd.readouterr())  # transformers' report of weights it did not find
     split_in_two(tmp_path / "model")
     assert_state(HasteForExtremeClassification.from_pretrained(tmp_path / "model"), whole)
@@ -311,3 +317,98 @@ def test_a_weights_index_naming_a_file_outside_the_folder_is_refused(tmp_path, o
     (tmp_path / "model" / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
     with pytest.raises(ValueError, match=r"names '../outside.safetensors', not a safetensors file beside it"):
         load_folder_rows_(make_tiny_model(40, head_label_count=5), tmp_path / "model")
+
+
+def test_the_final_save_links_the_last_checkpoints_shards_where_they_hold_its_rows(tmp_path):
+    """At 10^9 labels a checkpoint and a final save of 147 GB each do not fit a 235 GB disk: a run whose last
+    checkpoint (weights only) is its final state links each rank's shard file into the final folder; a shard that
+    differs by one byte, or rows changed since, are written again, and the folder always holds the model's rows."""
+    torchrun([str(TESTS / "distributed_shard_links.py"), str(tmp_path)], tmp_path, timeout=600)
+    ranks = torch.load(tmp_path / "results.pt")
+    assert len(ranks) == 2
+    for results in ranks:
+        assert results["as_trained"] == {"linked": True, "holds_the_model": True}
+        assert results["weights_changed"] == {"linked": False, "holds_the_model": True}
+        assert results["checkpoint_changed"] == {"linked": False, "holds_the_model": True}
+
+
+@pytest.mark.parametrize("case", ["another_file_system", "a_link", "more_tensors"])
+def test_a_shard_is_written_where_it_cannot_be_linked(tmp_path, one_process_group, monkeypatch, case):
+    """Across file systems (os.link fails), from a link, or from a file of other tensors (a checkpoint with its
+    momentum), the shard is written, not linked, and the folder loads."""
+    model, whole = sharded_save(tmp_path / "checkpoint")
+    shard = tmp_path / "checkpoint" / output_shard_file(0, 1)
+    if case == "another_file_system":
+
+        def cross_device_link(*args, **kwargs):
+            raise OSError(18, "Invalid cross-device link")
+
+        monkeypatch.setattr(shard_checkpoints.os, "link", cross_device_link)
+    elif case == "a_link":
+        shutil.move(shard, tmp_path / "elsewhere.safetensors")
+        shard.symlink_to(tmp_path / "elsewhere.safetensors")
+    else:
+        tensors = load_file(shard)
+        save_file({**tensors, "optimizer.extra": torch.ones(2)}, shard, metadata={"format": "pt"})
+    save_sharded_folder(model, tmp_path / "final", link_from=str(tmp_path / "checkpoint"))
+    final = tmp_path / "final" / output_shard_file(0, 1)
+    assert not final.is_symlink() and os.stat(final).st_ino != os.stat(shard).st_ino
+    assert_state(HasteForExtremeClassification.from_pretrained(tmp_path / "final"), whole)
+    monkeypatch.undo()
+    save_sharded_folder(model, tmp_path / "linked", link_from=str(tmp_path / "final"))  # the control: it links
+    assert os.stat(tmp_path / "linked" / output_shard_file(0, 1)).st_ino == os.stat(final).st_ino
+
+
+def test_load_sharded_model_makes_the_share_on_the_device_it_serves_on(tmp_path, one_process_group, monkeypatch):
+    """`haste-hf predict` under torchrun: the share's rows are made empty on the rank's device and read into it piece
+    by piece, never held by the host process first (37 GB a rank at 10^9 labels on 4 GPUs). On a CPU machine the
+    device is the CPU: the test checks the device is passed down and every share tensor is made on it."""
+    from haste_hf.training import sharded_output_layer
+
+    _, whole = sharded_save(tmp_path / "model")
+    asked = []
+    shard = sharded_output_layer.ShardedOutputLayer.shard.__func__
+
+    def recording_shard(cls, layer, group=None, initialize=True, rows_device=None):
+        asked.append(rows_device)
+        return shard(cls, layer, group, initialize, rows_device)
+
+    monkeypatch.setattr(sharded_output_layer.ShardedOutputLayer, "shard", classmethod(recording_shard))
+    model = shard_checkpoints.load_sharded_model(tmp_path / "model", device=torch.device("cpu"))
+    assert asked == [torch.device("cpu")]
+    state = model.state_dict()
+    for name in ("output_layer.head.weight", "output_layer.tail.weight", "output_layer.tail.supports"):
+        assert torch.equal(state[name], whole[name]), name
+    assert torch.equal(state["output_layer.output_labels"], whole["output_layer.output_labels"])
+
+
+def test_a_share_built_empty_is_made_on_the_device_asked_for(one_process_group):
+    from haste_hf.modeling.initialization import deferred_output_rows
+
+    with deferred_output_rows():
+        model = make_tiny_model(40, head_label_count=5, training=False)
+    layer = shard_output_layer_(model, initialize=False, rows_device="meta")
+    tensors = [layer.head.weight, layer.head.bias, layer.tail.weight, layer.tail.supports, layer.output_labels]
+    assert all(tensor.device.type == "meta" for tensor in tensors)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_load_sharded_model_on_a_gpu_holds_no_share_on_the_host(tmp_path, one_process_group):
+    """A share of 160 MB of fp32 tail weights loaded onto the GPU: the host's peak grows by far less than the share."""
+    import resource
+
+    from haste_hf.modeling.initialization import deferred_output_rows
+
+    with deferred_output_rows():
+        model = make_tiny_model(1_600_000, head_label_count=0, group_size=16, fan_in=32, training=False)
+    shard_output_layer_(model)
+    save_sharded_folder(model, tmp_path / "model")
+    share_bytes = model.output_layer.tail.weight.numel() * 4
+    del model
+    torch.zeros(1, device="cuda")  # the CUDA context's host memory, before the measure
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    loaded = shard_checkpoints.load_sharded_model(tmp_path / "model", device=torch.device("cuda"))
+    added = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+    assert loaded.output_layer.tail.weight.device.type == "cuda"
+    assert added < share_bytes / 2, (added, share_bytes)
