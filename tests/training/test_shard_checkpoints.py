@@ -300,3 +300,14 @@ def test_a_weights_index_naming_a_file_outside_the_folder_is_refused(tmp_path, o
     (tmp_path / "model" / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
     with pytest.raises(ValueError, match=r"names '../outside.safetensors', not a safetensors file beside it"):
         load_folder_rows_(make_tiny_model(40, head_label_count=5), tmp_path / "model")
+
+
+def test_momentum_in_shards_of_a_folder_without_a_shards_index_is_refused(tmp_path):
+    """optimizer.pt says the output momentum is in the shards (a sharded run's checkpoint), but the folder holds no
+    shards index: a resume is refused naming the folder and the missing file, before any momentum is read."""
+    model = make_tiny_model(40, head_label_count=5)
+    optimizer = torch.optim.Adam(model.output_layer.parameters())
+    with pytest.raises(
+        ValueError, match=f"its optimizer state is in output shards, but it holds no {OUTPUT_SHARDS_INDEX}"
+    ):
+        shard_checkpoints.load_output_momentum_(model, optimizer, {0: ["exp_avg"]}, str(tmp_path))
