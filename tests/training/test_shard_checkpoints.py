@@ -311,3 +311,24 @@ def test_momentum_in_shards_of_a_folder_without_a_shards_index_is_refused(tmp_pa
         ValueError, match=f"its optimizer state is in output shards, but it holds no {OUTPUT_SHARDS_INDEX}"
     ):
         shard_checkpoints.load_output_momentum_(model, optimizer, {0: ["exp_avg"]}, str(tmp_path))
+
+
+def test_row_range_of_each_row_sharded_tensor_and_a_refusal_of_any_other():
+    """Head rows 1-3 and tail groups 2-5 of groups of 4: the head's tensors and optimizer entries take the head rows,
+    the tail's the groups, the tail bias the groups' labels; a tensor that is not row-sharded is a KeyError naming it."""
+    from haste_hf.modeling.output_shards import optimizer_entry_name
+
+    ranges = dict(head_rows=(1, 3), tail_groups=(2, 5), group_size=4)
+    expected = {
+        "output_layer.head.weight": (1, 3),
+        "output_layer.head.bias": (1, 3),
+        "output_layer.tail.weight": (2, 5),
+        "output_layer.tail.supports": (2, 5),
+        "output_layer.tail.bias": (8, 20),
+        optimizer_entry_name("output_layer.tail.weight", "momentum_buffer"): (2, 5),
+        optimizer_entry_name("output_layer.head.weight", "exp_avg"): (1, 3),
+    }
+    assert {name: tuple(row_range(name, **ranges)) for name in expected} == expected
+    for name in ("encoder.embeddings.word_embeddings.weight", "output_layer.output_labels", "tail.bias.extra"):
+        with pytest.raises(KeyError, match=f"{name} is not a row-sharded tensor of the output layer"):
+            row_range(name, **ranges)
