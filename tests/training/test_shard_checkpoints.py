@@ -332,3 +332,29 @@ def test_row_range_of_each_row_sharded_tensor_and_a_refusal_of_any_other():
     for name in ("encoder.embeddings.word_embeddings.weight", "output_layer.output_labels", "tail.bias.extra"):
         with pytest.raises(KeyError, match=f"{name} is not a row-sharded tensor of the output layer"):
             row_range(name, **ranges)
+
+
+def test_a_safetensors_file_written_in_pieces_holds_every_row(tmp_path, monkeypatch):
+    """`write_safetensors` copies a tensor to the host a piece of rows at a time (256 MB; 64 bytes here, so that
+    every tensor takes several pieces): safetensors reads back every tensor whole, whatever its rows, columns, dtype
+    or rank, and the metadata."""
+    from safetensors import safe_open
+
+    monkeypatch.setattr(shard_checkpoints, "_PIECE_BYTES", 64)
+    generator = torch.Generator().manual_seed(0)
+    tensors = {
+        "many_rows_few_columns": torch.randn(100, 3, generator=generator),  # 5 rows a piece, 20 pieces
+        "one_dimension": torch.randint(-(2**40), 2**40, (50,), generator=generator),  # 8 values a piece
+        "rows_past_a_piece": torch.randn(7, 40, generator=generator).to(torch.bfloat16),  # 1 row a piece
+        "three_dimensions": torch.randint(0, 1000, (9, 2, 3), generator=generator, dtype=torch.int32),
+        "scalar": torch.tensor(2.5, dtype=torch.float64),
+        "empty": torch.empty(0, 4),
+    }
+    path = tmp_path / "pieces.safetensors"
+    shard_checkpoints.write_safetensors(str(path), tensors, {"format": "pt"})
+    loaded = load_file(path)
+    assert loaded.keys() == tensors.keys()
+    for name, tensor in tensors.items():
+        assert loaded[name].dtype == tensor.dtype and torch.equal(loaded[name], tensor), name
+    with safe_open(path, "pt") as f:
+        assert f.metadata() == {"format": "pt"}
