@@ -217,10 +217,14 @@ def test_bad_arguments_get_one_line_errors_and_long_texts_are_cut(exports):
         assert classifier.predict([]) == [] and len(classifier.predict(["w1"], k=np.int64(2))[0]) == 2
         label_ids, scores = classifier.top_k(np.zeros((0, 3), np.int64), np.zeros((0, 3), np.int64), k=2)
         assert label_ids.shape == scores.shape == (0, 2)
+        # An empty batch of any dtype (numpy's empty arrays are float64) is empty; a float token is refused.
+        label_ids, scores = classifier.top_k(np.zeros((0, 3)), np.zeros((0, 3)), k=2)
+        assert label_ids.shape == scores.shape == (0, 2)
+        for floats in (np.ones((1, 1)) * 0.5, np.ones((2, 3)) * 0.5):
+            with pytest.raises(ValueError, match="must be a \\[batch, sequence\\] array of integers"):
+                classifier.top_k(floats, np.ones(floats.shape, np.int64))
         with pytest.raises(ValueError, match="`input_ids` is None"):
             classifier.top_k(None, None)
-        with pytest.raises(ValueError, match="must be a \\[batch, sequence\\] array of integers"):
-            classifier.top_k(np.ones((2, 3)) * 0.5, np.ones((2, 3), np.int64))
         with pytest.raises(ValueError, match="must have one shape"):
             classifier.top_k(np.ones((2, 3), np.int64), np.ones((2, 4), np.int64))
         with pytest.raises(ValueError, match="rows of 65 tokens; the encoder reads at most 64: truncate"):
