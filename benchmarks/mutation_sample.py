@@ -219,8 +219,9 @@ def tests_of(mutant: Mutant, root: Path) -> list[str]:
     names = _module_names(mutant, root)
     uses = {test: _uses(names, (root / test).read_text()) for test in importing}
     importing.sort(key=lambda test: -uses[test])
-    if not mirrored and not importing:  # reached through other modules (a CLI flag, a model method): the tests
-        importing = _tests_naming(mutant, root)  # that name its functions and classes, most names first
+    if not importing:  # reached through other modules (a CLI flag, a model method): the tests that name its
+        # functions and classes, most names first, after its own family's file (which need not test every line)
+        importing = [test for test in _tests_naming(mutant, root) if test not in mirrored]
     if not mirrored and not importing:  # else the tests of the package's modules that import it
         for user in _package_importers(mutant, root):
             importing += [test for test in tests_of(user, root) if test not in importing]

@@ -38,3 +38,21 @@ def test_a_test_importing_a_name_the_package_reexports_runs_against_the_module(m
         (tmp_path / path).write_text(text)
     mutant = mutation_sample.Mutant("haste_hf/cli/commands.py", 2, "", "", "", False)
     assert sorted(mutation_sample.tests_of(mutant, tmp_path)) == ["tests/cli/test_direct.py", "tests/cli/test_entry.py"]
+
+
+def test_a_modules_own_test_file_leaves_room_for_the_tests_that_name_its_classes(mutation_sample, tmp_path):
+    """A module that no test imports by name (run_options.py here; recipe_arguments.py in the package): the tests that
+    name its class (through the command line, say) run against it, after its own family's file, which need not test
+    every line; a test naming nothing of it does not."""
+    files = {
+        "haste_hf/__init__.py": "",
+        "haste_hf/run_options.py": "class RunOptionsOfTheTree:\n    propensity_a = 1.0\n",
+        "tests/test_run_options.py": "def test_own():\n    pass\n",
+        "tests/cli/test_usage.py": "def test_flags():\n    assert type(parse_flags()).__name__ == 'RunOptionsOfTheTree'\n",
+        "tests/test_other.py": "def test_other():\n    pass\n",
+    }
+    for path, text in files.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    mutant = mutation_sample.Mutant("haste_hf/run_options.py", 2, "", "", "", False)
+    assert mutation_sample.tests_of(mutant, tmp_path) == ["tests/test_run_options.py", "tests/cli/test_usage.py"]

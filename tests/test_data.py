@@ -392,10 +392,10 @@ def test_collator_errors(tokenizer):
         bounded([{"text": "a", "labels": [2]}, {"text": "b", "labels": [8]}])
 
 
-def test_label_id_padding_packs_ragged_ids_and_refuses_examples_without_tokens(tokenizer):
+def test_label_id_padding_packs_ragged_ids_passes_even_ones_on_and_refuses_examples_without_tokens(tokenizer):
     """`LabelIdPadding` around `DataCollatorWithPadding` (what `HasteTrainer` makes of it): tokenized examples get
     their token columns padded by the collator and their ragged label ids padded with -100, text columns left out;
-    examples without `input_ids` are refused in one line naming `XMCDataCollator`."""
+    labels of one length go to the collator as they are; examples without `input_ids` are refused in one line naming `XMCDataCollator`."""
     from transformers import DataCollatorWithPadding
 
     padding = LabelIdPadding(DataCollatorWithPadding(tokenizer))
@@ -407,6 +407,15 @@ def test_label_id_padding_packs_ragged_ids_and_refuses_examples_without_tokens(t
     assert set(batch) == {"input_ids", "attention_mask", "labels"}
     assert batch["input_ids"].tolist() == [[2, 3, 4], [3, 0, 0]]
     assert batch["labels"].tolist() == [[7, 1, 4], [2, -100, -100]]
+    # Labels of one length (multi-hot rows here) go to the collator with the tokens, as they would without the wrap.
+    multi_hot = [
+        {"input_ids": [2, 3], "text": "a b", "labels": [0.0, 1.0, 1.0]},
+        {"input_ids": [4], "text": "c", "labels": [1.0, 0.0, 0.0]},
+    ]
+    batch = padding(multi_hot)
+    assert set(batch) == {"input_ids", "attention_mask", "labels"}
+    assert batch["input_ids"].tolist() == [[2, 3], [4, 0]]
+    assert batch["labels"].tolist() == [[0.0, 1.0, 1.0], [1.0, 0.0, 0.0]]
     with pytest.raises(ValueError, match=r"no `input_ids`.*haste_hf.XMCDataCollator\(tokenizer\)"):
         padding([{"text": "a b", "labels": [1]}, {"text": "c", "labels": [2, 3]}])
 

@@ -39,6 +39,22 @@ def test_label_texts_are_read_without_a_json_parse_per_line(tmp_path, monkeypatc
 
 
 @pytest.mark.parametrize(
+    "odd_line",
+    [
+        json.dumps({"uid": "long", "title": "long", "content": "y" * (2 << 20)}),  # past pyarrow's 1 MB block
+        '{"uid": "s", "title": "lone \\ud800 surrogate"}',  # valid JSON that pyarrow's UTF-8 check refuses
+    ],
+    ids=["a line past pyarrow's block", "a lone surrogate escape"],
+)
+def test_label_texts_pyarrow_cannot_read_are_read_line_by_line(tmp_path, odd_line):
+    """Valid JSON lines that pyarrow's reader refuses: the line-by-line reader gives every title, in id order."""
+    lines = [json.dumps({"uid": f"u{i}", "title": title}) for i, title in enumerate(TITLES)]
+    path = write_labels(tmp_path / "lbl.json.gz", [*lines[:2], odd_line, *lines[2:]])
+    assert xmc_files._fast_json_label_texts(path) is None
+    assert read_json_label_texts(path) == [*TITLES[:2], json.loads(odd_line)["title"], *TITLES[2:]]
+
+
+@pytest.mark.parametrize(
     ("line", "message"),
     [
         ('{"uid": "c"}', "missing or non-string `title`"),

@@ -156,6 +156,33 @@ def test_an_output_layer_serving_ids_outside_the_labels_is_refused_even_without_
         shutil.rmtree(folder)
 
 
+def test_a_split_head_without_biases_is_served_and_biases_of_another_length_are_refused(copy_of):
+    """The split output layer's `head.bias` is optional (the scorer adds none); a head bias that is there has one
+    value per head row. Files of an earlier export (no digests), read as they stand: one without head biases ranks as
+    one with zero head biases (the head has 4 rows of 32 features)."""
+    from safetensors.numpy import load_file, save_file
+
+    def served(change):
+        folder = copy_of("split")
+        old = metadata(folder)
+        del old["files"]
+        write_metadata(folder, old)
+        weights = load_file(folder / "output_layer.safetensors")
+        assert weights["head.weight"].shape == (4, 32)
+        change(weights)
+        save_file(weights, folder / "output_layer.safetensors")
+        try:
+            with pytest.warns(UserWarning, match="names no files"):
+                return OnnxClassifier(folder).predict(["w1 w2", "w3"], k=LABELS)
+        finally:
+            shutil.rmtree(folder)
+
+    zero_biases = served(lambda weights: weights["head.bias"].fill(0.0))
+    assert served(lambda weights: weights.pop("head.bias")) == zero_biases
+    with pytest.raises(ValueError, match="holds a head of inconsistent shapes"):
+        served(lambda weights: weights.update({"head.bias": weights["head.bias"][:3].copy()}))
+
+
 def test_metadata_that_is_damaged_or_names_files_outside_the_folder_is_refused(copy_of):
     folder = copy_of()
     good = metadata(folder)
@@ -190,10 +217,14 @@ def test_bad_arguments_get_one_line_errors_and_long_texts_are_cut(exports):
         assert classifier.predict([]) == [] and len(classifier.predict(["w1"], k=np.int64(2))[0]) == 2
         label_ids, scores = classifier.top_k(np.zeros((0, 3), np.int64), np.zeros((0, 3), np.int64), k=2)
         assert label_ids.shape == scores.shape == (0, 2)
+        # An empty batch of any dtype (numpy's empty arrays are float64) is empty; a float token is refused.
+        label_ids, scores = classifier.top_k(np.zeros((0, 3)), np.zeros((0, 3)), k=2)
+        assert label_ids.shape == scores.shape == (0, 2)
+        for floats in (np.ones((1, 1)) * 0.5, np.ones((2, 3)) * 0.5):
+            with pytest.raises(ValueError, match="must be a \\[batch, sequence\\] array of integers"):
+                classifier.top_k(floats, np.ones(floats.shape, np.int64))
         with pytest.raises(ValueError, match="`input_ids` is None"):
             classifier.top_k(None, None)
-        with pytest.raises(ValueError, match="must be a \\[batch, sequence\\] array of integers"):
-            classifier.top_k(np.ones((2, 3)) * 0.5, np.ones((2, 3), np.int64))
         with pytest.raises(ValueError, match="must have one shape"):
             classifier.top_k(np.ones((2, 3), np.int64), np.ones((2, 4), np.int64))
         with pytest.raises(ValueError, match="rows of 65 tokens; the encoder reads at most 64: truncate"):

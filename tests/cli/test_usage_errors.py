@@ -9,6 +9,7 @@ import faults
 import pytest
 from faults import CLI_LABELS, corrupt, make_model
 from launch import assert_one_line_error, run_cli
+from safetensors.torch import load_file, save_file
 from tiny_encoders import tiny_tokenizer
 
 from haste_hf.modeling.saving import (
@@ -302,6 +303,25 @@ def test_a_corrupt_model_is_a_one_line_library_error(capsys, cli_files, tmp_path
         capsys, ["predict", "--model", folder, "--input", cli_files["texts"], "--output", tmp_path / "o.jsonl"]
     )
     assert_one_line_error(status, lines, 1, "predict", "tail supports", "outside [0, 32)")
+
+
+@pytest.mark.parametrize("command", ["evaluate", "predict"])
+def test_weights_of_another_shape_are_a_one_line_library_error(capsys, cli_files, tmp_path, command):
+    """A weights file whose head has another row count: transformers' RuntimeError (a size mismatch) is the model
+    file's fault, said in one line with status 1, not a traceback."""
+    folder = tmp_path / "mismatched"
+    make_model(label_count=CLI_LABELS, head_label_count=2).save_pretrained(folder)
+    tiny_tokenizer(folder)
+    tensors = load_file(folder / "model.safetensors")
+    tensors["output_layer.head.weight"] = tensors["output_layer.head.weight"][:1].contiguous()
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    flags = {
+        "evaluate": ["--data", cli_files["data"]],
+        "predict": ["--input", cli_files["texts"], "--output", tmp_path / "o.jsonl"],
+    }[command]
+    status, lines = run_cli(capsys, [command, "--model", folder, *flags])
+    assert_one_line_error(status, lines, 1, command, "ignore_mismatched_sizes")
+    assert not (tmp_path / "o.jsonl").exists()
 
 
 def test_an_interrupted_save_is_a_one_line_library_error(capsys, cli_files, tmp_path):

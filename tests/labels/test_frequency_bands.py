@@ -71,6 +71,17 @@ def test_each_band_holds_whole_groups_its_most_frequent_labels_moving_up():
     assert frequency_bands_of(torch.empty(0, dtype=torch.int64), counts, [1], 2) == []
 
 
+def test_band_bounds_past_2_to_the_24_are_compared_exactly():
+    """Training counts of a very frequent label pass 2**24, where a float32 bound would round (2**24 + 1 to 2**24):
+    a label seen exactly as often as a bound is in that bound's band, one seen once more in the next."""
+    bound = 2**24 + 1
+    counts = torch.tensor([bound, bound + 1, 1, bound - 1], dtype=torch.int64)
+    bands = frequency_bands_of(torch.arange(4), counts, [bound], group_size=1)
+    assert [band.tolist() for band in bands] == [[2, 3, 0], [1]]
+    bands = frequency_bands_of(torch.arange(4), counts.numpy(), [bound - 1, bound], group_size=1)
+    assert [band.tolist() for band in bands] == [[2, 3], [0], [1]]
+
+
 @pytest.mark.parametrize("strategy", ["semantic", "random", "frequency"])
 @pytest.mark.parametrize("group_size", [1, 4, 16])
 def test_every_strategy_groups_within_bands(strategy, group_size):

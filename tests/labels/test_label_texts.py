@@ -121,6 +121,19 @@ def test_label_texts_stream_through_the_model_encoder_in_batches(tmp_path, caplo
     assert torch.allclose(embeddings.norm(dim=1), torch.ones(5))  # embedded as the model embeds: normalised
 
 
+def test_label_texts_are_embedded_where_the_model_is_on_a_machine_with_a_gpu(tmp_path, monkeypatch):
+    """`init_from_label_texts_` without `device` runs the encoder where the model is: a model on the CPU of a machine
+    with a GPU (said here by `torch.cuda.is_available`) stays on the CPU, and its labels start from their texts."""
+    tokenizer = tiny_tokenizer(tmp_path)
+    model = make_tiny_model(label_count=11, head_label_count=3, group_size=4, fan_in=8)
+    before = model.output_layer.head.weight.detach().clone()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    texts = [f"w{label}" for label in range(11)]
+    assert init_from_label_texts_(model, texts, tokenizer=tokenizer, show_progress=False) == 11
+    assert {parameter.device.type for parameter in model.parameters()} == {"cpu"}
+    assert not torch.equal(model.output_layer.head.weight, before)
+
+
 def test_label_text_embeddings_check_their_arguments_at_the_call():
     with pytest.raises(ValueError, match="`batch_size`"):
         label_text_embeddings(lambda texts: torch.ones(len(texts), 2), ["a"], batch_size=0)

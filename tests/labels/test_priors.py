@@ -35,3 +35,28 @@ def test_tail_rows_are_the_per_label_weights_supports_and_biases(tail_bias):
         assert torch.equal(bias, layer.tail.bias.float()[valid][rows])
     else:
         assert bias is None
+
+
+def test_the_tail_map_is_distilled_on_the_reference_from_eight_trained_labels_on():
+    """`mapped_weights` of the tail: with the reference texts' tail inputs and at least 8 trained tail labels to
+    learn from, the scale is one of `SCALES` (distilled on the reference, a quarter of the labels held out); with
+    fewer, or with no reference, the trained labels' norm alone sets it and the reference changes nothing."""
+    from haste_hf.labels.priors import BLENDS, SCALES, mapped_weights
+
+    model = make_tiny_model(label_count=43, head_label_count=5, shuffle_labels=True, training=False)
+    layer = model.output_layer
+    generator = torch.Generator().manual_seed(0)
+    width = layer.head.weight.shape[1]
+    new_x = torch.randn(3, width, generator=generator)
+    reference = torch.randn(20, layer.tail.in_features, generator=generator)
+    tail_ids, _ = tail_label_positions(layer)
+    for trained in (5, 7, 8, 16):
+        label_ids = tail_ids[:trained]
+        label_x = torch.randn(trained, width, generator=generator)
+        plain = mapped_weights(layer, "tail", new_x, label_x, label_ids)
+        distilled = mapped_weights(layer, "tail", new_x, label_x, label_ids, reference, BLENDS)
+        assert plain.scale not in SCALES
+        if trained < 8:
+            assert torch.equal(distilled.weights, plain.weights) and distilled.scale == plain.scale, trained
+        else:
+            assert distilled.scale in SCALES, trained

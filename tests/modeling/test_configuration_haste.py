@@ -144,6 +144,19 @@ def test_num_labels_other_than_the_label_count_is_refused():
         )
 
 
+def test_setting_num_labels_takes_the_label_count_and_refuses_another():
+    """`config.num_labels = n` (as transformers' code writes it) is the label count or a refusal naming the field to
+    set; the count is left as it was."""
+    config = make_config(label_count=6, head_label_count=2, group_size=2, fan_in=4)
+    config.num_labels = 6
+    assert config.num_labels == config.label_count == 6
+    with pytest.raises(
+        ValueError, match="`num_labels` of a HASTE model is its `label_count` \\(6\\); set `label_count`"
+    ):
+        config.num_labels = 7
+    assert config.num_labels == config.label_count == 6
+
+
 @pytest.mark.parametrize("names", [None, ["zero", "one", "two"]])
 def test_label_names_past_the_config_limit_answer_integer_ids_in_range_only(names):
     """`id2label` of a model past `MAX_CONFIG_LABEL_NAMES`: a Mapping of label id to name, whose lookups of anything

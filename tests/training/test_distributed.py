@@ -15,8 +15,10 @@ from launch import (
     torchrun,
     whole_state,
 )
+from tiny_haste import make_tiny_model
 
 from haste_hf.labels.layout import LabelLayout
+from haste_hf.modeling.initialization import deferred_output_rows
 from haste_hf.modeling.output_layer import HasteOutputLayer
 from haste_hf.training.distributed import balanced_ranges
 from haste_hf.training.sharded_output_layer import (
@@ -86,6 +88,32 @@ def test_the_fingerprint_the_ranks_compare_covers_a_layer_with_no_head_or_no_tai
         branch.weight.view(-1)[0] -= 0.5
         layer.output_labels[[0, 1]] = layer.output_labels[[1, 0]]
     assert not torch.equal(_fingerprint(layer), fingerprint)
+
+
+def test_the_fingerprint_of_a_layer_left_to_build_tells_apart_seeds_past_2_to_the_53():
+    """A layer built within `deferred_output_rows` has no values yet: its fingerprint holds the seeds its rows will be
+    drawn from, exactly (a float64 holds 2**53; the weight seed is drawn below 2**62), so ranks whose seeds differ by
+    one past 2**53 are told apart."""
+    with deferred_output_rows():
+        layer = make_tiny_model(label_count=30, head_label_count=4).output_layer
+    fingerprints = {}
+    for seed in (5, 2**53, 2**53 + 1, 2**62 - 2, 2**62 - 1):
+        layer.initial_weight_seed = seed
+        fingerprint = _fingerprint(layer)
+        assert fingerprint[1:].tolist() == [seed % 2**53, seed >> 53, layer.supports_seed], seed
+        fingerprints[seed] = fingerprint
+    assert len({tuple(fingerprint.tolist()) for fingerprint in fingerprints.values()}) == len(fingerprints)
+
+
+def test_sharding_without_a_process_group_is_refused_naming_the_launchers():
+    import torch.distributed as dist
+
+    from haste_hf.training.sharded_output_layer import ShardedOutputLayer
+
+    assert not dist.is_initialized()
+    layer = HasteOutputLayer(16, 12, head_labels=4, group_size=4, fan_in=4)
+    with pytest.raises(RuntimeError, match=r"needs an initialised torch.distributed process group \(torchrun"):
+        ShardedOutputLayer.shard(layer)
 
 
 @pytest.mark.slow
@@ -360,11 +388,41 @@ def test_a_sharded_layers_top_k_on_a_group_of_one_process_is_the_layers(tmp_path
     torch.testing.assert_close(top.scores, expected.scores, rtol=0, atol=0)
 
 
+def test_a_sharded_layers_rewiring_scores_a_tail_label_0_as_the_layer_does(tmp_path):
+    """`ShardedOutputLayer.rewire_` on a one-process gloo group rewires as the layer it was cut from: label id 0,
+    alone in the last tail group beside 3 padding slots, is a label whose weights decide the slot rewired (were it
+    taken for padding, its group would have none to score); the padding slots' weights do not."""
+    import copy
+
+    import torch.distributed as dist
+
+    from haste_hf.training.sharded_output_layer import ShardedOutputLayer
+
+    layout = LabelLayout(
+        label_count=10, head_ids=torch.tensor([9]), tail_order=torch.tensor([1, 2, 3, 4, 5, 6, 7, 8, 0]), group_size=4
+    )
+    layer = HasteOutputLayer(16, head_labels=layout, fan_in=4)
+    with torch.no_grad():
+        layer.tail.weight[2, 0] = torch.tensor([0.5, 0.01, 0.9, 0.7])  # label 0: slot 1 is its weakest
+        layer.tail.weight[2, 1:] = torch.tensor([0.0, 5.0, 0.0, 0.0])  # padding: scored too, slot 0 would be
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        sharded = ShardedOutputLayer.shard(copy.deepcopy(layer))
+        result, count = sharded.rewire_(fraction=0.25, scope="group", init="zero", seed=0, step=1)
+    finally:
+        dist.destroy_process_group()
+    expected, expected_count = layer.rewire_(fraction=0.25, scope="group", init="zero", seed=0, step=1)
+    assert count == expected_count == 3 and result.slots[result.groups == 2].tolist() == [1]
+    for name in ("groups", "slots", "old_features", "new_features"):
+        assert torch.equal(getattr(result, name), getattr(expected, name)), name
+    assert torch.equal(sharded.tail.supports, layer.tail.supports)
+    assert torch.equal(sharded.tail.weight, layer.tail.weight)
+
+
 def test_a_sharded_model_loads_a_checkpoint_folder_on_a_group_of_one_process(tmp_path):
     """`load_folder_rows_` (a resume of a label-sharded run) of a one-file folder on a one-process gloo group: every
     tensor of the saved model, the layer's share included, is loaded as saved."""
     import torch.distributed as dist
-    from tiny_haste import make_tiny_model
 
     from haste_hf.training.shard_checkpoints import load_folder_rows_
     from haste_hf.training.sharded_output_layer import shard_output_layer_

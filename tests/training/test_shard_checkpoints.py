@@ -412,3 +412,61 @@ def test_load_sharded_model_on_a_gpu_holds_no_share_on_the_host(tmp_path, one_pr
     added = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
     assert loaded.output_layer.tail.weight.device.type == "cuda"
     assert added < share_bytes / 2, (added, share_bytes)
+
+
+def test_momentum_in_shards_of_a_folder_without_a_shards_index_is_refused(tmp_path):
+    """optimizer.pt says the output momentum is in the shards (a sharded run's checkpoint), but the folder holds no
+    shards index: a resume is refused naming the folder and the missing file, before any momentum is read."""
+    model = make_tiny_model(40, head_label_count=5)
+    optimizer = torch.optim.Adam(model.output_layer.parameters())
+    with pytest.raises(
+        ValueError, match=f"its optimizer state is in output shards, but it holds no {OUTPUT_SHARDS_INDEX}"
+    ):
+        shard_checkpoints.load_output_momentum_(model, optimizer, {0: ["exp_avg"]}, str(tmp_path))
+
+
+def test_row_range_of_each_row_sharded_tensor_and_a_refusal_of_any_other():
+    """Head rows 1-3 and tail groups 2-5 of groups of 4: the head's tensors and optimizer entries take the head rows,
+    the tail's the groups, the tail bias the groups' labels; a tensor that is not row-sharded is a KeyError naming it."""
+    from haste_hf.modeling.output_shards import optimizer_entry_name
+
+    ranges = dict(head_rows=(1, 3), tail_groups=(2, 5), group_size=4)
+    expected = {
+        "output_layer.head.weight": (1, 3),
+        "output_layer.head.bias": (1, 3),
+        "output_layer.tail.weight": (2, 5),
+        "output_layer.tail.supports": (2, 5),
+        "output_layer.tail.bias": (8, 20),
+        optimizer_entry_name("output_layer.tail.weight", "momentum_buffer"): (2, 5),
+        optimizer_entry_name("output_layer.head.weight", "exp_avg"): (1, 3),
+    }
+    assert {name: tuple(row_range(name, **ranges)) for name in expected} == expected
+    for name in ("encoder.embeddings.word_embeddings.weight", "output_layer.output_labels", "tail.bias.extra"):
+        with pytest.raises(KeyError, match=f"{name} is not a row-sharded tensor of the output layer"):
+            row_range(name, **ranges)
+
+
+def test_a_safetensors_file_written_in_pieces_holds_every_row(tmp_path, monkeypatch):
+    """`write_safetensors` copies a tensor to the host a piece of rows at a time (256 MB; 64 bytes here, so that
+    every tensor takes several pieces): safetensors reads back every tensor whole, whatever its rows, columns, dtype
+    or rank, and the metadata."""
+    from safetensors import safe_open
+
+    monkeypatch.setattr(shard_checkpoints, "_PIECE_BYTES", 64)
+    generator = torch.Generator().manual_seed(0)
+    tensors = {
+        "many_rows_few_columns": torch.randn(100, 3, generator=generator),  # 5 rows a piece, 20 pieces
+        "one_dimension": torch.randint(-(2**40), 2**40, (50,), generator=generator),  # 8 values a piece
+        "rows_past_a_piece": torch.randn(7, 40, generator=generator).to(torch.bfloat16),  # 1 row a piece
+        "three_dimensions": torch.randint(0, 1000, (9, 2, 3), generator=generator, dtype=torch.int32),
+        "scalar": torch.tensor(2.5, dtype=torch.float64),
+        "empty": torch.empty(0, 4),
+    }
+    path = tmp_path / "pieces.safetensors"
+    shard_checkpoints.write_safetensors(str(path), tensors, {"format": "pt"})
+    loaded = load_file(path)
+    assert loaded.keys() == tensors.keys()
+    for name, tensor in tensors.items():
+        assert loaded[name].dtype == tensor.dtype and torch.equal(loaded[name], tensor), name
+    with safe_open(path, "pt") as f:
+        assert f.metadata() == {"format": "pt"}

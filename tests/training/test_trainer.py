@@ -536,3 +536,21 @@ def test_a_checkpoint_file_that_does_not_load_is_named_with_its_checkpoint(error
         raise error
     with pytest.raises(FileNotFoundError), _reading("run/checkpoint-6", "weights"):
         torch.load(tmp_path / "missing.pt")
+
+
+def test_the_ddp_kwargs_wrapper_renames_broadcast_buffers_and_passes_the_rest_of_the_handler_through():
+    """`_ForwardSyncBuffersKwargs` (which `HasteTrainer` puts around accelerate's DDP kwargs handler on a torch that
+    renamed `broadcast_buffers`): the DDP kwargs under the new name, and every other attribute the handler's own, as
+    accelerate reads them (`comm_hook`, `register_comm_hook` when it wraps the model)."""
+    from accelerate.utils import DDPCommunicationHookType, DistributedDataParallelKwargs
+
+    from haste_hf.training.trainer import _ForwardSyncBuffersKwargs
+
+    handler = DistributedDataParallelKwargs(
+        broadcast_buffers=False, find_unused_parameters=True, comm_hook=DDPCommunicationHookType.FP16
+    )
+    wrapped = _ForwardSyncBuffersKwargs(handler)
+    assert wrapped.to_kwargs() == {"forward_sync_buffers": False, "find_unused_parameters": True}
+    assert _ForwardSyncBuffersKwargs(DistributedDataParallelKwargs()).to_kwargs() == {}
+    assert wrapped.comm_hook is DDPCommunicationHookType.FP16
+    assert wrapped.register_comm_hook == handler.register_comm_hook
