@@ -66,17 +66,24 @@ FREQUENCY_BINS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 1 << 62)
 # least `CALIBRATION_MIN_PAIRS` true pairs.
 CALIBRATION_FACTOR, CALIBRATION_MIN_PAIRS = 2.0, 20
 # name: (examples per label, negatives given, fit steps (None: the default), constants of `haste_hf.labels.priors`
-# set for it). `text` calibrates on the negatives without fitting; `text, nothing else` gets the label texts alone
-# (calibrated on the trained labels' texts). The last two are ablations on the same trained model: the ridge map
-# without the copy of the text (`priors.BLENDS`), and the fit with a 10x stronger pull toward the text's weights.
+# set for it, placed in the dense head). `text` calibrates on the negatives without fitting; `text, nothing else`
+# gets the label texts alone (calibrated on the trained labels' texts). `text, no copy` and `text+5, pull x10` are
+# ablations on the same trained model: the ridge map without the copy of the text (`priors.BLENDS`), and the fit with
+# a 10x stronger pull toward the text's weights. The `(head)` modes put the new labels in the dense head
+# (`add_labels(head=True)`), every feature theirs, where a tail group's support holds F of them.
 ADDITIONS = {
-    "text, nothing else": (0, False, None, {}),
-    "text": (0, True, 0, {}),
-    "text+fit": (0, True, None, {}),
-    "text+1": (1, True, None, {}),
-    "text+5": (5, True, None, {}),
-    "text, no copy": (0, True, 0, {"BLENDS": (0.0,)}),
-    "text+5, pull x10": (5, True, None, {"DEFAULT_PRIOR_STRENGTH": 10.0}),
+    "text, nothing else": (0, False, None, {}, False),
+    "text": (0, True, 0, {}, False),
+    "text+fit": (0, True, None, {}, False),
+    "text+1": (1, True, None, {}, False),
+    "text+5": (5, True, None, {}, False),
+    "text, no copy": (0, True, 0, {"BLENDS": (0.0,)}, False),
+    "text+5, pull x10": (5, True, None, {"DEFAULT_PRIOR_STRENGTH": 10.0}, False),
+    "text, nothing else (head)": (0, False, None, {}, True),
+    "text (head)": (0, True, 0, {}, True),
+    "text+fit (head)": (0, True, None, {}, True),
+    "text+1 (head)": (1, True, None, {}, True),
+    "text+5 (head)": (5, True, None, {}, True),
 }
 
 
@@ -323,7 +330,7 @@ def heldout_worker(args) -> dict:
     results = {"before": metrics, "held_out_labels": int(held_out.size), "label_count": evaluation.label_count}
     texts, examples, negatives = additions(source, evaluation, read_rows(source / "trn.json.gz"), seed)
     to_original = np.concatenate([kept, held_out])
-    for name, (count, fitted, steps, constants) in ADDITIONS.items():
+    for name, (count, fitted, steps, constants, head) in ADDITIONS.items():
         trial = HasteForExtremeClassification.from_pretrained(folder).to(features.device).eval()
         saved = {key: getattr(priors, key) for key in constants}
         for key, value in constants.items():
@@ -335,6 +342,7 @@ def heldout_worker(args) -> dict:
             examples=[values[:count] for values in examples] if count else None,
             negatives=negatives if fitted else None,
             names=[f"held-out {label}" for label in held_out],
+            head=head,
             tokenizer=tokenizer,
             seed=seed,
             batch_size=args.eval_batch_size,

@@ -60,3 +60,34 @@ def test_the_tail_map_is_distilled_on_the_reference_from_eight_trained_labels_on
             assert torch.equal(distilled.weights, plain.weights) and distilled.scale == plain.scale, trained
         else:
             assert distilled.scale in SCALES, trained
+
+
+def test_a_head_row_is_mapped_from_every_trained_label_where_the_branches_share_features():
+    """Every trained label's weights are a linear function of its text; the head holds 3 of 83 labels. A head row
+    mapped for new texts recovers that function from the tail labels too (their F weights scattered onto the
+    features), which the 3 head labels alone cannot (issue 36: deps' text map from the head labels alone)."""
+    from tiny_encoders import HIDDEN
+
+    from haste_hf.labels.priors import head_map_targets, mapped_weights
+
+    model = make_tiny_model(label_count=83, head_label_count=3, group_size=4, fan_in=HIDDEN, shuffle_labels=True)
+    layer = model.output_layer
+    generator = torch.Generator().manual_seed(0)
+    label_x = torch.randn(83, HIDDEN, generator=generator)
+    truth = torch.randn(HIDDEN, HIDDEN, generator=generator) / HIDDEN**0.5
+    dense = label_x @ truth
+    labels, positions = tail_label_positions(layer)
+    head_ids = layer.output_labels[: layer.head_label_count]
+    with torch.no_grad():
+        layer.head.weight.copy_(dense[head_ids])
+        layer.head.bias.zero_()
+        supports = layer.tail.supports.long()[positions // layer.group_size]
+        layer.tail.weight.flatten(0, 1)[positions] = dense[labels].gather(1, supports)
+    ids = torch.arange(83)
+    rows, targets = head_map_targets(layer, ids, layer.label_positions[ids])
+    assert bool(rows.all()) and targets.shape == (83, HIDDEN + 1)
+    torch.testing.assert_close(targets[:, :HIDDEN], dense)
+    new_x = torch.randn(5, HIDDEN, generator=generator)
+    start = mapped_weights(layer, "head", new_x, label_x, ids)
+    error = (start.weights - new_x @ truth).norm() / (new_x @ truth).norm()
+    assert error < 0.1, error
