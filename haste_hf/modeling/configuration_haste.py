@@ -21,8 +21,6 @@ from collections.abc import Mapping, Sequence
 from transformers import AutoConfig, PretrainedConfig
 from transformers.utils import logging
 
-from .label_names import LabelNameTable
-
 
 POOLING_MODES = ("cls", "mean", "last_token")
 # The paper models the top 2-5% most frequent labels densely ("Head-Tail Split"); every entry point defaults
@@ -162,8 +160,10 @@ class LabelNames(Mapping):
 
     def __init__(self, label_count: int, names: Sequence[str] | None = None):
         self.label_count = label_count
-        # A compact table stays one (`label_names.LabelNameTable`): a tuple would hold a string per label.
-        self.names = None if names is None else names if isinstance(names, LabelNameTable) else tuple(names)
+        # A compact table (`label_names.LabelNameTable`, known by its marker: this module imports no sibling, so that
+        # remote code loads it alone) stays one: a tuple would hold a string per label.
+        compact = getattr(names, "holds_names_compactly", False)
+        self.names = None if names is None else names if compact else tuple(names)
 
     def __getitem__(self, label_id) -> str:
         if isinstance(label_id, bool) or not isinstance(label_id, numbers.Integral):

@@ -39,6 +39,9 @@ class LabelNameTable(Sequence):
     """Names of consecutive label ids from pieces of `(offsets, data)` (numpy int64 `[n + 1]` from 0, uint8 bytes),
     each piece the names of the ids after the previous one's; `source` names them in errors."""
 
+    # Read by `configuration_haste.LabelNames` (which imports no sibling) to keep a table as it is.
+    holds_names_compactly = True
+
     def __init__(self, pieces: list[tuple[np.ndarray, np.ndarray]], source: str = "label names", empty_as_id=False):
         self.pieces, self.source, self.empty_as_id = pieces, source, empty_as_id
         self.starts = [0]
