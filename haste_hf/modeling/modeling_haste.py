@@ -199,8 +199,8 @@ class HasteForExtremeClassification(HastePreTrainedModel):
                 offline copy where the Hub cannot be reached, see `model_sources`) or an encoder model; or a
                 `SentenceTransformer`, its folder or Hub id (Transformer, Pooling, optional Normalize), whose
                 pooling the model keeps unless `pooling` is given; its Normalize is left out with a warning, as
-                `haste-hf train` leaves it out (`normalize=True` keeps it). A model object is used as it is
-                (shared, not copied).
+                `haste-hf train` leaves it out (a given `normalize` decides, without it). A model object is used
+                as it is (shared, not copied).
             label_count: number of labels L (may be left out with a `layout`).
             label_frequencies: training count of each label `[L]`; the head takes the most frequent.
                 Without it, labels are taken to be ordered by decreasing frequency already.

@@ -88,16 +88,16 @@ def test_haste_pools_as_the_sentence_transformer_and_leaves_out_its_normalize_sa
     )
 
 
+@pytest.mark.parametrize("normalize", [True, False])
 @pytest.mark.parametrize("source", ["object", "folder"])
-def test_normalize_true_keeps_the_normalize_without_a_notice(bert_dir, tmp_path, source):
+def test_a_given_normalize_decides_without_a_notice(bert_dir, tmp_path, source, normalize):
     st = sentence_transformer(bert_dir, "cls")
     if source == "folder":
         st.save(str(tmp_path / "st"))
-    model, notices = build_and_notices(str(tmp_path / "st") if source == "folder" else st, normalize=True)
-    assert (model.config.normalize, notices) == (True, [])
-    torch.testing.assert_close(
-        haste_embeddings(model, bert_dir), st.encode(TEXTS, convert_to_tensor=True), rtol=1e-5, atol=1e-5
-    )
+    model, notices = build_and_notices(str(tmp_path / "st") if source == "folder" else st, normalize=normalize)
+    assert (model.config.normalize, notices) == (normalize, [])
+    expected = sentence_transformer(bert_dir, "cls", normalize=normalize).encode(TEXTS, convert_to_tensor=True)
+    torch.testing.assert_close(haste_embeddings(model, bert_dir), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_folder_with_a_legacy_pooling_config(bert_dir, tmp_path):
