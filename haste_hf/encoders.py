@@ -1,6 +1,6 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
 """The recipe's encoder steps: load an encoder (a transformers model or a SentenceTransformer's transformer), read
-its pooling and normalisation, and check a `max_length` against what it reads. `haste_hf.recipe` re-exports them."""
+its pooling, and check a `max_length` against what it reads. `haste_hf.recipe` re-exports them."""
 
 from .modeling.configuration_haste import default_pooling
 from .modeling.model_sources import resolve_encoder
@@ -9,7 +9,7 @@ from .modeling.modeling_haste import encoder_token_limit
 
 def load_encoder(name: str):
     """`(encoder, tokenizer)` of a model id or path, the encoder in float32; of a SentenceTransformer folder or Hub
-    id, its transformer (`encoder_pooling` gives its pooling and normalisation)."""
+    id, its transformer (`encoder_pooling` gives its pooling)."""
     import torch
     from transformers import AutoModel, AutoTokenizer
 
@@ -21,17 +21,19 @@ def load_encoder(name: str):
     return AutoModel.from_pretrained(path, dtype=torch.float32, **where), AutoTokenizer.from_pretrained(path, **where)
 
 
-def encoder_pooling(name: str, encoder, pooling: str | None = None) -> tuple[str, bool]:
-    """`(pooling, normalize)` the recipe trains the encoder `name` (loaded as `encoder`) with: a SentenceTransformer's
-    own pooling (unless `pooling` is given), another model's `pooling` or its family's default; no normalisation."""
-    from .modeling.sentence_transformer_encoder import sentence_transformer_folder
+def encoder_pooling(name: str, encoder, pooling: str | None = None) -> str:
+    """The pooling the recipe trains the encoder `name` (loaded as `encoder`) with: a SentenceTransformer's own
+    (unless `pooling` is given; its Normalize left out with a warning, as `from_encoder_pretrained` leaves it out),
+    another model's `pooling` or its family's default."""
+    from .modeling.sentence_transformer_encoder import sentence_transformer_folder, warn_normalize_left_out
 
     sentence_transformer = sentence_transformer_folder(resolve_encoder(name), pooling)
-    if sentence_transformer is not None:
-        # Not the folder's Normalize: the recipe's output learning rates are set for the encoder's own feature scale,
-        # and unit-norm features train the output layer at a fraction of it (the demo fell from P@1 66.4 to 16.6).
-        return sentence_transformer[1], False
-    return pooling or default_pooling(encoder.config), False
+    if sentence_transformer is None:
+        return pooling or default_pooling(encoder.config)
+    _, folder_pooling, ends_in_normalize = sentence_transformer
+    if ends_in_normalize:
+        warn_normalize_left_out(f"The SentenceTransformer in {name}")
+    return folder_pooling
 
 
 def check_max_length(encoder, max_length: int, name: str) -> None:

@@ -193,7 +193,6 @@ def build_model(
     label_names=None,
     fan_in: int = DEFAULT_FAN_IN,
     pooling: str | None = None,
-    normalize: bool = False,
     head_projection_dim: int | None = None,
     tail_projection_dim: int | None = None,
     tail_bias: bool = False,
@@ -208,7 +207,6 @@ def build_model(
         label_names=label_names,
         fan_in=fan_in,
         pooling=pooling,
-        normalize=normalize,
         head_projection_dim=head_projection_dim,
         tail_projection_dim=tail_projection_dim,
         tail_bias=tail_bias,
@@ -410,7 +408,6 @@ def _model_of(
     layout: LabelLayout,
     dataset,
     pooling: str,
-    normalize: bool,
     recipe,
     training_args,
     label_texts,
@@ -431,7 +428,6 @@ def _model_of(
             label_names=dataset.label_texts,
             fan_in=recipe.fan_in,
             pooling=pooling,
-            normalize=normalize,
             head_projection_dim=recipe.head_projection_dim,
             tail_projection_dim=recipe.tail_projection_dim,
             tail_bias=recipe.tail_bias,
@@ -530,15 +526,13 @@ def train(
         dataset, label_texts, recipe = _dataset_of(data, recipe)
         train_split, validation_split = split_validation(dataset.splits["train"], recipe.validation_fraction, seed)
         encoder_model, tokenizer = _encoder_of(recipe)
-        pooling, normalize = encoder_pooling(recipe.encoder, encoder_model, recipe.pooling)
+        pooling = encoder_pooling(recipe.encoder, encoder_model, recipe.pooling)
         layout = _shared_layout(
             train_split, dataset, encoder_model, tokenizer, pooling, recipe, training_args, layout, label_texts
         )
         set_seed(seed)  # the new head and tail weights: a function of the seed, the same on every rank
         initial_texts = None if resume else label_texts  # resumed, the checkpoint's weights replace the rows
-        model = _model_of(
-            encoder_model, tokenizer, layout, dataset, pooling, normalize, recipe, training_args, initial_texts
-        )
+        model = _model_of(encoder_model, tokenizer, layout, dataset, pooling, recipe, training_args, initial_texts)
         dataset_name = dataset_name_of(recipe.data, recipe.dataset_name)
         propensity = propensity_of(dataset, dataset_name, recipe.propensity_a, recipe.propensity_b)
         if layout.split_fingerprint is not None:  # kept in each checkpoint: resuming on other data is refused

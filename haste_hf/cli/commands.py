@@ -326,7 +326,7 @@ def command_group(args) -> int:
     label_texts = label_texts_for(data, recipe.data, label_text_grouping_below=recipe.label_text_grouping_below)
     train_split, _ = split_validation(data.splits["train"], recipe.validation_fraction, args.seed)
     encoder, tokenizer = load_encoder(recipe.encoder)
-    pooling, _ = encoder_pooling(recipe.encoder, encoder, recipe.pooling)
+    pooling = encoder_pooling(recipe.encoder, encoder, recipe.pooling)
     check_max_length(encoder, recipe.max_length, recipe.encoder)
     layout = build_layout(
         train_split,

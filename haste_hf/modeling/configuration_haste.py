@@ -278,8 +278,9 @@ class HasteConfig(PretrainedConfig):
             `"cls"`, `"mean"` or `"last_token"`. Defaults from the encoder family: `"last_token"` for
             decoder-only models, `"mean"` otherwise.
         normalize (`bool`, *optional*, defaults to `False`):
-            L2-normalise the pooled encoder output, as a SentenceTransformer with a Normalize module does
-            (`from_encoder_pretrained` sets it from such an encoder).
+            L2-normalise the pooled encoder output, as a SentenceTransformer with a Normalize module does.
+            `from_encoder_pretrained` and `haste-hf train` leave such a module out (unit-norm features trained
+            worse); models saved with it true (before issue 40) keep reading normalised features.
         classifier_dropout (`float`, *optional*, defaults to 0.0):
             Dropout on the pooled encoder output during training.
         loss (`str`, *optional*, defaults to `"bce"`):

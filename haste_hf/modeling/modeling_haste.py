@@ -45,6 +45,7 @@ from .sentence_transformer_encoder import (
     from_sentence_transformer,
     is_sentence_transformer,
     sentence_transformer_folder,
+    warn_normalize_left_out,
 )
 from .sparse_ops import GroupSparseLinear, random_supports
 
@@ -197,8 +198,9 @@ class HasteForExtremeClassification(HastePreTrainedModel):
             encoder: a model id or path (loaded with `AutoModel.from_pretrained`; the demo encoder's names load its
                 offline copy where the Hub cannot be reached, see `model_sources`) or an encoder model; or a
                 `SentenceTransformer`, its folder or Hub id (Transformer, Pooling, optional Normalize), whose
-                pooling and normalisation the model keeps unless `pooling` / `normalize` are given. A model
-                object is used as it is (shared, not copied).
+                pooling the model keeps unless `pooling` is given; its Normalize is left out with a warning, as
+                `haste-hf train` leaves it out (a given `normalize` decides, without it). A model object is used
+                as it is (shared, not copied).
             label_count: number of labels L (may be left out with a `layout`).
             label_frequencies: training count of each label `[L]`; the head takes the most frequent.
                 Without it, labels are taken to be ordered by decreasing frequency already.
@@ -221,22 +223,24 @@ class HasteForExtremeClassification(HastePreTrainedModel):
                 "`encoder_kwargs` is ignored: they are arguments of loading, and the encoder is given as a model."
             )
         if isinstance(encoder, (str, os.PathLike)):
-            encoder = resolve_encoder(encoder)
+            given, encoder = encoder, resolve_encoder(encoder)
             encoder_kwargs = dict(encoder_kwargs or {})
             hub_kwargs = {name: encoder_kwargs[name] for name in _HUB_KWARGS if name in encoder_kwargs}
             sentence_transformer = sentence_transformer_folder(encoder, config_kwargs.get("pooling"), **hub_kwargs)
             if sentence_transformer is not None:
-                subfolder, config_kwargs["pooling"], normalize = sentence_transformer
-                config_kwargs.setdefault("normalize", normalize)
+                subfolder, config_kwargs["pooling"], ends_in_normalize = sentence_transformer
+                if ends_in_normalize and "normalize" not in config_kwargs:
+                    warn_normalize_left_out(f"The SentenceTransformer in {given}")
                 if subfolder:
                     encoder_kwargs.setdefault("subfolder", subfolder)
             encoder_config = AutoConfig.from_pretrained(encoder, **encoder_kwargs)
             encoder = load_pretrained_encoder(encoder, **pooler_free_kwargs(encoder_config), **encoder_kwargs)
         elif is_sentence_transformer(encoder):
-            encoder, config_kwargs["pooling"], normalize = from_sentence_transformer(
+            encoder, config_kwargs["pooling"], ends_in_normalize = from_sentence_transformer(
                 encoder, config_kwargs.get("pooling")
             )
-            config_kwargs.setdefault("normalize", normalize)
+            if ends_in_normalize and "normalize" not in config_kwargs:
+                warn_normalize_left_out("The SentenceTransformer given as `encoder`")
         if not isinstance(encoder, PreTrainedModel):
             raise ValueError(
                 f"`encoder` must be a model id, a path, a PreTrainedModel or a SentenceTransformer, got {type(encoder).__name__}."

@@ -1,10 +1,12 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
-"""A SentenceTransformer as the encoder of a HASTE model: its transformer, pooling and normalisation.
+"""A SentenceTransformer as the encoder of a HASTE model: its transformer and pooling.
 
 Read from a `SentenceTransformer` object or from its folder or Hub repository (`modules.json`), without
 importing sentence-transformers, which stays optional. Only the module chain HASTE can reproduce is accepted:
 Transformer, Pooling (cls, mean or last token) and an optional Normalize; anything else (Dense layers, max or
-weighted-mean pooling, several pooling modes at once) is refused rather than silently dropped.
+weighted-mean pooling, several pooling modes at once) is refused rather than silently dropped. The Normalize is
+left out, with a warning (`warn_normalize_left_out`): HASTE fine-tunes the encoder, and unit-norm features train
+worse (benchmarks/results/normalize_2026-11-27).
 
 Flat and imports only transformers, so it is exported with the model's code.
 """
@@ -15,6 +17,10 @@ from pathlib import Path
 
 from transformers.utils import cached_file
 
+from .logging_utils import get_logger
+
+
+logger = get_logger(__name__)
 
 MODULES_FILE = "modules.json"
 # sentence-transformers pooling modes HASTE implements, by their names in a Pooling config: the current
@@ -38,8 +44,8 @@ def is_sentence_transformer(encoder) -> bool:
 
 
 def from_sentence_transformer(model, pooling: str | None = None) -> tuple:
-    """(the transformer `PreTrainedModel`, HASTE pooling, normalize) of a `SentenceTransformer` object; a given
-    `pooling` replaces the model's own."""
+    """(the transformer `PreTrainedModel`, HASTE pooling, whether it ends in a Normalize) of a `SentenceTransformer`
+    object; a given `pooling` replaces the model's own."""
     modules = list(model)
     names = [type(module).__name__ for module in modules]
     _check_chain(names, type(model).__name__)
@@ -48,9 +54,9 @@ def from_sentence_transformer(model, pooling: str | None = None) -> tuple:
 
 
 def sentence_transformer_folder(name_or_path, pooling: str | None = None, **hub_kwargs) -> tuple | None:
-    """(subfolder of the transformer, HASTE pooling, normalize) of a SentenceTransformer saved in a folder or
-    Hub repository, or None when `name_or_path` holds no `modules.json` (a plain transformers model); a given
-    `pooling` replaces the model's own."""
+    """(subfolder of the transformer, HASTE pooling, whether it ends in a Normalize) of a SentenceTransformer saved in
+    a folder or Hub repository, or None when `name_or_path` holds no `modules.json` (a plain transformers model); a
+    given `pooling` replaces the model's own."""
     modules_file = _file(name_or_path, MODULES_FILE, hub_kwargs)
     if modules_file is None:
         return None
@@ -87,10 +93,19 @@ def pooling_of(pooling_config: dict) -> str:
     return _POOLING[modes[0]]
 
 
+def warn_normalize_left_out(what: str) -> None:
+    """Says that the SentenceTransformer `what` ends in a Normalize that HASTE leaves out (the command line and
+    `from_encoder_pretrained` alike), and why."""
+    logger.warning(
+        f"{what} ends in a Normalize module, left out: HASTE fine-tunes the encoder, and unit-norm features trained "
+        "4.2 PSP@5 worse on deps (benchmarks/results/normalize_2026-11-27)."
+    )
+
+
 def _check_chain(names: list[str], what: str):
     if names[:2] != ["Transformer", "Pooling"] or names[2:] not in ([], ["Normalize"]):
         raise ValueError(
-            f"{what} has the modules {names}; HASTE can keep Transformer, Pooling and an optional Normalize only "
+            f"{what} has the modules {names}; HASTE reads Transformer, Pooling and an optional Normalize only "
             "(a Dense projection or other modules would be dropped). Pass its transformer model instead."
         )
 
@@ -105,4 +120,10 @@ def _file(name_or_path, filename: str, hub_kwargs: dict):
     )
 
 
-__all__ = ["from_sentence_transformer", "is_sentence_transformer", "pooling_of", "sentence_transformer_folder"]
+__all__ = [
+    "from_sentence_transformer",
+    "is_sentence_transformer",
+    "pooling_of",
+    "sentence_transformer_folder",
+    "warn_normalize_left_out",
+]

@@ -41,6 +41,14 @@ def checkpoint_model_differences(folder: str | os.PathLike, config) -> list[str]
     except (OSError, ValueError):
         return []
     pairs = [(name, saved.get(name), getattr(config, name, None)) for name in OUTPUT_LAYER_STRUCTURE_FIELDS]
+    # How the output layer's features are read: a checkpoint trained on other features loads, and the run would go on
+    # in silence. A config.json without `normalize` (written before the field) reads as False, as `from_pretrained`
+    # reads it; one without `pooling` as this run's (it loads with its encoder family's default, unknown here).
+    pooling, normalize = getattr(config, "pooling", None), getattr(config, "normalize", False)
+    pairs += [
+        ("pooling", saved.get("pooling", pooling), pooling),
+        ("normalize", saved.get("normalize", False), normalize),
+    ]
     encoder = saved.get("encoder") if isinstance(saved.get("encoder"), dict) else {}
     pairs += [(f"encoder {name}", encoder.get(name), getattr(config.encoder, name, None)) for name in _ENCODER_FIELDS]
     differences = [f"{name} is {theirs} (this run: {ours})" for name, theirs, ours in pairs if theirs != ours]

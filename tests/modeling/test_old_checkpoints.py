@@ -1,6 +1,7 @@
 """Checkpoints of formats 1 and 2 (the output layer's tensors named `head.*`, `tail.*`, `output_labels`), as
 the code of that time saved them (tests/fixtures/make_old_checkpoints.py), load with the package and with
-their own exported code, score as they did, and save again in the current format."""
+their own exported code, score as they did, and save again in the current format; so does a model that kept a
+SentenceTransformer's Normalize (`normalize` true), which `from_encoder_pretrained` now leaves out."""
 
 import json
 import os
@@ -65,7 +66,11 @@ def test_old_checkpoint_loads_scores_as_saved_and_saves_in_the_current_format(fo
 
 @pytest.mark.parametrize("format_version", OLD_FORMATS)
 def test_old_checkpoint_loads_with_its_own_code_without_the_package(format_version, tmp_path):
-    folder = old_folder(format_version, tmp_path)
+    assert_own_code_scores_as_saved(old_folder(format_version, tmp_path), tmp_path)
+
+
+def assert_own_code_scores_as_saved(folder, tmp_path):
+    """The folder's exported code, without the package installed, scores its `expected.pt` batch as saved."""
     script = textwrap.dedent(
         f"""
         import sys
@@ -85,3 +90,22 @@ def test_old_checkpoint_loads_with_its_own_code_without_the_package(format_versi
     env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
     result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+# A model `from_encoder_pretrained` built from a SentenceTransformer folder ending in a Normalize before issue 40 (it
+# kept the Normalize; now left out), as that code saved it (tests/fixtures/make_normalizing_sentence_transformer_model.py).
+NORMALIZING = "normalizing_sentence_transformer"
+
+
+def test_a_model_that_kept_a_sentence_transformers_normalize_loads_and_scores_as_saved(tmp_path):
+    folder = tmp_path / NORMALIZING
+    shutil.copytree(os.path.join(FIXTURES, NORMALIZING), folder)
+    expected = torch.load(folder / "expected.pt")
+    model = HasteForExtremeClassification.from_pretrained(folder)
+    assert (model.config.normalize, model.config.pooling) == (True, "mean")
+    assert_scores_as_saved(model.eval(), expected)
+    assert_scores_as_saved(AutoModel.from_pretrained(folder).eval(), expected)
+    model.save_pretrained(tmp_path / "again")  # saved again, it keeps its features
+    assert json.loads((tmp_path / "again" / "config.json").read_text())["normalize"] is True
+    assert_scores_as_saved(HasteForExtremeClassification.from_pretrained(tmp_path / "again").eval(), expected)
+    assert_own_code_scores_as_saved(str(folder), tmp_path)  # and with its own exported code, without the package

@@ -1,5 +1,6 @@
-"""A SentenceTransformer (object or folder) as the encoder of `from_encoder_pretrained`: the HASTE model pools and
-normalises as the SentenceTransformer embeds; module chains HASTE cannot reproduce are refused."""
+"""A SentenceTransformer (object or folder) as the encoder of `from_encoder_pretrained`: the HASTE model pools as the
+SentenceTransformer does and leaves out its Normalize, saying so once (as `haste-hf train` does); module chains
+HASTE cannot reproduce are refused."""
 
 import json
 
@@ -12,12 +13,15 @@ from sentence_transformers.base.modules.transformer import Transformer
 from sentence_transformers.sentence_transformer.modules.pooling import Pooling
 from tiny_encoders import HIDDEN, WORDS, tiny_encoder_config, tiny_tokenizer
 from transformers import AutoModel, AutoTokenizer, BertModel
+from transformers.testing_utils import CaptureLogger
+from transformers.utils import logging
 
 from haste_hf import HasteForExtremeClassification
 
 
 LABELS = 20
 TEXTS = [" ".join(WORDS[i : i + 3 + i % 4]) for i in range(0, 40, 7)]
+NOTICE = "ends in a Normalize module, left out: HASTE fine-tunes the encoder, and unit-norm features trained 4.2 PSP@5"
 
 
 @pytest.fixture(scope="module")
@@ -47,26 +51,53 @@ def build(encoder, **kwargs):
     )
 
 
+def build_and_notices(encoder, **kwargs):
+    """The model, and the lines `from_encoder_pretrained` logged that name a left-out Normalize."""
+    with CaptureLogger(logging.get_logger("transformers.haste_hf.modeling.sentence_transformer_encoder")) as captured:
+        model = build(encoder, **kwargs)
+    return model, [line for line in captured.out.splitlines() if "Normalize" in line]
+
+
 @pytest.mark.parametrize("pooling_mode, normalize", [("cls", True), ("mean", False), ("lasttoken", True)])
 @pytest.mark.parametrize("source", ["object", "folder"])
-def test_haste_pools_and_normalises_as_the_sentence_transformer_embeds(
+def test_haste_pools_as_the_sentence_transformer_and_leaves_out_its_normalize_saying_so_once(
     bert_dir, tmp_path, pooling_mode, normalize, source
 ):
     st = sentence_transformer(bert_dir, pooling_mode, normalize)
-    expected = st.encode(TEXTS, convert_to_tensor=True)
+    # What the SentenceTransformer embeds before its Normalize.
+    expected = sentence_transformer(bert_dir, pooling_mode, normalize=False).encode(TEXTS, convert_to_tensor=True)
     if source == "folder":
         st.save(str(tmp_path / "st"))
-        model = build(str(tmp_path / "st"))
+        model, notices = build_and_notices(str(tmp_path / "st"))
+        where = f"The SentenceTransformer in {tmp_path / 'st'}"
     else:
-        model = build(st)
+        model, notices = build_and_notices(st)
+        where = "The SentenceTransformer given as `encoder`"
     assert model.config.pooling == {"lasttoken": "last_token"}.get(pooling_mode, pooling_mode)
-    assert model.config.normalize is normalize
+    assert model.config.normalize is False
+    assert notices == (
+        [f"{where} {NOTICE} worse on deps (benchmarks/results/normalize_2026-11-27)."] if normalize else []
+    )
     torch.testing.assert_close(haste_embeddings(model, bert_dir), expected, rtol=1e-5, atol=1e-5)
-    # Saved and reloaded, the model keeps both.
+    # Saved and reloaded, the model reads the same features (its config records them: pooling, normalize false).
     model.save_pretrained(tmp_path / "haste")
+    saved = json.loads((tmp_path / "haste" / "config.json").read_text())
+    assert (saved["pooling"], saved["normalize"]) == (model.config.pooling, False)
     torch.testing.assert_close(
         haste_embeddings(AutoModel.from_pretrained(tmp_path / "haste"), bert_dir), expected, rtol=1e-5, atol=1e-5
     )
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+@pytest.mark.parametrize("source", ["object", "folder"])
+def test_a_given_normalize_decides_without_a_notice(bert_dir, tmp_path, source, normalize):
+    st = sentence_transformer(bert_dir, "cls")
+    if source == "folder":
+        st.save(str(tmp_path / "st"))
+    model, notices = build_and_notices(str(tmp_path / "st") if source == "folder" else st, normalize=normalize)
+    assert (model.config.normalize, notices) == (normalize, [])
+    expected = sentence_transformer(bert_dir, "cls", normalize=normalize).encode(TEXTS, convert_to_tensor=True)
+    torch.testing.assert_close(haste_embeddings(model, bert_dir), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_folder_with_a_legacy_pooling_config(bert_dir, tmp_path):
@@ -82,10 +113,9 @@ def test_folder_with_a_legacy_pooling_config(bert_dir, tmp_path):
     }
     (tmp_path / "st" / "1_Pooling" / "config.json").write_text(json.dumps(legacy))
     model = build(str(tmp_path / "st"))
-    assert (model.config.pooling, model.config.normalize) == ("cls", True)
-    torch.testing.assert_close(
-        haste_embeddings(model, bert_dir), st.encode(TEXTS, convert_to_tensor=True), rtol=1e-5, atol=1e-5
-    )
+    assert (model.config.pooling, model.config.normalize) == ("cls", False)
+    unnormalised = sentence_transformer(bert_dir, "cls", normalize=False).encode(TEXTS, convert_to_tensor=True)
+    torch.testing.assert_close(haste_embeddings(model, bert_dir), unnormalised, rtol=1e-5, atol=1e-5)
 
 
 def test_explicit_pooling_and_normalize_win(bert_dir, tmp_path):

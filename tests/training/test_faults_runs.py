@@ -283,13 +283,33 @@ def resume(capsys, data, encoder_dir, output, *extra):
 
 @pytest.mark.parametrize(
     "flags, difference",
-    [(["--group-size", "2"], "group_size is 4 (this run: 2)"), (["--fan-in", "4"], "fan_in is 8 (this run: 4)")],
+    [
+        (["--group-size", "2"], "group_size is 4 (this run: 2)"),
+        (["--fan-in", "4"], "fan_in is 8 (this run: 4)"),
+        (["--pooling", "cls"], "pooling is mean (this run: cls)"),
+    ],
 )
 def test_resuming_a_checkpoint_of_another_model_names_the_setting(
     capsys, cli_files, encoder_dir, run_copy, flags, difference
 ):
     status, lines = resume(capsys, cli_files["data"], encoder_dir, run_copy, *flags)
     assert_one_line_error(status, lines, 1, "train", "checkpoint-6 is a checkpoint of another model", difference)
+
+
+def test_resuming_a_checkpoint_trained_on_normalised_features_names_them(capsys, cli_files, encoder_dir, run_copy):
+    """A checkpoint of a model that normalised its features (`from_encoder_pretrained` kept a SentenceTransformer's
+    Normalize before issue 40) loads into a model that does not: the run would go on with other features in silence."""
+    config_file = run_copy / "checkpoint-6" / "config.json"
+    config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "normalize": True}))
+    status, lines = resume(capsys, cli_files["data"], encoder_dir, run_copy)
+    assert_one_line_error(
+        status,
+        lines,
+        1,
+        "train",
+        "checkpoint-6 is a checkpoint of another model",
+        "normalize is True (this run: False)",
+    )
 
 
 # The tail's defaults before issue 39: one SGD rate for head and tail (one parameter group), no tail bias.
