@@ -146,6 +146,21 @@ def test_each_rank_builds_only_its_share_of_the_output_layer(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_rank_builds_its_share_of_a_model_of_12m_labels_without_an_array_of_every_label(tmp_path):
+    """`haste-hf train`'s build of a sharded model (a layout, `deferred_output_rows`, `shard`) on 2 ranks, 12M labels:
+    the host memory a rank adds beyond the share it keeps stays under half an [L] int64 array (the whole
+    `output_labels`, 8 GB at 10^9 labels, took two such arrays and a third in transit), and the share's label ids are
+    the layout's."""
+    torchrun([str(TESTS / "distributed_build_memory.py"), str(tmp_path)], tmp_path, timeout=300)
+    for rank in range(2):
+        result = torch.load(tmp_path / f"rank-{rank}.pt")
+        whole_labels = 8 * result["label_count"]
+        assert result["labels_equal"], rank
+        assert result["kept"] >= whole_labels / 2, result  # the share's label ids and tail weights
+        assert result["added_peak"] - result["kept"] < whole_labels / 2, result
+
+
+@pytest.mark.slow
 def test_row_gather_and_its_backward_with_unequal_shares(tmp_path):
     """Ranks of 5 and 11 rows (and 11 + 5, 1 + 15, 8 + 8): every rank gets all rows in rank order, and each
     row's gradient is the sum over ranks of what their losses give it, times the gradient scale."""
