@@ -254,8 +254,6 @@ class HasteOutputLayer(nn.Module):
         learning rate that suits the default initialisation suits these rows too. Biases, supports and the other
         labels are left as they are.
         """
-        if self.is_share:
-            raise ValueError("Initialise the full output layer from label embeddings before it is sharded.")
         if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not 0 < scale < math.inf:
             raise ValueError(f"`scale` (of the rows' norm) must be a positive number, got {scale!r}.")
         device = self.output_labels.device
@@ -281,14 +279,16 @@ class HasteOutputLayer(nn.Module):
             head_x = None if head_x is None else head_x.float() - head_c.float()
             tail_x = None if tail_x is None else tail_x.float() - tail_c.float()
         norm = scale * INITIAL_ROW_NORM
-        positions = self.label_positions[ids]
+        positions = self._positions_of_ids(ids)  # one rank's share (`is_share`) sets the rows it holds alone
+        if bool((positions < 0).any()):
+            raise ValueError("`label_ids` holds labels this share of the layer does not hold: give it its own labels.")
         in_head = positions < self.head_label_count
         if bool(in_head.any()):
             rows = F.normalize(head_x[in_head].float(), dim=1) * norm
-            self.head.weight[positions[in_head]] = rows.to(self.head.weight.dtype)
+            self.head.weight[positions[in_head] - self.head_rows[0]] = rows.to(self.head.weight.dtype)
         if not bool(in_head.all()):
             slots = positions[~in_head] - self.head_label_count
-            groups, members = slots // self.group_size, slots % self.group_size
+            groups, members = slots // self.group_size - self.tail_groups[0], slots % self.group_size
             values = tail_x[~in_head].float().gather(1, self.tail.supports[groups].long())
             self.tail.weight[groups, members] = (F.normalize(values, dim=1) * norm).to(self.tail.weight.dtype)
 
@@ -305,6 +305,10 @@ class HasteOutputLayer(nn.Module):
         if self._label_positions_cache is None or self._label_positions_cache[0] != key:
             self._label_positions_cache = (key, label_positions_of(self.output_labels, self.label_count))
         return self._label_positions_cache[1]
+
+    def _positions_of_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        """Label ids -> their output positions (of a share: -1 where another rank holds them)."""
+        return self.label_positions[ids]
 
     def positive_positions(self, labels: torch.Tensor) -> torch.Tensor:
         """Padded positive label ids `[B, P]` -> their output positions, -1 for padding (repeats kept: every
