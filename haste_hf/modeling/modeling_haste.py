@@ -147,9 +147,7 @@ class HastePreTrainedModel(PreTrainedModel):
             module.initial_weight_seed = int(torch.randint(2**62, (), device="cpu"))
             module.initial_head_std = linear_init_std(self.config)
             initialize_output_rows_(module, module.initial_weight_seed, module.initial_head_std)
-            if module.output_labels.device.type == "meta":  # each rank's share takes its own (`set_output_labels_`)
-                module.set_output_labels_(None)
-            else:
+            if module.output_labels.device.type != "meta":  # else each rank's share takes its own from the source
                 init.copy_(module.output_labels, default_output_labels(module))
 
 
