@@ -6,7 +6,12 @@
 # `haste-hf group --grouping random`, `haste-hf train` on GPUS processes (torchrun, the output layer sharded by labels,
 # each rank building only its rows; the memory plan's options) for the steps the call allows with a checkpoint at
 # the last, the test evaluation, then `haste-hf predict` on the same GPUS processes (each rank loads and scores its
-# share of the labels; top 5 to a file). Fan-in 64 as the 10^8 call. Each stage's wall time, peak GPU and peak host
+# share of the labels; top 5 to a file). Fan-in 64 as the 10^8 call, without output momentum and without label-text
+# initialisation: `python benchmarks/memory_plan_at.py --labels 1e9 --gpus 4 --fan-in 64` plans 77.2 GiB a rank with
+# momentum (34.3 GiB of bf16 weights and as much momentum), over the 67.3 GiB (85%) of an H100, and 44.8 GiB with
+# `--output_momentum 0`; label-text init (the recipe's default where the data has label texts, as this preset has)
+# embeds every label's text and builds the whole layer on every rank (10^9 texts: it is not sharded yet), so it is
+# off. Each stage's wall time, peak GPU and peak host
 # RSS; the table last. Checkpoints and the final save are written by every rank, its rows of the output layer in a
 # file of its own (nothing gathered), with its label ids and its range of label names. Weights-only checkpoints
 # (`--save-only-model`): at 10^9 labels the bf16 output layer is 147 GB (163 GB with the int32 supports) and its
@@ -29,7 +34,8 @@ source benchmarks/call_setup.sh
 name=scale_1b_x${scale}_${card}_${gpus}gpu
 python3 benchmarks/scale.py --preset synthetic-1b --scale "$scale" --encoder "$encoder" --gpus "$gpus" \
     --work "${SCALE_WORK:-/tmp/haste-scale-1b}" --stages data,group,train,predict \
-    --group-flag "--grouping random" --train-flag "--fan-in 64" --train-flag "--save-only-model true" --max-steps "${MAX_STEPS:-20}" --test-points 1000 \
+    --group-flag "--grouping random" --train-flag "--fan-in 64" --train-flag "--output_momentum 0" \
+    --train-flag "--no_init_from_label_texts" --train-flag "--save-only-model true" --max-steps "${MAX_STEPS:-20}" --test-points 1000 \
     --keep-going --budget-s $((555 - (SECONDS - started))) --json "$out/$name.json" --out "$out/$name.md" "$@" \
     2>&1 | tee "$out/$name.log" | tr '\r' '\n' \
     | grep --line-buffered -E '^\[scale\]|Error|Traceback|Counted the labels|memory plan|Memory plan' || true

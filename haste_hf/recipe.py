@@ -412,15 +412,17 @@ def _model_of(
     training_args,
     label_texts,
 ):
-    """The new model; its head and tail started from the label texts where asked for (on every rank, as the random
-    weights they replace). A sharded run's ranks build only their own rows of the head and tail (the same rows as
-    one process: `haste_hf.modeling.initialization`); rows started from label texts are computed whole."""
+    """The new model; its head and tail started from the label texts where asked for. A sharded run's ranks build
+    only their own rows of the head and tail (the same rows as one process: `haste_hf.modeling.initialization`), and
+    start them from their own labels' texts (`init_share_from_label_texts_`)."""
+    import torch
+
     from .modeling.initialization import deferred_output_rows
-    from .training.sharded_output_layer import resolve_shard_output_layer
+    from .training.sharded_output_layer import resolve_shard_output_layer, shard_output_layer_
 
     sharded = resolve_shard_output_layer(training_args.shard_output_layer, training_args.world_size)
     from_label_texts = recipe.init_from_label_texts and label_texts is not None
-    with deferred_output_rows(sharded and not from_label_texts):
+    with deferred_output_rows(sharded):
         model = build_model(
             encoder_model,
             layout,
@@ -432,10 +434,15 @@ def _model_of(
             tail_projection_dim=recipe.tail_projection_dim,
             tail_bias=recipe.tail_bias,
         )
+    if sharded and from_label_texts:  # sharded here: each rank starts its own rows, in the dtype they train in
+        for module in (model.output_layer.head, model.output_layer.tail):
+            if module is not None and training_args.output_layer_dtype is not None:
+                module.to(getattr(torch, training_args.output_layer_dtype))
+        shard_output_layer_(model)
     if from_label_texts:
-        from .labels.embeddings import init_from_label_texts_
+        from .labels.embeddings import init_from_label_texts_, init_share_from_label_texts_
 
-        init_from_label_texts_(
+        (init_share_from_label_texts_ if sharded else init_from_label_texts_)(
             model,
             label_texts,
             tokenizer=tokenizer,

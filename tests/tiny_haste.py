@@ -45,7 +45,7 @@ def make_tiny_model(
     torch.manual_seed(seed)
     model = HasteForExtremeClassification(config)
     if shuffle_labels:
-        model.output_layer.output_labels.copy_(output_labels_from_frequencies(config, torch.randperm(label_count)))
+        model.output_layer.set_output_labels_(output_labels_from_frequencies(config, torch.randperm(label_count)))
     return model.train(training)
 
 

@@ -451,6 +451,41 @@ def blend_label_texts_(
 
 
 @torch.no_grad()
+def _center(model, label_texts: Sequence[str], kept: torch.Tensor, options: dict) -> torch.Tensor:
+    """The mean embedding of `CENTER_SAMPLE` of the texts `kept` (indices into `label_texts`) drawn at random (seeded;
+    all of them when fewer)."""
+    order = torch.randperm(kept.numel(), generator=torch.Generator().manual_seed(0))
+    sample = kept[order[:CENTER_SAMPLE].sort().values].tolist()
+    texts = [label_texts[i] for i in sample]
+    return sum(batch.sum(0) for batch in label_text_embeddings(model.encoder, texts, **options)) / max(1, len(sample))
+
+
+def init_share_from_label_texts_(model, label_texts: Sequence[str], *, tokenizer, group=None, **options) -> int:
+    """`init_from_label_texts_` of one rank's share of a sharded output layer (collective): the center, as one
+    process computes it from every label's text, computed by rank 0 alone and broadcast; then each rank embeds the
+    texts of its own labels only (a quarter of them each on 4 GPUs, where each rank embedded every label's text and
+    built the whole layer). `label_texts`: by label id (read only at the share's ids and, on rank 0, the center's
+    sample). The rows equal the one-process run's up to the float rounding of other batches. Returns the labels
+    initialised on this rank."""
+    import torch.distributed as dist
+
+    from ..training.distributed import communication_device
+
+    layer = model.output_layer
+    embedding_options = dict(tokenizer=tokenizer, pooling=model.config.pooling, normalize=model.config.normalize)
+    embedding_options |= {name: options[name] for name in ("batch_size", "max_length", "device") if name in options}
+    embedding_options.setdefault("device", model.device)
+    center = torch.zeros(layer.in_features, dtype=torch.float32)
+    if dist.get_rank(group) == 0:
+        kept = _with_text(label_texts, "they keep their default initial weights")
+        center = _center(model, label_texts, kept, embedding_options).float().cpu()
+    center = center.to(communication_device(group))
+    dist.broadcast(center, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
+    ids = layer.output_labels[layer.output_labels >= 0].cpu()
+    texts = [label_texts[i] for i in ids.tolist()]
+    return init_from_label_texts_(model, texts, tokenizer=tokenizer, label_ids=ids, center=center.cpu(), **options)
+
+
 def init_from_label_texts_(
     model,
     label_texts: Sequence[str],
@@ -501,12 +536,7 @@ def init_from_label_texts_(
         show_progress=show_progress,
     )
     if center is True:
-        order = torch.randperm(kept.numel(), generator=torch.Generator().manual_seed(0))
-        sample = kept[order[:CENTER_SAMPLE].sort().values].tolist()
-        sums = sum(
-            batch.sum(0) for batch in label_text_embeddings(model.encoder, [label_texts[i] for i in sample], **options)
-        )
-        center = sums / max(1, len(sample))
+        center = _center(model, label_texts, kept, options)
     start = 0
     # A list (references to the texts), not a generator: its length sizes the progress bar, whose percentage the
     # command line's error tests tell from a message.

@@ -21,6 +21,7 @@ import torch
 
 from ..modeling.configuration_haste import DEFAULT_HEAD_LABEL_FRACTION, head_label_count_for
 from ..modeling.defaults import DEFAULT_EVAL_BATCH_SIZE, DEFAULT_MAX_LENGTH
+from ..modeling.label_positions import check_each_label_once
 from ..modeling.logging_utils import get_logger
 from ..modeling.saving import atomic_path
 from .embeddings import blend_label_texts_, compute_label_embeddings
@@ -200,14 +201,12 @@ class LabelLayout:
         self.frequency_bands = check_frequency_bands(self.frequency_bands)
         self.head_ids = _int64_vector(self.head_ids, "head_ids")
         self.tail_order = _int64_vector(self.tail_order, "tail_order")
-        every_label = torch.cat([self.head_ids, self.tail_order])
-        if every_label.numel() != self.label_count or not torch.equal(
-            every_label.sort().values, torch.arange(self.label_count)
-        ):
-            raise ValueError(
-                f"`head_ids` ({self.head_ids.numel()}) and `tail_order` ({self.tail_order.numel()}) must together hold "
-                f"every label id in [0, {self.label_count}) exactly once."
-            )
+        check_each_label_once(
+            (self.head_ids, self.tail_order),
+            self.label_count,
+            f"`head_ids` ({self.head_ids.numel()}) and `tail_order` ({self.tail_order.numel()}) must together hold "
+            f"every label id in [0, {self.label_count}) exactly once.",
+        )
         if self.label_frequencies is not None:
             self.label_frequencies = _int64_vector(self.label_frequencies, "label_frequencies")
             if self.label_frequencies.numel() != self.label_count:

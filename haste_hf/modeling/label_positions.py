@@ -9,6 +9,7 @@ here, and checked without a host synchronization on accelerators.
 Flat and Hub-exportable, as `output_layer`: imports only torch and its exportable siblings.
 """
 
+import numbers
 import os
 
 import torch
@@ -29,6 +30,67 @@ def default_output_labels(shape) -> torch.Tensor:
     output_labels = torch.full((padded,), -1, dtype=torch.int64)
     output_labels[: shape.label_count] = torch.arange(shape.label_count)
     return output_labels
+
+
+def output_label_range(source, label_count: int, start: int, stop: int) -> torch.Tensor:
+    """Positions `[start, stop)` of the output labels of `source`, built without the `[L]` whole (8 GB of int64 at
+    10^9 labels, which a rank of a sharded run need not hold): a `LabelLayout` (head ids, then the tail order, then
+    -1 padding), a whole `output_labels` tensor, or None for label-id order (`default_output_labels`)."""
+    if isinstance(source, torch.Tensor):  # padded with -1 where it stops at the last label
+        out = torch.full((stop - start,), -1, dtype=torch.int64)
+        part = source[start:stop]
+        return out.index_copy_(0, torch.arange(part.numel()), part.to("cpu", torch.int64))
+    positions = torch.arange(start, stop, dtype=torch.int64)
+    if source is None:
+        return positions.masked_fill_(positions >= label_count, -1)
+    head_ids, tail_order = torch.as_tensor(source.head_ids), torch.as_tensor(source.tail_order)
+    heads, labels = head_ids.numel(), label_count
+    out = torch.full((stop - start,), -1, dtype=torch.int64)
+    in_head = slice(min(start, heads), min(stop, heads))
+    out[in_head.start - start : in_head.stop - start] = head_ids[in_head]
+    in_tail = slice(max(start, heads), max(min(stop, labels), heads))
+    out[in_tail.start - start : in_tail.stop - start] = tail_order[in_tail.start - heads : in_tail.stop - heads]
+    return out
+
+
+def output_labels_of_head_ids(head_labels, label_count: int) -> torch.Tensor:
+    """The ids by position `[L]` of a layer whose head holds the label ids `head_labels` (in that order) and whose
+    tail takes the others in id order, after checking that they are label ids, each once."""
+    head_ids = torch.as_tensor(head_labels)
+    if (
+        isinstance(head_labels, (bool, numbers.Real))
+        or (head_ids.dtype.is_floating_point and head_ids.numel())  # `[]` is float: no head, as 0
+        or head_ids.dtype == torch.bool
+    ):
+        # `True` would be a 1-label head, 2.5 label 2: neither is what was meant.
+        raise ValueError(
+            f"`head_labels` must be a number of labels (an integer), head label ids or a LabelLayout, got "
+            f"{head_labels!r}."
+        )
+    head_ids = head_ids.to(torch.int64).flatten()
+    in_head = torch.zeros(label_count, dtype=torch.bool)
+    if head_ids.numel() and (int(head_ids.min()) < 0 or int(head_ids.max()) >= label_count):
+        raise ValueError(f"`head_labels` holds ids outside [0, {label_count}): give label ids of this layer.")
+    in_head[head_ids] = True
+    if int(in_head.sum()) != head_ids.numel():
+        raise ValueError("`head_labels` lists a label twice: give each head label once.")
+    return torch.cat([head_ids, torch.nonzero(~in_head).squeeze(1)])
+
+
+def check_each_label_once(parts, label_count: int, message: str) -> None:
+    """Raises `ValueError(message)` unless the id vectors `parts` together hold every id in `[0, label_count)` exactly
+    once; a bool per label (1 GB at 10^9 labels), where concatenating and sorting them took five `[L]` int64 arrays."""
+    seen = torch.zeros(label_count, dtype=torch.bool)
+    total = 0
+    for part in parts:
+        for rows in range(0, part.numel(), 1 << 24):
+            ids = part[rows : rows + (1 << 24)].to(torch.int64)
+            total += ids.numel()
+            if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= label_count):
+                raise ValueError(message)
+            seen[ids] = True
+    if total != label_count or not bool(seen.all()):  # L ids that reach all L labels: none repeats
+        raise ValueError(message)
 
 
 def output_labels_from_frequencies(shape, label_frequencies, tail_order=None) -> torch.Tensor:
@@ -76,11 +138,11 @@ def check_layout(layout, label_count: int | None = None, group_size: int | None 
             f"{layout.group_size} labels at a time. Leave `group_size` out, or make a layout with G = {group_size}."
         )
     head_ids = torch.as_tensor(layout.head_ids)
-    every_label = torch.cat([head_ids, torch.as_tensor(layout.tail_order)])
-    if not torch.equal(every_label.sort().values, torch.arange(layout.label_count, device=every_label.device)):
-        raise ValueError(
-            f"The layout's head and tail must hold every label id in [0, {layout.label_count}) exactly once."
-        )
+    check_each_label_once(
+        (head_ids.cpu(), torch.as_tensor(layout.tail_order).cpu()),
+        layout.label_count,
+        f"The layout's head and tail must hold every label id in [0, {layout.label_count}) exactly once.",
+    )
     return layout.label_count, head_ids.numel()
 
 

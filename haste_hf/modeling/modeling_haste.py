@@ -148,7 +148,8 @@ class HastePreTrainedModel(PreTrainedModel):
             module.initial_weight_seed = int(torch.randint(2**62, (), device="cpu"))
             module.initial_head_std = linear_init_std(self.config)
             initialize_output_rows_(module, module.initial_weight_seed, module.initial_head_std)
-            init.copy_(module.output_labels, default_output_labels(module))
+            if module.output_labels.device.type != "meta":  # else each rank's share takes its own from the source
+                init.copy_(module.output_labels, default_output_labels(module))
 
 
 class HasteForExtremeClassification(HastePreTrainedModel):
@@ -252,11 +253,11 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         )
         model = cls(config, encoder=encoder).to(encoder.dtype)
         if layout is not None:
-            model.output_layer.output_labels.copy_(torch.as_tensor(layout.output_labels()))
+            model.output_layer.set_output_labels_(layout)
         else:
             if label_frequencies is None:
                 label_frequencies = torch.arange(label_count, 0, -1)
-            model.output_layer.output_labels.copy_(
+            model.output_layer.set_output_labels_(
                 output_labels_from_frequencies(config, label_frequencies, label_grouping)
             )
         model.set_label_names(label_names)

@@ -42,7 +42,9 @@ from .label_positions import (
     default_output_labels,
     dense_labels,
     label_positions_of,
+    output_label_range,
     output_labels_from_frequencies,
+    output_labels_of_head_ids,
     positive_positions,
 )
 from .losses import LOSSES, output_layer_loss, targets_of_chunk
@@ -144,34 +146,16 @@ class HasteOutputLayer(nn.Module):
         if hasattr(head_labels, "tail_order"):  # a LabelLayout
             label_count, head_label_count = check_layout(head_labels, label_count, group_size)
             group_size = head_labels.group_size
-            output_labels = torch.as_tensor(head_labels.output_labels())
+            output_labels = head_labels
         elif label_count is None:
             raise ValueError("Give `label_count` (the number of labels), or a LabelLayout as `head_labels`.")
         elif head_labels is None:
             head_label_count = head_label_count_for(DEFAULT_HEAD_LABEL_FRACTION, label_count)
         elif isinstance(head_labels, numbers.Integral) and not isinstance(head_labels, bool):
             head_label_count = int(head_labels)
-        else:
-            head_ids = torch.as_tensor(head_labels)
-            if (
-                isinstance(head_labels, (bool, numbers.Real))
-                or (head_ids.dtype.is_floating_point and head_ids.numel())  # `[]` is float: no head, as 0
-                or head_ids.dtype == torch.bool
-            ):
-                # `True` would be a 1-label head, 2.5 label 2: neither is what was meant.
-                raise ValueError(
-                    f"`head_labels` must be a number of labels (an integer), head label ids or a LabelLayout, got "
-                    f"{head_labels!r}."
-                )
-            head_ids = head_ids.to(torch.int64).flatten()
-            in_head = torch.zeros(label_count, dtype=torch.bool)
-            if head_ids.numel() and (int(head_ids.min()) < 0 or int(head_ids.max()) >= label_count):
-                raise ValueError(f"`head_labels` holds ids outside [0, {label_count}): give label ids of this layer.")
-            in_head[head_ids] = True
-            if int(in_head.sum()) != head_ids.numel():
-                raise ValueError("`head_labels` lists a label twice: give each head label once.")
-            head_label_count = head_ids.numel()
-            output_labels = torch.cat([head_ids, torch.nonzero(~in_head).squeeze(1)])
+        else:  # head label ids: the tail takes the others in id order
+            output_labels = output_labels_of_head_ids(head_labels, label_count)
+            head_label_count = torch.as_tensor(head_labels).numel()
         group_size = DEFAULT_GROUP_SIZE if group_size is None else group_size
         check_layer_arguments(
             in_features, label_count, head_label_count, group_size, fan_in, head_projection_dim, tail_projection_dim
@@ -197,17 +181,15 @@ class HasteOutputLayer(nn.Module):
                 self.tail_projection = nn.Linear(in_features, tail_projection_dim)
             tail_width = tail_projection_dim or in_features
             self.tail = GroupSparseLinear(tail_width, self.tail_group_count, group_size, fan_in, tail_bias, rows_device)
+        padded, labels_device = head_label_count + self.tail_group_count * group_size, rows_device == "meta"
         self.register_buffer(
-            "output_labels", torch.empty(head_label_count + self.tail_group_count * group_size, dtype=torch.int64)
+            "output_labels", torch.empty(padded, dtype=torch.int64, device="meta" if labels_device else None)
         )
-        self._label_positions_cache = None
-        self._checked_supports = None
+        self._label_positions_cache = self._checked_supports = self.output_label_source = None
         if initialize:  # a `HasteForExtremeClassification` initialises its layer itself, the transformers way
             self.reset_parameters()
-        if output_labels is not None:  # a layout's is padded already, head ids then the others are not
-            with torch.no_grad():
-                self.output_labels.copy_(default_output_labels(self))
-                self.output_labels[: output_labels.numel()].copy_(output_labels)
+        if output_labels is not None:
+            self.set_output_labels_(output_labels)
 
     @classmethod
     def from_config(cls, config, **kwargs) -> "HasteOutputLayer":
@@ -244,7 +226,17 @@ class HasteOutputLayer(nn.Module):
             if self.tail.bias is not None:
                 self.tail.bias.zero_()
             self.tail.supports.copy_(supports)
-        self.output_labels.copy_(default_output_labels(self))
+        self.set_output_labels_(None)
+
+    @torch.no_grad()
+    def set_output_labels_(self, source) -> None:
+        """`output_labels` from `source`: a `LabelLayout`, the ids by position, or None (label-id order). Where the
+        buffer is on the meta device with the rows (`deferred_output_rows`), `source` is kept instead: each rank's
+        share takes its own positions from it (`ShardedOutputLayer.shard`), and no rank builds the `[L]` whole."""
+        if self.output_labels.device.type == "meta":
+            self.output_label_source = source
+        else:
+            self.output_labels.copy_(output_label_range(source, self.label_count, 0, self.output_labels.numel()))
 
     @torch.no_grad()
     def init_from_label_embeddings_(
@@ -262,8 +254,6 @@ class HasteOutputLayer(nn.Module):
         learning rate that suits the default initialisation suits these rows too. Biases, supports and the other
         labels are left as they are.
         """
-        if self.is_share:
-            raise ValueError("Initialise the full output layer from label embeddings before it is sharded.")
         if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not 0 < scale < math.inf:
             raise ValueError(f"`scale` (of the rows' norm) must be a positive number, got {scale!r}.")
         device = self.output_labels.device
@@ -289,14 +279,16 @@ class HasteOutputLayer(nn.Module):
             head_x = None if head_x is None else head_x.float() - head_c.float()
             tail_x = None if tail_x is None else tail_x.float() - tail_c.float()
         norm = scale * INITIAL_ROW_NORM
-        positions = self.label_positions[ids]
+        positions = self._positions_of_ids(ids)  # one rank's share (`is_share`) sets the rows it holds alone
+        if bool((positions < 0).any()):
+            raise ValueError("`label_ids` holds labels this share of the layer does not hold: give it its own labels.")
         in_head = positions < self.head_label_count
         if bool(in_head.any()):
             rows = F.normalize(head_x[in_head].float(), dim=1) * norm
-            self.head.weight[positions[in_head]] = rows.to(self.head.weight.dtype)
+            self.head.weight[positions[in_head] - self.head_rows[0]] = rows.to(self.head.weight.dtype)
         if not bool(in_head.all()):
             slots = positions[~in_head] - self.head_label_count
-            groups, members = slots // self.group_size, slots % self.group_size
+            groups, members = slots // self.group_size - self.tail_groups[0], slots % self.group_size
             values = tail_x[~in_head].float().gather(1, self.tail.supports[groups].long())
             self.tail.weight[groups, members] = (F.normalize(values, dim=1) * norm).to(self.tail.weight.dtype)
 
@@ -313,6 +305,10 @@ class HasteOutputLayer(nn.Module):
         if self._label_positions_cache is None or self._label_positions_cache[0] != key:
             self._label_positions_cache = (key, label_positions_of(self.output_labels, self.label_count))
         return self._label_positions_cache[1]
+
+    def _positions_of_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        """Label ids -> their output positions (of a share: -1 where another rank holds them)."""
+        return self.label_positions[ids]
 
     def positive_positions(self, labels: torch.Tensor) -> torch.Tensor:
         """Padded positive label ids `[B, P]` -> their output positions, -1 for padding (repeats kept: every

@@ -94,9 +94,20 @@ def enable_encoder_checkpointing(model, every: int) -> None:
     getattr(model, CHECKPOINTING_ENABLE)(**({} if every == 1 else {"every_n_layers": every}))
 
 
+def output_buffer_bytes(layer, sharded: bool) -> int:
+    """Bytes of the output layer's buffers, by their dtypes: the tail's supports (int32 `[K, F]`), the label ids of its
+    positions (int64); and for one rank's share (`sharded`), the sorted lookup of its ids, an id and a position of
+    each in int32 (int64 past 2**31 labels: `ShardedOutputLayer._share_lookup`)."""
+    total = sum(buffer.numel() * buffer.element_size() for buffer in layer.buffers())
+    if sharded:
+        total += layer.output_labels.numel() * 2 * (4 if layer.label_count < 2**31 else 8)
+    return total
+
+
 def planned_peak_bytes(
     model,
     *,
+    sharded: bool = False,
     batch_size: int,
     tokens: int,
     loss_rows: int,
@@ -109,8 +120,9 @@ def planned_peak_bytes(
 ) -> int:
     """The planned peak memory of one training step of `model` (a `HasteForExtremeClassification`, its output layer
     cast and sharded as it trains) on one device: encoder-side weights, gradients and AdamW state; the output
-    layer's weights, gradients (none with the fused update) and momentum; the logits' share (a chunk with the
-    chunked backward); and the encoder's stored activations, of `checkpoint_every` (0: none)."""
+    layer's weights, gradients (none with the fused update) and momentum, and its buffers (`output_buffer_bytes`;
+    `sharded`: one rank's share); the logits' share (a chunk with the chunked backward); and the encoder's stored
+    activations, of `checkpoint_every` (0: none)."""
 
     encoder_side, output_layer = split_parameters(model)
     trained = {id(param) for _, param in encoder_side}
@@ -128,6 +140,7 @@ def planned_peak_bytes(
             * torch.empty((), dtype=getattr(torch, momentum_dtype)).element_size()
         )
     layer = model.output_layer
+    total += output_buffer_bytes(layer, sharded)
     # Rows of this rank's weights: a dense `[n, d]` head, a group-sparse `[K, G, F]` tail.
     positions = sum(math.prod(module.weight.shape[:-1]) for module in (layer.head, layer.tail) if module is not None)
     if chunked_backward or fused_update:
@@ -184,6 +197,7 @@ def plan_memory(args, model, *, tokens: int, sharded: bool, device_memory: int |
     for every in choices if on_gpu else (0,):
         peak = planned_peak_bytes(
             model,
+            sharded=sharded,
             batch_size=args.per_device_train_batch_size,
             tokens=tokens,
             loss_rows=loss_rows,

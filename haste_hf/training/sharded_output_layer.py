@@ -29,7 +29,7 @@ from torch import nn
 
 from ..modeling.defaults import LABEL_PADDING_ID
 from ..modeling.initialization import initialize_output_rows_
-from ..modeling.label_positions import positive_positions
+from ..modeling.label_positions import output_label_range, positive_positions
 from ..modeling.output_layer import HasteOutputLayer, OutputLayerOutput, TopKOutput
 from ..modeling.output_shards import ROW_SHARDED_TENSORS
 from ..modeling.rewiring import (
@@ -52,6 +52,8 @@ from .distributed import (
 from .shard_checkpoints import layer_prefix
 
 
+# Label ids per block where a layer's are read or built in blocks: 512 KB of int64 (10^9 labels whole: 8 GB).
+LABEL_BLOCK = 1 << 16
 # The tensors whose row counts split a share's `output_labels`: its head rows, then its tail slots.
 SPLIT_BY = ("head.weight", "tail.bias")
 
@@ -95,12 +97,29 @@ def _rows_deferred(layer: HasteOutputLayer) -> bool:
     return any(module is not None and module.weight.device.type == "meta" for module in (layer.head, layer.tail))
 
 
+def _output_labels_into(layer: HasteOutputLayer, out: torch.Tensor, start: int) -> torch.Tensor:
+    """`out` <- the label ids of the layer's positions `[start, start + len(out))`, a block of `LABEL_BLOCK` at a time:
+    from its `output_label_source` where the buffer is on the meta device with the rows (`deferred_output_rows`), so
+    that no rank builds the `[L]` whole, else from the buffer."""
+    deferred = layer.output_labels.device.type == "meta"
+    for rows in chunks(out.numel(), 1, LABEL_BLOCK):
+        first, stop = start + rows.start, start + rows.stop
+        block = (
+            output_label_range(layer.output_label_source, layer.label_count, first, stop)
+            if deferred
+            else layer.output_labels[first:stop]
+        )
+        out[rows].copy_(block)
+    return out
+
+
 def _fingerprint(layer: HasteOutputLayer) -> torch.Tensor:
     """A float64 vector that differs between ranks whose output layers (or label order) differ."""
-    labels, weighted = layer.output_labels, 0.0
-    for rows in chunks(labels.numel(), 1, 1 << 24):  # in blocks: 10^9 labels would take 16 GB of float64 at once
-        positions = torch.arange(rows.start + 1, rows.stop + 1, dtype=torch.float64, device=labels.device)
-        weighted = weighted + labels[rows].double().mul(positions).sum()
+    weighted, block = 0.0, torch.empty(min(LABEL_BLOCK, layer.output_labels.numel()), dtype=torch.int64)
+    for rows in chunks(layer.output_labels.numel(), 1, LABEL_BLOCK):
+        labels = _output_labels_into(layer, block[: rows.stop - rows.start], rows.start)
+        positions = torch.arange(rows.start + 1, rows.stop + 1, dtype=torch.float64)
+        weighted = weighted + labels.double().mul(positions).sum()
     values = [torch.as_tensor(weighted, dtype=torch.float64)]
     if _rows_deferred(layer):  # no values yet: the seeds they will be drawn from (float64 holds 2**53 exactly)
         seeds = (layer.initial_weight_seed % 2**53, layer.initial_weight_seed >> 53, layer.supports_seed)
@@ -172,13 +191,13 @@ class ShardedOutputLayer(HasteOutputLayer):
                 initialize_output_rows_(shard, layer.initial_weight_seed, layer.initial_head_std)
             # The label ids of this share's positions alone (8 GB whole at 10^9 labels, on every GPU, and as much
             # again for the inverse map): the head's rows, then the tail groups' slots.
-            whole, tail = layer.output_labels, shard.local_rows("tail.bias")
-            head = slice(*shard.head_rows)
-            first = shard.head_label_count
-            shard._buffers["output_labels"] = torch.cat(
-                [whole[head], whole[first + tail.start : first + tail.stop]]
-            ).to(rows_device or whole.device, copy=True)
-        shard._lookup_cache = None
+            tail, whole = shard.local_rows("tail.bias"), layer.output_labels
+            device = rows_device or ("cpu" if whole.device.type == "meta" else whole.device)
+            labels = torch.empty(shard.head_width + tail.stop - tail.start, dtype=torch.int64, device=device)
+            _output_labels_into(layer, labels[: shard.head_width], shard.head_rows[0])
+            _output_labels_into(layer, labels[shard.head_width :], shard.head_label_count + tail.start)
+            shard._buffers["output_labels"] = labels
+        shard._lookup_cache = shard.output_label_source = None
         return shard
 
     @staticmethod

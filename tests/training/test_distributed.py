@@ -146,6 +146,46 @@ def test_each_rank_builds_only_its_share_of_the_output_layer(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_rank_builds_its_share_of_a_model_of_12m_labels_without_an_array_of_every_label(tmp_path):
+    """`haste-hf train`'s build of a sharded model (a layout, `deferred_output_rows`, `shard`) on 2 ranks, 12M labels:
+    the host memory a rank adds beyond the share it keeps stays under half an [L] int64 array (the whole
+    `output_labels`, 8 GB at 10^9 labels, took two such arrays and a third in transit), and the share's label ids are
+    the layout's."""
+    torchrun([str(TESTS / "distributed_build_memory.py"), str(tmp_path)], tmp_path, timeout=300)
+    for rank in range(2):
+        result = torch.load(tmp_path / f"rank-{rank}.pt")
+        whole_labels = 8 * result["label_count"]
+        assert result["labels_equal"], rank
+        assert result["kept"] >= whole_labels / 2, result  # the share's label ids and tail weights
+        assert result["added_peak"] - result["kept"] < whole_labels / 2, result
+
+
+@pytest.mark.slow
+def test_each_rank_starts_its_share_from_its_own_labels_texts(tmp_path):
+    """`init_share_from_label_texts_` on 2 ranks: each rank's rows equal its slice of the model started whole from
+    every label's text in one process (the same center, from rank 0), the blank label's rows left random alike; each
+    rank embeds its own labels' texts (and rank 0 the center's sample), not every label's."""
+    torchrun([str(TESTS / "distributed_label_text_init.py"), str(tmp_path)], tmp_path, timeout=300)
+    results = [torch.load(tmp_path / f"rank-{rank}.pt", weights_only=False) for rank in range(2)]
+    assert [r["rows"] for r in results] == [((0, 7), (0, 10)), ((7, 13), (10, 20))]
+    assert sum(r["initialised"] for r in results) == 89  # label 5's text is blank
+    assert results[1]["embedded"] == results[1]["initialised"]  # its own labels' texts alone
+    assert results[0]["embedded"] == results[0]["initialised"] + 89  # and the center's sample: every text here
+    for result in results:
+        head_rows, tail_groups = (slice(*rows) for rows in result["rows"])
+        for name in ("output_layer.head.weight", "output_layer.tail.weight", "output_layer.tail.supports"):
+            rows = head_rows if name.startswith("output_layer.head.") else tail_groups
+            torch.testing.assert_close(result["share"][name], result["whole"][name][rows], rtol=1e-5, atol=1e-6)
+        assert not torch.equal(result["whole"]["output_layer.tail.weight"], make_whole_random_tail()), "not started"
+
+
+def make_whole_random_tail():
+    import distributed_label_text_init as script
+
+    return make_tiny_model(**script.MODEL).state_dict()["output_layer.tail.weight"]
+
+
+@pytest.mark.slow
 def test_row_gather_and_its_backward_with_unequal_shares(tmp_path):
     """Ranks of 5 and 11 rows (and 11 + 5, 1 + 15, 8 + 8): every rank gets all rows in rank order, and each
     row's gradient is the sum over ranks of what their losses give it, times the gradient scale."""

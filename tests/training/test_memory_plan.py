@@ -292,6 +292,23 @@ def test_the_output_layer_counts_its_weights_gradients_momentum_and_logits_in_by
     assert before - peak(**lean, fused_update=True) == 256
 
 
+def test_the_output_layer_counts_its_supports_and_label_ids_by_dtype(monkeypatch):
+    """The output layer's buffers against the bytes counted by hand: the tail's supports, 9 groups x 8 int32 (288),
+    the label ids of its 4 + 36 positions in int64 (320); a rank's share adds the sorted lookup of its ids, an int32
+    id and an int32 position each (320)."""
+    model = make_tiny_model(label_count=40, head_label_count=4, group_size=4, fan_in=8)
+    layer = model.output_layer
+    assert layer.tail.supports.dtype == torch.int32 and layer.output_labels.dtype == torch.int64
+    assert memory_plan.output_buffer_bytes(layer, sharded=False) == 288 + 320
+    assert memory_plan.output_buffer_bytes(layer, sharded=True) == 288 + 320 + 320
+    common = dict(batch_size=8, tokens=16, loss_rows=8, checkpoint_every=0, autocast_bf16=False, momentum=True)
+    options = dict(momentum_dtype="float32", chunked_backward=True, fused_update=True, **common)
+    with_buffers = planned_peak_bytes(model, sharded=True, **options)
+    assert with_buffers - planned_peak_bytes(model, sharded=False, **options) == 320
+    monkeypatch.setattr(memory_plan, "output_buffer_bytes", lambda layer, sharded: 0)
+    assert with_buffers - planned_peak_bytes(model, sharded=True, **options) == 928
+
+
 @pytest.mark.parametrize(
     "every, expected", [(1, [True] * 4), (2, [True, False, True, False]), (3, [True, False, False, True])]
 )
