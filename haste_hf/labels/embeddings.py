@@ -3,7 +3,6 @@
 embeddings of its positive training instances, blended with its own text's embedding for labels seen rarely
 (`blend_label_texts_`); label texts also start the output layer's rows (`init_from_label_texts_`)."""
 
-import math
 import os
 import time
 from collections import deque
@@ -22,7 +21,7 @@ from ..modeling.defaults import DEFAULT_EVAL_BATCH_SIZE, DEFAULT_MAX_LENGTH, LAB
 from ..modeling.encoder import pool_hidden_states
 from ..modeling.logging_utils import get_logger
 from .grouping import ArrayLike, _as_int64_vector, _default_device
-from .token_batches import CHUNK_TEXTS, fast_backend, gives_token_types, tokenize_chunk
+from .token_batches import CHUNK_TEXTS, TokenChunk, fast_backend, gives_token_types, tokenize_chunk
 
 
 logger = get_logger(__name__)
@@ -183,29 +182,33 @@ def label_text_embeddings(
     device: str | torch.device | None = None,
     show_progress: bool = True,
 ) -> Iterator[torch.Tensor]:
-    """The encoder's embeddings of `texts` (labels' own texts, e.g. `XMCDataset.label_texts`), a batch at a time.
+    """The encoder's embeddings of `texts` (labels' own texts, e.g. `XMCDataset.label_texts`), a block at a time.
 
-    Yields float32 `[b, d]` tensors on `device`, `batch_size` texts each (the last may be shorter), in the order
-    of `texts`: millions of labels stream through in the memory of one batch, and the consumer writes each
-    batch where it belongs (`HasteOutputLayer.init_from_label_embeddings_`, `blend_label_texts_`).
+    Yields float32 `[b, d]` tensors on `device` whose rows follow one another in the order of `texts`: millions of
+    labels stream through in the memory of one block, and the consumer writes each block where it belongs
+    (`HasteOutputLayer.init_from_label_embeddings_`, `blend_label_texts_`). With a fast tokenizer a block is a chunk
+    of texts (`token_batches.CHUNK_TEXTS`, the first ones smaller) embedded as `compute_label_embeddings` embeds
+    training texts: tokenised ahead in threads, sorted by length, in batches of `embedding_token_budget` padded
+    tokens, and put back in the order of `texts`; otherwise a block is a batch of `batch_size` texts.
 
     Args:
         encoder, tokenizer, pooling, max_length, device: as in `compute_label_embeddings`; a transformers
             encoder runs in eval mode and gets its training mode back when the iteration ends.
         texts: the texts, read once (any iterable; its `len`, when it has one, sizes the progress bar).
         normalize: scale each embedding to unit norm (what a HASTE model whose config has `normalize` computes).
-        batch_size: texts encoded at once.
-        show_progress: show a tqdm progress bar over batches.
+        batch_size: texts encoded at once; with a fast tokenizer, the padded tokens of a batch as in
+            `compute_label_embeddings`: short texts go many to a batch.
+        show_progress: show a tqdm progress bar over the texts.
     """
-    # Checked here, at the call; the encoder is touched only once the batches are asked for.
+    # Checked here, at the call; the encoder is touched only once the embeddings are asked for.
     if pooling is not None:
         check_one_of("pooling", pooling, POOLING_MODES)
     _check_batch_size(batch_size)
     try:
-        num_batches = math.ceil(len(texts) / batch_size)
+        num_texts = len(texts)
     except TypeError:
-        num_batches = None
-    return _embedded_batches(
+        num_texts = None
+    return _embedded_blocks(
         encoder,
         texts,
         tokenizer,
@@ -214,28 +217,50 @@ def label_text_embeddings(
         batch_size,
         max_length,
         _default_device(device),
-        num_batches,
+        num_texts,
         show_progress,
     )
 
 
 @torch.no_grad()
-def _embedded_batches(
-    encoder, texts, tokenizer, pooling, normalize, batch_size, max_length, device, num_batches, show_progress
+def _embedded_blocks(
+    encoder, texts, tokenizer, pooling, normalize, batch_size, max_length, device, num_texts, show_progress
 ) -> Iterator[torch.Tensor]:
-    prepare, embed, restore, _ = _text_embedder(encoder, tokenizer, pooling, max_length, device)
+    embedder = _text_embedder(encoder, tokenizer, pooling, max_length, device)
+    progress = tqdm(total=num_texts, desc="Label texts", unit="text", disable=not show_progress)
     try:
-        for batch, prepared in tqdm(
-            prepared_ahead(prepare, _batched(texts, batch_size)),
-            total=num_batches,
-            desc="Label texts",
-            unit="batch",
-            disable=not show_progress,
-        ):
-            embeddings = _embed_batch(embed, prepared, batch, device)
+        backend = None if embedder.tokenizer is None else fast_backend(embedder.tokenizer, max_length)
+        if backend is not None:
+            token_budget = embedding_token_budget(batch_size, max_length, device)
+            blocks = _chunks_in_order(embedder, backend, texts, token_budget, device, progress)
+        else:
+            blocks = _batches_in_order(embedder, texts, batch_size, device, progress)
+        for embeddings in blocks:
             yield F.normalize(embeddings, dim=1) if normalize else embeddings
     finally:
-        restore()
+        embedder.restore()
+        progress.close()
+
+
+def _batches_in_order(embedder, texts, batch_size, device, progress) -> Iterator[torch.Tensor]:
+    """The embeddings of `texts`, a batch of `batch_size` texts at a time in their order (an encoder that embeds
+    texts itself, or a tokenizer without a Rust backend)."""
+    for batch, prepared in prepared_ahead(embedder.prepare, _batched(texts, batch_size)):
+        yield _embed_batch(embedder.embed, prepared, batch, device)
+        progress.update(len(batch))
+
+
+def _chunks_in_order(embedder, backend, texts, token_budget, device, progress) -> Iterator[torch.Tensor]:
+    """The embeddings of `texts`, a chunk at a time (`_token_batch_embeddings`), each chunk's rows put back in the
+    order of its texts: one `[chunk, d]` float32 block on `device` is all the memory it holds."""
+    block = None
+    for chunk, start, end, embeddings in _token_batch_embeddings(embedder, backend, texts, token_budget, device):
+        if start == 0:
+            block = embeddings.new_empty(chunk.size, embeddings.shape[1])
+        block[chunk.order[start:end]] = embeddings
+        progress.update(end - start)
+        if end == chunk.size:
+            yield block
 
 
 @torch.no_grad()
@@ -354,35 +379,47 @@ def _sums_of_batches(embedder, pairs, label_count, batch_size, device, progress)
 CHUNK_RAMP = 4
 
 
-def _sums_of_token_chunks(embedder, backend, pairs, label_count, token_budget, device, progress) -> torch.Tensor | None:
-    """The label sums of unit text embeddings, chunk by chunk of `CHUNK_TEXTS` texts tokenised ahead in threads
-    by the Rust `backend`, each chunk sorted by length into batches of at most `token_budget` padded tokens
-    (`token_batches`), its texts' label ids on the device beside its tokens: each batch's embeddings are added to
-    the sums of its texts' labels in one `index_add_`."""
+def _token_batch_embeddings(
+    embedder, backend, items, token_budget, device, label_count: int | None = None
+) -> Iterator[tuple[TokenChunk, int, int, torch.Tensor]]:
+    """`(chunk, start, end, embeddings)` of every batch of `items` (texts, or with `label_count` `(text, label ids)`
+    pairs), chunk by chunk of `CHUNK_TEXTS` items tokenised ahead in threads by the Rust `backend`, each chunk
+    sorted by length into batches of at most `token_budget` padded tokens (`token_batches`) and moved to `device`;
+    `embeddings` float32 `[end - start, d]` of the chunk's sorted texts `[start, end)` (`chunk.order` says where
+    each came from, `chunk.labels` what labels it has)."""
     tokenizer = embedder.tokenizer
     left = getattr(tokenizer, "padding_side", "right") == "left"
     pad_type_id = getattr(tokenizer, "pad_token_type_id", 0) or 0
     with_types = "token_type_ids" in getattr(tokenizer, "model_input_names", ()) and gives_token_types(backend)
-    pin = device.type == "cuda"
+    options = dict(with_types=with_types, pin=device.type == "cuda")
 
     def prepare(chunk):
-        texts = [text for text, _ in chunk]
-        return tokenize_chunk(
-            backend, texts, [ids for _, ids in chunk], label_count, token_budget, with_types=with_types, pin=pin
-        )
+        if label_count is None:
+            return tokenize_chunk(backend, chunk, token_budget, **options)
+        texts, label_lists = [text for text, _ in chunk], [ids for _, ids in chunk]
+        return tokenize_chunk(backend, texts, token_budget, label_lists=label_lists, label_count=label_count, **options)
 
-    sums = None
-    for _, host_chunk in prepared_ahead(prepare, _batched(pairs, CHUNK_TEXTS, ramp=CHUNK_RAMP)):
+    for _, host_chunk in prepared_ahead(prepare, _batched(items, CHUNK_TEXTS, ramp=CHUNK_RAMP)):
         chunk = host_chunk.to(device)
         for start, end in zip(chunk.bounds, chunk.bounds[1:]):
             inputs = chunk.padded_inputs(start, end, tokenizer.pad_token_id, pad_type_id, left)
-            embeddings = F.normalize(_embed_batch(embedder.embed, inputs, range(end - start), device), dim=1)
-            if sums is None:
-                sums = torch.zeros(label_count, embeddings.shape[1], dtype=torch.float32, device=device)
-            first, last = int(chunk.label_bounds[start]), int(chunk.label_bounds[end])
-            if last > first:
-                sums.index_add_(0, chunk.labels[first:last], embeddings[chunk.label_rows[first:last] - start])
-            progress.update(end - start)  # a batch at a time: a chunk can take minutes on a CPU
+            yield chunk, start, end, _embed_batch(embedder.embed, inputs, range(end - start), device)
+
+
+def _sums_of_token_chunks(embedder, backend, pairs, label_count, token_budget, device, progress) -> torch.Tensor | None:
+    """The label sums of unit text embeddings, a batch of `_token_batch_embeddings` at a time, its texts' label ids
+    on the device beside its tokens: each batch's embeddings are added to the sums of its texts' labels in one
+    `index_add_`."""
+    sums = None
+    batches = _token_batch_embeddings(embedder, backend, pairs, token_budget, device, label_count=label_count)
+    for chunk, start, end, embeddings in batches:
+        embeddings = F.normalize(embeddings, dim=1)
+        if sums is None:
+            sums = torch.zeros(label_count, embeddings.shape[1], dtype=torch.float32, device=device)
+        first, last = int(chunk.label_bounds[start]), int(chunk.label_bounds[end])
+        if last > first:
+            sums.index_add_(0, chunk.labels[first:last], embeddings[chunk.label_rows[first:last] - start])
+        progress.update(end - start)  # a batch at a time: a chunk can take minutes on a CPU
     return sums
 
 
@@ -439,14 +476,14 @@ def blend_label_texts_(
     rare = rare[_with_text([label_texts[i] for i in rare.tolist()], "they are grouped by their training points alone")]
     weights = (counts[rare].to(torch.float32) / below).unsqueeze(1)
     start = 0
-    for batch in label_text_embeddings(
+    for block in label_text_embeddings(
         encoder, (label_texts[i] for i in rare.tolist()), normalize=True, **embedding_options
     ):
-        ids = rare[start : start + batch.shape[0]].to(embeddings.device)
-        weight = weights[start : start + batch.shape[0]].to(embeddings.device)
-        mixed = weight * embeddings[ids].float() + (1 - weight) * batch.to(embeddings.device)
+        ids = rare[start : start + block.shape[0]].to(embeddings.device)
+        weight = weights[start : start + block.shape[0]].to(embeddings.device)
+        mixed = weight * embeddings[ids].float() + (1 - weight) * block.to(embeddings.device)
         embeddings[ids] = F.normalize(mixed, dim=1).to(embeddings.dtype)
-        start += batch.shape[0]
+        start += block.shape[0]
     return rare.numel()
 
 
@@ -457,7 +494,7 @@ def _center(model, label_texts: Sequence[str], kept: torch.Tensor, options: dict
     order = torch.randperm(kept.numel(), generator=torch.Generator().manual_seed(0))
     sample = kept[order[:CENTER_SAMPLE].sort().values].tolist()
     texts = [label_texts[i] for i in sample]
-    return sum(batch.sum(0) for batch in label_text_embeddings(model.encoder, texts, **options)) / max(1, len(sample))
+    return sum(block.sum(0) for block in label_text_embeddings(model.encoder, texts, **options)) / max(1, len(sample))
 
 
 def init_share_from_label_texts_(model, label_texts: Sequence[str], *, tokenizer, group=None, **options) -> int:
@@ -500,7 +537,8 @@ def init_from_label_texts_(
     show_progress: bool = True,
 ) -> int:
     """Starts the head rows and tail weights of a `HasteForExtremeClassification`'s labels from its own encoder's
-    embedding of their texts (`HasteOutputLayer.init_from_label_embeddings_`), streamed a batch at a time.
+    embedding of their texts (`HasteOutputLayer.init_from_label_embeddings_`), streamed a block at a time
+    (`label_text_embeddings`).
 
     Args:
         model: the model; its encoder, pooling and `normalize` embed the texts as they embed inputs.
@@ -511,10 +549,11 @@ def init_from_label_texts_(
         center: the embedding subtracted from every label's: True, the mean embedding of `CENTER_SAMPLE` of
             `label_texts` drawn at random (seeded; all of them when fewer); an embedding `[d]` (e.g. the mean over
             another label set's texts, for a few labels added to it); False, none.
-        batch_size: label texts encoded at once.
+        batch_size: label texts encoded at once (with a fast tokenizer, the token budget of a batch: see
+            `label_text_embeddings`).
         max_length: tokens per text (default: the tokenizer's `model_max_length`).
         device: where the encoder runs (default: where the model is); the encoder stays there afterwards.
-        show_progress: show a tqdm progress bar over batches.
+        show_progress: show a tqdm progress bar over the texts.
 
     Returns:
         How many labels were initialised: labels with a blank text keep their weights (a warning counts them).
@@ -540,12 +579,12 @@ def init_from_label_texts_(
     start = 0
     # A list (references to the texts), not a generator: its length sizes the progress bar, whose percentage the
     # command line's error tests tell from a message.
-    for batch in label_text_embeddings(model.encoder, [label_texts[i] for i in kept.tolist()], **options):
+    for block in label_text_embeddings(model.encoder, [label_texts[i] for i in kept.tolist()], **options):
         layer.init_from_label_embeddings_(
-            ids[kept[start : start + batch.shape[0]]],
-            batch,
+            ids[kept[start : start + block.shape[0]]],
+            block,
             scale=scale,
             center=center if center is not False else None,
         )
-        start += batch.shape[0]
+        start += block.shape[0]
     return kept.numel()

@@ -1,13 +1,14 @@
 # Copyright 2026 The haste_hf Authors. Licensed under the Apache License, Version 2.0.
-"""Millions of training texts to encoder batches at the speed of the hardware, for the label embeddings.
+"""Millions of texts to encoder batches at the speed of the hardware, for the label embeddings (training texts with
+their label ids, or labels' own texts).
 
 A chunk of `CHUNK_TEXTS` texts is tokenised by the Rust tokenizer behind a fast tokenizer in one call (its threads
 share the cores; the GIL is released), unpadded; its token ids become one flat array and one length per text
 (CSR), with no per-text padding in Python. The texts are then sorted by length and cut into batches of at most a
 token budget of padded tokens, so the padding is small and short texts go many to a batch. The chunk's arrays
-(tokens, the texts' label ids in the same order) go to the device in one pinned, non-blocking copy each; a batch's
-padded `input_ids` and `attention_mask` are gathered there from the flat tokens (`padded_inputs`). Chunks are
-prepared in threads ahead of the encoder (`embeddings.prepared_ahead`).
+(tokens, where each sorted text came from in the chunk, the texts' label ids in the same order) go to the device in
+one pinned, non-blocking copy each; a batch's padded `input_ids` and `attention_mask` are gathered there from the
+flat tokens (`padded_inputs`). Chunks are prepared in threads ahead of the encoder (`embeddings.prepared_ahead`).
 """
 
 import bisect
@@ -88,16 +89,18 @@ def length_batches(sorted_lengths: np.ndarray, token_budget: int) -> list[int]:
 
 @dataclass
 class TokenChunk:
-    """A chunk of texts, sorted by token length, and their positive label ids, as flat arrays (CSR) ready for the
-    device.
+    """A chunk of texts, sorted by token length, and their positive label ids (if any), as flat arrays (CSR) ready
+    for the device.
 
     Attributes:
         tokens: int64 `[T]` the texts' token ids, text after text in sorted order.
         token_types: int64 `[T]` their token type ids, or None (all zero: the encoder's default).
         lengths: int64 `[n]` tokens of each text (sorted ascending); `starts` their offsets into `tokens`.
+        order: int64 `[n]` the index in the chunk (as given) of each sorted text: row `order[i]` of the chunk's
+            embeddings in the given order is sorted text `i`'s.
         labels: int64 `[P]` the positive label ids of each text, text after text in sorted order;
             `label_rows` int64 `[P]` the (sorted) text each belongs to; `label_bounds` (numpy, `[n + 1]`) where each
-            text's labels start.
+            text's labels start. All three None for a chunk of texts without labels.
         bounds: the batches, as bounds into the sorted texts (`length_batches`).
         host_lengths: `lengths` as numpy (a batch's padded length is read on the host, without a device sync).
     """
@@ -106,9 +109,10 @@ class TokenChunk:
     token_types: torch.Tensor | None
     lengths: torch.Tensor
     starts: torch.Tensor
-    labels: torch.Tensor
-    label_rows: torch.Tensor
-    label_bounds: np.ndarray
+    order: torch.Tensor
+    labels: torch.Tensor | None
+    label_rows: torch.Tensor | None
+    label_bounds: np.ndarray | None
     bounds: list[int]
     host_lengths: np.ndarray
 
@@ -123,7 +127,15 @@ class TokenChunk:
         return TokenChunk(
             *(
                 move(t)
-                for t in (self.tokens, self.token_types, self.lengths, self.starts, self.labels, self.label_rows)
+                for t in (
+                    self.tokens,
+                    self.token_types,
+                    self.lengths,
+                    self.starts,
+                    self.order,
+                    self.labels,
+                    self.label_rows,
+                )
             ),
             self.label_bounds,
             self.bounds,
@@ -149,45 +161,52 @@ class TokenChunk:
 def tokenize_chunk(
     backend,
     texts: list[str],
-    label_lists: list,
-    label_count: int,
     token_budget: int,
     *,
+    label_lists: list | None = None,
+    label_count: int | None = None,
     with_types: bool = False,
     pin: bool = False,
 ) -> TokenChunk:
     """`texts` tokenised by `backend` (see `fast_backend`), sorted by length and cut into batches of at most
-    `token_budget` padded tokens, with their `label_lists` (ids in `[0, label_count)`, checked), as a `TokenChunk`:
-    with `with_types` (the tokenizer's `model_input_names` has `token_type_ids`), the token types too unless all
-    are zero; with `pin`, in pinned memory for non-blocking copies."""
+    `token_budget` padded tokens, as a `TokenChunk`: with `label_lists`, each text's label ids (in `[0,
+    label_count)`, checked) beside it; with `with_types` (the tokenizer's `model_input_names` has `token_type_ids`),
+    the token types too unless all are zero; with `pin`, in pinned memory for non-blocking copies."""
     encode = getattr(backend, "encode_batch_fast", backend.encode_batch)  # `_fast`: no character offsets
     encodings = encode(texts)
     flat_tokens, lengths = csr_rows([encoding.ids for encoding in encodings])
     flat_types = None
     if with_types and any(any(encoding.type_ids) for encoding in encodings):
         flat_types = _flat((encoding.type_ids for encoding in encodings), flat_tokens.size)
-    flat_labels, label_lengths = csr_rows(label_lists)
-    if flat_labels.size and (flat_labels.min() < 0 or flat_labels.max() >= label_count):
-        raise ValueError(
-            f"Label ids must be in [0, {label_count}) (`label_count`); got ids in [{flat_labels.min()}, "
-            f"{flat_labels.max()}]. Remove padding values such as -100."
-        )
     order = np.argsort(lengths, kind="stable")
     sorted_lengths = lengths[order]
-    sorted_label_lengths = label_lengths[order]
 
     def tensor(array):
         out = torch.from_numpy(np.ascontiguousarray(array))
         return out.pin_memory() if pin else out
+
+    labels = label_rows = label_bounds = None
+    if label_lists is not None:
+        flat_labels, label_lengths = csr_rows(label_lists)
+        if flat_labels.size and (flat_labels.min() < 0 or flat_labels.max() >= label_count):
+            raise ValueError(
+                f"Label ids must be in [0, {label_count}) (`label_count`); got ids in [{flat_labels.min()}, "
+                f"{flat_labels.max()}]. Remove padding values such as -100."
+            )
+        sorted_label_lengths = label_lengths[order]
+        labels = tensor(reorder_rows(flat_labels, label_lengths, order))
+        label_rows = tensor(np.repeat(np.arange(len(texts), dtype=np.int64), sorted_label_lengths))
+        label_bounds = np.concatenate([[0], np.cumsum(sorted_label_lengths)])
 
     return TokenChunk(
         tokens=tensor(reorder_rows(flat_tokens, lengths, order)),
         token_types=None if flat_types is None else tensor(reorder_rows(flat_types, lengths, order)),
         lengths=tensor(sorted_lengths),
         starts=tensor(np.cumsum(sorted_lengths) - sorted_lengths),
-        labels=tensor(reorder_rows(flat_labels, label_lengths, order)),
-        label_rows=tensor(np.repeat(np.arange(len(texts), dtype=np.int64), sorted_label_lengths)),
-        label_bounds=np.concatenate([[0], np.cumsum(sorted_label_lengths)]),
+        order=tensor(order.astype(np.int64, copy=False)),
+        labels=labels,
+        label_rows=label_rows,
+        label_bounds=label_bounds,
         bounds=length_batches(sorted_lengths, token_budget),
         host_lengths=sorted_lengths,
     )

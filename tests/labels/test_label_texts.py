@@ -134,6 +134,74 @@ def test_label_texts_are_embedded_where_the_model_is_on_a_machine_with_a_gpu(tmp
     assert not torch.equal(model.output_layer.head.weight, before)
 
 
+def varied_texts(count, seed):
+    """`count` texts of 1 to 30 words in a random order of lengths, one of them blank."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, 31, (count,), generator=generator).tolist()
+    words = torch.randint(0, len(WORDS), (sum(lengths),), generator=generator).tolist()
+    texts, start = [], 0
+    for length in lengths:
+        texts.append(" ".join(WORDS[i] for i in words[start : start + length]))
+        start += length
+    texts[count // 2] = " "
+    return texts
+
+
+def one_at_a_time(model, tokenizer, texts, max_length):
+    """The model's embedding of each text, encoded alone."""
+    model.eval()
+    with torch.no_grad():
+        return torch.cat(
+            [
+                model.encode(**tokenizer([t], truncation=True, max_length=max_length, return_tensors="pt"))[0]
+                for t in texts
+            ]
+        )
+
+
+def test_label_texts_sorted_by_length_start_the_rows_of_their_own_labels(tmp_path, monkeypatch, caplog):
+    """Texts of very different lengths, chunks of 8 sorted by length into token-budget batches: each label's rows
+    come from its own text (the sort scrambles no row), as the texts embedded one at a time say."""
+    monkeypatch.setattr("haste_hf.labels.embeddings.CHUNK_TEXTS", 8)
+    tokenizer = tiny_tokenizer(tmp_path)
+    model = make_tiny_model(
+        label_count=48, head_label_count=8, group_size=4, fan_in=8, shuffle_labels=True, tail_projection_dim=24
+    )
+    layer = model.output_layer
+    before = {"head": layer.head.weight.detach().clone(), "tail": layer.tail.weight.detach().clone()}
+    label_ids = torch.randperm(48, generator=torch.Generator().manual_seed(1))[:40]
+    texts = varied_texts(40, seed=2)
+
+    options = dict(tokenizer=tokenizer, label_ids=label_ids, batch_size=3, max_length=24, show_progress=False)
+    assert init_from_label_texts_(model, texts, **options) == 39
+
+    embeddings = one_at_a_time(model, tokenizer, texts, 24)
+    kept = [i for i in range(40) if i != 20]  # the blank text's label keeps its weights
+    expected = expected_rows(layer, label_ids[kept], embeddings[kept], center=embeddings[kept].mean(0))
+    check_rows(layer, expected, before, rtol=1e-4, atol=3e-5)  # tolerance: see the test above
+
+
+def test_label_texts_sorted_by_length_blend_into_their_own_labels(tmp_path, monkeypatch):
+    monkeypatch.setattr("haste_hf.labels.embeddings.CHUNK_TEXTS", 8)
+    tokenizer = tiny_tokenizer(tmp_path)
+    model = make_tiny_model(label_count=8)
+    texts = varied_texts(40, seed=3)
+    counts = torch.randint(0, 6, (40,), generator=torch.Generator().manual_seed(4))
+    embeddings = F.normalize(torch.randn(40, 32, generator=torch.Generator().manual_seed(5)), dim=1)
+    original = embeddings.clone()
+    options = dict(tokenizer=tokenizer, batch_size=3, max_length=24, device="cpu", show_progress=False)
+
+    blended = blend_label_texts_(embeddings, texts, counts, 4, model.encoder, pooling=model.config.pooling, **options)
+
+    rare = [i for i in range(40) if counts[i] < 4 and i != 20]
+    assert blended == len(rare)
+    text_embeddings = F.normalize(one_at_a_time(model, tokenizer, texts, 24), dim=1)
+    weights = (counts.float() / 4).unsqueeze(1)
+    expected = original.clone()
+    expected[rare] = F.normalize(weights[rare] * original[rare] + (1 - weights[rare]) * text_embeddings[rare], dim=1)
+    torch.testing.assert_close(embeddings, expected, rtol=1e-4, atol=3e-5)
+
+
 def test_label_text_embeddings_check_their_arguments_at_the_call():
     with pytest.raises(ValueError, match="`batch_size`"):
         label_text_embeddings(lambda texts: torch.ones(len(texts), 2), ["a"], batch_size=0)
