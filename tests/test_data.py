@@ -197,6 +197,7 @@ MALFORMED = [
     ("trn_X_Y.txt", "2 4\n1:1\n4:1\n", "sparse_labels", 3, "label id 4 is outside [0, 4)"),
     ("trn_X_Y.txt", "2 4\n1:1\n2\n", "sparse_labels", 3, "label id:value"),
     ("trn_X_Y.txt", "2 x\n1:1\n2:1\n", "sparse_labels", 1, "bad header"),
+    ("trn_X_Y.txt", "1 4\n1:1\n2:1\n", "sparse_labels", 3, "more rows than the 1"),
     ("trn_X_Xf.txt", "1 4\n1:1\n2:1\n", "features", 3, "more rows"),
     ("trn.json", '{"title": "a", "target_ind": [0]}\n{"title": "b", "target_ind": [\n', "json", 2, "invalid JSON"),
     (
@@ -348,6 +349,26 @@ def test_a_directory_that_is_no_dataset_is_refused_naming_what_is_missing(tmp_pa
     write(sparse / "tst_X_Y.txt", "1 4\n1:1\n")
     with pytest.raises(ValueError, match=r"sparse: the test split declares 4 labels, train 3"):
         load_xmc_dataset(sparse, cache_dir=cache)
+
+
+def test_a_missing_source_file_is_named_and_a_readers_other_failure_is_not_swallowed(tmp_path, cache):
+    """A split whose file is missing is refused naming it; an error inside a reader that is not a format error
+    reaches the caller as `datasets` raised it (never a silent None)."""
+    from datasets import Features, Value
+    from datasets.exceptions import DatasetGenerationError
+
+    from haste_hf.xmc_files import _generate
+
+    write(tmp_path / "trn_X.txt", "a\n")
+    with pytest.raises(FileNotFoundError, match=r"trn_X_Y.txt does not exist"):
+        read_text_split(tmp_path / "trn_X.txt", tmp_path / "trn_X_Y.txt", cache_dir=cache)
+
+    def failing_reader():
+        raise OSError("the disk went away")
+        yield
+
+    with pytest.raises(DatasetGenerationError):
+        _generate(failing_reader, {}, Features({"text": Value("string")}), "train", cache)
 
 
 def test_a_bag_of_words_file_named_for_its_split_alone_is_read(tmp_path, cache):
