@@ -549,3 +549,12 @@ def test_a_sharded_layers_loss_top_k_clipping_and_whole_state_on_a_group_of_one_
             sharded.local_optimizer_state(fewer)
     finally:
         dist.destroy_process_group()
+
+
+def test_sharding_a_layer_left_on_the_meta_device_without_its_seed_is_refused_naming_deferred_output_rows():
+    from haste_hf.training.sharded_output_layer import ShardedOutputLayer
+
+    layer = HasteOutputLayer(16, 30, head_labels=4, group_size=4, fan_in=4)
+    layer.head.to("meta"), layer.tail.to("meta")
+    with pytest.raises(ValueError, match=r"on the meta device with no initial weight seed: .*deferred_output_rows\(\)"):
+        ShardedOutputLayer.shard(layer)
