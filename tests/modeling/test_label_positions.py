@@ -153,3 +153,10 @@ def test_a_layout_that_disagrees_with_the_model_or_misses_a_label_is_refused(lay
     with pytest.raises(ValueError, match=message):
         check_layout(layout, label_count, group_size)
     assert check_layout(layout_of_10(), 10, 4) == (10, 2)
+
+
+def test_frequencies_past_2_to_the_24_are_ordered_exactly():
+    """Counts that float32 cannot tell apart (2**24 and 2**24 + 1) still put the more frequent label first."""
+    shape = SimpleNamespace(label_count=4, head_label_count=1, tail_group_count=1, group_size=3)
+    frequencies = torch.tensor([2**24, 2**24 + 1, 3, 2**24 - 1], dtype=torch.int64)
+    assert output_labels_from_frequencies(shape, frequencies).tolist() == [1, 0, 3, 2]
