@@ -5,6 +5,7 @@
     python benchmarks/mutation_sample.py --seed S --only 12,40-60         # a part of the sample (to resume)
     python benchmarks/mutation_sample.py --seed S --drawn-at COMMIT ...    # a sample drawn earlier, on today's code
     python benchmarks/mutation_sample.py --seed S --apply N                # mutant N written here, for tests by hand
+    python benchmarks/mutation_sample.py --module haste_hf/x.py [--only ..] # every mutant of one module, no sample
 
 A mutant changes one deciding spot of one line of `haste_hf/`: a comparison flipped (`<` to `>=`, `==` to `!=`, `is`
 to `is not`, `in` to `not in`), a condition negated (`if`/`while`/`assert`/conditional expression), `and` swapped
@@ -383,6 +384,12 @@ def main():
         help="write mutant N of the sample into this checkout and exit, to run any test against it by hand "
         "(undo: git checkout -- haste_hf)",
     )
+    parser.add_argument(
+        "--module",
+        default=None,
+        help="a module's path (haste_hf/...): every mutant of its lines in order instead of a sample (--count and "
+        "--seed unused; --only, --list and --apply index this list)",
+    )
     parser.add_argument("--workdir", default="/tmp/haste-mutation-copy", help="where the mutated copy lives")
     parser.add_argument("--out", default=None, help="a Markdown file to write the table to (as it goes)")
     parser.add_argument(
@@ -393,8 +400,14 @@ def main():
     )
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
-    sample = draw_at(args.drawn_at, args.count, seed) if args.drawn_at else draw(args.count, seed)
-    print(f"seed {seed}: {len(sample)} mutants" + (f" drawn at {args.drawn_at}" if args.drawn_at else ""), flush=True)
+    if args.module:
+        sample = mutants_of(ROOT / args.module)
+        print(f"{args.module}: every one of its {len(sample)} mutants", flush=True)
+    else:
+        sample = draw_at(args.drawn_at, args.count, seed) if args.drawn_at else draw(args.count, seed)
+        print(
+            f"seed {seed}: {len(sample)} mutants" + (f" drawn at {args.drawn_at}" if args.drawn_at else ""), flush=True
+        )
     if args.list:
         for index, mutant in enumerate(sample):
             print(
@@ -438,7 +451,9 @@ def write_table(path: Path, seed: int, args, rows) -> None:
     lines = [
         "# Mutation sample",
         "",
-        f"`python benchmarks/mutation_sample.py --count {args.count} --seed {seed} --timeout {args.timeout:g}"
+        "`python benchmarks/mutation_sample.py "
+        + (f"--module {args.module}" if args.module else f"--count {args.count} --seed {seed}")
+        + f" --timeout {args.timeout:g}"
         + (f" --drawn-at {args.drawn_at}" if args.drawn_at else "")
         + (f" --only {args.only}" if args.only else "")
         + "`"

@@ -56,3 +56,16 @@ def test_a_modules_own_test_file_leaves_room_for_the_tests_that_name_its_classes
         (tmp_path / path).write_text(text)
     mutant = mutation_sample.Mutant("haste_hf/run_options.py", 2, "", "", "", False)
     assert mutation_sample.tests_of(mutant, tmp_path) == ["tests/test_run_options.py", "tests/cli/test_usage.py"]
+
+
+def test_module_lists_every_mutant_of_one_module_in_order(mutation_sample):
+    """`--module PATH --list`: every mutant of the module (no sample), numbered as `--only` and `--apply` take them."""
+    import subprocess
+
+    path = "haste_hf/labels/priors.py"
+    listed = subprocess.run(
+        [sys.executable, str(SCRIPT), "--module", path, "--list"], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    every = mutation_sample.mutants_of(mutation_sample.ROOT / path)
+    assert listed[0] == f"{path}: every one of its {len(every)} mutants" and len(every) > 100
+    assert listed[1:] == [f"{index:3d} {mutant.describe()}" for index, mutant in enumerate(every)]

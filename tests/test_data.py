@@ -197,6 +197,7 @@ MALFORMED = [
     ("trn_X_Y.txt", "2 4\n1:1\n4:1\n", "sparse_labels", 3, "label id 4 is outside [0, 4)"),
     ("trn_X_Y.txt", "2 4\n1:1\n2\n", "sparse_labels", 3, "label id:value"),
     ("trn_X_Y.txt", "2 x\n1:1\n2:1\n", "sparse_labels", 1, "bad header"),
+    ("trn_X_Y.txt", "1 4\n1:1\n2:1\n", "sparse_labels", 3, "more rows than the 1"),
     ("trn_X_Xf.txt", "1 4\n1:1\n2:1\n", "features", 3, "more rows"),
     ("trn.json", '{"title": "a", "target_ind": [0]}\n{"title": "b", "target_ind": [\n', "json", 2, "invalid JSON"),
     (
@@ -330,6 +331,61 @@ def test_invalid_utf8_names_line(tmp_path, cache):
         read_json_split(path, 2, cache_dir=cache)
 
 
+def test_a_directory_that_is_no_dataset_is_refused_naming_what_is_missing(tmp_path, json_dir, cache):
+    """A file for a directory, JSON data without its label texts, a format whose training split is not there, and
+    a test split of another label count are each refused in one line naming the directory."""
+    with pytest.raises(ValueError, match=r"trn.json.gz is not a directory"):
+        detect_format(json_dir / "trn.json.gz")
+    with pytest.raises(ValueError, match=r"no training split found in .*json_data for format 'text_sparse'"):
+        load_xmc_dataset(json_dir, format="text_sparse", cache_dir=cache)
+    (json_dir / "lbl.json.gz").unlink()
+    with pytest.raises(ValueError, match=r"json_data has trn.json\[.gz\] but no lbl.json\[.gz\]"):
+        load_xmc_dataset(json_dir, cache_dir=cache)
+    sparse = tmp_path / "sparse"
+    sparse.mkdir()
+    write(sparse / "trn_X.txt", "a\n")
+    write(sparse / "trn_X_Y.txt", "1 3\n0:1\n")
+    write(sparse / "tst_X.txt", "b\n")
+    write(sparse / "tst_X_Y.txt", "1 4\n1:1\n")
+    with pytest.raises(ValueError, match=r"sparse: the test split declares 4 labels, train 3"):
+        load_xmc_dataset(sparse, cache_dir=cache)
+
+
+def test_a_missing_source_file_is_named_and_a_readers_other_failure_is_not_swallowed(tmp_path, cache):
+    """A split whose file is missing is refused naming it; an error inside a reader that is not a format error
+    reaches the caller as `datasets` raised it (never a silent None)."""
+    from datasets import Features, Value
+    from datasets.exceptions import DatasetGenerationError
+
+    from haste_hf.xmc_files import _generate
+
+    write(tmp_path / "trn_X.txt", "a\n")
+    with pytest.raises(FileNotFoundError, match=r"trn_X_Y.txt does not exist"):
+        read_text_split(tmp_path / "trn_X.txt", tmp_path / "trn_X_Y.txt", cache_dir=cache)
+
+    def failing_reader():
+        raise OSError("the disk went away")
+        yield
+
+    with pytest.raises(DatasetGenerationError):
+        _generate(failing_reader, {}, Features({"text": Value("string")}), "train", cache)
+
+
+def test_a_bag_of_words_file_named_for_its_split_alone_is_read(tmp_path, cache):
+    """`train.txt` (no dataset prefix) is the training file, and is preferred to a `*_train.txt` beside it."""
+    write(tmp_path / "train.txt", "2 3 2\n0 0:1\n1 1:1 2:3\n")
+    write(tmp_path / "other_train.txt", "1 3 2\n1 0:1\n")
+    dataset = load_xmc_dataset(tmp_path, cache_dir=cache)
+    assert dataset.format == "bow" and dataset.splits["train"]["labels"] == [[0], [1]]
+
+
+def test_label_frequencies_refuse_an_id_outside_the_label_count(json_dir, cache):
+    train = load_xmc_dataset(json_dir, cache_dir=cache).splits["train"]
+    assert label_frequencies(train, 4).tolist() == [3, 1, 1, 1]
+    with pytest.raises(ValueError, match=r"label ids must lie in \[0, label_count=3\), found \[0, 3\]"):
+        label_frequencies(train, 3)
+
+
 def test_label_counts_must_match_between_files(tmp_path, cache):
     write(tmp_path / "trn_X.txt", "a\n")
     write(tmp_path / "trn_X_Y.txt", "1 3\n0:1\n")
@@ -390,6 +446,27 @@ def test_collator_errors(tokenizer):
     assert bounded([{"text": "a", "labels": [7]}])["labels"].tolist() == [[7]]
     with pytest.raises(ValueError, match="label_count=8"):
         bounded([{"text": "a", "labels": [2]}, {"text": "b", "labels": [8]}])
+
+
+def test_collator_pads_pre_tokenized_examples_and_refuses_one_longer_than_its_max_length(tokenizer):
+    """Examples that carry `input_ids` are padded as they are (the tokenizer's input names they hold, nothing else);
+    an example of exactly `max_length` tokens passes, one token more is refused; an empty batch is refused."""
+    collator = XMCDataCollator(tokenizer, max_length=3)
+    examples = [
+        {"input_ids": [2, 3], "attention_mask": [1, 1], "labels": [1], "text": "ignored"},
+        {"input_ids": [4, 2, 3], "attention_mask": [1, 1, 1], "labels": [0, 2], "text": "ignored"},
+    ]
+    batch = collator(examples)
+    assert sorted(batch) == ["attention_mask", "input_ids", "labels"]
+    assert batch["input_ids"].tolist() == [[2, 3, 0], [4, 2, 3]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 0], [1, 1, 1]]
+    assert batch["labels"].tolist() == [[1, -100], [0, 2]]
+    assert collator(examples[:1])["input_ids"].tolist() == [[2, 3]]
+    too_long = {"input_ids": [2, 3, 4, 2], "attention_mask": [1, 1, 1, 1], "labels": [1]}
+    with pytest.raises(ValueError, match="a pre-tokenized example has 4 tokens, more than the collator's max_length=3"):
+        collator([examples[0], too_long])
+    with pytest.raises(ValueError, match="cannot collate an empty batch"):
+        collator([])
 
 
 def test_label_id_padding_packs_ragged_ids_passes_even_ones_on_and_refuses_examples_without_tokens(tokenizer):

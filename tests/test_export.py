@@ -276,3 +276,53 @@ except ImportError as error:
         "transformers, or tokenize the texts yourself and call `top_k(input_ids, attention_mask)`."
     ]
     assert "`predict` of texts also\n  transformers" in (single_export / "README.md").read_text()
+
+
+@pytest.mark.parametrize("parts", ["head", "tail", "both"])
+@pytest.mark.parametrize("biases", [False, True])
+def test_the_output_layers_numpy_top_k_is_the_top_k_of_every_labels_logit_whatever_the_chunks(parts, biases):
+    """`output_layer_topk` (the serving's top-k without `[B, L]` logits) against every label's logit computed one at
+    a time: a head, a tail (its last 2 slots padding, which never win), or both, with or without biases, in chunks
+    of one row or group, a few, or all at once; k of a few labels and of all of them."""
+    rng = np.random.default_rng(0)
+    head_rows, groups, group_size, fan_in, width, batch = 5, 4, 3, 4, 8, 3
+    has_head, has_tail = parts != "tail", parts != "head"
+    positions = head_rows * has_head + groups * group_size * has_tail
+    padding = 2 if has_tail else 0
+    label_count = positions - padding
+    output_labels = np.concatenate([rng.permutation(label_count), -np.ones(padding, np.int64)]).astype(np.int64)
+    weights = {"output_labels": output_labels}
+    head_x = rng.standard_normal((batch, width)).astype(np.float32) if has_head else None
+    tail_x = rng.standard_normal((batch, width)).astype(np.float32) if has_tail else None
+    if has_head:
+        weights["head.weight"] = rng.standard_normal((head_rows, width)).astype(np.float32)
+        if biases:
+            weights["head.bias"] = rng.standard_normal(head_rows).astype(np.float32)
+    if has_tail:
+        weights["tail.weight"] = rng.standard_normal((groups, group_size, fan_in)).astype(np.float32)
+        weights["tail.supports"] = np.stack([rng.permutation(width)[:fan_in] for _ in range(groups)]).astype(np.int64)
+        if biases:
+            weights["tail.bias"] = rng.standard_normal(groups * group_size).astype(np.float32)
+    logits = np.full((batch, label_count), np.nan, np.float64)
+    for position, label in enumerate(output_labels):
+        if label < 0:
+            continue
+        if has_head and position < head_rows:
+            value = head_x.astype(np.float64) @ weights["head.weight"][position]
+            value += weights["head.bias"][position] if biases else 0.0
+        else:
+            slot = position - head_rows * has_head
+            group, member = divmod(slot, group_size)
+            gathered = tail_x[:, weights["tail.supports"][group]].astype(np.float64)
+            value = gathered @ weights["tail.weight"][group, member]
+            value += weights["tail.bias"][slot] if biases else 0.0
+        logits[:, label] = value
+    assert not np.isnan(logits).any()
+    for k in (4, label_count):
+        expected_ids = np.argsort(-logits, axis=1, kind="stable")[:, :k]
+        expected_scores = np.take_along_axis(logits, expected_ids, axis=1)
+        for chunk_elements in (1, 7, 10**6):
+            scores, ids = output_layer_topk(weights, head_x, tail_x, k, chunk_elements)
+            assert ids.shape == (batch, k) and scores.dtype == np.float32, (k, chunk_elements)
+            np.testing.assert_array_equal(ids, expected_ids)
+            np.testing.assert_allclose(scores, expected_scores, rtol=1e-5, atol=1e-5)

@@ -475,3 +475,21 @@ def test_rows_join_their_centroids_alike_whatever_rows_a_chunk_of_similarities_h
 def test_a_grouping_of_a_group_size_that_is_no_positive_integer_is_refused(group_size):
     with pytest.raises(ValueError, match=f"`group_size` must be a positive integer, got {group_size!r}"):
         LabelGrouping(order=[0, 1, 2, 3], group_size=group_size)
+
+
+def test_label_ids_of_another_shape_and_frequencies_that_miss_a_label_are_refused():
+    """Label ids must be a vector; `label_frequencies` a vector with an entry for every id grouped."""
+    with pytest.raises(ValueError, match=r"`label_ids` must be one-dimensional, got shape \(2, 1\)"):
+        group_labels(torch.randn(4, 3), [[1], [2]], 2)
+    with pytest.raises(ValueError, match=r"`label_frequencies` must be one-dimensional .* \(at least 4 entries\)"):
+        group_labels(None, [1, 3], 2, "frequency", label_frequencies=[5, 4, 3])
+    with pytest.raises(ValueError, match=r"`label_frequencies` must be one-dimensional .* got shape \(4, 1\)"):
+        group_labels(None, [1, 3], 2, "frequency", label_frequencies=[[5], [4], [3], [2]])
+    grouping = group_labels(None, [1, 3], 2, "frequency", label_frequencies=[5, 4, 3, 2])
+    assert grouping.order.tolist() == [1, 3]
+
+
+def test_no_labels_group_to_an_empty_grouping_of_objective_0():
+    empty = group_labels(torch.randn(4, 3), [], 2, device="cpu")
+    assert isinstance(empty, LabelGrouping) and empty.label_count == 0 and empty.group_size == 2
+    assert grouping_objective(torch.randn(4, 3), empty, device="cpu") == 0.0

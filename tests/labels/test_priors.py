@@ -91,3 +91,80 @@ def test_a_head_row_is_mapped_from_every_trained_label_where_the_branches_share_
     start = mapped_weights(layer, "head", new_x, label_x, ids)
     error = (start.weights - new_x @ truth).norm() / (new_x @ truth).norm()
     assert error < 0.1, error
+
+
+@pytest.mark.parametrize("biases", [False, True])
+@pytest.mark.parametrize("negatives", [0, 2])
+def test_without_a_map_a_new_label_starts_at_its_texts_mean_direction_and_the_trained_weights_norm(biases, negatives):
+    """`fallback_start` (no label names to map from): each new label's direction is the mean of its positive rows,
+    less the negatives' mean where there are negatives; the head gets unit directions times the head rows' mean norm,
+    the tail its directions with the tail labels' mean norm (the padding of the last group left out) for
+    `on_supports`; the bias is the trained biases' mean, or none where the branch has none."""
+    from haste_hf.labels.priors import fallback_start
+
+    model = make_tiny_model(
+        label_count=43, head_label_count=5, group_size=4, fan_in=8, shuffle_labels=True, training=False,
+        tail_bias=biases,
+    )  # fmt: skip
+    layer = model.output_layer
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for parameter in layer.parameters():
+            parameter.normal_()
+    if not biases:
+        layer.head.bias = None
+    generator = torch.Generator().manual_seed(1)
+    pairs = (torch.tensor([0, 1, 2, 3, 4]), torch.tensor([0, 1, 1, 2, 2]))
+    negative_rows = torch.arange(5, 5 + negatives)
+    tail_ids = layer.output_labels[layer.tail_first_position :]
+    tail_norms = layer.tail.weight.flatten(0, 1)[tail_ids >= 0].norm(dim=1)
+    for branch, width in (("head", layer.head.in_features), ("tail", layer.tail.in_features)):
+        x = torch.randn(7, width, generator=generator)
+        direction = torch.stack([x[0], x[1:3].mean(dim=0), x[3:5].mean(dim=0)])
+        if negatives:
+            direction = direction - x[5:7].mean(dim=0)
+        with torch.no_grad():  # as `add_labels` calls it
+            start = fallback_start(layer, branch, x, pairs, negative_rows, 3)
+        if branch == "head":
+            expected = direction / direction.norm(dim=1, keepdim=True) * layer.head.weight.norm(dim=1).mean()
+            torch.testing.assert_close(start.weights, expected)
+            assert start.norm is None and start.scale == 1.0
+            trained_bias = layer.head.bias
+        else:
+            torch.testing.assert_close(start.weights, direction)
+            assert start.norm == pytest.approx(tail_norms.mean().item(), rel=1e-6)
+            trained_bias = layer.tail.bias[tail_ids >= 0] if biases else None
+        if biases:
+            torch.testing.assert_close(start.bias, trained_bias.mean().expand(3))
+        else:
+            assert start.bias is None, branch
+
+
+def test_starting_weights_on_supports_are_scaled_or_set_to_the_norm():
+    """`StartingWeights.on_supports`: the dense vectors' values on each label's support, times `scale`; with a
+    `norm`, each label's values rescaled to that norm (the fallback's tail start)."""
+    from haste_hf.labels.priors import StartingWeights
+
+    generator = torch.Generator().manual_seed(0)
+    weights = torch.randn(3, 16, generator=generator)
+    supports = torch.stack([torch.randperm(16, generator=generator)[:4] for _ in range(3)])
+    on_support = weights.gather(1, supports)
+    torch.testing.assert_close(StartingWeights(weights, None, scale=0.5).on_supports(supports), 0.5 * on_support)
+    normed = StartingWeights(weights, None, norm=2.5).on_supports(supports)
+    torch.testing.assert_close(normed.norm(dim=1), torch.full((3,), 2.5))
+    torch.testing.assert_close(
+        normed / normed.norm(dim=1, keepdim=True), on_support / on_support.norm(dim=1, keepdim=True)
+    )
+
+
+def test_the_map_is_fitted_on_every_trained_label_or_on_a_seeded_draw_past_its_limit():
+    """`map_labels`: every label id up to `MAX_MAP_LABELS` labels; past it, `MAX_MAP_LABELS` distinct ids in order,
+    the same for a seed and another for another seed."""
+    from haste_hf.labels.priors import MAX_MAP_LABELS, map_labels
+
+    assert torch.equal(map_labels(MAX_MAP_LABELS, 0), torch.arange(MAX_MAP_LABELS))
+    drawn = map_labels(MAX_MAP_LABELS + 7, 0)
+    assert drawn.shape == (MAX_MAP_LABELS,) and bool((drawn[1:] > drawn[:-1]).all())
+    assert int(drawn[0]) >= 0 and int(drawn[-1]) < MAX_MAP_LABELS + 7
+    assert torch.equal(map_labels(MAX_MAP_LABELS + 7, 0), drawn)
+    assert not torch.equal(map_labels(MAX_MAP_LABELS + 7, 1), drawn)

@@ -519,3 +519,82 @@ def test_the_label_layout_reaches_every_rank_through_a_file_not_a_collective(tmp
         assert "LabelLayout" not in results["carried"] and results["left"] == [] and results["left_after"] == []
         assert "LabelLayout" in results["fallback_carried"]
     assert ranks[0]["shared"]["strategy"] == "random" and ranks[0]["shared"]["tail_order"].numel() == 32
+
+
+def test_a_sharded_layers_loss_top_k_clipping_and_whole_state_on_a_group_of_one_process_are_the_layers(tmp_path):
+    """On a one-process gloo group (two real ranks are the slow torchrun tests above), the share of a layer with a
+    head bias and shuffled labels gives the layer's loss and gradients for padded ids and for 0/1 multi-hot labels,
+    its top-k, its clipping of the output gradients, and its whole state and optimizer rows back; soft targets,
+    logits and the `[label_count]` position map are refused naming what to do instead."""
+    import copy
+
+    import torch.distributed as dist
+
+    from haste_hf.training.sharded_output_layer import ShardedOutputLayer
+
+    torch.manual_seed(0)
+    layer = HasteOutputLayer(16, 30, head_labels=4, group_size=4, fan_in=4)
+    real = layer.output_labels >= 0
+    layer.output_labels[real] = layer.output_labels[real][torch.randperm(30)]
+    features = torch.randn(5, 16)
+    ids = torch.tensor([[3, 17, -100], [0, -100, -100], [29, 4, 11], [-100, -100, -100], [8, 22, 5]])
+    multi_hot = torch.zeros(5, 30)
+    for row, row_ids in enumerate(ids.tolist()):
+        multi_hot[row, [i for i in row_ids if i >= 0]] = 1.0
+    expected = layer(features, labels=ids, top_k=6)
+    expected.loss.backward()
+    expected_grads = [p.grad.clone() for p in layer.output_parameters()]
+    expected_state = layer.state_dict()
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        unused = copy.deepcopy(layer)
+        unused.zero_grad(set_to_none=True)
+        sharded = ShardedOutputLayer.shard(unused)
+        out = sharded(features, labels=ids, top_k=6)
+        out.loss.backward()
+        torch.testing.assert_close(out.loss, expected.loss)
+        for grad, expected_grad in zip([p.grad for p in sharded.output_parameters()], expected_grads):
+            torch.testing.assert_close(grad, expected_grad)
+        assert torch.equal(out.top_label_ids, expected.top_label_ids)
+        torch.testing.assert_close(out.top_scores, expected.top_scores)
+        torch.testing.assert_close(sharded(features, labels=multi_hot).loss, expected.loss)
+        assert sharded(features).loss is None and sharded(features).top_label_ids is None
+        assert torch.equal(sharded.positive_positions(ids), layer.positive_positions(ids))
+        soft = multi_hot * 0.5
+        with pytest.raises(ValueError, match="0/1 multi-hot `labels` or padded positive ids, not soft targets"):
+            sharded(features, labels=soft)
+        with pytest.raises(ValueError, match="gives no \\[batch, label_count\\] logits: pass `top_k`"):
+            sharded(features, return_logits=True)
+        with pytest.raises(ValueError, match="no \\[label_count\\] map: gather the layer whole"):
+            sharded.label_positions  # noqa: B018
+        total = sharded.clip_grad_norm_(0.01)
+        expected_total = torch.nn.utils.clip_grad_norm_(layer.output_parameters(), 0.01)
+        torch.testing.assert_close(total, expected_total)
+        for p, q in zip(sharded.output_parameters(), layer.output_parameters()):
+            torch.testing.assert_close(p.grad, q.grad)
+        whole = sharded.gather_full(sharded.state_dict())
+        assert set(whole) == set(expected_state)
+        for name, tensor in expected_state.items():
+            assert torch.equal(whole[name], tensor), name
+        optimizer = torch.optim.Adam(layer.output_parameters())
+        optimizer.step()
+        full_state = optimizer.state_dict()
+        local = sharded.local_optimizer_state(full_state)
+        assert local["param_groups"] == full_state["param_groups"]
+        for index, entry in full_state["state"].items():
+            for key, value in entry.items():
+                assert torch.equal(local["state"][index][key], value), (index, key)
+        fewer = {"state": {}, "param_groups": [{"params": [0]}]}
+        with pytest.raises(ValueError, match="holds 1 parameters where the model's output layer has"):
+            sharded.local_optimizer_state(fewer)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_sharding_a_layer_left_on_the_meta_device_without_its_seed_is_refused_naming_deferred_output_rows():
+    from haste_hf.training.sharded_output_layer import ShardedOutputLayer
+
+    layer = HasteOutputLayer(16, 30, head_labels=4, group_size=4, fan_in=4)
+    layer.head.to("meta"), layer.tail.to("meta")
+    with pytest.raises(ValueError, match=r"on the meta device with no initial weight seed: .*deferred_output_rows\(\)"):
+        ShardedOutputLayer.shard(layer)

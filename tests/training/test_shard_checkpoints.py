@@ -470,3 +470,85 @@ def test_a_safetensors_file_written_in_pieces_holds_every_row(tmp_path, monkeypa
         assert loaded[name].dtype == tensor.dtype and torch.equal(loaded[name], tensor), name
     with safe_open(path, "pt") as f:
         assert f.metadata() == {"format": "pt"}
+
+
+def test_a_sharded_saves_output_momentum_goes_to_the_shards_and_comes_back_row_for_row(tmp_path, one_process_group):
+    """With the output optimizer, a sharded save writes each sharded weight's momentum rows into the shards;
+    `output_optimizer_state_to_save` leaves those out of optimizer.pt (naming them, keeping the rest) and
+    `load_output_momentum_` reads them back into a fresh optimizer, equal to the saved ones."""
+    from haste_hf.training.optimization import StochasticRoundingSGD
+    from haste_hf.training.shard_checkpoints import ROWS_IN_SHARDS_KEY
+
+    model = make_tiny_model(40, head_label_count=5, training=False)
+    layer = shard_output_layer_(model)
+    optimizer = StochasticRoundingSGD(layer.output_parameters(), lr=0.1, momentum=0.9)
+    generator = torch.Generator().manual_seed(0)
+    for param in layer.output_parameters():
+        param.grad = torch.randn(param.shape, generator=generator)
+    optimizer.step()
+    save_sharded_folder(model, tmp_path / "checkpoint", output_optimizer=optimizer)
+    shard = load_file(next((tmp_path / "checkpoint").glob("model-output-*.safetensors")))
+    names = {id(param): name for name, param in layer.named_parameters()}
+    for param in layer.output_parameters():
+        stored = shard[f"optimizer.output_layer.{names[id(param)]}.momentum_buffer"]
+        assert torch.equal(stored, optimizer.state[param]["momentum_buffer"]), names[id(param)]
+    to_save = shard_checkpoints.output_optimizer_state_to_save(model, optimizer)
+    moved = to_save.pop(ROWS_IN_SHARDS_KEY)
+    assert moved == {index: ["momentum_buffer"] for index in range(len(layer.output_parameters()))}
+    assert all("momentum_buffer" not in entry for entry in to_save["state"].values())
+    fresh = StochasticRoundingSGD(layer.output_parameters(), lr=0.1, momentum=0.9)
+    fresh.load_state_dict(to_save)
+    shard_checkpoints.load_output_momentum_(model, fresh, moved, str(tmp_path / "checkpoint"))
+    for param in layer.output_parameters():
+        assert torch.equal(fresh.state[param]["momentum_buffer"], optimizer.state[param]["momentum_buffer"])
+
+
+def test_a_safetensors_file_holds_exactly_its_tensors_or_is_not_linked(tmp_path):
+    """`_holds_exactly` (whether a checkpoint's shard may be linked instead of written): the same names, metadata,
+    dtypes, shapes and bytes; another name, metadata, dtype, shape or byte is not; a dtype safetensors cannot hold
+    is refused naming the tensor."""
+    tensors = {"a": torch.arange(12.0).reshape(4, 3), "b": torch.tensor([1, 2], dtype=torch.int64)}
+    path = str(tmp_path / "file.safetensors")
+    shard_checkpoints.write_safetensors(path, tensors, {"format": "pt"})
+    assert shard_checkpoints._holds_exactly(path, tensors, {"format": "pt"})
+    others = [
+        ({**tensors, "c": torch.zeros(1)}, {"format": "pt"}),
+        (tensors, {"format": "other"}),
+        ({**tensors, "b": tensors["b"].to(torch.int32)}, {"format": "pt"}),
+        ({**tensors, "a": tensors["a"].reshape(3, 4)}, {"format": "pt"}),
+        ({**tensors, "a": tensors["a"] + torch.eye(4, 3)}, {"format": "pt"}),
+    ]
+    for other, metadata in others:
+        assert not shard_checkpoints._holds_exactly(path, other, metadata)
+    with pytest.raises(ValueError, match=r"c: safetensors holds no torch.complex64"):
+        shard_checkpoints.write_safetensors(path, {"c": torch.zeros(2, dtype=torch.complex64)})
+
+
+def test_a_folder_that_is_no_checkpoint_of_the_model_is_refused_naming_the_tensor(tmp_path, one_process_group):
+    """`load_folder_rows_`: a folder without weights, weights without a tensor the model has (its label ids or
+    another) and a tensor of another shape are each refused naming the folder and the tensor (shards that miss a
+    tensor or rows are refused as `OutputShards.open` reads them: `test_nothing_in_the_index_is_trusted`)."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    model = make_tiny_model(40, head_label_count=5, training=False)
+    with pytest.raises(FileNotFoundError, match="No model.safetensors .* not a HASTE checkpoint folder"):
+        load_folder_rows_(model, empty)
+    saved = make_tiny_model(40, head_label_count=5, training=False)
+    weights = {name: value.contiguous() for name, value in saved.state_dict().items()}
+    cases = {
+        "output_layer.output_labels": "holds no tensor 'output_layer.output_labels'",
+        "encoder.encoder.layer.0.output.dense.bias": "holds no tensor 'encoder.encoder.layer.0.output.dense.bias'",
+    }
+    for missing, message in cases.items():
+        folder = tmp_path / missing
+        folder.mkdir()
+        save_file({name: value for name, value in weights.items() if name != missing}, folder / "model.safetensors")
+        with pytest.raises(KeyError, match=message):
+            load_folder_rows_(make_tiny_model(40, head_label_count=5, training=False), folder)
+    folder = tmp_path / "shape"
+    folder.mkdir()
+    save_file({**weights, "encoder.encoder.layer.0.output.dense.bias": torch.zeros(3)}, folder / "model.safetensors")
+    with pytest.raises(
+        ValueError, match=r"encoder.encoder.layer.0.output.dense.bias has shape \(3,\) where this rank needs"
+    ):
+        load_folder_rows_(make_tiny_model(40, head_label_count=5, training=False), folder)
