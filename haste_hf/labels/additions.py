@@ -529,7 +529,7 @@ def add_labels(
     reference = priors.reference_rows(negative_rows, label_rows, map_ids, seed)
     reference_tail = None if reference is None or head else features["tail"][reference[0]]
     # The copy of a text's own features scores real texts on a level no label name shows: only with negatives.
-    blends = priors.BLENDS if negatives is not None else (0.0,)
+    blends = ((priors.HEAD_BLEND,) if head else priors.BLENDS) if negatives is not None else (0.0,)
     # One step, seconds to minutes with the trained label count: a bar shows that it runs and how long it took.
     with tqdm(total=1, desc="Mapping label texts to weights", disable=not is_progress_bar_enabled()) as bar:
         start = priors.mapped_weights(
