@@ -16,7 +16,7 @@ grid scored on the reference texts, each with the bias that gives it its trained
 model's own probabilities (cross-entropy). A map from text knows less than training did; at full norm its weights
 would be surer of themselves than they know. The copy is used only with negatives: its scores on real texts sit on
 a level no label name shows (a bag-of-words encoder put new labels above every old one on planted texts without
-them), and only real texts can calibrate it. The head keeps the ridge map alone.
+them), and only real texts can calibrate it. A head row takes the copy at the fixed weight `HEAD_BLEND`.
 
 The level. A label's scores over the texts the model reads have a level set by its frequency: training with BCE
 leaves each trained label's bias where the gradient of its loss in the bias vanishes, its sigmoid scores summed
