@@ -1,11 +1,10 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
 """Labels added to a trained model, from their texts and optionally a few examples, without retraining it.
 
-New labels take the next ids (`L, L + 1, ...`). By default (`head=None`) they take new rows of the dense head
-wherever the head reads the tail's features (no projections): there a head row is mapped from every trained label's
-text, all of a text's features are its own, and on deps and tags (3 seeds) the head beat the tail in every mode on
-held-out R@5 and on the full ranking. Where the head has a projection of its own (a head row could only be learnt
-from the head's few frequent labels) or there is no head, they go to the tail (`head=False` asks for it): they
+New labels take the next ids (`L, L + 1, ...`). By default (`head=None`) they take new rows of the dense head where
+it reads the tail's features (no projections: a head row is mapped from every trained label's text, all features its
+own; on deps and tags, 3 seeds, the head beat the tail in every mode). With projections (a head row would be learnt
+from the head's few frequent labels alone) or without a head they go to the tail (`head=False` asks for it): they
 first fill the padding slots of the last tail group, the ones that fit its support best, then form groups of their
 own whose supports are the features where their predicted weights are largest. A head row costs `d` weights and `d`
 multiply-adds a text against a tail label's F: 10^6 labels added to a 10^7-label model with d = 384 grow the head
@@ -18,12 +17,15 @@ Each new label starts from the weights the trained model's own labels say its te
 ridge map from the trained labels' texts, the model's label names, to their weights on the branch; on the tail with
 negatives, plus a copy of the text's own features, its weight and the scale distilled on trained labels). Given
 negatives (training texts tagged with none of the new labels), a MAP logistic fit of the new weights alone follows:
-its positives (its own text and its examples) against the negatives, pulled toward the text's weights, the encoder
-and every existing weight frozen. Last, each new label's level is calibrated (`priors.py`) to the frequency of the
+its positives (its own text and its examples) against every other negative, pulled toward the text's weights, the
+encoder and every existing weight frozen; the rest of the negatives calibrate (a fit pushes its own negatives down,
+so a level set on them would undercount its false positives on texts it never saw). Last, each new label's level is calibrated (`priors.py`) to the frequency of the
 trained labels whose texts are nearest its own: with negatives, the bias at which its BCE over the training texts is
 stationary (its positives standing for that fraction of them, the negatives for the rest), as training leaves a
 trained label's bias; without, an offset that makes its summed sigmoid scores on a sample of the trained labels'
-texts what those nearest trained labels have there. A model without label names falls back to the text's embedding
+texts what those nearest trained labels have there. In the head, the levelled score then goes through an increasing
+map (scale, offset) learnt at add time on trained labels mapped and levelled alike, to the score training gave
+them (`score_map.head_score_calibration`). A model without label names falls back to the text's embedding
 as the direction, scaled to the trained weights' mean norm.
 """
 
@@ -39,7 +41,7 @@ from ..modeling.defaults import DEFAULT_EVAL_BATCH_SIZE, DEFAULT_MAX_LENGTH
 from ..modeling.output_layer import HasteOutputLayer
 from ..modeling.sparse_ops import group_sparse_linear
 from . import priors
-from .embeddings import label_text_embeddings
+from .embeddings import label_text_embeddings, resolve_tokenizer
 from .grouping import group_labels
 from .priors import calibrate_new_labels, fallback_start, fit_new_labels
 
@@ -151,24 +153,6 @@ def check_examples(examples, texts: list[str], names: list[str] | None, label_co
         + (f" of {len(examples)}" if hasattr(examples, "__len__") else "")
         + "."
     )
-
-
-def resolve_tokenizer(model, tokenizer):
-    """`tokenizer`, or the one saved with the model; refuses a model with no tokenizer to embed the texts."""
-    if tokenizer is not None:
-        return tokenizer
-    from transformers import AutoTokenizer
-
-    source = getattr(model, "name_or_path", "") or getattr(model.config, "_name_or_path", "")
-    try:
-        if not source:
-            raise OSError("the model was not loaded from a folder")
-        return AutoTokenizer.from_pretrained(source)
-    except (OSError, ValueError) as error:
-        raise ValueError(
-            f"`tokenizer`: the model has no tokenizer to embed the label texts ({str(error).splitlines()[0]}); pass "
-            "tokenizer=AutoTokenizer.from_pretrained(<its folder or encoder>)."
-        ) from None
 
 
 # ------------------------------------------------------------------------------------------------ embeddings
@@ -375,7 +359,7 @@ class NewLabelWeights(torch.nn.Module):
 
     @torch.no_grad()
     def calibrate_head(self, scale: float, offset: float) -> None:
-        """Maps each head row's logit `z` to `scale * z + offset` (`priors.head_score_calibration`)."""
+        """Maps each head row's logit `z` to `scale * z + offset` (`score_map.head_score_calibration`)."""
         if self.head_weight is None:
             return
         self.head_weight *= scale

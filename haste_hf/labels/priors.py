@@ -40,6 +40,14 @@ positives the label is: its bias is where its BCE over the training texts is sta
 the fraction `rho` of them that carries it (the nearest trained labels' mass on the negatives over their count)
 and the negatives for the rest (`balanced_offsets`).
 
+A level matches a false-positive mass, not how far a label's true texts stand above the rest: a head row mapped
+from text is less sure than a trained one, and its levelled scores left as they are put its true texts at a tenth
+of a trained label's score or less (deps, 3 seeds). So a head row's levelled logit `z` becomes `scale * z + offset`,
+the increasing map with the least cross-entropy against the trained model's probabilities on the reference texts of
+512 trained labels, each mapped from its text by the head map fitted without them (one SVD: a linear smoother's
+hold-out identity) and levelled as a new label is (`score_map.head_score_calibration`); the new labels' order on a text stays
+the level's.
+
 Offsets are solved per label by a few vectorised Newton steps on the log of the mass. The offset is the label's
 bias: a tail trained without bias (the default) gains one when labels are added, zero for the existing labels,
 whose scores stay bit-identical (`x + 0.0 == x`). (The level could instead ride on the weights along the features'
@@ -86,11 +94,6 @@ HEAD_BLEND = 0.25
 # new label's neighbours' mass measures its frequency with noise, which in the head reorders the new labels among
 # themselves (deps, seed 0, the map alone: held-out R@5 18.4 at the full level, 19.8 at one common level).
 HEAD_LEVEL_SPREAD = 0.5
-# Trained labels mapped by head maps fitted without them, to learn the head's score calibration on
-# (`head_score_calibration`), in this many folds.
-CALIBRATION_LABELS = 512
-CALIBRATION_FOLDS = 4
-CALIBRATION_STEPS = 25
 
 
 @dataclass
@@ -359,91 +362,6 @@ def distilled_blend(texts, copies, targets, rows, tail, reference, blends=BLENDS
 
 
 @torch.no_grad()
-def trained_logits(layer, reference: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """`[n, m]` float64 the trained logits of `labels` on the reference features `[n, d]`, a few texts at a time
-    (about 2^27 scores a chunk, as `label_masses`)."""
-    chunk = max(1, (1 << 27) // max(layer.label_count, 1))
-    parts = []
-    for start in range(0, reference.shape[0], chunk):
-        logits = layer.logits(reference[start : start + chunk].to(_input_dtype(layer)))
-        parts.append(logits[:, labels.to(logits.device)].double())
-    return torch.cat(parts)
-
-
-@torch.no_grad()
-def fit_score_map(inputs: torch.Tensor, probabilities: torch.Tensor, steps: int = CALIBRATION_STEPS) -> torch.Tensor:
-    """`[k]` the coefficients `w` of `sigmoid(inputs @ w)` (`inputs` `[N, k]`) with the least cross-entropy against
-    the target `probabilities` `[N]`: Newton's method on a convex loss, its steps halved until the loss falls."""
-    inputs, probabilities = inputs.double(), probabilities.double()
-
-    def loss(w):
-        z = inputs @ w
-        return -(probabilities * F.logsigmoid(z) + (1 - probabilities) * F.logsigmoid(-z)).sum()
-
-    w = torch.zeros(inputs.shape[1], dtype=torch.float64, device=inputs.device)
-    w[0] = 1.0
-    current = loss(w)
-    for _ in range(steps):
-        p = torch.sigmoid(inputs @ w)
-        gradient = inputs.T @ (p - probabilities)
-        hessian = (inputs * (p * (1 - p)).unsqueeze(1)).T @ inputs
-        hessian += (
-            1e-9 * hessian.diagonal().mean().clamp(min=1e-12) * torch.eye(w.numel(), dtype=w.dtype, device=w.device)
-        )
-        step = torch.linalg.solve(hessian, gradient)
-        for _ in range(30):
-            trial = loss(w - step)
-            if trial <= current:
-                w, current = w - step, trial
-                break
-            step = step / 2
-    return w
-
-
-@torch.no_grad()
-def head_score_calibration(layer, label_x, label_ids, reference_x, log_fp_mass, blend, seed: int = 0):
-    """`(scale, offset)`: the map `scale * z + offset` from a new head row's levelled logit `z` to the logit training
-    would have given it, learnt at add time on `CALIBRATION_LABELS` trained labels (or all of the map's), each
-    mapped from its text by a head map fitted without it (`CALIBRATION_FOLDS` folds; the copy at `blend`) and
-    levelled as a new label is (`calibrate_new_labels`: its false-positive mass on the `reference_x` texts set to
-    its nearest other labels' `log_fp_mass`, damped by `HEAD_LEVEL_SPREAD`): the least cross-entropy of
-    `sigmoid(scale * z + offset)` against the trained model's probabilities on those texts (`fit_score_map`). The
-    level alone matches a false-positive mass; how sure a mapped score may be, how far its true texts stand above
-    the rest, only trained labels say. The map is increasing (a negative scale is refused: 0), so the new labels'
-    order on a text stays the level's. None where the head holds fewer than `2 * CALIBRATION_FOLDS` of them."""
-    positions = layer.label_positions.to(label_ids.device)[label_ids]
-    rows, targets = head_map_targets(layer, label_ids, positions)
-    if int(rows.sum()) < 2 * CALIBRATION_FOLDS:
-        return None
-    rows = rows.to(label_x.device)
-    texts, ids = label_x[rows], label_ids.to(rows.device)[rows]
-    generator = torch.Generator().manual_seed(seed)
-    order = torch.randperm(texts.shape[0], generator=generator).to(texts.device)
-    sample = order[: min(CALIBRATION_LABELS, texts.shape[0])]
-    copies = branch_copies(layer, texts, "head")
-    width = layer.head.weight.shape[1]
-    x = branch_copies(layer, reference_x, "head").double()
-    trained = torch.sigmoid(trained_logits(layer, reference_x, ids[sample]))
-    z, neighbours = torch.empty_like(trained), torch.empty(sample.numel(), dtype=torch.float64, device=x.device)
-    common = log_fp_mass.to(ids.device)[ids].mean().double()
-    for fold in range(CALIBRATION_FOLDS):  # each sampled label mapped by a map fitted without its fold
-        held = torch.arange(fold, sample.numel(), CALIBRATION_FOLDS, device=sample.device)
-        kept = torch.ones(texts.shape[0], dtype=torch.bool, device=texts.device)
-        kept[sample[held]] = False
-        rest = kept.nonzero().squeeze(1)
-        text_map = blended_map(RidgeFitter(texts[rest]).fit(targets[rest]), copies[rest].mean(dim=0), blend)
-        guess = text_map(texts[sample[held]], copies[sample[held]]).double()
-        z[:, held.to(z.device)] = x @ guess[:, :width].T + (guess[:, width] if guess.shape[1] > width else 0.0)
-        masses = log_fp_mass.to(ids.device)[ids[rest]]
-        neighbours[held.to(x.device)] = nearest_log_masses(texts[rest], masses, texts[sample[held]]).double()
-    neighbours = common + HEAD_LEVEL_SPREAD * (neighbours - common)
-    z = z + solve_offsets(lambda labels: (z[:, labels], 1.0), neighbours)
-    inputs = torch.stack([z, torch.ones_like(z)], dim=-1).reshape(-1, 2)
-    scale, offset = fit_score_map(inputs, trained.reshape(-1)).tolist()
-    return max(scale, 0.0), offset
-
-
-@torch.no_grad()
 def balanced_offsets(
     negative_scores: torch.Tensor,
     positive_scores: torch.Tensor,
@@ -582,7 +500,7 @@ def calibrate_new_labels(layer, weights, embedded, features, reference, examples
     a label without examples gets the false-positive mass there of the trained labels nearest its text
     (`label_masses`, `nearest_log_masses`, `solve_offsets`), kept at `HEAD_LEVEL_SPREAD` of its distance from the
     trained labels' mean in the head; then a head row's logit goes through the increasing map to a trained logit
-    learnt on trained labels mapped and levelled alike (`head_score_calibration`, the copy at `blend`). A label with `examples` `(rows, labels)` (the
+    learnt on trained labels mapped and levelled alike (`score_map.head_score_calibration`, the copy at `blend`). A label with `examples` `(rows, labels)` (the
     reference rows are then the negatives) gets the bias at which its BCE over the training texts is stationary, the
     fraction of them that carries it being the nearest trained labels' mass on the negatives over their count
     (`balanced_offsets`): its examples say how sure of them it is."""
@@ -602,6 +520,8 @@ def calibrate_new_labels(layer, weights, embedded, features, reference, examples
         # Head rows: the trained labels' mean level plus a damped part of each label's own (`HEAD_LEVEL_SPREAD`).
         false_positive[head] = common + HEAD_LEVEL_SPREAD * (false_positive[head] - common)
         if head.numel():
+            from .score_map import head_score_calibration  # it builds on this module
+
             label_x = embedded[fit_rows]
             calibration = head_score_calibration(layer, label_x, ids, embedded[rows], log_masses[1], blend)
     else:
@@ -640,9 +560,6 @@ __all__ = [
     "map_labels",
     "solve_offsets",
     "head_map_targets",
-    "head_score_calibration",
-    "fit_score_map",
-    "trained_logits",
     "tail_label_positions",
     "tail_weights_at",
     "nearest_log_masses",

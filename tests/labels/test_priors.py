@@ -5,6 +5,7 @@ import pytest
 import torch
 from tiny_haste import make_tiny_model
 
+from haste_hf.labels import score_map
 from haste_hf.labels.priors import tail_label_positions, tail_weights_at
 
 
@@ -124,13 +125,12 @@ def test_a_head_row_adds_the_copy_of_its_text_at_the_weight_given():
 
 def test_the_score_map_is_the_least_cross_entropy_logistic_map():
     """`fit_score_map` recovers the coefficients that made the target probabilities."""
-    from haste_hf.labels import priors
 
     generator = torch.Generator().manual_seed(0)
     z, m = torch.randn(4000, generator=generator) * 3, torch.randn(4000, generator=generator)
     inputs = torch.stack([z, torch.ones_like(z), m], dim=1).double()
     truth = torch.tensor([0.4, -2.0, 0.7], dtype=torch.float64)
-    fitted = priors.fit_score_map(inputs, torch.sigmoid(inputs @ truth))
+    fitted = score_map.fit_score_map(inputs, torch.sigmoid(inputs @ truth))
     torch.testing.assert_close(fitted, truth, atol=1e-5, rtol=0)
 
 
@@ -160,7 +160,7 @@ def test_a_head_label_is_levelled_then_mapped_as_trained_labels_say_and_a_tail_l
     _, false_positive = (values.clamp(min=floor).log() for values in priors.label_masses(layer, embedded[rows]))
     nearest = priors.nearest_log_masses(embedded[fit_rows], false_positive, embedded[:count]).double()
     common = false_positive.mean().double()
-    scale, offset = priors.head_score_calibration(
+    scale, offset = score_map.head_score_calibration(
         layer, embedded[fit_rows], fit_ids, embedded[rows], false_positive, 0.25
     )
     directions = torch.randn(count, layer.tail.in_features, generator=generator)
