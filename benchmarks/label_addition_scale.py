@@ -2,7 +2,7 @@
 """How long the parts of `add_labels`' text map and calibration take on an output layer of `--labels` labels
 (random weights, default 10^7; the study measures 43K end to end): the trained labels' masses on the reference
 texts, the ridge map on `MAX_MAP_LABELS` label texts (`--branch tail`: with the distilled scale; `head`, the
-default placement: the head map from every map label, then the score calibration learnt on trained labels), the
+default placement: the head map from every map label), the
 expected masses of `--new` labels from their nearest trained labels' texts, their scores on the reference and
 their offsets; and the memory the new labels take. The label texts' embedding is not timed here:
 `MAX_MAP_LABELS` short texts through the encoder, as many as the study embeds at 43K labels for every 2.3.
@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from haste_hf.labels import priors, score_map
+from haste_hf.labels import priors
 from haste_hf.modeling.output_layer import HasteOutputLayer
 
 
@@ -62,12 +62,6 @@ def main(argv=None) -> int:
             device, lambda: priors.mapped_weights(layer, "head", new_x, texts, label_ids, blends=(priors.HEAD_BLEND,))
         )
         rows.append(("ridge map of the head rows from every map label (s)", f"{seconds:.1f}"))
-        log_fp = masses.clamp(min=1e-6).log()
-        _, seconds = timed(
-            device,
-            lambda: score_map.head_score_calibration(layer, texts, label_ids, reference, log_fp, priors.HEAD_BLEND),
-        )
-        rows.append(("the head's score map learnt on trained labels (s)", f"{seconds:.1f}"))
     _, seconds = timed(device, lambda: priors.nearest_log_masses(texts, masses[label_ids].log(), new_x))
     rows.append(("expected masses from the nearest trained labels' texts (s)", f"{seconds:.1f}"))
     if args.branch == "head":

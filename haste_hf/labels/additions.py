@@ -23,9 +23,7 @@ so a level set on them would undercount its false positives on texts it never sa
 trained labels whose texts are nearest its own: with negatives, the bias at which its BCE over the training texts is
 stationary (its positives standing for that fraction of them, the negatives for the rest), as training leaves a
 trained label's bias; without, an offset that makes its summed sigmoid scores on a sample of the trained labels'
-texts what those nearest trained labels have there. In the head, the levelled score then goes through an increasing
-map (scale, offset) learnt at add time on trained labels mapped and levelled alike, to the score training gave
-them (`score_map.head_score_calibration`). A model without label names falls back to the text's embedding
+texts what those nearest trained labels have there. A model without label names falls back to the text's embedding
 as the direction, scaled to the trained weights' mean norm.
 """
 
@@ -358,15 +356,6 @@ class NewLabelWeights(torch.nn.Module):
                 self.tail_bias.copy_(start.bias)
 
     @torch.no_grad()
-    def calibrate_head(self, scale: float, offset: float) -> None:
-        """Maps each head row's logit `z` to `scale * z + offset` (`score_map.head_score_calibration`)."""
-        if self.head_weight is None:
-            return
-        self.head_weight *= scale
-        if self.head_bias is not None:
-            self.head_bias.copy_(scale * self.head_bias + offset)
-
-    @torch.no_grad()
     def add_offsets(self, offsets: torch.Tensor) -> None:
         """Adds `offsets` `[count]` to the new labels' biases."""
         offsets = offsets.to(self.kind.device, torch.float32)
@@ -577,7 +566,6 @@ def add_labels(
         features,
         reference,
         (rows[examples_only], labels[examples_only]) if negatives is not None else None,
-        blend=blends[0] if head else 0.0,
     )
     all_names = None if names is None else existing_label_names(model) + names
     new_layer = extended_output_layer(layer, weights)

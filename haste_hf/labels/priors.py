@@ -40,14 +40,6 @@ positives the label is: its bias is where its BCE over the training texts is sta
 the fraction `rho` of them that carries it (the nearest trained labels' mass on the negatives over their count)
 and the negatives for the rest (`balanced_offsets`).
 
-A level matches a false-positive mass, not how far a label's true texts stand above the rest: a head row mapped
-from text is less sure than a trained one, and its levelled scores left as they are put its true texts at a tenth
-of a trained label's score or less (deps, 3 seeds). So a head row's levelled logit `z` becomes `scale * z + offset`,
-the increasing map with the least cross-entropy against the trained model's probabilities on the reference texts of
-512 trained labels, each mapped from its text by the head map fitted without them (one SVD: a linear smoother's
-hold-out identity) and levelled as a new label is (`score_map.head_score_calibration`); the new labels' order on a text stays
-the level's.
-
 Offsets are solved per label by a few vectorised Newton steps on the log of the mass. The offset is the label's
 bias: a tail trained without bias (the default) gains one when labels are added, zero for the existing labels,
 whose scores stay bit-identical (`x + 0.0 == x`). (The level could instead ride on the weights along the features'
@@ -494,13 +486,12 @@ def reference_rows(negative_rows, label_rows, map_ids, seed: int):
     return label_rows[order[:taken]], label_rows[order[taken:]], map_ids.to(order.device)[order[taken:]]
 
 
-def calibrate_new_labels(layer, weights, embedded, features, reference, examples=None, blend: float = 0.0) -> None:
+def calibrate_new_labels(layer, weights, embedded, features, reference, examples=None) -> None:
     """The new labels' levels; left as they start where there is no reference. On the `reference` rows
     (`reference_rows`: the negatives, else half the trained labels' texts), none of which carries a new label:
     a label without examples gets the false-positive mass there of the trained labels nearest its text
     (`label_masses`, `nearest_log_masses`, `solve_offsets`), kept at `HEAD_LEVEL_SPREAD` of its distance from the
-    trained labels' mean in the head; then a head row's logit goes through the increasing map to a trained logit
-    learnt on trained labels mapped and levelled alike (`score_map.head_score_calibration`, the copy at `blend`). A label with `examples` `(rows, labels)` (the
+    trained labels' mean in the head. A label with `examples` `(rows, labels)` (the
     reference rows are then the negatives) gets the bias at which its BCE over the training texts is stationary, the
     fraction of them that carries it being the nearest trained labels' mass on the negatives over their count
     (`balanced_offsets`): its examples say how sure of them it is."""
@@ -512,27 +503,16 @@ def calibrate_new_labels(layer, weights, embedded, features, reference, examples
     log_masses = [values.clamp(min=floor).log() for values in label_masses(layer, embedded[rows])]
     count = weights.count
     head = weights.head_labels.to(log_masses[0].device)
-    calibration = None
     if fit_ids.numel() > 2:
         ids = fit_ids.to(log_masses[0].device)
         common = log_masses[1][ids].mean()
         mass, false_positive = (nearest_log_masses(embedded[fit_rows], v[ids], embedded[:count]) for v in log_masses)
         # Head rows: the trained labels' mean level plus a damped part of each label's own (`HEAD_LEVEL_SPREAD`).
         false_positive[head] = common + HEAD_LEVEL_SPREAD * (false_positive[head] - common)
-        if head.numel():
-            from .score_map import head_score_calibration  # it builds on this module
-
-            label_x = embedded[fit_rows]
-            calibration = head_score_calibration(layer, label_x, ids, embedded[rows], log_masses[1], blend)
     else:
         mass, false_positive = (v.median().expand(count) for v in log_masses)
     scores = weights.logits(*inputs).double()
     offsets = solve_offsets(lambda labels: (scores[:, labels], 1.0), false_positive.double())
-    if calibration is not None:
-        weights.add_offsets(offsets)
-        weights.calibrate_head(*calibration)
-        scores = weights.logits(*inputs).double()
-        offsets = torch.zeros_like(offsets)
     if examples is not None and examples[0].numel():
         example_rows, example_labels = examples
         branch_x = tuple(features.get(branch) for branch in ("head", "tail"))
