@@ -1,11 +1,14 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
 """How long the parts of `add_labels`' text map and calibration take on an output layer of `--labels` labels
 (random weights, default 10^7; the study measures 43K end to end): the trained labels' masses on the reference
-texts, the ridge map on `MAX_MAP_LABELS` label texts, the distilled scale, and the offsets of `--new` labels.
-The label texts' embedding is not timed here: `MAX_MAP_LABELS` short texts through the encoder, as many as the
-study embeds at 43K labels for every 2.3.
+texts, the ridge map on `MAX_MAP_LABELS` label texts (`--branch tail`: with the distilled scale; `head`, the
+default placement: the head map from every map label), the
+expected masses of `--new` labels from their nearest trained labels' texts, their scores on the reference and
+their offsets; and the memory the new labels take. The label texts' embedding is not timed here:
+`MAX_MAP_LABELS` short texts through the encoder, as many as the study embeds at 43K labels for every 2.3.
 
     python benchmarks/label_addition_scale.py --labels 10000000 --new 4306
+    python benchmarks/label_addition_scale.py --labels 1000000 --new 100000 --branch head
 """
 
 import argparse
@@ -33,6 +36,7 @@ def main(argv=None) -> int:
     parser.add_argument("--labels", type=int, default=10_000_000)
     parser.add_argument("--new", type=int, default=4306)
     parser.add_argument("--features", type=int, default=384)
+    parser.add_argument("--branch", choices=("head", "tail"), default="head")
     args = parser.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(0)
@@ -45,16 +49,30 @@ def main(argv=None) -> int:
     rows = [("labels", args.labels), ("new labels", args.new)]
     (_, masses), seconds = timed(device, lambda: priors.label_masses(layer, reference))
     rows.append(("trained labels' masses on the reference (s)", f"{seconds:.1f}"))
-    start, seconds = timed(
-        device,
-        lambda: priors.mapped_weights(
-            layer, "tail", new_x, texts, label_ids, layer.branch_inputs(reference)[1], priors.BLENDS
-        ),
-    )
-    rows.append(("ridge map of the tail weights + distilled scale (s)", f"{seconds:.1f}"))
+    if args.branch == "tail":
+        start, seconds = timed(
+            device,
+            lambda: priors.mapped_weights(
+                layer, "tail", new_x, texts, label_ids, layer.branch_inputs(reference)[1], priors.BLENDS
+            ),
+        )
+        rows.append(("ridge map of the tail weights + distilled scale (s)", f"{seconds:.1f}"))
+    else:
+        start, seconds = timed(
+            device, lambda: priors.mapped_weights(layer, "head", new_x, texts, label_ids, blends=(priors.HEAD_BLEND,))
+        )
+        rows.append(("ridge map of the head rows from every map label (s)", f"{seconds:.1f}"))
     _, seconds = timed(device, lambda: priors.nearest_log_masses(texts, masses[label_ids].log(), new_x))
     rows.append(("expected masses from the nearest trained labels' texts (s)", f"{seconds:.1f}"))
-    scores = torch.randn(priors.REFERENCE_TEXTS, args.new, device=device, dtype=torch.float64) - 4
+    if args.branch == "head":
+        scores, seconds = timed(
+            device, lambda: (reference @ start.weights.T + (0 if start.bias is None else start.bias)).double()
+        )  # what `calibrate_new_labels` holds at once: [reference texts, new labels] in float64
+        rows.append(("the new rows' scores on the reference (s)", f"{seconds:.1f}"))
+        rows.append(("  their memory (GB)", f"{scores.numel() * 8 / 1e9:.1f}"))
+        rows.append(("the new head rows' weights, float32 (GB)", f"{start.weights.numel() * 4 / 1e9:.2f}"))
+    else:
+        scores = torch.randn(priors.REFERENCE_TEXTS, args.new, device=device, dtype=torch.float64) - 4
     target = torch.full((args.new,), 1.0, device=device, dtype=torch.float64)
     _, seconds = timed(device, lambda: priors.solve_offsets(lambda labels: (scores[:, labels], 1.0), target))
     rows.append(("offsets of the new labels (s)", f"{seconds:.1f}"))

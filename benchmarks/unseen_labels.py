@@ -65,25 +65,18 @@ FREQUENCY_BINS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 1 << 62)
 # The mean true score of new labels within this factor of the old ones' of the same frequency, where both have at
 # least `CALIBRATION_MIN_PAIRS` true pairs.
 CALIBRATION_FACTOR, CALIBRATION_MIN_PAIRS = 2.0, 20
-# name: (examples per label, negatives given, fit steps (None: the default), constants of `haste_hf.labels.priors`
-# set for it, placed in the dense head). `text` calibrates on the negatives without fitting; `text, nothing else`
-# gets the label texts alone (calibrated on the trained labels' texts). `text, no copy` and `text+5, pull x10` are
-# ablations on the same trained model: the ridge map without the copy of the text (`priors.BLENDS`), and the fit with
-# a 10x stronger pull toward the text's weights. The `(head)` modes put the new labels in the dense head
-# (`add_labels(head=True)`), every feature theirs, where a tail group's support holds F of them.
+# name: (examples per label, negatives given, fit steps (None: the default), `head` of `add_labels`). `text` calibrates on the negatives without fitting; `text, nothing else` gets
+# the label texts alone (calibrated on the trained labels' texts). The modes without a suffix take `add_labels`'
+# default placement (the dense head on the study's models, which have no projections); the `(tail)` modes put the
+# new labels in tail groups of their own (`head=False`), what a model with projections gets.
 ADDITIONS = {
-    "text, nothing else": (0, False, None, {}, False),
-    "text": (0, True, 0, {}, False),
-    "text+fit": (0, True, None, {}, False),
-    "text+1": (1, True, None, {}, False),
-    "text+5": (5, True, None, {}, False),
-    "text, no copy": (0, True, 0, {"BLENDS": (0.0,)}, False),
-    "text+5, pull x10": (5, True, None, {"DEFAULT_PRIOR_STRENGTH": 10.0}, False),
-    "text, nothing else (head)": (0, False, None, {}, True),
-    "text (head)": (0, True, 0, {}, True),
-    "text+fit (head)": (0, True, None, {}, True),
-    "text+1 (head)": (1, True, None, {}, True),
-    "text+5 (head)": (5, True, None, {}, True),
+    "text, nothing else": (0, False, None, None),
+    "text": (0, True, 0, None),
+    "text+fit": (0, True, None, None),
+    "text+1": (1, True, None, None),
+    "text+5": (5, True, None, None),
+    "text (tail)": (0, True, 0, False),
+    "text+5 (tail)": (5, True, None, False),
 }
 
 
@@ -306,12 +299,36 @@ def held_out_of(args, dataset: str, seed: int) -> np.ndarray:
     return np.load(args.work_dir / f"{dataset}-s{seed}-held-out.npy")
 
 
-def heldout_worker(args) -> dict:
-    """One seed's training without its held-out labels, then the labels added in every mode of `ADDITIONS`."""
+def add_in_mode(load, name: str, added, tokenizer, seed: int, fit_steps: int | None = None, **options):
+    """`(model, seconds)`: a model from `load()` with the held-out labels added in mode `name` of `ADDITIONS`, and
+    the seconds `add_labels` took. `added` is `(texts, examples, negatives, held_out)` of `additions`; `fit_steps`
+    replaces the default of the modes that fit (None: `add_labels`'); `options` go to `add_labels`."""
     import torch
 
+    texts, examples, negatives, held_out = added
+    count, fitted, steps, head = ADDITIONS[name]
+    trial = load()
+    fit_steps = fit_steps if steps is None else steps
+    started = time.time()
+    trial.add_labels(
+        texts,
+        examples=[values[:count] for values in examples] if count else None,
+        negatives=negatives if fitted else None,
+        names=[f"held-out {label}" for label in held_out],
+        head=head,
+        tokenizer=tokenizer,
+        seed=seed,
+        **options,
+        **({} if fit_steps is None else {"fit_steps": fit_steps}),
+    )
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return trial, time.time() - started
+
+
+def heldout_worker(args) -> dict:
+    """One seed's training without its held-out labels, then the labels added in every mode of `ADDITIONS`."""
     from haste_hf import HasteForExtremeClassification
-    from haste_hf.labels import priors
 
     (seed,) = args.seeds
     source = args.data_root / args.dataset
@@ -330,30 +347,17 @@ def heldout_worker(args) -> dict:
     results = {"before": metrics, "held_out_labels": int(held_out.size), "label_count": evaluation.label_count}
     texts, examples, negatives = additions(source, evaluation, read_rows(source / "trn.json.gz"), seed)
     to_original = np.concatenate([kept, held_out])
-    for name, (count, fitted, steps, constants, head) in ADDITIONS.items():
-        trial = HasteForExtremeClassification.from_pretrained(folder).to(features.device).eval()
-        saved = {key: getattr(priors, key) for key in constants}
-        for key, value in constants.items():
-            setattr(priors, key, value)
-        fit_steps = args.fit_steps if steps is None else steps
-        started = time.time()
-        trial.add_labels(
-            texts,
-            examples=[values[:count] for values in examples] if count else None,
-            negatives=negatives if fitted else None,
-            names=[f"held-out {label}" for label in held_out],
-            head=head,
-            tokenizer=tokenizer,
-            seed=seed,
+    for name in ADDITIONS:
+        trial, seconds = add_in_mode(
+            lambda: HasteForExtremeClassification.from_pretrained(folder).to(features.device).eval(),
+            name,
+            (texts, examples, negatives, held_out),
+            tokenizer,
+            seed,
+            args.fit_steps,
             batch_size=args.eval_batch_size,
             max_length=min(tokenizer.model_max_length, 512),
-            **({} if fit_steps is None else {"fit_steps": fit_steps}),
         )
-        if features.is_cuda:
-            torch.cuda.synchronize()
-        seconds = time.time() - started
-        for key, value in saved.items():
-            setattr(priors, key, value)
         scores_of = model_scores(trial, features)
         results[name] = {**evaluation.of_scores(scores_of, to_original), "add_seconds": seconds}
         results[name]["calibration"] = evaluation.calibration(scores_of, to_original)

@@ -78,7 +78,6 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
 
     from haste_hf.labels import additions as additions_module
-    from haste_hf.labels import priors
 
     model, tokenizer = load_model(args.model)
     held_out = np.load(args.held_out)
@@ -98,28 +97,14 @@ def main(argv=None) -> int:
     results = {"before": evaluation.of_scores(unseen_labels.model_scores(model, test), kept)}
     to_original = np.concatenate([kept, held_out])
     for name in args.modes:
-        count, fitted, steps, constants, head = unseen_labels.ADDITIONS[name]
-        trial, _ = load_model(args.model)
-        saved = {key: getattr(priors, key) for key in constants}
-        for key, value in constants.items():
-            setattr(priors, key, value)
-        fit_steps = args.fit_steps if steps is None else steps
-        started = time.time()
-        try:
-            trial.add_labels(
-                texts,
-                examples=[values[:count] for values in examples] if count else None,
-                negatives=negatives if fitted else None,
-                names=[f"held-out {label}" for label in held_out],
-                head=head,
-                tokenizer=tokenizer,
-                seed=args.seed,
-                **({} if fit_steps is None else {"fit_steps": fit_steps}),
-            )
-        finally:
-            for key, value in saved.items():
-                setattr(priors, key, value)
-        seconds = time.time() - started
+        trial, seconds = unseen_labels.add_in_mode(
+            lambda: load_model(args.model)[0],
+            name,
+            (texts, examples, negatives, held_out),
+            tokenizer,
+            args.seed,
+            args.fit_steps,
+        )
         scores_of = unseen_labels.model_scores(trial, test)
         results[name] = {**evaluation.of_scores(scores_of, to_original), "add_seconds": seconds}
         if not args.no_calibration:

@@ -454,23 +454,25 @@ def command_add_labels(args) -> int:
         negatives = sample_texts(
             load_dataset(args.negatives, args.format, args.text_fields).splits["train"], args.negative_count, args.seed
         )
+    head_before = model.config.head_label_count
     ids = model.add_labels(
         texts,
         examples=examples,
         negatives=negatives,
         names=names,
-        head=args.head,
+        head=None if args.branch is None else args.branch == "head",
         tokenizer=tokenizer,
         seed=args.seed,
         batch_size=args.eval_batch_size,
         max_length=args.max_length,
     )
+    branch = "head" if model.config.head_label_count > head_before else "tail"
     settings = Path(args.model) / EVALUATION_SETTINGS_FILE
     addition = LabelAddition(
         ids=ids,
         names=names,
         texts=texts,
-        branch="head" if args.head else "tail",
+        branch=branch,
         example_count=sum(len(values) for values in examples or []),
         negative_count=len(negatives or []),
         when=datetime.datetime.now(datetime.timezone.utc),
@@ -488,7 +490,7 @@ def command_add_labels(args) -> int:
         (folder / "README.md").write_text(text, encoding="utf-8")
 
     save_trained_folder(args.output_dir, model, tokenizer, write_extra)
-    where = "the head" if args.head else "the tail"
+    where = f"the {branch}"
     print(f"{len(ids)} labels added to {where} (ids {ids[0]} to {ids[-1]}) -> {args.output_dir}")
     return 0
 

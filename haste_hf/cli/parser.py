@@ -143,7 +143,13 @@ def _add_add_labels_parser(commands):
         help="The model's training data: a sample of its texts are the negatives of a short fit of the new labels.",
     )
     add.add_argument("--negative-count", type=positive_int, default=2048, help="Training texts sampled as negatives.")
-    add.add_argument("--head", action="store_true", help="Put the new labels in the dense head, not in tail groups.")
+    add.add_argument(
+        "--branch",
+        choices=("head", "tail"),
+        default=None,
+        help="Where the new labels go: new rows of the dense head, or tail groups of their own (default: the head "
+        "where it reads the tail's features, i.e. neither has a projection; else the tail).",
+    )
     add.add_argument("--output-dir", required=True, help="Folder to save the model with the new labels to.")
     add.add_argument("--overwrite-output-dir", action="store_true", help="Replace a model already in --output-dir.")
     add.add_argument("--seed", type=int, default=0, help="Seed of the negatives' sample and the new groups.")

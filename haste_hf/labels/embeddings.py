@@ -588,3 +588,21 @@ def init_from_label_texts_(
         )
         start += block.shape[0]
     return kept.numel()
+
+
+def resolve_tokenizer(model, tokenizer):
+    """`tokenizer`, or the one saved with the model; refuses a model with no tokenizer to embed the texts."""
+    if tokenizer is not None:
+        return tokenizer
+    from transformers import AutoTokenizer
+
+    source = getattr(model, "name_or_path", "") or getattr(model.config, "_name_or_path", "")
+    try:
+        if not source:
+            raise OSError("the model was not loaded from a folder")
+        return AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError) as error:
+        raise ValueError(
+            f"`tokenizer`: the model has no tokenizer to embed the label texts ({str(error).splitlines()[0]}); pass "
+            "tokenizer=AutoTokenizer.from_pretrained(<its folder or encoder>)."
+        ) from None

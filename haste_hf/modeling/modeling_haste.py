@@ -272,7 +272,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         self.config.set_label_names(self.label_names)
 
     def add_labels(
-        self, texts, examples=None, negatives=None, names=None, head: bool = False, tokenizer=None, **options
+        self, texts, examples=None, negatives=None, names=None, head: bool | None = None, tokenizer=None, **options
     ) -> list[int]:
         """Adds labels to this trained model from their texts (and optionally a few examples), without retraining;
         returns their ids (`label_count`, `label_count + 1`, ...). The scores of every existing label stay

@@ -5,6 +5,7 @@ import datetime
 import json
 import re
 
+import pytest
 from tiny_encoders import tiny_tokenizer
 from tiny_haste import make_tiny_model
 
@@ -47,11 +48,11 @@ def test_add_labels_shows_progress_and_appends_each_addition_to_the_card(tmp_pat
     output = run_add_labels(tmp_path / "model", labels, tmp_path / "added", capsys, "--negatives", str(dataset_dir))
     for step in ("Label texts", "Mapping label texts to weights", "Fitting the new labels"):  # the long steps
         assert step in output.err, step
-    assert f"2 labels added to the tail (ids 30 to 31) -> {tmp_path / 'added'}" in output.out
+    assert f"2 labels added to the head (ids 30 to 31) -> {tmp_path / 'added'}" in output.out
     card = (tmp_path / "added" / "README.md").read_text()
     assert card.startswith("---\nlicense: apache-2.0\n---\n# The trained model\n\nP@1 60.\n")  # the card before
     assert card.count(ADDED_LABELS_HEADING) == 1
-    entry = re.search(r"### (\d{4}-\d\d-\d\d \d\d:\d\d) UTC: 2 labels, ids 30 to 31, in the tail", card)
+    entry = re.search(r"### (\d{4}-\d\d-\d\d \d\d:\d\d) UTC: 2 labels, ids 30 to 31, in the head", card)
     assert entry is not None
     when = datetime.datetime.strptime(entry.group(1), "%Y-%m-%d %H:%M").replace(tzinfo=datetime.timezone.utc)
     assert before <= when <= datetime.datetime.now(datetime.timezone.utc)
@@ -63,7 +64,7 @@ def test_add_labels_shows_progress_and_appends_each_addition_to_the_card(tmp_pat
     assert "Fitting the new labels" not in output.err  # nothing fitted
     again = (tmp_path / "again" / "README.md").read_text()
     assert again.startswith(card) and again.count(ADDED_LABELS_HEADING) == 1
-    assert "1 label, ids 32 to 32, in the tail" in again and "placed from their texts alone" in again
+    assert "1 label, ids 32 to 32, in the head" in again and "placed from their texts alone" in again
 
 
 def test_the_card_of_the_new_folder_loads_it_and_counts_its_labels(tmp_path, capsys):
@@ -83,13 +84,16 @@ def test_the_card_of_the_new_folder_loads_it_and_counts_its_labels(tmp_path, cap
     assert "| Labels | 32 (30 trained, 2 added below) |" in again
 
 
-def test_add_labels_head_puts_the_labels_in_the_head_and_says_so(tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("flags", "branch"), [([], "head"), (["--branch", "head"], "head"), (["--branch", "tail"], "tail")]
+)
+def test_add_labels_puts_the_labels_in_the_head_by_default_or_where_asked_and_says_so(tmp_path, capsys, flags, branch):
     saved_model(tmp_path / "model")
-    output = run_add_labels(tmp_path / "model", [{"name": "new", "text": "w90"}], tmp_path / "added", capsys, "--head")
-    assert f"added to the head (ids 30 to 30) -> {tmp_path / 'added'}" in output.out
-    assert "1 label, ids 30 to 30, in the head" in (tmp_path / "added" / "README.md").read_text()
+    output = run_add_labels(tmp_path / "model", [{"name": "new", "text": "w90"}], tmp_path / "added", capsys, *flags)
+    assert f"added to the {branch} (ids 30 to 30) -> {tmp_path / 'added'}" in output.out
+    assert f"1 label, ids 30 to 30, in the {branch}" in (tmp_path / "added" / "README.md").read_text()
     config = json.loads((tmp_path / "added" / "config.json").read_text())
-    assert (config["label_count"], config["head_label_count"]) == (LABELS + 1, 4)
+    assert (config["label_count"], config["head_label_count"]) == (LABELS + 1, 4 if branch == "head" else 3)
 
 
 def test_a_model_without_a_card_gets_one_and_a_linked_card_is_not_read(tmp_path, capsys):

@@ -7,7 +7,12 @@ import torch
 from tiny_encoders import tiny_tokenizer
 from tiny_haste import make_tiny_model
 
-from haste_hf.labels.additions import NewLabelWeights, extended_output_layer, place_new_labels
+from haste_hf.labels.additions import (
+    NewLabelWeights,
+    default_placement_is_head,
+    extended_output_layer,
+    place_new_labels,
+)
 from haste_hf.modeling.output_layer import HEAD_LOGIT_ROWS, HasteOutputLayer
 
 
@@ -59,10 +64,34 @@ def test_a_model_takes_head_labels_with_its_logits_bit_identical(tokenizer):
         assert torch.equal(model(**batch).logits[:, :30], before)
 
 
-@pytest.mark.parametrize("head", ["no", "False", 1, 0, None, 1.0])
+@pytest.mark.parametrize("head", ["no", "False", 1, 0, 1.0])
 def test_head_must_be_a_bool(tokenizer, head):
     model = make_tiny_model(label_count=30, head_label_count=4, group_size=4, fan_in=8, training=False)
-    with pytest.raises(ValueError, match=rf"`head` must be True or False, got {head!r}\.") as refused:
+    message = rf"`head` must be True, False or None \(the default placement\), got {head!r}\."
+    with pytest.raises(ValueError, match=message) as refused:
         model.add_labels(["w60 w61"], tokenizer=tokenizer, head=head)
     assert "\n" not in str(refused.value)
     assert model.config.label_count == 30
+
+
+@pytest.mark.parametrize(
+    ("fields", "head_label_count", "in_head"),
+    [
+        ({}, 4, True),  # head and tail read the same features: the head (issue 36: it won every mode on deps and tags)
+        ({"head_projection_dim": 16}, 4, False),  # the head reads its own projection: the tail
+        ({"tail_projection_dim": 16}, 4, False),
+        ({}, 0, False),  # no head
+        ({}, 30, True),  # no tail
+    ],
+)
+def test_new_labels_go_to_the_head_by_default_where_it_reads_the_tails_features(
+    tokenizer, fields, head_label_count, in_head
+):
+    model = make_tiny_model(
+        label_count=30, head_label_count=head_label_count, group_size=4, fan_in=8, training=False, **fields
+    )
+    assert default_placement_is_head(model.output_layer) is in_head
+    model.add_labels(["w60 w61", "w62 w63"], tokenizer=tokenizer)
+    assert model.config.head_label_count == head_label_count + (2 if in_head else 0)
+    tail_ids = model.output_layer.output_labels[model.config.head_label_count :]
+    assert bool((tail_ids >= 30).any()) is not in_head

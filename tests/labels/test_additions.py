@@ -306,8 +306,8 @@ def test_layouts_that_cannot_take_the_labels_are_refused(tokenizer):
         no_head.add_labels(["w60"], tokenizer=tokenizer, head=True)
     dense = make_model(head_label_count=LABELS)
     with pytest.raises(ValueError, match=r"`head`: this model has no tail"):
-        dense.add_labels(["w60"], tokenizer=tokenizer)
-    dense.add_labels(["w60"], tokenizer=tokenizer, head=True)
+        dense.add_labels(["w60"], tokenizer=tokenizer, head=False)
+    dense.add_labels(["w60"], tokenizer=tokenizer)  # the default placement: the head, there being no tail
     assert dense.config.head_label_count == dense.config.label_count == LABELS + 1
 
 

@@ -100,18 +100,21 @@ def planted_with(new_id, text):
     return [row for row, _ in planted(list(range(LABELS)), 12, seed=new_id, extra=text.split())]
 
 
+@pytest.mark.parametrize("head", [False, None])
 @pytest.mark.parametrize("given", ["text", "text and negatives", "text, 5 examples and negatives"])
-def test_old_rankings_keep_their_top_and_a_new_label_tops_the_texts_of_its_words(trained, tokenizer, given):
+def test_old_rankings_keep_their_top_and_a_new_label_tops_the_texts_of_its_words(trained, tokenizer, given, head):
     """From text alone: no new label tops a text without its words, old scores bit-identical. Given negatives (the
     copy of the text's features joins the map, `priors.blended_map`), each new label tops most of the texts that
-    plant its words next to one or two old labels' words (31 of the 36 texts; 10 with the ridge map alone)."""
+    plant its words next to one or two old labels' words: in the tail 31 of the 36 texts (10 with the ridge map
+    alone); in the head, the default placement on this model, 23 (20 with 5 examples): its copy has the fixed weight
+    `priors.HEAD_BLEND` where the tail's is distilled, and this bag-of-words encoder's copy is what knows the words."""
     old_texts = [text for text, _ in planted(list(range(LABELS)), 60, seed=7)]
     before = scores(trained, tokenizer, old_texts)
     options = {"negatives": negatives(), "fit_steps": 0} if given == "text and negatives" else {}
     if given == "text, 5 examples and negatives":
         examples = [planted_with(100 + index, text)[:5] for index, text in enumerate(NEW_TEXTS)]
         options = {"negatives": negatives(), "examples": examples}
-    model, ids = added(trained, tokenizer, **options)
+    model, ids = added(trained, tokenizer, head=head, **options)
     after = scores(model, tokenizer, old_texts)
     assert torch.equal(after[:, :LABELS], before)
     assert torch.equal(after.argmax(dim=1), before.argmax(dim=1))  # no new label tops a text without its words
@@ -120,7 +123,8 @@ def test_old_rankings_keep_their_top_and_a_new_label_tops_the_texts_of_its_words
             int((scores(model, tokenizer, planted_with(i, text)).argmax(dim=1) == i).sum())
             for i, text in zip(ids, NEW_TEXTS)
         ]
-        assert sum(firsts) >= 27 and min(firsts) >= 7, firsts
+        least, least_each = (27, 7) if head is False else (19, 4)
+        assert sum(firsts) >= least and min(firsts) >= least_each, firsts
 
 
 @pytest.mark.parametrize("fit_steps", [0, 200])

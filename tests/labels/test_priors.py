@@ -168,3 +168,68 @@ def test_the_map_is_fitted_on_every_trained_label_or_on_a_seeded_draw_past_its_l
     assert int(drawn[0]) >= 0 and int(drawn[-1]) < MAX_MAP_LABELS + 7
     assert torch.equal(map_labels(MAX_MAP_LABELS + 7, 0), drawn)
     assert not torch.equal(map_labels(MAX_MAP_LABELS + 7, 1), drawn)
+
+
+def test_a_head_row_adds_the_copy_of_its_text_at_the_weight_given():
+    """`mapped_weights` of the head with `blends` `(w,)`: the ridge map's prediction plus `w` times the text's own
+    head inputs less the trained texts' mean, scaled to the prediction's spread (issue 36: on deps, seed 0, the copy
+    at 0.5 lifted held-out R@5 of the map alone); `(0.0,)` is the map alone."""
+    from tiny_encoders import HIDDEN
+
+    from haste_hf.labels.priors import RidgeFitter, head_map_targets, mapped_weights
+
+    model = make_tiny_model(label_count=83, head_label_count=3, group_size=4, fan_in=HIDDEN, training=False)
+    layer = model.output_layer
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in layer.parameters():
+            parameter.normal_(generator=generator)
+    label_x = torch.randn(83, HIDDEN, generator=generator)
+    new_x = torch.randn(5, HIDDEN, generator=generator)
+    ids = torch.arange(83)
+    _, targets = head_map_targets(layer, ids, layer.label_positions[ids])
+    text_map = RidgeFitter(label_x).fit(targets)
+    mapped = text_map(new_x).float()[:, :HIDDEN]
+    plain = mapped_weights(layer, "head", new_x, label_x, ids, blends=(0.0,))
+    torch.testing.assert_close(plain.weights, mapped)
+    spread = (mapped - text_map.target_mean[:HIDDEN].float()).norm(dim=1).mean()
+    copy = new_x - label_x.mean(dim=0)
+    expected = mapped + 0.5 * copy * spread / copy.norm(dim=1).mean()
+    torch.testing.assert_close(mapped_weights(layer, "head", new_x, label_x, ids, blends=(0.5,)).weights, expected)
+    torch.testing.assert_close(plain.bias, text_map(new_x).float()[:, HIDDEN])
+
+
+def test_a_head_label_keeps_a_damped_part_of_its_neighbours_level():
+    """`calibrate_new_labels`: a new head label's mass on the reference is the trained labels' mean log
+    false-positive mass plus `HEAD_LEVEL_SPREAD` of its nearest trained labels' distance from it (issue 36: the
+    neighbours' level, noisy, reordered the new head labels among themselves); a tail label keeps its neighbours'."""
+    import math
+
+    from haste_hf.labels import priors
+    from haste_hf.labels.additions import NewLabelWeights, branch_features, place_new_labels
+
+    model = make_tiny_model(label_count=43, head_label_count=5, shuffle_labels=True, training=False)
+    layer = model.output_layer
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in layer.parameters():
+            if parameter.is_floating_point():
+                parameter.normal_(generator=generator)
+    width = layer.head.weight.shape[1]
+    count = 6
+    embedded = torch.randn(count + 30 + 43, width, generator=generator)
+    features = {branch: branch_features(layer, embedded, branch) for branch in ("head", "tail")}
+    rows, fit_rows, fit_ids = torch.arange(count, count + 30), torch.arange(count + 30, count + 73), torch.arange(43)
+    floor = math.exp(priors.log_mass_floor(30))
+    _, false_positive = (values.clamp(min=floor).log() for values in priors.label_masses(layer, embedded[rows]))
+    nearest = priors.nearest_log_masses(embedded[fit_rows], false_positive, embedded[:count])
+    common = false_positive.mean()
+    directions = torch.randn(count, layer.tail.in_features, generator=generator)
+    for head, expected in ((True, common + priors.HEAD_LEVEL_SPREAD * (nearest - common)), (False, nearest)):
+        weights = NewLabelWeights(layer, place_new_labels(layer, count, None if head else directions, 0), count)
+        with torch.no_grad():
+            for parameter in weights.parameters():
+                parameter.normal_(generator=generator)
+        priors.calibrate_new_labels(layer, weights, embedded, features, (rows, fit_rows, fit_ids))
+        scores = weights.logits(features["head"][rows], features["tail"][rows]).double()
+        torch.testing.assert_close(torch.sigmoid(scores).sum(dim=0).log(), expected.double(), atol=1e-4, rtol=0)
