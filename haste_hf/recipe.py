@@ -440,7 +440,7 @@ def _model_of(
                 module.to(getattr(torch, training_args.output_layer_dtype))
         shard_output_layer_(model)
     if from_label_texts:
-        from .labels.embeddings import init_from_label_texts_, init_share_from_label_texts_
+        from .labels.text_init import init_from_label_texts_, init_share_from_label_texts_
 
         (init_share_from_label_texts_ if sharded else init_from_label_texts_)(
             model,

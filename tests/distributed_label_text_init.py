@@ -12,7 +12,7 @@ import torch.distributed as dist
 from tiny_encoders import WORDS, tiny_tokenizer
 from tiny_haste import make_tiny_model
 
-from haste_hf.labels import embeddings
+from haste_hf.labels import text_init
 from haste_hf.modeling.initialization import deferred_output_rows
 from haste_hf.training.sharded_output_layer import shard_output_layer_
 
@@ -28,19 +28,19 @@ def main(output: Path):
     rank = dist.get_rank()
     tokenizer = tiny_tokenizer(output / f"tokenizer-{rank}")
     whole = make_tiny_model(**MODEL)
-    embeddings.init_from_label_texts_(whole, TEXTS, tokenizer=tokenizer, **OPTIONS)
+    text_init.init_from_label_texts_(whole, TEXTS, tokenizer=tokenizer, **OPTIONS)
     embedded = []
-    original = embeddings.label_text_embeddings
+    original = text_init.label_text_embeddings
 
     def counted(encoder, texts, **options):  # the texts this rank embeds
         embedded.extend(texts)
         return original(encoder, texts, **options)
 
-    embeddings.label_text_embeddings = counted
+    text_init.label_text_embeddings = counted
     with deferred_output_rows():
         model = make_tiny_model(**MODEL)
     shard = shard_output_layer_(model)
-    initialised = embeddings.init_share_from_label_texts_(model, TEXTS, tokenizer=tokenizer, **OPTIONS)
+    initialised = text_init.init_share_from_label_texts_(model, TEXTS, tokenizer=tokenizer, **OPTIONS)
     results = dict(
         share=model.state_dict(),
         whole=whole.state_dict(),

@@ -13,8 +13,9 @@ from tiny_haste import make_tiny_model
 from transformers import set_seed
 
 from haste_hf.cli import main
-from haste_hf.labels.embeddings import blend_label_texts_, init_from_label_texts_, label_text_embeddings
+from haste_hf.labels.embeddings import blend_label_texts_, label_text_embeddings
 from haste_hf.labels.layout import LabelLayout
+from haste_hf.labels.text_init import init_from_label_texts_
 from haste_hf.modeling.output_layer import HasteOutputLayer
 from haste_hf.recipe import build_model, load_encoder, train
 
