@@ -108,4 +108,3 @@ def test_a_model_that_kept_a_sentence_transformers_normalize_loads_and_scores_as
     model.save_pretrained(tmp_path / "again")  # saved again, it keeps its features
     assert json.loads((tmp_path / "again" / "config.json").read_text())["normalize"] is True
     assert_scores_as_saved(HasteForExtremeClassification.from_pretrained(tmp_path / "again").eval(), expected)
-    assert_own_code_scores_as_saved(str(folder), tmp_path)  # and with its own exported code, without the package
