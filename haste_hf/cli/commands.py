@@ -540,7 +540,7 @@ def main(argv=None) -> int:
         args = parse_args(argv)
     except UsageError as error:
         command = f" {argv[0]}" if argv and not argv[0].startswith("-") else ""
-        print(f"haste-hf{command}: error: {one_line(error)}", file=sys.stderr)
+        report(f"haste-hf{command}", f"error: {one_line(error)}")
         return 2
     if os.environ.get(DEBUG_VARIABLE):
         return _run_command(args)

@@ -30,8 +30,11 @@ def one_line(error: BaseException) -> str:
 
 
 def report(prog: str, message: str) -> None:
-    """`message` on a line of its own on stderr: a progress bar the error interrupted is closed first."""
+    """`message` on a line of its own on stderr: a progress bar the error interrupted is closed first. One write of
+    the whole line (`print` writes the text and its newline apart): the ranks of a torchrun share one stderr, and
+    their lines must not run into each other."""
     tqdm = sys.modules.get("tqdm")
     for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ())):
         bar.close()
-    print(f"{prog}: {message}", file=sys.stderr)
+    sys.stderr.write(f"{prog}: {message}\n")
+    sys.stderr.flush()
