@@ -68,8 +68,8 @@ class XMCDataset:
         label_count: size of the label space L.
         filters: split name -> int64 `[M, 2]` array of `(doc_idx, label_idx)` pairs to exclude from predictions.
         features: split name -> CSR `[N, D]` bag-of-words features, only when asked for.
-        train_label_frequencies: int64 `[L]` label counts over the training file (before label-text
-            augmentation); use these for propensities, the head/tail split and grouping.
+        train_label_frequencies: int32 `[L]` label counts over the training file (before label-text
+            augmentation; `label_frequencies`); use these for propensities, the head/tail split and grouping.
         num_train_points: number of training points in the file (before augmentation).
         format: the layout that was read: `json`, `text_sparse`, `bow` or `bow_split`.
     """
@@ -85,15 +85,19 @@ class XMCDataset:
 
 
 def label_frequencies(dataset: Dataset, label_count: int, label_column: str = "labels") -> np.ndarray:
-    """Counts each label's positives over `dataset` (int64 `[label_count]`), reading Arrow batches."""
-    counts = np.zeros(label_count, dtype=np.int64)
+    """Counts each label's positives over `dataset` (`[label_count]`, int32: no count exceeds the points, int64 past
+    2^31 - 1 points), reading Arrow batches. Each batch adds its own ids' counts: no `[label_count]` array besides
+    the result (a bincount per batch allocated 8 GB at 10^9 labels, each of 60 batches of 4M points)."""
+    dtype = np.int32 if len(dataset) <= np.iinfo(np.int32).max else np.int64
+    counts = np.zeros(label_count, dtype=dtype)
     for batch in dataset.with_format("arrow").iter(batch_size=65536):
         flat = pc.list_flatten(batch.column(label_column)).to_numpy()
         if flat.size and (flat.min() < 0 or flat.max() >= label_count):
             raise ValueError(
                 f"label ids must lie in [0, label_count={label_count}), found [{flat.min()}, {flat.max()}]"
             )
-        counts += np.bincount(flat, minlength=label_count)
+        ids, batch_counts = np.unique(flat, return_counts=True)
+        counts[ids] += batch_counts.astype(dtype)
     return counts
 
 
