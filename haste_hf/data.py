@@ -33,6 +33,7 @@ from datasets import Dataset, DatasetDict, concatenate_datasets
 from .modeling.defaults import DEFAULT_MAX_LENGTH, LABEL_PADDING_ID
 from .xmc_files import (
     TEXT_FEATURES,
+    LabelTextShare,
     TextFields,
     XMCFormatError,
     XMCSplit,
@@ -147,6 +148,7 @@ def load_xmc_dataset(
     add_label_texts: bool = False,
     return_features: bool = False,
     cache_dir: str | Path | None = None,
+    label_text_share: LabelTextShare | None = None,
 ) -> XMCDataset:
     """Loads an Extreme Classification Repository dataset directory (train split required, test optional).
 
@@ -160,19 +162,24 @@ def load_xmc_dataset(
             `train_label_frequencies` and `num_train_points` still describe the original training file.
         return_features: also read bag-of-words features into `XMCDataset.features` (BoW formats only).
         cache_dir: where `datasets` writes the Arrow files (default: the `datasets` cache).
+        label_text_share: of the label count, the `[start, stop)` of the ids whose texts to read (a rank's share of
+            a label-sharded run: `label_texts` is then a `LabelNameTable` of every label holding those), or None
+            for all (`xmc_files.read_json_label_texts`).
     """
     path = Path(path)
     if format == "auto":
         format = detect_format(path)
     if return_features and format not in ("bow", "bow_split"):
         raise ValueError(f"return_features=True needs a bag-of-words dataset, {path} is {format!r}")
+    if add_label_texts and label_text_share is not None:
+        raise ValueError("add_label_texts=True adds a point of every label's text: it reads them all, not a share.")
 
     label_texts, splits, features = None, {}, {}
     if format == "json":
         label_file = _find(path, ("lbl.json.gz", "lbl.json"))
         if label_file is None:
             raise ValueError(f"{path} has trn.json[.gz] but no lbl.json[.gz] with the label texts")
-        label_texts = read_json_label_texts(label_file)
+        label_texts = read_json_label_texts(label_file, label_text_share)
         for split, prefix in _SPLIT_PREFIXES.items():
             source = _find(path, (f"{prefix}.json.gz", f"{prefix}.json"))
             if source is not None:
@@ -193,7 +200,7 @@ def load_xmc_dataset(
                     _bow_file(path, split), return_features=return_features, split=split, cache_dir=cache_dir
                 )
         if format == "text_sparse" and (path / "Y.txt").is_file():
-            label_texts = read_label_texts(path / "Y.txt")
+            label_texts = read_label_texts(path / "Y.txt", label_text_share)
     if "train" not in splits:
         raise ValueError(f"no training split found in {path} for format {format!r}")
 

@@ -43,7 +43,14 @@ from .modeling.logging_utils import get_logger
 from .modeling.model_sources import DEMO_ENCODER, encoder_model_id, resolve_encoder
 from .modeling.modeling_haste import encoder_token_limit  # noqa: F401 (re-exported: `haste-hf` imports it from here)
 from .modeling.saving import last_complete_checkpoint
-from .recipe_arguments import DEFAULT_BETA, DEFAULT_GROUPING, DEMO_DATASET_NAME, RecipeArguments, label_texts_for
+from .recipe_arguments import (
+    DEFAULT_BETA,
+    DEFAULT_GROUPING,
+    DEMO_DATASET_NAME,
+    RecipeArguments,
+    label_text_share,
+    label_texts_for,
+)
 from .training.run_folder import RunFolder, check_output_dir
 
 
@@ -68,9 +75,14 @@ class TrainingRun:
 
 
 def load_dataset(
-    data: str | os.PathLike | None, format: str = "auto", text_fields: str | None = None, label_texts: bool = False
+    data: str | os.PathLike | None,
+    format: str = "auto",
+    text_fields: str | None = None,
+    label_texts: bool = False,
+    label_text_share=None,
 ):
-    """An `XMCDataset` from a folder, or the embedded demo set when `data` is None."""
+    """An `XMCDataset` from a folder, or the embedded demo set when `data` is None; `label_text_share` as
+    `load_xmc_dataset` takes it."""
     from .data import demo_dataset_path, detect_format, load_xmc_dataset
 
     path = data if data is not None else demo_dataset_path()
@@ -80,7 +92,11 @@ def load_dataset(
             "encoder: use the dataset's raw-text release (e.g. LF-AmazonTitles-131K)."
         )
     return load_xmc_dataset(
-        path, format=format, text_fields=resolved_text_fields(data, text_fields), add_label_texts=label_texts
+        path,
+        format=format,
+        text_fields=resolved_text_fields(data, text_fields),
+        add_label_texts=label_texts,
+        label_text_share=label_text_share,
     )
 
 
@@ -337,14 +353,15 @@ def _run_arguments(training_args, output_dir: str | None, recipe: RecipeArgument
     return training_args, push, True if resume_from_checkpoint == LAST_CHECKPOINT else resume_from_checkpoint
 
 
-def _dataset_of(data, recipe: RecipeArguments):
-    """`(dataset, label_texts, recipe)`: the `XMCDataset` given, or the one `recipe.data` names, refused when no
-    training point has a label; its label texts where an option reads them (`label_texts_for`); the recipe, its
-    `init_from_label_texts` off where the dataset has no label texts (the fallback: random rows, one warning)."""
+def _dataset_of(data, recipe: RecipeArguments, share=None):
+    """`(dataset, label_texts, recipe)`: the `XMCDataset` given, or the one `recipe.data` names (`share`: the label
+    texts it reads, `label_text_share`), refused when no training point has a label; its label texts where an option
+    reads them (`label_texts_for`); the recipe, its `init_from_label_texts` off where the dataset has no label texts
+    (the fallback: random rows, one warning)."""
     dataset = (
         data
         if data is not None and not isinstance(data, (str, os.PathLike))
-        else load_dataset(recipe.data, recipe.format, recipe.text_fields, recipe.label_texts)
+        else load_dataset(recipe.data, recipe.format, recipe.text_fields, recipe.label_texts, share)
     )
     if dataset.train_label_frequencies is not None and not np.asarray(dataset.train_label_frequencies).any():
         raise ValueError(
@@ -530,7 +547,7 @@ def train(
     is_main = process_rank_and_count()[0] == 0
     # Held from here to the end: a second run into this folder is refused now, not after its training.
     with run_folder.held(is_main):
-        dataset, label_texts, recipe = _dataset_of(data, recipe)
+        dataset, label_texts, recipe = _dataset_of(data, recipe, label_text_share(recipe, training_args))
         train_split, validation_split = split_validation(dataset.splits["train"], recipe.validation_fraction, seed)
         encoder_model, tokenizer = _encoder_of(recipe)
         pooling = encoder_pooling(recipe.encoder, encoder_model, recipe.pooling)
