@@ -43,14 +43,7 @@ from .modeling.logging_utils import get_logger
 from .modeling.model_sources import DEMO_ENCODER, encoder_model_id, resolve_encoder
 from .modeling.modeling_haste import encoder_token_limit  # noqa: F401 (re-exported: `haste-hf` imports it from here)
 from .modeling.saving import last_complete_checkpoint
-from .recipe_arguments import (
-    DEFAULT_BETA,
-    DEFAULT_GROUPING,
-    DEMO_DATASET_NAME,
-    RecipeArguments,
-    label_text_share,
-    label_texts_for,
-)
+from .recipe_arguments import DEFAULT_BETA, DEFAULT_GROUPING, DEMO_DATASET_NAME, RecipeArguments, label_texts_for
 from .training.run_folder import RunFolder, check_output_dir
 
 
@@ -74,13 +67,7 @@ class TrainingRun:
 # ------------------------------------------------------------------------------------------------ steps
 
 
-def load_dataset(
-    data: str | os.PathLike | None,
-    format: str = "auto",
-    text_fields: str | None = None,
-    label_texts: bool = False,
-    label_text_share=None,
-):
+def load_dataset(data, format: str = "auto", text_fields: str | None = None, label_texts=False, label_text_share=None):
     """An `XMCDataset` from a folder, or the embedded demo set when `data` is None; `label_text_share` as
     `load_xmc_dataset` takes it."""
     from .data import demo_dataset_path, detect_format, load_xmc_dataset
@@ -394,7 +381,8 @@ def _encoder_of(recipe: RecipeArguments):
 
 def _shared_layout(train_split, dataset, encoder_model, tokenizer, pooling, recipe, training_args, layout, label_texts):
     """The label layout, computed (or checked) once by the main process: the other ranks take rank 0's (CUDA
-    reductions need not agree between runs), read from a file rank 0 writes (16 GB at 10^9 labels: not pickled)."""
+    reductions need not agree between runs), read from a file rank 0 writes (16 GB at 10^9 labels: not pickled),
+    without its training counts (rank 0's model card alone reads them)."""
     from .training.distributed import broadcast_through_file
 
     if process_rank_and_count()[0] == 0:
@@ -416,7 +404,8 @@ def _shared_layout(train_split, dataset, encoder_model, tokenizer, pooling, reci
             label_text_grouping_below=recipe.label_text_grouping_below,
             frequency_bands=recipe.frequency_bands,
         )
-    return broadcast_through_file(layout, training_args.output_dir, LabelLayout.save, LabelLayout.load)
+    load_without_counts = lambda path: LabelLayout.load(path, label_frequencies=False)  # noqa: E731
+    return broadcast_through_file(layout, training_args.output_dir, LabelLayout.save, load_without_counts)
 
 
 def _model_of(
@@ -534,6 +523,7 @@ def train(
         resume_from_checkpoint: continue the training of `output_dir` from its last complete checkpoint (True,
             or `"last"`) or from the checkpoint folder given; default: `training_args.resume_from_checkpoint`.
     """
+    from .recipe_arguments import label_text_share
     from .training.callbacks import TrainingSplitFingerprint
 
     recipe = _recipe_arguments(data, encoder, recipe_args, options)

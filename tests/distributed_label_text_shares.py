@@ -5,7 +5,7 @@ OUT/rank-R.pt.
 
 `MAX_CONFIG_LABEL_NAMES` is lowered to 10 (config.json names the labels up to it, and the share starts past it), as
 30 labels stand in for 10^9. Each rank reports the label texts the data gave it (type, the ids held, their bytes),
-and each command's exit status.
+whether its label layout holds the training counts, and each command's exit status.
 """
 
 import os
@@ -42,13 +42,21 @@ def main(output: Path):
         return dataset, label_texts, options
 
     recipe._dataset_of = recording
+    layouts, shared_layout = [], recipe._shared_layout
+
+    def recording_layout(*args, **kwargs):
+        layout = shared_layout(*args, **kwargs)
+        layouts.append(layout.label_frequencies is not None)
+        return layout
+
+    recipe._shared_layout = recording_layout
     arguments = (output / "arguments.txt").read_text().split("\n")
     run = ["--output-dir", str(output / "run"), "--no_init_from_label_texts"]
     codes = [cli([*arguments, *run, "--max-steps", "2", "--save-steps", "2"])]
     codes.append(cli([*arguments, *run, "--max-steps", "4", "--save-steps", "2", "--resume-from-checkpoint"]))
     renamed = [str(output / "renamed") if argument == str(output / "data") else argument for argument in arguments]
     codes.append(cli([*renamed, *run, "--max-steps", "6", "--save-steps", "2", "--resume-from-checkpoint"]))
-    torch.save(dict(given=given, codes=codes), output / f"rank-{os.environ['RANK']}.pt")
+    torch.save(dict(given=given, codes=codes, layout_counts=layouts), output / f"rank-{os.environ['RANK']}.pt")
 
 
 if __name__ == "__main__":

@@ -75,7 +75,8 @@ def test_a_share_is_refused_with_label_points_and_a_malformed_label_file_named(t
 def test_two_ranks_read_save_and_resume_under_their_shares_of_the_label_texts(tmp_path):
     """Two gloo ranks of `haste-hf train` (30 labels, config.json's names lowered to 10): each rank's data holds the
     texts of its saved range alone (15 labels, not 30); the saved names are every label's; a resumption with the
-    same texts goes on, and one whose label 20 (rank 1's) is renamed is refused by both ranks."""
+    same texts goes on, and one whose label 20 (rank 1's) is renamed is refused by both ranks. Rank 1's label layout
+    holds no training counts."""
     from haste_hf.modeling.output_shards import OutputShards
 
     arguments = [*cli_train_arguments(tmp_path), "--use_cpu", "--batch-size", "8"]
@@ -91,6 +92,7 @@ def test_two_ranks_read_save_and_resume_under_their_shares_of_the_label_texts(tm
     results = [torch.load(tmp_path / f"rank-{rank}.pt", weights_only=False) for rank in range(2)]
     for rank, result in enumerate(results):
         assert result["codes"] == [0, 0, 1], result["codes"]
+        assert result["layout_counts"] == [rank == 0] * 3  # int64 [L]: rank 0's model card alone reads them
         held = (15 * rank, 15 * rank + 15)
         for run, given in enumerate(result["given"]):
             names = [("renamed" if i == 20 and run == 2 else f"label {i}") for i in range(*held)]
