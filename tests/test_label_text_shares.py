@@ -100,3 +100,34 @@ def test_two_ranks_read_save_and_resume_under_their_shares_of_the_label_texts(tm
             assert given["names"] == names and given["bytes"] == sum(len(name) for name in names)
     names = OutputShards.open(str(tmp_path / "run")).label_names(30)
     assert [names[i] for i in range(30)] == [f"label {i}" for i in range(30)]
+
+
+def test_group_and_predict_read_no_label_text(dataset_dir, encoder_dir, tmp_path, monkeypatch):
+    """`haste-hf group` (without --label-text-grouping-below) and `haste-hf predict --data` use no label text: they
+    count the labels and keep none of the texts (~34 GB at 10^9 labels, in every process of a predict on several
+    GPUs); the predictions still name the labels, by the model's names."""
+    from launch import data_flags, train_flags
+
+    from haste_hf import data as data_module
+    from haste_hf.cli import main
+
+    read, load = [], data_module.load_xmc_dataset
+
+    def recording(*args, **kwargs):
+        dataset = load(*args, **kwargs)
+        texts = dataset.label_texts
+        read.append(texts.held if isinstance(texts, LabelNameTable) else (0, len(texts)))
+        return dataset
+
+    monkeypatch.setattr(data_module, "load_xmc_dataset", recording)
+    layout = tmp_path / "layout.safetensors"
+    group = ["group", *data_flags(dataset_dir), "--encoder", str(encoder_dir), "--group-size", "4"]
+    assert main([*group, "--output", str(layout)]) == 0
+    model = tmp_path / "model"
+    flags = [*train_flags(str(dataset_dir), str(encoder_dir), str(model)), "--layout-file", str(layout)]
+    assert main([*flags, "--max-steps", "1", "--no-init-from-label-texts"]) == 0
+    predictions = tmp_path / "predictions.jsonl"
+    assert main(["predict", "--model", str(model), *data_flags(dataset_dir), "--output", str(predictions)]) == 0
+    assert read == [(0, 0), (0, 30), (0, 0)]  # group, train (one process: every name, saved), predict
+    first = json.loads(predictions.read_text().splitlines()[0])
+    assert first["labels"] == [f"label {i}" for i in first["label_ids"]]

@@ -325,7 +325,9 @@ def command_group(args) -> int:
         logger.warning(
             f"Ignored by `haste-hf group` (they are `train` options): {', '.join('--' + n.replace('_', '-') for n in ignored)}."
         )
-    data = load_dataset(recipe.data, recipe.format, recipe.text_fields, recipe.label_texts)
+    reads_texts = recipe.label_texts or recipe.label_text_grouping_below  # else none is read (~34 GB at 10^9 labels)
+    share = None if reads_texts else lambda count: (0, 0)
+    data = load_dataset(recipe.data, recipe.format, recipe.text_fields, recipe.label_texts, share)
     label_texts = label_texts_for(data, recipe.data, label_text_grouping_below=recipe.label_text_grouping_below)
     train_split, _ = split_validation(data.splits["train"], recipe.validation_fraction, args.seed)
     encoder, tokenizer = load_encoder(recipe.encoder)
