@@ -21,6 +21,7 @@ Supported layouts (see `load_xmc_dataset`):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -65,7 +66,8 @@ class XMCDataset:
     Attributes:
         splits: `train` and, when present, `test`. Columns `text` (raw-text formats) and `labels` (label-id
             lists of different lengths: batched by `XMCDataCollator`, not by transformers' collators).
-        label_texts: one text per label id, or `None` for bag-of-words data.
+        label_texts: one text per label id (a list, or past `COMPACT_LABEL_TEXTS_FROM` labels and for a
+            `label_text_share` a compact `LabelNameTable`), or `None` for bag-of-words data.
         label_count: size of the label space L.
         filters: split name -> int64 `[M, 2]` array of `(doc_idx, label_idx)` pairs to exclude from predictions.
         features: split name -> CSR `[N, D]` bag-of-words features, only when asked for.
@@ -76,7 +78,7 @@ class XMCDataset:
     """
 
     splits: DatasetDict
-    label_texts: list[str] | None
+    label_texts: Sequence[str] | None
     label_count: int
     filters: dict[str, np.ndarray] = field(default_factory=dict)
     features: dict[str, scipy.sparse.csr_matrix] = field(default_factory=dict)
