@@ -145,22 +145,34 @@ def test_propensity_presets_and_override():
     assert (result["propensity_a"], result["propensity_b"]) == (0.5, 0.4)
 
 
-def test_propensities_of_many_labels_take_one_float64_array():
-    """Every rank of a sharded run computes the propensities: 1M labels' take their own 8 MB array and no more than a
-    quarter of it besides (the expression peaked at 16 MB), the same values to the bit, and the caller's counts are
-    left as they were."""
+def test_propensities_of_many_labels_hold_int32_counts_and_no_float64_array():
+    """Every rank of a sharded run holds the propensities: 1M labels' int64 counts are held as int32 (4 MB, where a
+    float64 array took 8 MB and its expression 16 MB), the caller's counts are left as they were, the metrics read q
+    at the ids they score only (no `[L]` array), and q is the formula's to the bit, at any ids and in whole."""
     import tracemalloc
 
-    counts = np.random.default_rng(0).integers(0, 1000, 1_000_000).astype(np.float64)
+    counts = np.random.default_rng(0).integers(0, 1000, 1_000_000)
     original = counts.copy()
+    top = np.random.default_rng(1).permutation(1_000_000)[:3000].reshape(1000, 3)
+    true = [[int(row[1])] for row in top]
     tracemalloc.start()
     propensity = Propensity.from_frequencies(counts, 5000, a=0.55, b=1.5)
     peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.reset_peak()
+    held = tracemalloc.get_traced_memory()[0]
+    metrics = compute_xmc_metrics(top, true, ks=(1, 3), propensity=propensity)
+    metrics_peak = tracemalloc.get_traced_memory()[1] - held
     tracemalloc.stop()
-    assert peak < 1.25 * counts.nbytes, peak
+    assert peak < 0.55 * counts.nbytes and metrics_peak < 0.2 * counts.nbytes, (peak, metrics_peak)
+    assert metrics["PSP@1"] == 0 and metrics["PSP@3"] > 0
     c = (math.log(5000) - 1) * 2.5**0.55
-    np.testing.assert_array_equal(propensity.inverse, 1 + c * (original + 1.5) ** -0.55)
+    expected = 1 + c * (original.astype(np.float64) + 1.5) ** -0.55
+    np.testing.assert_array_equal(propensity.inverse, expected)
+    np.testing.assert_array_equal(propensity.of(top), expected[top])
     np.testing.assert_array_equal(counts, original)
+    assert propensity.label_count == 1_000_000
+    with pytest.raises(ValueError, match="non-negative training counts"):
+        Propensity.from_frequencies(np.array([1, -1]), 10)
 
 
 def test_input_errors():

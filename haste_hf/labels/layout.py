@@ -477,7 +477,9 @@ class LabelLayout:
             save_file({name: tensor.contiguous() for name, tensor in tensors.items()}, staging, metadata=metadata)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "LabelLayout":
+    def load(cls, path: str | os.PathLike, label_frequencies: bool = True) -> "LabelLayout":
+        """The layout of a file `save` wrote; `label_frequencies=False` leaves its training counts out (int64 `[L]`,
+        8 GB at 10^9 labels: the ranks of a sharded run other than the first, whose model card alone reads them)."""
         from safetensors import SafetensorError, safe_open
 
         try:
@@ -505,7 +507,9 @@ class LabelLayout:
                 group_size=int(metadata["group_size"]),
                 strategy=metadata["strategy"],
                 seed=int(metadata["seed"]),
-                label_frequencies=f.get_tensor("label_frequencies") if "label_frequencies" in names else None,
+                label_frequencies=(
+                    f.get_tensor("label_frequencies") if label_frequencies and "label_frequencies" in names else None
+                ),
                 split_fingerprint=metadata.get("split_fingerprint"),
                 train_points=int(metadata.get("train_points", 0)),
                 frequency_bands=tuple(int(b) for b in metadata.get("frequency_bands", "").split(",") if b),
