@@ -11,6 +11,7 @@ import math
 import os
 import sys
 import tempfile
+import types
 
 import torch
 import torch.distributed as dist
@@ -193,12 +194,12 @@ def _release_import_time_references(group) -> None:
         if module is None or not name.startswith("torch.distributed"):
             continue
         for value in list(vars(module).values()):
-            if getattr(value, "__module__", None) != name:
+            if not isinstance(value, types.FunctionType) or value.__module__ != name:
                 continue  # a function imported from another module is released there
-            defaults = getattr(value, "__defaults__", None)
+            defaults = value.__defaults__
             if defaults and any(default is group for default in defaults):
                 value.__defaults__ = tuple(None if default is group else default for default in defaults)
-            keyword_defaults = getattr(value, "__kwdefaults__", None)
+            keyword_defaults = value.__kwdefaults__
             if keyword_defaults and any(default is group for default in keyword_defaults.values()):
                 value.__kwdefaults__ = {
                     key: None if default is group else default for key, default in keyword_defaults.items()
