@@ -191,7 +191,7 @@ def test_row_gather_and_its_backward_with_unequal_shares(tmp_path):
     row's gradient is the sum over ranks of what their losses give it, times the gradient scale."""
     import distributed_gather as script
 
-    torchrun([str(TESTS / "distributed_gather.py"), str(tmp_path)], tmp_path, timeout=180)
+    torchrun([str(TESTS / "distributed_gather.py"), str(tmp_path)], tmp_path, timeout=420)
     results = [torch.load(tmp_path / f"rank-{rank}.pt") for rank in range(2)]
     for counts in script.COUNTS:
         every_row = torch.cat([script.rows(rank, counts) for rank in range(2)])
@@ -346,8 +346,8 @@ def test_cli_train_on_two_processes_equals_one(tmp_path):
 
 @pytest.mark.parametrize("action", ["stop", "skip"])
 def test_a_nan_on_one_rank_stops_or_skips_on_every_rank(tmp_path, action):
-    # Ranks that disagreed would wait for each other in the next collective: a hang, cut short here.
-    torchrun([str(TESTS / "distributed_non_finite.py"), str(tmp_path), action], tmp_path, timeout=180)
+    # Ranks that disagreed would wait for each other in the next collective: a hang, cut short here (a run: ~100 s).
+    torchrun([str(TESTS / "distributed_non_finite.py"), str(tmp_path), action], tmp_path, timeout=420)
     outcomes = [json.loads((tmp_path / f"rank-{rank}.json").read_text()) for rank in range(2)]
     if action == "stop":
         assert all(outcome["error"] and "diverged at step 3" in outcome["error"] for outcome in outcomes)
