@@ -21,6 +21,7 @@ Supported layouts (see `load_xmc_dataset`):
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -86,14 +87,31 @@ class XMCDataset:
 
 def label_frequencies(dataset: Dataset, label_count: int, label_column: str = "labels") -> np.ndarray:
     """Counts each label's positives over `dataset` (int64 `[label_count]`), reading Arrow batches."""
-    counts = np.zeros(label_count, dtype=np.int64)
-    for batch in dataset.with_format("arrow").iter(batch_size=65536):
-        flat = pc.list_flatten(batch.column(label_column)).to_numpy()
-        if flat.size and (flat.min() < 0 or flat.max() >= label_count):
-            raise ValueError(
-                f"label ids must lie in [0, label_count={label_count}), found [{flat.min()}, {flat.max()}]"
-            )
-        counts += np.bincount(flat, minlength=label_count)
+
+    def checked_batches():
+        for batch in dataset.with_format("arrow").iter(batch_size=65536):
+            flat = pc.list_flatten(batch.column(label_column)).to_numpy()
+            if flat.size and (flat.min() < 0 or flat.max() >= label_count):
+                raise ValueError(
+                    f"label ids must lie in [0, label_count={label_count}), found [{flat.min()}, {flat.max()}]"
+                )
+            yield flat
+
+    return bincount_batches(checked_batches(), label_count)
+
+
+def bincount_batches(batches, label_count: int) -> np.ndarray:
+    """int64 `[label_count]` occurrences of each id in the batches of ids (checked in range), counted over batches
+    gathered to a quarter of `label_count` ids or more: a `bincount` per batch of 65,536 points would add up a whole
+    `[label_count]` vector each time (10^8 labels, 4M points: 62 passes over 800 MB, where one suffices)."""
+    counts, gathered, size = np.zeros(label_count, dtype=np.int64), [], 0
+    for flat in itertools.chain(batches, [None]):  # None: the end, where what is gathered is counted
+        if flat is not None:
+            gathered.append(flat)
+            size += flat.size
+        if gathered and (flat is None or size >= max(label_count // 4, 1 << 22)):
+            counts += np.bincount(np.concatenate(gathered), minlength=label_count)
+            gathered, size = [], 0
     return counts
 
 
@@ -376,6 +394,7 @@ __all__ = [
     "XMCDataset",
     "XMCFormatError",
     "XMCSplit",
+    "bincount_batches",
     "demo_dataset_path",
     "detect_format",
     "label_frequencies",
