@@ -223,3 +223,23 @@ def test_the_output_layer_is_built_in_the_dtype_it_trains_in(dataset_dir, encode
     assert built[1] == (torch.float32, torch.float32)
     for name, tensor in run.model.state_dict().items():
         assert torch.equal(tensor, cast.model.state_dict()[name]), name
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_one_process_builds_its_output_layer_on_the_gpu_it_trains_on(dataset_dir, encoder_dir, tmp_path, monkeypatch):
+    """On a GPU the head and tail are born there in bf16 (no host copy of the layer), label-text init included, and the
+    run trains and saves."""
+    from haste_hf import recipe
+
+    built, build_model = [], recipe.build_model
+
+    def recording_build(*args, **kwargs):
+        model = build_model(*args, **kwargs)
+        built.extend(module.weight for module in (model.output_layer.head, model.output_layer.tail))
+        return model
+
+    monkeypatch.setattr(recipe, "build_model", recording_build)
+    run = tiny_run(dataset_dir, encoder_dir, tmp_path / "gpu", max_steps=2, use_cpu=False, bf16=True)
+    assert [(weight.device.type, weight.dtype) for weight in built] == [("cuda", torch.bfloat16)] * 2
+    assert run.model.output_layer.tail.weight.isfinite().all() and run.test_metrics
