@@ -89,18 +89,30 @@ class XMCDataset:
 
 def label_frequencies(dataset: Dataset, label_count: int, label_column: str = "labels") -> np.ndarray:
     """Counts each label's positives over `dataset` (`[label_count]`, int32: no count exceeds the points, int64 past
-    2^31 - 1 points), reading Arrow batches. Each batch adds its own ids' counts: no `[label_count]` array besides
-    the result (a bincount per batch allocated 8 GB at 10^9 labels, each of 60 batches of 4M points)."""
+    2^31 - 1 points), reading Arrow batches."""
+
+    def checked_batches():
+        for batch in dataset.with_format("arrow").iter(batch_size=65536):
+            flat = pc.list_flatten(batch.column(label_column)).to_numpy()
+            if flat.size and (flat.min() < 0 or flat.max() >= label_count):
+                raise ValueError(
+                    f"label ids must lie in [0, label_count={label_count}), found [{flat.min()}, {flat.max()}]"
+                )
+            yield flat
+
     dtype = np.int32 if len(dataset) <= np.iinfo(np.int32).max else np.int64
+    return count_ids(checked_batches(), label_count, dtype=dtype)
+
+
+def count_ids(batches, label_count: int, dtype=np.int64) -> np.ndarray:
+    """`[label_count]` occurrences (of `dtype`) of each id in the batches of ids (checked in range), each batch
+    counted by a sort of its own ids: no pass over a `[label_count]` vector per batch (a bincount per batch of 65,536
+    points made 62 passes over 800 MB at 10^8 labels and 4M points) and no `[label_count]` int64 temporary beside the
+    result (8 GB at 10^9 labels)."""
     counts = np.zeros(label_count, dtype=dtype)
-    for batch in dataset.with_format("arrow").iter(batch_size=65536):
-        flat = pc.list_flatten(batch.column(label_column)).to_numpy()
-        if flat.size and (flat.min() < 0 or flat.max() >= label_count):
-            raise ValueError(
-                f"label ids must lie in [0, label_count={label_count}), found [{flat.min()}, {flat.max()}]"
-            )
-        ids, batch_counts = np.unique(flat, return_counts=True)
-        counts[ids] += batch_counts.astype(dtype)
+    for flat in batches:
+        ids, id_counts = np.unique(flat, return_counts=True)
+        counts[ids] += id_counts.astype(dtype)
     return counts
 
 
@@ -389,6 +401,7 @@ __all__ = [
     "XMCDataset",
     "XMCFormatError",
     "XMCSplit",
+    "count_ids",
     "demo_dataset_path",
     "detect_format",
     "label_frequencies",

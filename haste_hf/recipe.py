@@ -420,15 +420,17 @@ def _model_of(
 ):
     """The new model; its head and tail started from the label texts where asked for. A sharded run's ranks build
     only their own rows of the head and tail (the same rows as one process: `haste_hf.modeling.initialization`), and
-    start them from their own labels' texts (`init_share_from_label_texts_`)."""
+    start them from their own labels' texts (`init_share_from_label_texts_`); one process builds them where and in
+    the dtype they train in (`output_rows_on`), never whole in fp32 on the host."""
     import torch
 
-    from .modeling.initialization import deferred_output_rows
+    from .modeling.initialization import deferred_output_rows, output_rows_on
     from .training.sharded_output_layer import resolve_shard_output_layer, shard_output_layer_
 
     sharded = resolve_shard_output_layer(training_args.shard_output_layer, training_args.world_size)
     from_label_texts = recipe.init_from_label_texts and label_texts is not None
-    with deferred_output_rows(sharded):
+    dtype = training_args.output_layer_dtype and getattr(torch, training_args.output_layer_dtype)
+    with deferred_output_rows() if sharded else output_rows_on(training_args.device, dtype):
         model = build_model(
             encoder_model,
             layout,

@@ -207,6 +207,30 @@ def test_a_stage_cut_by_the_calls_budget_is_reported_stopped_not_failed(tmp_path
     assert "FAILED (exit 3)" in next(line for line in text.splitlines() if line.startswith("| reload |"))
 
 
+def test_train_groups_the_labels_itself_where_asked_and_its_row_says_so(tmp_path):
+    """`--group-in-train` (the 10^8-label call): train takes the group flags and no layout file, so the data is read
+    once, not by `group` and again by `train`; its row names the grouping and where it ran."""
+    scale = load_script("scale")
+    argv = [
+        "--preset",
+        "synthetic-100m",
+        "--work",
+        str(tmp_path),
+        "--stages",
+        "train",
+        "--group-flag",
+        "--grouping random",
+    ]
+    runner = scale.Runner(scale.parse_args([*argv, "--group-in-train"]))
+    runner.encoder = "minilm"  # what `main` sets
+    flags = runner.train_flags(30)
+    assert "--layout-file" not in flags and flags[flags.index("--grouping") + 1] == "random"
+    assert runner.training_run(30).endswith("30 steps, grouping random (in train)")
+    apart = scale.Runner(scale.parse_args(argv))
+    apart.encoder = "minilm"
+    assert "--layout-file" in apart.train_flags(30) and "--grouping" not in apart.train_flags(30)
+
+
 @pytest.mark.slow
 def test_every_stage_runs_on_the_cpu(tmp_path):
     """scale.py end to end at a tiny size (the tiny syllable encoder): data, group, train with a checkpoint,

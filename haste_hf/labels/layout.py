@@ -147,19 +147,24 @@ def count_labels(labels, label_count: int) -> tuple[np.ndarray, str, int]:
     same label lists in the same order, so a plan computed on another split (another validation hold-out, a
     filtered or shuffled copy) is caught before it trains a model.
     """
-    counts = np.zeros(label_count, dtype=np.int64)
+    from ..data import count_ids
+
     digest = hashlib.sha256(f"haste-label-split-v1:{label_count}".encode())
-    points = 0
-    for lengths, flat in _label_batches(labels):
-        if flat.size and (flat.min() < 0 or flat.max() >= label_count):
-            raise ValueError(
-                f"Training label ids must lie in [0, {label_count}) (the label count), found [{flat.min()}, {flat.max()}]."
-            )
-        counts += np.bincount(flat, minlength=label_count)
-        digest.update(lengths.tobytes())
-        digest.update(flat.tobytes())
-        points += lengths.size
-    return counts, digest.hexdigest(), points
+    points = [0]
+
+    def checked_batches():
+        for lengths, flat in _label_batches(labels):
+            if flat.size and (flat.min() < 0 or flat.max() >= label_count):
+                raise ValueError(
+                    f"Training label ids must lie in [0, {label_count}) (the label count), found [{flat.min()}, {flat.max()}]."
+                )
+            digest.update(lengths.tobytes())
+            digest.update(flat.tobytes())
+            points[0] += lengths.size
+            yield flat
+
+    counts = count_ids(checked_batches(), label_count)
+    return counts, digest.hexdigest(), points[0]
 
 
 @dataclass(eq=False)
