@@ -442,7 +442,10 @@ def _sums_of_token_chunks(embedder, backend, pairs, label_count, token_budget, d
 def _with_text(texts: Sequence[str], what: str) -> torch.Tensor:
     """Indices into `texts` of the texts that are not blank, with a warning naming `what` when some are: a blank text
     embeds as the special tokens alone and says nothing of its label."""
-    has_text = torch.tensor([bool(text.strip()) for text in texts], dtype=torch.bool)
+    # Blank: empty or all whitespace (what `str.strip` removes), read by C loops over the texts (8.6M in a second).
+    has_text = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)) > 0
+    has_text &= ~np.fromiter(map(str.isspace, texts), dtype=bool, count=len(texts))
+    has_text = torch.from_numpy(has_text)
     blank = has_text.numel() - int(has_text.sum())
     if blank:
         logger.warning(f"{blank:,} of {has_text.numel():,} labels have a blank text: {what}.")

@@ -15,14 +15,23 @@ from .grouping import ArrayLike, _as_int64_vector
 CENTER_SAMPLE = 4096
 
 
+def _mean(blocks, count: int, features: int) -> torch.Tensor:
+    """The mean of the rows of `blocks` (`count` in all); zeros `[features]` where there are none."""
+    total = torch.zeros(features)
+    for block in blocks:
+        total = total.to(block.device) + block.sum(0)
+    return total / max(1, count)
+
+
 @torch.no_grad()
 def _center(model, label_texts: Sequence[str], kept: torch.Tensor, options: dict) -> torch.Tensor:
     """The mean embedding of `CENTER_SAMPLE` of the texts `kept` (indices into `label_texts`) drawn at random (seeded;
-    all of them when fewer)."""
+    all of them when fewer; zeros when there are none)."""
     order = torch.randperm(kept.numel(), generator=torch.Generator().manual_seed(0))
     sample = kept[order[:CENTER_SAMPLE].sort().values].tolist()
     texts = [label_texts[i] for i in sample]
-    return sum(block.sum(0) for block in label_text_embeddings(model.encoder, texts, **options)) / max(1, len(sample))
+    blocks = label_text_embeddings(model.encoder, texts, **options)
+    return _mean(blocks, len(sample), model.output_layer.in_features)
 
 
 def init_share_from_label_texts_(model, label_texts: Sequence[str], *, tokenizer, group=None, **options) -> int:
@@ -102,12 +111,17 @@ def init_from_label_texts_(
         device=model.device if device is None else device,
         show_progress=show_progress,
     )
-    if center is True:
+    # A sequence (the texts, or references to those kept), not a generator: its length sizes the progress bar, whose
+    # percentage the command line's error tests tell from a message.
+    texts = label_texts if kept.numel() == len(label_texts) else [label_texts[i] for i in kept.tolist()]
+    blocks = label_text_embeddings(model.encoder, texts, **options)
+    if center is True and kept.numel() <= CENTER_SAMPLE:  # the center's sample is every text: embedded once for both
+        blocks = list(blocks)
+        center = _mean(blocks, kept.numel(), layer.in_features)
+    elif center is True:
         center = _center(model, label_texts, kept, options)
     start = 0
-    # A list (references to the texts), not a generator: its length sizes the progress bar, whose percentage the
-    # command line's error tests tell from a message.
-    for block in label_text_embeddings(model.encoder, [label_texts[i] for i in kept.tolist()], **options):
+    for block in blocks:
         layer.init_from_label_embeddings_(
             ids[kept[start : start + block.shape[0]]],
             block,
