@@ -49,15 +49,30 @@ def init_share_from_label_texts_(model, label_texts: Sequence[str], *, tokenizer
     embedding_options = dict(tokenizer=tokenizer, pooling=model.config.pooling, normalize=model.config.normalize)
     embedding_options |= {name: options[name] for name in ("batch_size", "max_length", "device") if name in options}
     embedding_options.setdefault("device", model.device)
-    center = torch.zeros(layer.in_features, dtype=torch.float32)
+    # The center, and a last entry that is 1 where rank 0 computed it: a rank 0 that fails says so in the broadcast
+    # the others wait in, and every rank raises, where the others would wait for it forever.
+    message = torch.zeros(layer.in_features + 1, dtype=torch.float32)
+    error = None
     if dist.get_rank(group) == 0:
-        kept = _with_text(label_texts, "they keep their default initial weights")
-        center = _center(model, label_texts, kept, embedding_options).float().cpu()
-    center = center.to(communication_device(group))
-    dist.broadcast(center, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
+        try:
+            kept = _with_text(label_texts, "they keep their default initial weights")
+            message[:-1] = _center(model, label_texts, kept, embedding_options).float().cpu()
+            message[-1] = 1
+        except Exception as caught:  # raised below, once the other ranks know
+            error = caught
+    message = message.to(communication_device(group))
+    dist.broadcast(message, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
+    if error is not None:
+        raise error
+    message = message.cpu()
+    if message[-1] != 1:
+        raise RuntimeError(
+            "Rank 0 failed to embed the label texts' mean (the center of the label-text initialisation): its error "
+            "is in its output."
+        )
     ids = layer.output_labels[layer.output_labels >= 0].cpu()
     texts = [label_texts[i] for i in ids.tolist()]
-    return init_from_label_texts_(model, texts, tokenizer=tokenizer, label_ids=ids, center=center.cpu(), **options)
+    return init_from_label_texts_(model, texts, tokenizer=tokenizer, label_ids=ids, center=message[:-1], **options)
 
 
 def init_from_label_texts_(
