@@ -332,6 +332,21 @@ def test_label_texts_tokenised_in_worker_processes_embed_as_in_this_process(tiny
     assert len(started) == 1 and len(started[0]) == 2 and all(worker.poll() == 0 for worker in started[0])
 
 
+def test_label_embeddings_of_training_texts_tokenised_in_worker_processes_are_this_process_s(tiny_bert, monkeypatch):
+    """The grouping's pass (texts with their label ids) through 2 worker processes: the label embeddings are the
+    ones tokenised in this process, bit for bit."""
+    model, tokenizer = tiny_bert
+    texts = random_texts(500, seed=10)
+    labels = [np.random.default_rng(i).choice(23, size=i % 4, replace=False).tolist() for i in range(500)]
+    monkeypatch.setattr(embeddings, "CHUNK_TEXTS", 64)
+    options = dict(tokenizer=tokenizer, max_length=32, batch_size=5, device="cpu", show_progress=False)
+    here = compute_label_embeddings(model, texts, labels, 23, **options)
+    monkeypatch.setattr(tokenizer_processes, "MIN_TEXTS", 1)
+    monkeypatch.setattr(tokenizer_processes, "process_count", lambda: 2)
+    monkeypatch.setattr(embeddings, "encode_rows", lambda *args: 1 / 0)  # nothing tokenised here
+    assert torch.equal(compute_label_embeddings(model, texts, labels, 23, **options), here)
+
+
 def test_worker_processes_share_the_cpus_of_the_ranks_of_a_machine(monkeypatch):
     monkeypatch.setattr(tokenizer_processes.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
