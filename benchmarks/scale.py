@@ -3,7 +3,8 @@
 (`scale_data.py`), every stage in one run, each stage a child process.
 
 Stages: `data` (write the dataset), `group` (`haste-hf group`: label counts, embeddings, clustering, greedy
-groups), `train` (`haste-hf train --layout-file ... --max-steps N`: read, layout check, model, training, a
+groups), `train` (`haste-hf train --layout-file ... --max-steps N`: read, layout check, model, label texts (the output
+layer started from the labels' texts), training, a
 checkpoint, the final save, the test evaluation), `resume` (`--resume-from-checkpoint`, more steps), `evaluate`,
 `predict` (top 5 of the test split to a file), `export` (ONNX), `reload` (the export served by `OnnxClassifier`,
 or the saved folder by `from_pretrained`, its top-1 checked against `predict`'s) and `add-labels` (`NEW_LABELS`
@@ -151,6 +152,8 @@ def _wrap(owner, name, phases, phase_name):
 
     @functools.wraps(original)
     def timed(*args, **kwargs):
+        if any(phase["name"] == phase_name for phase in phases.stack):  # within itself (a rank's share of the
+            return original(*args, **kwargs)  # label-text init runs the whole one's code): timed once
         with phases.phase(phase_name):
             return original(*args, **kwargs)
 
@@ -189,7 +192,7 @@ def instrument(phases: Phases, steps: list) -> None:
     import haste_hf
     from haste_hf import data, evaluation, export, recipe
     from haste_hf.cli import commands
-    from haste_hf.labels import grouping, layout
+    from haste_hf.labels import grouping, layout, text_init
     from haste_hf.modeling import saving
 
     trainer = haste_hf.HasteTrainer
@@ -203,6 +206,8 @@ def instrument(phases: Phases, steps: list) -> None:
         (grouping, "_split_large_buckets", "clustering"),
         (grouping, "_greedy_groups", "greedy groups"),
         (recipe, "build_model", "model"),
+        (text_init, "init_from_label_texts_", "label texts"),
+        (text_init, "init_share_from_label_texts_", "label texts"),
         (trainer, "train", "training"),
         (trainer, "_save_checkpoint", "checkpoint"),
         (trainer, "_load_from_checkpoint", "resume load"),

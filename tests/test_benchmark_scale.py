@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -183,6 +184,32 @@ def test_a_phases_host_rss_is_its_own_sampled_peak():
     rows = table.phase_rows({"reports": [{"phases": phases}]})
     assert [(name, rss) for name, _, _, rss in rows] == [("read", 5 * 2**30), ("model", 2**30), ("save", 3 * 2**30)]
     assert load_script("scale")._current_rss_bytes() > 2**20  # this process's resident memory now
+
+
+def test_the_label_text_init_is_a_phase_of_its_own_timed_once_on_a_rank(monkeypatch):
+    """The train stage's label-text init is its own row ("label texts", after "model"), timed once where a rank's
+    share of it runs the whole one's code (`init_share_from_label_texts_` calls `init_from_label_texts_`)."""
+    from haste_hf.labels import text_init
+
+    scale, table = load_script("scale"), load_script("scale_table")
+    wrapped = []
+    monkeypatch.setattr(scale, "_wrap", lambda owner, name, phases, phase: wrapped.append((owner, name, phase)))
+    monkeypatch.setattr(scale, "_record_steps", lambda trainer, steps: None)
+    scale.instrument(None, [])
+    assert {(name, phase) for owner, name, phase in wrapped if owner is text_init} == {
+        ("init_from_label_texts_", "label texts"),
+        ("init_share_from_label_texts_", "label texts"),
+    }
+    assert table.TRAIN_PHASES.index("label texts") == table.TRAIN_PHASES.index("model") + 1
+    monkeypatch.undo()
+
+    phases = scale.Phases()
+    monkeypatch.setattr(text_init, "init_from_label_texts_", lambda: time.sleep(0.01) or 3)
+    monkeypatch.setattr(text_init, "init_share_from_label_texts_", lambda: text_init.init_from_label_texts_())
+    for name in ("init_from_label_texts_", "init_share_from_label_texts_"):
+        scale._wrap(text_init, name, phases, "label texts")
+    assert text_init.init_share_from_label_texts_() == 3 and text_init.init_from_label_texts_() == 3
+    assert [phase["name"] for phase in phases.report()["phases"]] == ["label texts", "label texts"]  # not 3
 
 
 def test_a_stage_cut_by_the_calls_budget_is_reported_stopped_not_failed(tmp_path, monkeypatch):

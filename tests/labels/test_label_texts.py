@@ -182,6 +182,37 @@ def test_label_texts_sorted_by_length_start_the_rows_of_their_own_labels(tmp_pat
     check_rows(layer, expected, before, rtol=1e-4, atol=3e-5)  # tolerance: see the test above
 
 
+@pytest.mark.parametrize("sample", [4096, 16])
+def test_label_texts_within_the_center_sample_are_embedded_once(tmp_path, monkeypatch, sample):
+    """Up to `CENTER_SAMPLE` texts the center's sample is every text: they are embedded once, for the center and
+    the rows, and the rows are those of the center embedded apart, bit for bit; above it, the sample is embedded
+    apart."""
+    from haste_hf.labels import text_init
+
+    monkeypatch.setattr(text_init, "CENTER_SAMPLE", sample)
+    monkeypatch.setattr("haste_hf.labels.embeddings.CHUNK_TEXTS", 8)
+    tokenizer = tiny_tokenizer(tmp_path)
+    texts = varied_texts(40, seed=6)
+    options = dict(tokenizer=tokenizer, batch_size=3, max_length=24, show_progress=False)
+    models = [make_tiny_model(label_count=40, head_label_count=8, shuffle_labels=True) for _ in range(2)]
+    embedded = []
+    original = text_init.label_text_embeddings
+
+    def counted(encoder, texts, **embedding_options):
+        embedded.append(len(texts))
+        return original(encoder, texts, **embedding_options)
+
+    monkeypatch.setattr(text_init, "label_text_embeddings", counted)
+    assert init_from_label_texts_(models[0], texts, **options) == 39
+    assert embedded == ([39] if sample >= 39 else [39, sample])
+    kept = torch.tensor([i for i in range(40) if i != 20])
+    center_options = dict(pooling=models[1].config.pooling, normalize=models[1].config.normalize, device="cpu")
+    center = text_init._center(models[1], texts, kept, options | center_options)
+    init_from_label_texts_(models[1], texts, center=center, **options)
+    for name in ("output_layer.head.weight", "output_layer.tail.weight"):
+        assert torch.equal(models[0].state_dict()[name], models[1].state_dict()[name]), name
+
+
 def test_label_texts_sorted_by_length_blend_into_their_own_labels(tmp_path, monkeypatch):
     monkeypatch.setattr("haste_hf.labels.embeddings.CHUNK_TEXTS", 8)
     tokenizer = tiny_tokenizer(tmp_path)

@@ -179,6 +179,18 @@ def test_each_rank_starts_its_share_from_its_own_labels_texts(tmp_path):
         assert not torch.equal(result["whole"]["output_layer.tail.weight"], make_whole_random_tail()), "not started"
 
 
+@pytest.mark.slow
+def test_the_center_of_a_sharded_label_text_init_ends_on_every_rank(tmp_path):
+    """Rank 0 alone embeds the center and broadcasts it: where every text is blank, each rank initialises none of
+    its labels, as one process does (rank 0 raised alone, and rank 1 waited in the broadcast); where rank 0 fails to
+    embed it, every rank raises (rank 0 its own error), none waits."""
+    torchrun([str(TESTS / "distributed_label_text_center.py"), str(tmp_path)], tmp_path, timeout=300)
+    results = [json.loads((tmp_path / f"rank-{rank}.json").read_text()) for rank in range(2)]
+    assert [(r["initialised"], r["unchanged"]) for r in results] == [(0, True), (0, True)]
+    assert results[0]["error"] == "ValueError: planted: the center's embedding failed"
+    assert results[1]["error"].startswith("RuntimeError: Rank 0 failed to embed the label texts' mean")
+
+
 def make_whole_random_tail():
     import distributed_label_text_init as script
 
