@@ -307,3 +307,6 @@ def test_metrics_by_frequency_shares_add_up_to_the_ranking_metrics_and_recall_is
     for bad in (top[:, :4], top[0]):  # fewer columns than k; one row without its batch dimension
         with pytest.raises(ValueError, match=r"top_k_ids must be \[N, >= 5\], got \("):
             metrics_by_frequency(bad, truth, counts, k=5)
+    for short in (truth[:-1], truth[:5]):  # a true label set for each ranking, however many columns it has
+        with pytest.raises(ValueError, match=rf"^200 predictions but {len(short)} true label sets$"):
+            metrics_by_frequency(top, short, counts, k=5)

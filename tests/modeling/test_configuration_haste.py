@@ -170,3 +170,21 @@ def test_label_names_past_the_config_limit_answer_integer_ids_in_range_only(name
         assert key not in id2label and id2label.get(key) is None
         with pytest.raises(KeyError):
             id2label[key]
+
+
+@pytest.mark.parametrize("names", [None, ["zero", "one", "two"]])
+def test_label_ids_past_the_config_limit_answer_each_name_its_id(names):
+    """`label2id` beside a `LabelNames`: the id of each name (`LABEL_{id}` without names), a KeyError for any other
+    key; both say in their repr how many labels they hold and whether they are named."""
+    from haste_hf.modeling.configuration_haste import LabelIds, LabelNames
+
+    id2label = LabelNames(3, names)
+    label2id = LabelIds(id2label)
+    expected = names or ["LABEL_0", "LABEL_1", "LABEL_2"]
+    assert [label2id[name] for name in expected] == [0, 1, 2]
+    assert len(label2id) == 3 and list(label2id) == expected and dict(label2id.items()) == dict(zip(expected, range(3)))
+    with pytest.raises(KeyError):
+        label2id["three"]
+    named = ", named" if names else ""
+    assert repr(id2label) == f"LabelNames(3 labels{named})"
+    assert repr(label2id) == f"LabelIds(LabelNames(3 labels{named}))"
