@@ -198,3 +198,20 @@ def test_label_texts_are_read_only_where_an_option_reads_them():
     assert label_texts_for(with_texts, "data/x", init_from_label_texts=True) == ["zero", "one"]
     with pytest.raises(ValueError, match=r"`label_text_grouping_below` \(--label-text-grouping-below\) .* data/x has"):
         label_texts_for(without, "data/x", init_from_label_texts=False, label_text_grouping_below=5)
+
+
+def test_a_run_without_save_writes_no_model_card_or_metrics(dataset_dir, encoder_dir, tmp_path):
+    """`train(save=False)`: the trained model and its test metrics come back; the folder gets no model, card or
+    `test_metrics.json` (what a saved run writes there)."""
+    run = train(
+        dataset_dir,
+        str(encoder_dir),
+        str(tmp_path / "out"),
+        save=False,
+        validation_fraction=0,
+        training_args={"max_steps": 2, "per_device_train_batch_size": 16, "use_cpu": True, "save_strategy": "no"},
+        **OPTIONS,
+    )
+    assert run.output_dir is None and "P@1" in run.test_metrics
+    written = {path.name for path in (tmp_path / "out").iterdir()} if (tmp_path / "out").exists() else set()
+    assert not written & {"config.json", "model.safetensors", "README.md", "test_metrics.json"}, written
