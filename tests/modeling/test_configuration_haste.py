@@ -188,3 +188,44 @@ def test_label_ids_past_the_config_limit_answer_each_name_its_id(names):
     named = ", named" if names else ""
     assert repr(id2label) == f"LabelNames(3 labels{named})"
     assert repr(label2id) == f"LabelIds(LabelNames(3 labels{named}))"
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"format_version": 0}, r"`format_version` must be an integer in \[1, \d+\], got 0: config.json is damaged"),
+        ({"format_version": True}, r"`format_version` must be an integer in \[1, \d+\], got True"),
+        ({"format_version": "3"}, r"`format_version` must be an integer in \[1, \d+\], got '3'"),
+        ({"eval_top_k": 0}, r"`eval_top_k` must be a positive integer, got 0\."),
+        ({"fan_in": True}, r"`fan_in` must be a positive integer, got True\."),
+        ({"head_projection_dim": 2.0}, r"`head_projection_dim` must be a positive integer or None, got 2\.0\."),
+        ({"head_label_count": True}, r"`head_label_count` must be an integer, got True\."),
+        ({"head_label_count": 1.5}, r"`head_label_count` must be an integer, got 1\.5\."),
+        ({"head_label_count": 101}, r"`head_label_count` \(101\) must lie in \[0, label_count=100\]"),
+        ({"fan_in": 33}, r"`fan_in` \(33\) exceeds the tail's input size \(32\)"),
+        ({"loss": "mse"}, r"`loss` must be one of"),
+        ({"classifier_dropout": -0.1}, r"`classifier_dropout` must lie in \[0, 1\), got -0\.1\."),
+    ],
+)
+def test_each_invalid_field_gets_its_own_message(overrides, message):
+    with pytest.raises(ValueError, match="^" + message):
+        make_config(**overrides)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"format_version": 1},
+        {"format_version": HASTE_FORMAT_VERSION},
+        {"group_size": 1, "fan_in": 1, "eval_top_k": 1, "label_count": 1, "head_label_count": 0},
+        {"head_label_count": 0},
+        {"head_label_count": 100},
+        {"fan_in": 32},
+        {"fan_in": 16, "tail_projection_dim": 16, "head_projection_dim": 1},
+        {"classifier_dropout": 0.0},
+        {"classifier_dropout": 0.99},
+    ],
+)
+def test_fields_at_the_ends_of_their_ranges_are_valid(overrides):
+    config = make_config(**overrides)
+    assert all(getattr(config, name) == value for name, value in overrides.items())
