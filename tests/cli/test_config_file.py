@@ -79,3 +79,12 @@ def test_values_of_their_flags_type_pass():
 def test_a_value_of_another_type_is_refused_naming_the_key(values, message):
     with pytest.raises(UsageError, match=r"^argument --config: run.yaml: " + message):
         check_config_values("run.yaml", values, RECORDS, may_be_null=set())
+
+
+def test_the_config_path_is_the_value_after_the_flag_or_after_its_equals_sign():
+    from haste_hf.cli.parser import _config_path
+
+    assert _config_path(["train", "--config", "run.yaml", "--fan-in", "8"]) == "run.yaml"
+    assert _config_path(["train", "--config=a=b.yaml"]) == "a=b.yaml"
+    assert _config_path(["train", "--fan-in", "8"]) is None
+    assert _config_path(["train", "--config"]) is None  # no value: argparse names the flag
