@@ -88,3 +88,19 @@ def test_the_config_path_is_the_value_after_the_flag_or_after_its_equals_sign():
     assert _config_path(["train", "--config=a=b.yaml"]) == "a=b.yaml"
     assert _config_path(["train", "--fan-in", "8"]) is None
     assert _config_path(["train", "--config"]) is None  # no value: argparse names the flag
+
+
+def test_positive_flags_name_the_kind_they_expect():
+    import argparse
+
+    from haste_hf.cli.parser import _positive
+
+    assert _positive(int)("3") == 3 and _positive(float)("0.5") == 0.5
+    for kind, text, message in (
+        (int, "x", r"^expected an integer, got 'x'$"),
+        (float, "x", r"^expected a number, got 'x'$"),
+        (int, "0", r"^must be >= 1, got 0$"),
+        (float, "nan", r"^must be > 0, got nan$"),
+    ):
+        with pytest.raises(argparse.ArgumentTypeError, match=message):
+            _positive(kind)(text)
