@@ -243,3 +243,20 @@ def test_one_process_builds_its_output_layer_on_the_gpu_it_trains_on(dataset_dir
     run = tiny_run(dataset_dir, encoder_dir, tmp_path / "gpu", max_steps=2, use_cpu=False, bf16=True)
     assert [(weight.device.type, weight.dtype) for weight in built] == [("cuda", torch.bfloat16)] * 2
     assert run.model.output_layer.tail.weight.isfinite().all() and run.test_metrics
+
+
+def test_a_run_without_save_writes_no_model_card_or_metrics(dataset_dir, encoder_dir, tmp_path):
+    """`train(save=False)`: the trained model and its test metrics come back; the folder gets no model, card or
+    `test_metrics.json` (what a saved run writes there)."""
+    run = train(
+        dataset_dir,
+        str(encoder_dir),
+        str(tmp_path / "out"),
+        save=False,
+        validation_fraction=0,
+        training_args={"max_steps": 2, "per_device_train_batch_size": 16, "use_cpu": True, "save_strategy": "no"},
+        **OPTIONS,
+    )
+    assert run.output_dir is None and "P@1" in run.test_metrics
+    written = {path.name for path in (tmp_path / "out").iterdir()} if (tmp_path / "out").exists() else set()
+    assert not written & {"config.json", "model.safetensors", "README.md", "test_metrics.json"}, written

@@ -99,6 +99,9 @@ def test_token_types_are_read_only_where_the_template_gives_a_text_any(tiny_bert
     expected = [encoding.type_ids for encoding in backend.encode_batch(texts)]
     got = [chunk.token_types[s : s + n].tolist() for s, n in zip(chunk.starts.tolist(), chunk.lengths.tolist())]
     assert sorted(got) == sorted(expected) and any(map(any, got))
+    moved = chunk.to(torch.device("cpu"))  # a chunk's size is its texts', and a move keeps every field
+    assert chunk.size == moved.size == len(texts)
+    assert all(torch.equal(getattr(moved, name), getattr(chunk, name)) for name in ("tokens", "token_types", "order"))
 
 
 def test_a_gpu_batch_of_the_label_embeddings_reads_at_least_the_gpu_token_budget():

@@ -501,6 +501,17 @@ def test_broadcast_of_an_object_without_a_process_group_is_the_object_itself():
     assert broadcast_object(value) is value
 
 
+def test_broadcast_through_a_file_without_a_process_group_is_the_value_itself_and_writes_nothing(tmp_path):
+    from haste_hf.training.distributed import broadcast_through_file
+
+    def refused(*args):
+        raise AssertionError("one process writes and reads no file")
+
+    value = {"layout": 3}
+    assert broadcast_through_file(value, tmp_path / "shared", refused, refused) is value
+    assert not (tmp_path / "shared").exists()
+
+
 def test_multi_hot_labels_become_positive_ids_padded_to_the_longest_row():
     """What the sharded layer's loss reads of a `[B, L]` multi-hot batch; a rank's share of a batch may be empty."""
     labels = torch.zeros(3, 6, dtype=torch.bool)
