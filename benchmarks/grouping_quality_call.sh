@@ -23,11 +23,11 @@ if [ "$mode" = amazon ]; then
     shift
     [ $# -gt 0 ] || set -- "HASTE semantic" "HASTE random" "HASTE semantic, no rewiring" "HASTE random, no rewiring"
     name=grouping_quality_amazon670k_x${scale}_${card}
-    flags=()
-    [ "$card" = cpu ] && encoder=tiny && flags=(-- --max-length 32)  # a CPU dry run: the small syllable encoder
+    flags=(--test-points 20000)
+    [ "$card" = cpu ] && encoder=tiny && flags=(--test-points 200 -- --max-length 32)  # a CPU dry run: tiny encoder
     python3 benchmarks/scale_quality.py --preset amazon-670k --scale "$scale" --encoder "$encoder" --workers 2 \
         --work "${SCALE_WORK:-/tmp/haste-grouping-quality}" --budget-s $((540 - (SECONDS - started))) \
-        --variants "$@" --json "$out/$name.json" --out "$out/$name.md" "${flags[@]}" 2>&1 | tee "$out/$name.log"
+        --json "$out/$name.json" --out "$out/$name.md" --variants "$@" "${flags[@]}" 2>&1 | tee "$out/$name.log"
 elif [ "$mode" = deps ]; then
     [ $# -gt 0 ] || { echo "deps: give at least one LEVER (e.g. randomgroup)" >&2; exit 2; }
     data=$(find_asset .device-data/debian-xmc) || exit 1
