@@ -34,7 +34,11 @@ elif [ "$mode" = deps ]; then
     seeds=0,1,2 && extra=()
     if [ "${DEPS_DRY:-0}" = 1 ]; then  # a 300-point cut of deps with the tiny encoder: the script's plumbing only
         seeds=0 && mkdir -p /tmp/deps-dry/deps && encoder=$(python3 -c "
-import sys; sys.path.insert(0, 'benchmarks'); import scale_data; print(scale_data.tiny_encoder('/tmp/deps-dry/tiny'))")
+import importlib.util  # not benchmarks/ on sys.path: its kernels.py would shadow the kernels package transformers seeks
+spec = importlib.util.spec_from_file_location('scale_data', 'benchmarks/scale_data.py')
+scale_data = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(scale_data)
+print(scale_data.tiny_encoder('/tmp/deps-dry/tiny'))") || exit 1
         for f in trn tst lbl; do zcat "$data/deps/$f.json.gz" | head -300 | gzip > /tmp/deps-dry/deps/$f.json.gz; done
         python3 - <<'PY'  # keep the labels the cut uses: ids below 300 only
 import gzip, json
