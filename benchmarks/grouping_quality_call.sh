@@ -38,7 +38,7 @@ import importlib.util  # not benchmarks/ on sys.path: its kernels.py would shado
 spec = importlib.util.spec_from_file_location('scale_data', 'benchmarks/scale_data.py')
 scale_data = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(scale_data)
-print(scale_data.tiny_encoder('/tmp/deps-dry/tiny'))") || exit 1
+import pathlib; print(scale_data.tiny_encoder(pathlib.Path('/tmp/deps-dry/tiny')))") || exit 1
         for f in trn tst lbl; do zcat "$data/deps/$f.json.gz" | head -300 | gzip > /tmp/deps-dry/deps/$f.json.gz; done
         python3 - <<'PY'  # keep the labels the cut uses: ids below 300 only
 import gzip, json
