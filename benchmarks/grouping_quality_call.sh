@@ -48,7 +48,7 @@ for f in ("trn", "tst"):
     with gzip.open(f"/tmp/deps-dry/deps/{f}.json.gz", "wt") as handle:
         handle.writelines(json.dumps(r) + "\n" for r in rows if r["target_ind"])
 PY
-        data=/tmp/deps-dry && extra=("--extra=--max-steps 20 --max-length 32")
+        data=/tmp/deps-dry && extra=("--extra=--max-steps 20 --max-length 32 --bf16 false")  # variants with flags add --bf16
     fi
     jobs=(deps:defaults:$seeds)
     for lever in "$@"; do jobs+=("deps:defaults+$lever:$seeds"); done
