@@ -64,7 +64,8 @@ def cast_beside_output_rows(model, dtype: torch.dtype):
     own (`output_rows_on`), which are left as they are rather than cast (and copied whole) twice."""
     layer = model.output_layer
     placed = (OUTPUT_ROWS.get() or {}).get("rows_dtype") is not None
-    rows = {name: layer._modules[name] for name in ("head", "tail")} if placed else {}
+    # A model may have no head (every label in the tail) or no tail (a dense layer: head fraction 1).
+    rows = {name: layer._modules[name] for name in ("head", "tail") if name in layer._modules} if placed else {}
     layer._modules.update(dict.fromkeys(rows))
     try:
         return model.to(dtype)

@@ -2,8 +2,11 @@
 
 import pytest
 import torch
+from tiny_encoders import tiny_encoder_config
 from tiny_haste import make_tiny_model
+from transformers import BertModel
 
+from haste_hf import HasteForExtremeClassification
 from haste_hf.modeling import initialization
 from haste_hf.modeling.initialization import (
     block_seed,
@@ -76,6 +79,20 @@ def test_rows_built_in_their_dtype_are_the_rows_built_in_fp32_then_cast(small_bl
     assert torch.equal(layer.tail.supports, reference.tail.supports) and layer.tail.supports.dtype == torch.int32
     assert torch.equal(layer.output_labels, reference.output_labels)
     assert torch.equal(built.encoder.embeddings.word_embeddings.weight, whole.encoder.embeddings.word_embeddings.weight)
+
+
+@pytest.mark.parametrize("head_label_count", [0, 90], ids=["no head", "no tail"])
+def test_a_model_without_a_head_or_a_tail_is_built_in_its_dtype(head_label_count):
+    """A dense layer (head fraction 1: no tail) or an all-tail layer is built under `output_rows_on` as every GPU run
+    builds it (a dense layer once failed there with KeyError: 'tail')."""
+    encoder = BertModel(tiny_encoder_config())
+    with output_rows_on("cpu", torch.bfloat16):
+        model = HasteForExtremeClassification.from_encoder_pretrained(
+            encoder, label_count=90, head_label_count=head_label_count, group_size=4, fan_in=8
+        )
+    kept = model.output_layer.head if head_label_count else model.output_layer.tail
+    assert kept.weight.dtype == torch.bfloat16 and kept.weight.float().abs().sum() > 0
+    assert model.encoder.embeddings.word_embeddings.weight.dtype == torch.float32
 
 
 def test_supports_are_drawn_into_the_tensor_given(small_blocks):
