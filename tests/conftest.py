@@ -76,6 +76,23 @@ def hub():
     return Hub
 
 
+@pytest.fixture
+def one_process_group(tmp_path):
+    """A one-process gloo group for the whole test (`launch.gloo_group_of_one`)."""
+    from launch import gloo_group_of_one
+
+    with gloo_group_of_one(tmp_path):
+        yield
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    """The tiny encoders' tokenizer (`tiny_encoders.tiny_tokenizer`), saved once a test module."""
+    from tiny_encoders import tiny_tokenizer
+
+    return tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+
+
 @pytest.fixture(scope="session")
 def encoder_dir(tmp_path_factory):
     """A saved tiny random BERT encoder with its tokenizer: what the command-line tests train from."""
