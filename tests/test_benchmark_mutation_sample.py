@@ -1,24 +1,20 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
 """benchmarks/mutation_sample.py: which test files run against a mutant, on a hand-made tree."""
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
+from benchmark_scripts import BENCHMARKS, load_script
 
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "mutation_sample.py"
+SCRIPT = BENCHMARKS / "mutation_sample.py"
 
 
 @pytest.fixture(scope="module")
 def mutation_sample():
-    spec = importlib.util.spec_from_file_location("mutation_sample", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+    yield load_script(SCRIPT, register=True)  # its dataclasses look their module up
+    del sys.modules[SCRIPT.stem]
 
 
 def write_tree(root: Path, files: dict) -> None:
