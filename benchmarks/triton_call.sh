@@ -9,7 +9,7 @@
 #   2. `first_use.py --backends triton` (item 3: first use on an empty cache, then a later process);
 #   3. `step.py` at 8.6M labels (HASTE) with the CUDA build, then with Triton in an environment whose PATH holds no
 #      nvcc and no ninja (what `pip install torch` gives), `predict_topk` throughput included;
-#   4. `pytest tests/kernels/triton tests/kernels/test_triton_backward.py` (or the files in $TESTS) on the GPU when
+#   4. `pytest tests/kernels/triton` (or the files in $TESTS) on the GPU when
 #      $RUN_TESTS=1;
 #   5. `triton_loss_sweep.py` over the shapes in $LOSS_SWEEP, if any;
 #   6. `kernels.py` over the grid given (both backends side by side), stopped after $GRID_SECONDS.
@@ -66,7 +66,7 @@ env -u HASTE_HF_KERNELS PATH="$bare_path" timeout 200 "$python" $step --title "T
 
 # 4. The Triton kernels' tests on the GPU.
 if [ "${RUN_TESTS:-0}" = 1 ]; then
-    timeout 240 "$python" -m pytest -q -p no:cacheprovider ${TESTS:-tests/kernels/triton tests/kernels/test_triton_backward.py} \
+    timeout 240 "$python" -m pytest -q -p no:cacheprovider ${TESTS:-tests/kernels/triton} \
         2>&1 | tail -5 | tee "$out/tests.txt"
 fi
 

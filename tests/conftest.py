@@ -76,6 +76,34 @@ def hub():
     return Hub
 
 
+@pytest.fixture
+def one_process_group(tmp_path):
+    """A one-process gloo group for the whole test (`launch.gloo_group_of_one`)."""
+    from launch import gloo_group_of_one
+
+    with gloo_group_of_one(tmp_path):
+        yield
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    """The tiny encoders' tokenizer (`tiny_encoders.tiny_tokenizer`), saved once a test module."""
+    from tiny_encoders import tiny_tokenizer
+
+    return tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory):
+    """(a tiny random BERT without its pooler, in eval mode; the tokenizer): a bare encoder to embed label texts."""
+    from tiny_encoders import tiny_encoder_config, tiny_tokenizer
+    from transformers import BertModel
+
+    torch.manual_seed(0)
+    model = BertModel(tiny_encoder_config("bert"), add_pooling_layer=False).eval()
+    return model, tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+
+
 @pytest.fixture(scope="session")
 def encoder_dir(tmp_path_factory):
     """A saved tiny random BERT encoder with its tokenizer: what the command-line tests train from."""

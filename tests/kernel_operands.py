@@ -1,11 +1,26 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
-"""Fresh random operands of the tail and their float64 reference, shared by the Triton kernels' tests."""
+"""Fresh random operands of the tail, their float64 reference and the shapes and tolerances of the kernels' tests."""
 
 import torch
 
 
 # Relative Frobenius error allowed against a float64 reference, per dtype (fp32 multiplies in true fp32).
 TOLERANCE = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-5}
+
+# (B, d, K, G, F) of the GPU tests: tensor-core shapes (G % 16 == 0, F % 32 == 0) with batches that are not
+# multiples of the tiles, K = 1, G = 48 (not a power of two: a 16-label remainder, groups straddling the tiles),
+# then shapes off the tensor cores (any G, F), which the masks serve.
+GPU_SHAPES = [
+    (64, 768, 40, 32, 64),
+    (70, 768, 33, 16, 32),
+    (300, 768, 121, 48, 64),
+    (1, 300, 1, 64, 128),
+    (129, 200, 7, 48, 96),
+    (256, 768, 25, 64, 32),
+    (33, 100, 9, 8, 32),
+    (17, 64, 5, 3, 7),
+    (5, 50, 4, 1, 1),
+]
 
 
 def make_layer(batch, features, groups, group_size, fan_in, dtype, device, seed, bias=True):

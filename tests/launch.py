@@ -2,6 +2,7 @@
 and the tolerances their results are compared with."""
 
 import re
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -45,6 +46,19 @@ def train_flags(data, encoder_dir, output_dir, *extra):
         "0",
         *extra,
     ]
+
+
+@contextmanager
+def gloo_group_of_one(folder: Path):
+    """A one-process gloo group (its store a file in `folder`) for the lines inside; the sharded layer's collectives
+    run on it as on a rank of a real group. Conftest's `one_process_group` fixture holds one for a whole test."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{folder / 'store'}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
 
 
 def run_cli(capsys, argv):

@@ -60,7 +60,3 @@ def reference(x, weight, bias, supports, positions, valid_count, scale, loss):
     value = terms.sum() * scale
     value.backward()
     return value.detach(), [leaf.grad if leaf is not None else None for leaf in leaves]
-
-
-def relative_error(actual, expected):
-    return ((actual.double() - expected.double()).norm() / expected.double().norm().clamp_min(1e-30)).item()

@@ -1,10 +1,10 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
 """benchmarks/distributed.py: the collective arithmetic by hand, and both modes on tiny CPU sizes."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from benchmark_scripts import load_benchmark, load_script
 from launch import torchrun
 
 
@@ -38,10 +38,7 @@ TINY = [
 
 @pytest.fixture(scope="module")
 def benchmark():
-    spec = importlib.util.spec_from_file_location("distributed_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def test_collective_bytes_and_ring_times_by_hand(benchmark):
@@ -119,9 +116,7 @@ def test_the_commit_says_where_it_was_read(monkeypatch, tmp_path):
     import shutil
     import subprocess
 
-    spec = importlib.util.spec_from_file_location("provenance", ROOT / "benchmarks" / "provenance.py")
-    provenance = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(provenance)
+    provenance = load_benchmark("provenance")
     monkeypatch.setenv("HASTE_COMMIT", "abc1234")
     assert provenance.tree_commit() == "abc1234 (HASTE_COMMIT)"
     monkeypatch.delenv("HASTE_COMMIT")
@@ -152,7 +147,5 @@ def test_the_commit_says_where_it_was_read(monkeypatch, tmp_path):
         check=True,
     )
     shutil.copy(ROOT / "benchmarks" / "provenance.py", outer / "copy" / "benchmarks")
-    spec = importlib.util.spec_from_file_location("copied", outer / "copy" / "benchmarks" / "provenance.py")
-    copied = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(copied)
+    copied = load_script(outer / "copy" / "benchmarks" / "provenance.py")
     assert copied.tree_commit().startswith("unknown (no HASTE_COMMIT; git's HEAD ")

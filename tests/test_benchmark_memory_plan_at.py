@@ -1,20 +1,12 @@
 """benchmarks/memory_plan_at.py: a rank's share and its plan, at a label count small enough to count by hand."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "memory_plan_at.py"
+from benchmark_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def memory_plan_at():
-    spec = importlib.util.spec_from_file_location("memory_plan_at", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("memory_plan_at")
 
 
 def test_the_share_of_rank_0_and_its_buffers(memory_plan_at, capsys):

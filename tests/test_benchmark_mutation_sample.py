@@ -1,24 +1,27 @@
 # Copyright 2026 The haste_hf Authors. Apache-2.0.
 """benchmarks/mutation_sample.py: which test files run against a mutant, on a hand-made tree."""
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
+from benchmark_scripts import BENCHMARKS, load_script
 
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "mutation_sample.py"
+SCRIPT = BENCHMARKS / "mutation_sample.py"
 
 
 @pytest.fixture(scope="module")
 def mutation_sample():
-    spec = importlib.util.spec_from_file_location("mutation_sample", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+    yield load_script(SCRIPT, register=True)  # its dataclasses look their module up
+    del sys.modules[SCRIPT.stem]
+
+
+def write_tree(root: Path, files: dict) -> None:
+    """The hand-made tree: each `files` path (relative to `root`) with its text."""
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
 
 
 def test_a_test_importing_a_name_the_package_reexports_runs_against_the_module(mutation_sample, tmp_path):
@@ -33,9 +36,7 @@ def test_a_test_importing_a_name_the_package_reexports_runs_against_the_module(m
         "tests/cli/test_direct.py": "from haste_hf.cli.commands import main\n",
         "tests/cli/test_flags.py": "from haste_hf.cli import build_parser\n\n\ndef test_parser():\n    build_parser()\n",
     }
-    for path, text in files.items():
-        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / path).write_text(text)
+    write_tree(tmp_path, files)
     mutant = mutation_sample.Mutant("haste_hf/cli/commands.py", 2, "", "", "", False)
     assert sorted(mutation_sample.tests_of(mutant, tmp_path)) == ["tests/cli/test_direct.py", "tests/cli/test_entry.py"]
 
@@ -51,9 +52,7 @@ def test_a_modules_own_test_file_leaves_room_for_the_tests_that_name_its_classes
         "tests/cli/test_usage.py": "def test_flags():\n    assert type(parse_flags()).__name__ == 'RunOptionsOfTheTree'\n",
         "tests/test_other.py": "def test_other():\n    pass\n",
     }
-    for path, text in files.items():
-        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / path).write_text(text)
+    write_tree(tmp_path, files)
     mutant = mutation_sample.Mutant("haste_hf/run_options.py", 2, "", "", "", False)
     assert mutation_sample.tests_of(mutant, tmp_path) == ["tests/test_run_options.py", "tests/cli/test_usage.py"]
 

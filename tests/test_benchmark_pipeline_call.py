@@ -1,13 +1,9 @@
 """The arithmetic of benchmarks/pipeline_call.py: each call's ratio to HASTE's own pipeline."""
 
-import importlib.util
-from pathlib import Path
+from benchmark_scripts import load_benchmark
 
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "pipeline_call.py"
-spec = importlib.util.spec_from_file_location("pipeline_call_benchmark", SCRIPT)
-pipeline_call = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(pipeline_call)
+pipeline_call = load_benchmark("pipeline_call")
 
 
 def test_table_gives_each_call_against_haste():

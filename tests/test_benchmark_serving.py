@@ -1,15 +1,10 @@
 """The arithmetic of benchmarks/serving.py: P@k of each variant's top-k, and speed-ups over PyTorch eager."""
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
+from benchmark_scripts import load_benchmark
 
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "serving.py"
-spec = importlib.util.spec_from_file_location("serving_benchmark", SCRIPT)
-serving = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(serving)
+serving = load_benchmark("serving")
 
 
 def test_precision_scores_each_variant_on_the_same_batches():

@@ -2,22 +2,18 @@
 the labels added from text and examples, the baselines and the report."""
 
 import gzip
-import importlib.util
 import json
 import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from benchmark_scripts import BENCHMARKS, load_benchmark
 
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-_spec = importlib.util.spec_from_file_location("unseen_labels", BENCHMARKS / "unseen_labels.py")
-unseen_labels = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(unseen_labels)
+unseen_labels = load_benchmark("unseen_labels")
 
 
 def test_held_out_labels_are_stratified_by_frequency():

@@ -2,25 +2,18 @@
 """The kernel-floor arithmetic of benchmarks/kernel_floors.py on a hand-made table, the summary of kernels.py, the
 operands of the launch sweeps and the backward sweep's output."""
 
-import importlib.util
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
-
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_floors.py"
+from benchmark_scripts import BENCHMARKS, load_benchmark
 
 
 @pytest.fixture(scope="module")
 def kernel_floors():
-    spec = importlib.util.spec_from_file_location("kernel_floors", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("kernel_floors")
 
 
 TABLE = """# header
@@ -59,10 +52,7 @@ VERSUS = """# NVIDIA H200, torch 2.11.0+cu130, bfloat16, d = 768, ms (median); o
 
 @pytest.fixture(scope="module")
 def kernels_benchmark():
-    spec = importlib.util.spec_from_file_location("kernels_benchmark", SCRIPT.parent / "kernels.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("kernels")
 
 
 def test_kernels_summary_reads_a_table_cut_short(kernels_benchmark, tmp_path):
@@ -114,7 +104,7 @@ def test_backward_sweep_keeps_its_lines_when_killed(tmp_path):
     here: no GPU)."""
     out = tmp_path / "sweep.txt"
     run = subprocess.run(
-        [sys.executable, "-c", SWEEP_KILLED, str(SCRIPT.parent), str(out)], capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", SWEEP_KILLED, str(BENCHMARKS), str(out)], capture_output=True, text=True, timeout=600
     )
     assert run.returncode == -signal.SIGKILL, run.stderr
     assert out.read_text().splitlines() == [

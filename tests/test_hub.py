@@ -19,7 +19,7 @@ import torch
 from datasets import Dataset
 from huggingface_hub import HfApi, ModelCard, hf_hub_download
 from tiny_encoders import VOCAB_SIZE, planted_texts, tiny_encoder_config, tiny_tokenizer
-from tiny_haste import make_tiny_model
+from tiny_haste import make_tiny_model, make_tiny_trainer
 from transformers import AutoModel, BertModel
 
 import haste_hf  # noqa: F401  (registers the auto classes)
@@ -288,14 +288,14 @@ def test_model_over_100_mb(hub):
 
 def train_and_push(hub, tmp_path, hub_strategy="every_save"):
     """A HasteTrainer run of 4 steps pushing every 2 steps to a private repository; (trainer, repo_id)."""
-    from haste_hf.data import XMCDataCollator
-    from haste_hf.training.trainer import HasteTrainer
-    from haste_hf.training.training_args import HasteTrainingArguments
-
     tokenizer = tiny_tokenizer(tmp_path / "tokenizer")
     repo_id = new_repo_id(hub, "trainer")
-    args = HasteTrainingArguments(
-        output_dir=str(tmp_path / "out"),
+    trainer = make_tiny_trainer(
+        tmp_path / "out",
+        tokenizer,
+        Dataset.from_list(planted_texts(LABELS, 16, seed=0)),
+        make_model(),
+        processing_class=tokenizer,
         per_device_train_batch_size=4,
         max_steps=4,
         save_strategy="steps",
@@ -303,23 +303,12 @@ def train_and_push(hub, tmp_path, hub_strategy="every_save"):
         learning_rate=1e-3,
         output_learning_rate=0.1,
         rewiring_interval=0,
-        report_to=[],
-        seed=0,
-        use_cpu=True,
-        disable_tqdm=True,
         push_to_hub=True,
         hub_model_id=repo_id,
         hub_strategy=hub_strategy,
         hub_private_repo=True,
         # Otherwise a save whose predecessor's (background) push is still running is not pushed at all.
         hub_always_push=True,
-    )
-    trainer = HasteTrainer(
-        model=make_model(),
-        args=args,
-        train_dataset=Dataset.from_list(planted_texts(LABELS, 16, seed=0)),
-        data_collator=XMCDataCollator(tokenizer, max_length=16),
-        processing_class=tokenizer,
     )
     trainer.train()
     if trainer.push_in_progress is not None:

@@ -1,6 +1,7 @@
 """The training recipe through its Python API (the CLI tests run it through `haste-hf train`)."""
 
 import json
+from functools import partial
 
 import pytest
 import torch
@@ -43,15 +44,9 @@ def test_run_uses_the_layout_it_is_given_and_saves_what_it_trained(dataset_dir, 
     layout = LabelLayout.from_training_split(
         dataset.splits["train"], dataset.label_count, 4, head_label_count=5, strategy="random", seed=1
     )
-    run = train(
-        dataset_dir,
-        str(encoder_dir),
-        str(tmp_path / "model"),
-        layout=layout,
-        validation_fraction=0,
-        training_args={"max_steps": 2, "use_cpu": True},
-        fan_in=8,
-        max_length=16,
+    train_on_layout = partial(train, dataset_dir, str(encoder_dir), layout=layout, fan_in=8, max_length=16)
+    run = train_on_layout(
+        str(tmp_path / "model"), validation_fraction=0, training_args={"max_steps": 2, "use_cpu": True}
     )
     assert run.layout is layout and torch.equal(run.model.output_layer.output_labels, layout.output_labels())
     saved = json.loads((tmp_path / "model" / "test_metrics.json").read_text())
@@ -60,15 +55,8 @@ def test_run_uses_the_layout_it_is_given_and_saves_what_it_trained(dataset_dir, 
         other = Dataset.from_dict({"text": ["w1"], "labels": [[1]]})
         layout.check_split(other)
     with pytest.raises(ValueError, match="validation-fraction"):  # a held-out split is another split
-        train(
-            dataset_dir,
-            str(encoder_dir),
-            str(tmp_path / "held-out"),
-            layout=layout,
-            validation_fraction=0.1,
-            training_args={"max_steps": 1, "use_cpu": True},
-            fan_in=8,
-            max_length=16,
+        train_on_layout(
+            str(tmp_path / "held-out"), validation_fraction=0.1, training_args={"max_steps": 1, "use_cpu": True}
         )
 
 

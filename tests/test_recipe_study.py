@@ -1,23 +1,15 @@
 """`benchmarks/recipe_study.py`'s levers are `haste-hf train` command lines that parse today: a study spends device
 time, so a lever whose flag was renamed or removed must fail here, not on the device."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from benchmark_scripts import load_benchmark
 
 from haste_hf.cli.parser import parse_args
 
 
-def load_study():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "recipe_study.py"
-    spec = importlib.util.spec_from_file_location("recipe_study", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-STUDY = load_study()
+STUDY = load_benchmark("recipe_study")
 
 
 def train_argv(variant, dataset_dir, output_dir):

@@ -3,26 +3,15 @@
 
 import copy
 import functools
-import importlib.util
-from pathlib import Path
 
 import torch
+from benchmark_scripts import load_benchmark
 from tiny_haste import make_tiny_model
 from transformers.models.mpnet.modeling_mpnet import MPNetSelfAttention
 
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "step.py"
-
-
-def load_step():
-    spec = importlib.util.spec_from_file_location("step_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_sdpa_attention_of_mpnet_gives_the_eager_outputs_and_gradients():
-    step = load_step()
+    step = load_benchmark("step")
     eager = make_tiny_model(encoder="mpnet").eval()  # no dropout: both draw the same (no) masks
     sdpa = copy.deepcopy(eager)
     patched = [module for module in sdpa.modules() if isinstance(module, MPNetSelfAttention)]

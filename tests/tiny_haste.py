@@ -60,11 +60,13 @@ def make_tiny_trainer(
     data_collator=None,
     compute_metrics=None,
     callbacks=None,
+    processing_class=None,
     **training,
 ) -> HasteTrainer:
     """A `HasteTrainer` on CPU, seeded, silent, reporting nowhere; `training` sets any other
     `HasteTrainingArguments` field (and overrides these). `model` defaults to a fresh
-    `make_tiny_model(**model_fields)`; the collator to `XMCDataCollator(tokenizer, max_length=16)`."""
+    `make_tiny_model(**model_fields)`; the collator to `XMCDataCollator(tokenizer, max_length=16)`; the trainer
+    saves `processing_class` (None: nothing) with its checkpoints."""
     arguments = dict(output_dir=str(output_dir), report_to=[], use_cpu=True, disable_tqdm=True, seed=0)
     arguments.update(training)
     return HasteTrainer(
@@ -75,4 +77,5 @@ def make_tiny_trainer(
         data_collator=data_collator or XMCDataCollator(tokenizer, max_length=16),
         compute_metrics=compute_metrics,
         callbacks=callbacks,
+        processing_class=processing_class,
     )

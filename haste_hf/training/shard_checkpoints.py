@@ -303,7 +303,6 @@ def save_sharded_folder(
 def load_folder_rows_(model, folder: str | os.PathLike) -> None:
     """Loads `model` from a HASTE folder (sharded output layer or not, one safetensors file or an indexed set), reading
     only the rows of the output layer it holds: one rank's of a `ShardedOutputLayer`, all of a whole layer."""
-    from safetensors import safe_open
     from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
     folder = os.fspath(folder)
@@ -330,16 +329,12 @@ def load_folder_rows_(model, folder: str | os.PathLike) -> None:
         if row_sharded and shards is not None:
             _copy_rows_(target, shards, name, row_range(name, **owned)[0], folder)
             continue
-        path = os.path.join(folder, files.get(name, SAFE_WEIGHTS_NAME))
-        if path not in handles:
-            handles[path] = safe_open(path, framework="pt")
-        if name not in handles[path].keys():  # noqa: SIM118  (a safetensors handle has no `in`)
-            raise KeyError(f"{folder} holds no tensor {name!r}: it is not a checkpoint of this model.")
+        stored = _file_holding(name, folder, files, handles)
         if row_sharded:
             start, stop = row_range(name, **owned)
-            value = handles[path].get_slice(name)[start:stop]
+            value = stored.get_slice(name)[start:stop]
         else:
-            value = handles[path].get_tensor(name)
+            value = stored.get_tensor(name)
         _check_shape(value.shape, target, name, folder)
         target.copy_(value)
 
@@ -347,21 +342,13 @@ def load_folder_rows_(model, folder: str | os.PathLike) -> None:
 def _copy_output_labels_(target: torch.Tensor, layer, prefix: str, shards, folder: str, files, handles) -> None:
     """`target` <- the label ids of `layer`'s positions (a share's, or all): from the shards' label-id parts, or from
     the whole `output_labels` of the main weights (folders saved before the shards held them)."""
-    from safetensors import safe_open
-    from transformers.utils import SAFE_WEIGHTS_NAME
-
     share = getattr(layer, "is_share", False)
     rows = {"head_rows": layer.head_rows, "tail_groups": layer.tail_groups} if share else None
     if shards is not None and prefix + LABEL_ID_TENSORS[0] in shards.shapes:
         target.copy_(shards.output_labels(prefix, target.shape, rows))
         return
     name = prefix + "output_labels"
-    path = os.path.join(folder, files.get(name, SAFE_WEIGHTS_NAME))
-    if path not in handles:
-        handles[path] = safe_open(path, framework="pt")
-    if name not in handles[path].keys():  # noqa: SIM118  (a safetensors handle has no `in`)
-        raise KeyError(f"{folder} holds no tensor {name!r}: it is not a checkpoint of this model.")
-    stored = handles[path].get_slice(name)
+    stored = _file_holding(name, folder, files, handles).get_slice(name)
     if not share:
         value = stored[:]
     else:  # the share's head rows, then its tail slots, of the whole vector
@@ -372,6 +359,20 @@ def _copy_output_labels_(target: torch.Tensor, layer, prefix: str, shards, folde
         value = torch.cat([stored[slice(*layer.head_rows)], stored[first + start : first + stop]])
     _check_shape(value.shape, target, name, folder)
     target.copy_(value)
+
+
+def _file_holding(name: str, folder: str, files: dict, handles: dict):
+    """The open safetensors file of `folder` that holds tensor `name` (`files`: the index's weight map, empty for one
+    file; `handles`: the files opened so far, by path, each opened once); a KeyError where none holds it."""
+    from safetensors import safe_open
+    from transformers.utils import SAFE_WEIGHTS_NAME
+
+    path = os.path.join(folder, files.get(name, SAFE_WEIGHTS_NAME))
+    if path not in handles:
+        handles[path] = safe_open(path, framework="pt")
+    if name not in handles[path].keys():  # noqa: SIM118  (a safetensors handle has no `in`)
+        raise KeyError(f"{folder} holds no tensor {name!r}: it is not a checkpoint of this model.")
+    return handles[path]
 
 
 def _check_shape(shape, target: torch.Tensor, name: str, folder: str) -> None:

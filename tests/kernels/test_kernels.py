@@ -12,30 +12,13 @@ import warnings
 
 import pytest
 import torch
+from kernel_operands import GPU_SHAPES, TOLERANCE, make_layer, relative_error
 
 from haste_hf.kernels import ops as kernels
 from haste_hf.modeling import sparse_ops
 
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-
-# Relative Frobenius error allowed against a float64 reference, per dtype (fp32 is true fp32 FFMA).
-TOLERANCE = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-5}
-
-
-def make_operands(batch, features, groups, group_size, fan_in, dtype, device, seed=0, bias=False):
-    generator = torch.Generator(device="cpu").manual_seed(seed)
-    x = torch.randn(batch, features, generator=generator).to(device, dtype)
-    weight = (torch.randn(groups, group_size, fan_in, generator=generator) / fan_in**0.5).to(device, dtype)
-    supports = torch.stack([torch.randperm(features, generator=generator)[:fan_in] for _ in range(groups)])
-    supports = supports.to(device, torch.int32)
-    bias_tensor = torch.randn(groups * group_size, generator=generator).to(device, dtype) if bias else None
-    return x, weight, supports, bias_tensor
-
-
-def relative_error(actual, expected):
-    actual, expected = actual.double(), expected.double()
-    return ((actual - expected).norm() / expected.norm().clamp_min(1e-30)).item()
 
 
 def reference(x, weight, supports, bias, grad_out):
@@ -62,7 +45,7 @@ def poison_allocator(*shapes, dtype):
 # ------------------------------------------------------------------------------------------------
 class TestValidation:
     def valid(self):
-        return make_operands(4, 16, 3, 8, 5, torch.float32, "cpu")
+        return make_layer(4, 16, 3, 8, 5, torch.float32, "cpu", 0, bias=False)
 
     def test_cpu_tensors_are_rejected_last(self):
         x, weight, supports, _ = self.valid()
@@ -205,22 +188,8 @@ def test_failed_build_warns_once_and_falls_back(monkeypatch):
 # ------------------------------------------------------------------------------------------------
 # GPU: kernels against the reference
 # ------------------------------------------------------------------------------------------------
-# (batch, d, K, G, F): tensor-core shapes (G % 16 == 0, F % 32 == 0) incl. ragged batches, K = 1,
-# a 16-label remainder unit, many units per block with G = 48 (units that straddle groups), a wide d,
-# then generic shapes (any G, F).
-SHAPES = [
-    (64, 768, 40, 32, 64),
-    (70, 768, 33, 16, 32),
-    (300, 768, 121, 48, 64),
-    (97, 1400, 11, 16, 128),
-    (1, 300, 1, 64, 128),
-    (129, 200, 7, 48, 96),
-    (256, 768, 25, 64, 32),
-    (33, 100, 9, 8, 32),
-    (17, 64, 5, 3, 7),
-    (5, 50, 4, 1, 1),
-    (40, 96, 6, 20, 33),
-]
+# `GPU_SHAPES`, then a wide d and a G and F that are neither powers of two nor tensor-core sizes.
+SHAPES = [*GPU_SHAPES, (97, 1400, 11, 16, 128), (40, 96, 6, 20, 33)]
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 
 
@@ -232,7 +201,7 @@ DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 def test_matches_reference(shape, dtype, deterministic, backend):
     assert kernels.is_available()
     batch, features, groups, group_size, fan_in = shape
-    x, weight, supports, bias = make_operands(*shape, dtype, "cuda", seed=sum(shape), bias=True)
+    x, weight, supports, bias = make_layer(*shape, dtype, "cuda", sum(shape))
     x.requires_grad_()
     weight.requires_grad_()
     bias.requires_grad_()
@@ -253,7 +222,7 @@ def test_matches_reference(shape, dtype, deterministic, backend):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 def test_deterministic_feature_gradient_is_bitwise_reproducible(dtype, backend):
-    x, weight, supports, _ = make_operands(96, 768, 600, 32, 64, dtype, "cuda", seed=3)
+    x, weight, supports, _ = make_layer(96, 768, 600, 32, 64, dtype, "cuda", 3, bias=False)
     grad_out = torch.randn(96, 600 * 32, device="cuda").to(dtype)
     runs = [torch.ops.haste.group_sparse_grad_input(grad_out, weight, supports, 768, True) for _ in range(3)]
     assert all(torch.equal(runs[0], run) for run in runs[1:])
@@ -272,7 +241,7 @@ def test_deterministic_feature_gradient_is_bitwise_reproducible(dtype, backend):
 def test_fast_path_envelope(monkeypatch):
     """The CUDA build's two kernel families (Triton has one, for every shape)."""
     monkeypatch.setattr(kernels, "_backend", "cuda")
-    x, weight, _, _ = make_operands(8, 768, 2, 32, 64, torch.bfloat16, "cuda")
+    x, weight, _, _ = make_layer(8, 768, 2, 32, 64, torch.bfloat16, "cuda", 0, bias=False)
     kernels.is_available()
     assert set(kernels.kernel_paths(x, weight).values()) == {"tensor_core"}
     assert set(kernels.kernel_paths(x.float(), weight.float()).values()) == {"generic"}
@@ -295,7 +264,7 @@ def test_fast_path_envelope(monkeypatch):
 @gpu
 @pytest.mark.gpu
 def test_dispatch_and_torch_compile_without_graph_breaks(backend):
-    x, weight, supports, bias = make_operands(64, 256, 20, 32, 32, torch.bfloat16, "cuda", seed=5, bias=True)
+    x, weight, supports, bias = make_layer(64, 256, 20, 32, 32, torch.bfloat16, "cuda", 5)
     grad_out = torch.randn(64, 640, device="cuda").to(torch.bfloat16)
 
     def step(x, weight, bias):
@@ -318,7 +287,7 @@ def test_dispatch_and_torch_compile_without_graph_breaks(backend):
 def test_64_bit_offsets(backend):
     """B * K * G above 2**31: the last rows and labels are right."""
     batch, groups, group_size, fan_in = 264, (1 << 31) // (264 * 32) + 8, 32, 32
-    x, weight, supports, _ = make_operands(batch, 768, groups, group_size, fan_in, torch.bfloat16, "cuda", seed=7)
+    x, weight, supports, _ = make_layer(batch, 768, groups, group_size, fan_in, torch.bfloat16, "cuda", 7, bias=False)
     out = torch.ops.haste.group_sparse_forward(x, weight, supports, None, False)
     assert out.numel() > 2**31
     tail = slice(groups - 4, groups)

@@ -5,20 +5,12 @@ bf16 autocast on GPUs."""
 import pytest
 import torch
 import torch.nn.functional as F
-from tiny_encoders import WORDS, tiny_encoder_config, tiny_tokenizer
-from transformers import BertModel
+from tiny_encoders import WORDS
 
 from haste_hf.labels.embeddings import compute_label_embeddings
 
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-
-
-@pytest.fixture(scope="module")
-def tiny_bert(tmp_path_factory):
-    torch.manual_seed(0)
-    model = BertModel(tiny_encoder_config("bert"), add_pooling_layer=False).eval()
-    return model, tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 
 
 @pytest.mark.gpu

@@ -10,19 +10,40 @@ from tiny_haste import make_tiny_model
 from haste_hf.labels.priors import tail_label_positions, tail_weights_at
 
 
+def random_layer(generator, **fields):
+    """The output layer of a tiny model in eval mode (43 labels, 5 of them in the head, shuffled; `fields` change
+    that) with every floating parameter drawn from `generator` (`randomise_`)."""
+    settings = dict(label_count=43, head_label_count=5, shuffle_labels=True, training=False)
+    layer = make_tiny_model(**{**settings, **fields}).output_layer
+    randomise_(layer, generator)
+    return layer
+
+
+def randomise_(module, generator):
+    """Every floating parameter of `module` drawn from a standard normal: weights that no start or zeros can mimic."""
+    with torch.no_grad():
+        for parameter in module.parameters():
+            if parameter.is_floating_point():
+                parameter.normal_(generator=generator)
+
+
+def calibration_texts(layer, count, generator):
+    """What `calibrate_new_labels` takes beside the labels: embedded texts (`count` new labels' texts, 30 reference
+    texts, then one text of each of the layer's 43 trained labels), their head and tail features, and the
+    reference's (rows, fit rows, fit label ids)."""
+    from haste_hf.labels.additions import branch_features
+
+    embedded = torch.randn(count + 30 + 43, layer.head.weight.shape[1], generator=generator)
+    features = {branch: branch_features(layer, embedded, branch) for branch in ("head", "tail")}
+    reference = (torch.arange(count, count + 30), torch.arange(count + 30, count + 73), torch.arange(43))
+    return embedded, features, reference
+
+
 @pytest.mark.parametrize("tail_bias", [False, True])
 def test_tail_rows_are_the_per_label_weights_supports_and_biases(tail_bias):
     """On random weights, shuffled labels and a padded last group, the rows asked equal those of every tail label
     expanded per label (what `add_labels` read before), and only they are gathered."""
-    model = make_tiny_model(
-        label_count=43, head_label_count=5, group_size=4, fan_in=8, shuffle_labels=True, training=False,
-        tail_bias=tail_bias,
-    )  # fmt: skip
-    layer = model.output_layer
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for parameter in layer.parameters():
-            parameter.normal_()
+    layer = random_layer(torch.Generator().manual_seed(0), group_size=4, fan_in=8, tail_bias=tail_bias)
     labels, positions = tail_label_positions(layer)
     tail_ids = layer.output_labels[layer.tail_first_position :]
     valid = tail_ids >= 0
@@ -104,15 +125,7 @@ def test_without_a_map_a_new_label_starts_at_its_texts_mean_direction_and_the_tr
     `on_supports`; the bias is the trained biases' mean, or none where the branch has none."""
     from haste_hf.labels.priors import fallback_start
 
-    model = make_tiny_model(
-        label_count=43, head_label_count=5, group_size=4, fan_in=8, shuffle_labels=True, training=False,
-        tail_bias=biases,
-    )  # fmt: skip
-    layer = model.output_layer
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for parameter in layer.parameters():
-            parameter.normal_()
+    layer = random_layer(torch.Generator().manual_seed(0), group_size=4, fan_in=8, tail_bias=biases)
     if not biases:
         layer.head.bias = None
     generator = torch.Generator().manual_seed(1)
@@ -180,12 +193,8 @@ def test_a_head_row_adds_the_copy_of_its_text_at_the_weight_given():
 
     from haste_hf.labels.priors import RidgeFitter, head_map_targets, mapped_weights
 
-    model = make_tiny_model(label_count=83, head_label_count=3, group_size=4, fan_in=HIDDEN, training=False)
-    layer = model.output_layer
     generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for parameter in layer.parameters():
-            parameter.normal_(generator=generator)
+    layer = random_layer(generator, label_count=83, head_label_count=3, fan_in=HIDDEN, shuffle_labels=False)
     label_x = torch.randn(83, HIDDEN, generator=generator)
     new_x = torch.randn(5, HIDDEN, generator=generator)
     ids = torch.arange(83)
@@ -208,20 +217,12 @@ def test_a_head_label_keeps_a_damped_part_of_its_neighbours_level():
     import math
 
     from haste_hf.labels import priors
-    from haste_hf.labels.additions import NewLabelWeights, branch_features, place_new_labels
+    from haste_hf.labels.additions import NewLabelWeights, place_new_labels
 
-    model = make_tiny_model(label_count=43, head_label_count=5, shuffle_labels=True, training=False)
-    layer = model.output_layer
     generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for parameter in layer.parameters():
-            if parameter.is_floating_point():
-                parameter.normal_(generator=generator)
-    width = layer.head.weight.shape[1]
+    layer = random_layer(generator)
     count = 6
-    embedded = torch.randn(count + 30 + 43, width, generator=generator)
-    features = {branch: branch_features(layer, embedded, branch) for branch in ("head", "tail")}
-    rows, fit_rows, fit_ids = torch.arange(count, count + 30), torch.arange(count + 30, count + 73), torch.arange(43)
+    embedded, features, (rows, fit_rows, fit_ids) = calibration_texts(layer, count, generator)
     floor = math.exp(priors.log_mass_floor(30))
     _, false_positive = (values.clamp(min=floor).log() for values in priors.label_masses(layer, embedded[rows]))
     nearest = priors.nearest_log_masses(embedded[fit_rows], false_positive, embedded[:count])
@@ -229,9 +230,7 @@ def test_a_head_label_keeps_a_damped_part_of_its_neighbours_level():
     directions = torch.randn(count, layer.tail.in_features, generator=generator)
     for head, expected in ((True, common + priors.HEAD_LEVEL_SPREAD * (nearest - common)), (False, nearest)):
         weights = NewLabelWeights(layer, place_new_labels(layer, count, None if head else directions, 0), count)
-        with torch.no_grad():
-            for parameter in weights.parameters():
-                parameter.normal_(generator=generator)
+        randomise_(weights, generator)
         priors.calibrate_new_labels(layer, weights, embedded, features, (rows, fit_rows, fit_ids))
         scores = weights.logits(features["head"][rows], features["tail"][rows]).double()
         torch.testing.assert_close(torch.sigmoid(scores).sum(dim=0).log(), expected.double(), atol=1e-4, rtol=0)
@@ -243,26 +242,16 @@ def test_new_labels_are_calibrated_a_chunk_at_a_time(head, monkeypatch):
     scores on the reference at once: 16 GB at 10^6 new labels) and gives the offsets of one pass over all of them,
     with examples spread over the chunks and labels without examples among them (issue 36)."""
     from haste_hf.labels import priors
-    from haste_hf.labels.additions import NewLabelWeights, branch_features, place_new_labels
+    from haste_hf.labels.additions import NewLabelWeights, place_new_labels
 
-    model = make_tiny_model(label_count=43, head_label_count=5, shuffle_labels=True, training=False)
-    layer = model.output_layer
     generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for parameter in layer.parameters():
-            if parameter.is_floating_point():
-                parameter.normal_(generator=generator)
-    width = layer.head.weight.shape[1]
+    layer = random_layer(generator)
     count = 7
-    embedded = torch.randn(count + 30 + 43, width, generator=generator)
-    features = {branch: branch_features(layer, embedded, branch) for branch in ("head", "tail")}
-    reference = (torch.arange(count, count + 30), torch.arange(count + 30, count + 73), torch.arange(43))
+    embedded, features, reference = calibration_texts(layer, count, generator)
     examples = (torch.tensor([count + 3, count + 9, count + 1, count + 4, count + 12]), torch.tensor([5, 0, 5, 2, 6]))
     directions = None if head else torch.randn(count, layer.tail.in_features, generator=generator)
     weights = NewLabelWeights(layer, place_new_labels(layer, count, directions, 0), count)
-    with torch.no_grad():
-        for parameter in weights.parameters():
-            parameter.normal_(generator=generator)
+    randomise_(weights, generator)
     start = {name: value.detach().clone() for name, value in weights.state_dict().items()}
     every = weights.logits(features["head"], features["tail"])
     picked = torch.tensor([6, 0, 3])

@@ -6,8 +6,7 @@ reference path (a batch of texts in their order through `tokenizer(...)`)."""
 import numpy as np
 import pytest
 import torch
-from tiny_encoders import WORDS, planted_texts, tiny_encoder_config, tiny_tokenizer
-from transformers import BertModel
+from tiny_encoders import WORDS, planted_texts
 
 from haste_hf.labels import embeddings, tokenizer_processes
 from haste_hf.labels.embeddings import compute_label_embeddings
@@ -19,13 +18,6 @@ from haste_hf.labels.token_batches import (
     reorder_rows,
     tokenize_chunk,
 )
-
-
-@pytest.fixture(scope="module")
-def tiny_bert(tmp_path_factory):
-    torch.manual_seed(0)
-    model = BertModel(tiny_encoder_config("bert"), add_pooling_layer=False).eval()
-    return model, tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 
 
 def random_texts(count, seed=0, longest=40):

@@ -8,7 +8,6 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import torch
-import torch.distributed as dist
 from launch import TESTS, torchrun
 from safetensors.numpy import save_file
 from tiny_haste import make_tiny_model
@@ -88,13 +87,6 @@ def test_each_rank_writes_and_reads_only_its_share_of_the_names(tmp_path, proces
     assert [entry["file"] for entry in index["label_names"]["files"]] == [
         label_names_file(rank, processes) for rank in range(processes)
     ]
-
-
-@pytest.fixture
-def one_process_group(tmp_path):
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def saved_folder(folder):

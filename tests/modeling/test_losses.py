@@ -5,7 +5,8 @@ float64 reference, and on a GPU the fused `haste::linear_loss` op and the fused 
 import pytest
 import torch
 import torch.nn.functional as F
-from loss_reference import dense_targets, make_layer, random_positions, reference, relative_error
+from kernel_operands import relative_error
+from loss_reference import dense_targets, make_layer, random_positions, reference
 from tiny_haste import make_tiny_model
 from torch.utils._python_dispatch import TorchDispatchMode
 

@@ -10,7 +10,8 @@ import json
 import pytest
 import torch
 from datasets import Dataset
-from loss_reference import make_layer, random_positions, reference, relative_error
+from kernel_operands import relative_error
+from loss_reference import make_layer, random_positions, reference
 from tiny_encoders import (
     FAMILIES,
     VOCAB_SIZE,
@@ -18,9 +19,9 @@ from tiny_encoders import (
     tiny_encoder_config,
     tiny_tokenizer,
 )
+from tiny_haste import make_tiny_model, make_tiny_trainer
 
-from haste_hf import HasteConfig, HasteForExtremeClassification
-from haste_hf.data import XMCDataCollator
+from haste_hf import HasteForExtremeClassification
 from haste_hf.kernels import ops as kernels
 from haste_hf.modeling import losses
 from haste_hf.training.callbacks import unwrap_model
@@ -30,13 +31,6 @@ from haste_hf.training.training_args import HasteTrainingArguments
 
 
 LABELS = 40
-
-
-def tiny_model(family="bert", seed=0, **overrides):
-    torch.manual_seed(seed)
-    fields = dict(encoder=tiny_encoder_config(family), label_count=LABELS, head_label_count=4, group_size=4, fan_in=8)
-    fields.update(overrides)
-    return HasteForExtremeClassification(HasteConfig(**fields)).train()
 
 
 def batch(seed=3):
@@ -60,8 +54,8 @@ def gradients(model, seed=5):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_gradient_checkpointing_reaches_the_encoder_of_every_family_with_the_same_gradients(family):
-    reference = gradients(tiny_model(family))
-    model = tiny_model(family)
+    reference = gradients(make_tiny_model(LABELS, encoder=family))
+    model = make_tiny_model(LABELS, encoder=family)
     model.gradient_checkpointing_enable()  # the name every transformers 5.x has
     assert model.is_gradient_checkpointing
     blocks = [module for module in model.encoder.modules() if getattr(module, "gradient_checkpointing", False)]
@@ -91,7 +85,7 @@ def test_gradient_checkpointing_reaches_the_encoder_of_every_family_with_the_sam
 def test_checkpointing_every_second_block_of_an_encoder_without_its_own():
     encoder = tiny_encoder_config("mpnet")
     encoder.num_hidden_layers = 4
-    model = tiny_model("mpnet", encoder=encoder)
+    model = make_tiny_model(LABELS, encoder=encoder)
     reference = gradients(model)
     model.gradient_checkpointing_enable(every_n_layers=2)
     assert [layer.gradient_checkpointing for layer in model.encoder.encoder.layer] == [True, False, True, False]
@@ -105,7 +99,7 @@ def test_checkpointing_every_second_block_of_an_encoder_without_its_own():
 
 
 def test_checkpointed_model_copies_and_saves_as_a_plain_one(tmp_path):
-    model = tiny_model("mpnet")
+    model = make_tiny_model(LABELS, encoder="mpnet")
     model.gradient_checkpointing_enable()  # the name every transformers 5.x has
     duplicate = copy.deepcopy(model)
     layer = duplicate.encoder.encoder.layer[0]
@@ -178,32 +172,26 @@ def test_train_flag_checkpoints_the_encoder_during_training(dataset_dir, tmp_pat
     assert seen and all(flags == [True] for flags in seen)
 
 
-def test_peft_model_trains_with_gradient_checkpointing(tmp_path):
+def test_peft_model_trains_with_gradient_checkpointing(tmp_path, tokenizer):
     from peft import LoraConfig, get_peft_model
 
     from haste_hf.training.peft_utils import output_layer_modules
 
-    base = tiny_model("mpnet")
+    base = make_tiny_model(LABELS, encoder="mpnet")
     base.save_pretrained(tmp_path / "base")
     base = HasteForExtremeClassification.from_pretrained(tmp_path / "base")
     model = get_peft_model(base, LoraConfig(r=4, target_modules=["q", "v"], modules_to_save=output_layer_modules(base)))
     lora = {name: param.clone() for name, param in model.named_parameters() if "lora_B" in name}
-    args = HasteTrainingArguments(
-        output_dir=str(tmp_path / "run"),
+    trainer = make_tiny_trainer(
+        tmp_path / "run",
+        tokenizer,
+        Dataset.from_list(planted_texts(LABELS, 24, seed=0)),
+        model,
         per_device_train_batch_size=8,
         max_steps=3,
         learning_rate=1e-2,
         save_strategy="no",
-        report_to=[],
-        use_cpu=True,
-        disable_tqdm=True,
         gradient_checkpointing=True,
-    )
-    trainer = HasteTrainer(
-        model=model,
-        args=args,
-        train_dataset=Dataset.from_list(planted_texts(LABELS, 24, seed=0)),
-        data_collator=XMCDataCollator(tiny_tokenizer(tmp_path / "tokenizer"), max_length=16),
     )
     trainer.train()
     assert unwrap_model(model).is_gradient_checkpointing
@@ -247,24 +235,18 @@ def test_bfloat16_momentum_is_unbiased_and_steps_as_float32_momentum_does():
     assert (buffer32.to(torch.bfloat16).float() - buffer32).abs().max() > 0.2 * ulp
 
 
-def test_output_momentum_dtype_reaches_the_head_and_tail_optimizer_state(tmp_path):
-    model = tiny_model("bert")
-    args = HasteTrainingArguments(
-        output_dir=str(tmp_path),
+def test_output_momentum_dtype_reaches_the_head_and_tail_optimizer_state(tmp_path, tokenizer):
+    model = make_tiny_model(LABELS)
+    trainer = make_tiny_trainer(
+        tmp_path,
+        tokenizer,
+        Dataset.from_list(planted_texts(LABELS, 16, seed=0)),
+        model,
         per_device_train_batch_size=8,
         max_steps=2,
         save_strategy="no",
-        report_to=[],
-        use_cpu=True,
-        disable_tqdm=True,
         output_layer_dtype="bfloat16",
         output_momentum_dtype="bfloat16",
-    )
-    trainer = HasteTrainer(
-        model=model,
-        args=args,
-        train_dataset=Dataset.from_list(planted_texts(LABELS, 16, seed=0)),
-        data_collator=XMCDataCollator(tiny_tokenizer(tmp_path / "tokenizer"), max_length=16),
     )
     trainer.train()
     state = trainer.optimizer.state
@@ -395,13 +377,12 @@ def test_chunk_loss_backward_refuses_a_bad_chunk_and_is_undone_by_none():
     assert not hasattr(weight, "_haste_chunked_backward")
 
 
-def train_tiny(tmp_path, **overrides):
-    model = tiny_model("bert")
+def train_tiny(tmp_path, tokenizer, **overrides):
+    model = make_tiny_model(LABELS)
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
     fields = dict(
-        output_dir=str(tmp_path),
         per_device_train_batch_size=8,
         max_steps=5,
         learning_rate=1e-2,
@@ -409,26 +390,18 @@ def train_tiny(tmp_path, **overrides):
         rewiring_interval=2,
         rewiring_end_fraction=1.0,
         save_strategy="no",
-        report_to=[],
-        use_cpu=True,
-        disable_tqdm=True,
         max_grad_norm=1.0,
     )
-    fields.update(overrides)
-    trainer = HasteTrainer(
-        model=model,
-        args=HasteTrainingArguments(**fields),
-        train_dataset=Dataset.from_list(planted_texts(LABELS, 40, seed=0)),
-        data_collator=XMCDataCollator(tiny_tokenizer(tmp_path / "tokenizer"), max_length=16),
-    )
+    train_set = Dataset.from_list(planted_texts(LABELS, 40, seed=0))
+    trainer = make_tiny_trainer(tmp_path, tokenizer, train_set, model, **{**fields, **overrides})
     trainer.train()
     return trainer
 
 
-def test_trainer_with_chunked_backward_and_fused_update_trains_as_without(tmp_path):
-    expected = train_tiny(tmp_path / "plain")
-    chunked = train_tiny(tmp_path / "chunked", output_chunked_backward=True, output_loss_chunk_labels=3)
-    fused = train_tiny(tmp_path / "fused", output_loss_chunk_labels=3, output_fused_update=True)
+def test_trainer_with_chunked_backward_and_fused_update_trains_as_without(tmp_path, tokenizer):
+    expected = train_tiny(tmp_path / "plain", tokenizer)
+    chunked = train_tiny(tmp_path / "chunked", tokenizer, output_chunked_backward=True, output_loss_chunk_labels=3)
+    fused = train_tiny(tmp_path / "fused", tokenizer, output_loss_chunk_labels=3, output_fused_update=True)
     assert fused.state.log_history[-1]["train_loss"] == pytest.approx(
         expected.state.log_history[-1]["train_loss"], rel=1e-4
     )

@@ -12,6 +12,7 @@ from launch import (
     assert_momentum_in_shards,
     assert_states_close,
     cli_train_arguments,
+    gloo_group_of_one,
     torchrun,
     whole_state,
 )
@@ -371,17 +372,12 @@ def test_a_nan_on_one_rank_stops_or_skips_on_every_rank(tmp_path, action):
 def test_rows_gathered_to_the_cpu_in_pieces_on_a_group_of_one_process(tmp_path, monkeypatch):
     """`gather_rows_to_cpu` on a one-process gloo group, two rows a piece (the two-process case is the slow torchrun
     test above): the destination rank gets every row, in order, on the CPU."""
-    import torch.distributed as dist
-
     from haste_hf.training import distributed
 
     rows = torch.randn(5, 3, generator=torch.Generator().manual_seed(0))
     monkeypatch.setattr(distributed, "_GATHER_CHUNK_BYTES", 2 * rows[0].nbytes)
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
+    with gloo_group_of_one(tmp_path):
         gathered = distributed.gather_rows_to_cpu(rows, [rows.shape[0]])
-    finally:
-        dist.destroy_process_group()
     assert torch.equal(gathered, rows)
 
 
@@ -404,15 +400,12 @@ def test_sharding_refuses_ranks_that_hold_different_layers(tmp_path, monkeypatch
 
         monkeypatch.setattr(dist, "all_reduce", all_reduce)
 
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
+    with gloo_group_of_one(tmp_path):
         other_rank_holds(layer(0))
         assert ShardedOutputLayer.shard(layer(0)).label_count == 12
         other_rank_holds(layer(1))
         with pytest.raises(ValueError, match="The ranks hold different output layers or label orders: build the"):
             ShardedOutputLayer.shard(layer(0))
-    finally:
-        dist.destroy_process_group()
 
 
 def test_a_sharded_layers_top_k_on_a_group_of_one_process_is_the_layers(tmp_path):
@@ -420,8 +413,6 @@ def test_a_sharded_layers_top_k_on_a_group_of_one_process_is_the_layers(tmp_path
     group ranks as the layer it was cut from, with k above the layer's head and below its label count (two real ranks
     are the slow torchrun tests above)."""
     import copy
-
-    import torch.distributed as dist
 
     from haste_hf.training.sharded_output_layer import ShardedOutputLayer
 
@@ -431,11 +422,8 @@ def test_a_sharded_layers_top_k_on_a_group_of_one_process_is_the_layers(tmp_path
     layer.output_labels[real] = layer.output_labels[real][torch.randperm(30)]
     features = torch.randn(5, 16)
     expected = layer.topk(features, 7)
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
+    with gloo_group_of_one(tmp_path):
         top = ShardedOutputLayer.shard(copy.deepcopy(layer)).eval().topk(features, 7)
-    finally:
-        dist.destroy_process_group()
     assert torch.equal(top.label_ids, expected.label_ids)
     torch.testing.assert_close(top.scores, expected.scores, rtol=0, atol=0)
 
@@ -446,8 +434,6 @@ def test_a_sharded_layers_rewiring_scores_a_tail_label_0_as_the_layer_does(tmp_p
     taken for padding, its group would have none to score); the padding slots' weights do not."""
     import copy
 
-    import torch.distributed as dist
-
     from haste_hf.training.sharded_output_layer import ShardedOutputLayer
 
     layout = LabelLayout(
@@ -457,12 +443,9 @@ def test_a_sharded_layers_rewiring_scores_a_tail_label_0_as_the_layer_does(tmp_p
     with torch.no_grad():
         layer.tail.weight[2, 0] = torch.tensor([0.5, 0.01, 0.9, 0.7])  # label 0: slot 1 is its weakest
         layer.tail.weight[2, 1:] = torch.tensor([0.0, 5.0, 0.0, 0.0])  # padding: scored too, slot 0 would be
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
+    with gloo_group_of_one(tmp_path):
         sharded = ShardedOutputLayer.shard(copy.deepcopy(layer))
         result, count = sharded.rewire_(fraction=0.25, scope="group", init="zero", seed=0, step=1)
-    finally:
-        dist.destroy_process_group()
     expected, expected_count = layer.rewire_(fraction=0.25, scope="group", init="zero", seed=0, step=1)
     assert count == expected_count == 3 and result.slots[result.groups == 2].tolist() == [1]
     for name in ("groups", "slots", "old_features", "new_features"):
@@ -474,7 +457,6 @@ def test_a_sharded_layers_rewiring_scores_a_tail_label_0_as_the_layer_does(tmp_p
 def test_a_sharded_model_loads_a_checkpoint_folder_on_a_group_of_one_process(tmp_path):
     """`load_folder_rows_` (a resume of a label-sharded run) of a one-file folder on a one-process gloo group: every
     tensor of the saved model, the layer's share included, is loaded as saved."""
-    import torch.distributed as dist
 
     from haste_hf.training.shard_checkpoints import load_folder_rows_
     from haste_hf.training.sharded_output_layer import shard_output_layer_
@@ -482,12 +464,9 @@ def test_a_sharded_model_loads_a_checkpoint_folder_on_a_group_of_one_process(tmp
     saved = make_tiny_model(seed=1)
     saved.save_pretrained(tmp_path / "checkpoint")
     model = make_tiny_model(seed=0)
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
+    with gloo_group_of_one(tmp_path):
         shard_output_layer_(model)
         load_folder_rows_(model, tmp_path / "checkpoint")
-    finally:
-        dist.destroy_process_group()
     loaded = model.state_dict()
     assert set(loaded) == set(saved.state_dict())
     for name, tensor in saved.state_dict().items():
@@ -551,8 +530,6 @@ def test_a_sharded_layers_loss_top_k_clipping_and_whole_state_on_a_group_of_one_
     logits and the `[label_count]` position map are refused naming what to do instead."""
     import copy
 
-    import torch.distributed as dist
-
     from haste_hf.training.sharded_output_layer import ShardedOutputLayer
 
     torch.manual_seed(0)
@@ -568,8 +545,7 @@ def test_a_sharded_layers_loss_top_k_clipping_and_whole_state_on_a_group_of_one_
     expected.loss.backward()
     expected_grads = [p.grad.clone() for p in layer.output_parameters()]
     expected_state = layer.state_dict()
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
+    with gloo_group_of_one(tmp_path):
         unused = copy.deepcopy(layer)
         unused.zero_grad(set_to_none=True)
         sharded = ShardedOutputLayer.shard(unused)
@@ -610,8 +586,6 @@ def test_a_sharded_layers_loss_top_k_clipping_and_whole_state_on_a_group_of_one_
         fewer = {"state": {}, "param_groups": [{"params": [0]}]}
         with pytest.raises(ValueError, match="holds 1 parameters where the model's output layer has"):
             sharded.local_optimizer_state(fewer)
-    finally:
-        dist.destroy_process_group()
 
 
 def test_sharding_a_layer_left_on_the_meta_device_without_its_seed_is_refused_naming_deferred_output_rows():

@@ -10,7 +10,7 @@ import torch
 from datasets import Dataset
 from faults import LABELS, make_model, poison_encoder_output
 from safetensors.torch import load_file
-from tiny_encoders import planted_texts, tiny_tokenizer
+from tiny_encoders import planted_texts
 from tiny_haste import make_tiny_trainer
 from transformers import TrainerCallback as TrainerCallbackBase
 
@@ -24,11 +24,6 @@ from haste_hf.training.training_args import HasteTrainingArguments
 
 
 # ------------------------------------------------------------------------------------------- divergence
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    return tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import torch
 from datasets import Dataset
 from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors.torch import load_file, save_file
-from tiny_encoders import VOCAB_SIZE, planted_texts, tiny_encoder_config, tiny_tokenizer
+from tiny_encoders import VOCAB_SIZE, planted_texts, tiny_encoder_config
 from tiny_haste import make_tiny_model, make_tiny_trainer
 from transformers import AutoModel, TrainerCallback
 
@@ -18,11 +18,6 @@ from haste_hf.training.peft_utils import output_layer_modules
 
 LABELS = 40
 LORA_TARGETS = ["query", "value"]
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    return tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ import shutil
 
 import pytest
 import torch
-import torch.distributed as dist
 from launch import TESTS, torchrun
 from safetensors.torch import load_file, save_file
 from tiny_haste import make_tiny_model
@@ -20,13 +19,6 @@ from haste_hf.modeling.saving import SAVE_GENERATION_FILE, checkpoint_problem
 from haste_hf.training import shard_checkpoints
 from haste_hf.training.shard_checkpoints import load_folder_rows_, save_sharded_folder
 from haste_hf.training.sharded_output_layer import shard_output_layer_
-
-
-@pytest.fixture
-def one_process_group(tmp_path):
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def sharded_save(folder, output_dtype=torch.float32):

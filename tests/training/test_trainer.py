@@ -6,7 +6,7 @@ import pytest
 import torch
 from datasets import Dataset
 from huggingface_hub import ModelCard
-from tiny_encoders import planted_texts, tiny_tokenizer
+from tiny_encoders import planted_texts
 from tiny_haste import make_tiny_model, make_tiny_trainer
 from transformers import TrainerCallback
 
@@ -21,11 +21,6 @@ LABELS = 40
 
 
 make_model = partial(make_tiny_model, label_count=LABELS, tail_projection_dim=16)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    return tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import evaluate
 import numpy as np
 import pytest
 from datasets import Dataset
-from tiny_encoders import planted_texts, tiny_tokenizer
+from tiny_encoders import planted_texts
 from tiny_haste import make_tiny_model
 from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
 
@@ -19,11 +19,6 @@ from haste_hf.metrics import compute_xmc_metrics
 
 LABELS = 40
 README = Path(__file__).parents[2] / "README.md"
-
-
-@pytest.fixture
-def tokenizer(tmp_path):
-    return tiny_tokenizer(tmp_path / "tokenizer")
 
 
 def texts(size, seed):

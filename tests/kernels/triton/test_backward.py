@@ -3,14 +3,14 @@
 of `haste_hf.modeling.sparse_ops` in float64.
 
 On a GPU they run compiled; on a CPU through Triton's interpreter (`TRITON_INTERPRET=1`, set by
-tests/conftest.py), on small shapes, fp32 and fp16: the interpreter's `tl.dot` multiplies bf16 operands as
-their raw 16-bit patterns (Triton 3.6), so bf16 is tested on the GPU only.
+tests/conftest.py; this folder's conftest.py mends its bugs), on small shapes, fp32 and fp16 (bf16 on the GPU).
 """
 
 import importlib
 
 import pytest
 import torch
+from kernel_operands import GPU_SHAPES, TOLERANCE, relative_error
 
 from haste_hf.modeling import sparse_ops
 
@@ -21,34 +21,15 @@ GPU = torch.cuda.is_available()
 DEVICE = "cuda" if GPU else "cpu"
 gpu = pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
 
-# Relative Frobenius error allowed against a float64 reference, per dtype (fp32: true fp32 products, no TF32).
-TOLERANCE = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-5}
 MODULES = ("haste_hf.kernels.triton.grad_weight", "haste_hf.kernels.triton.grad_input")
-
-
-def _patch_interpreter_scalars(monkeypatch):
-    """Triton 3.6's interpreter holds a scalar argument as a 1-element array and takes `int()` of it for a loop
-    bound, which numpy >= 2.4 refuses ('only 0-dimensional arrays can be converted'); `.item()` reads it."""
-    from triton.runtime import interpreter
-
-    patch_tensor = interpreter._patch_lang_tensor
-
-    def patched(tensor, scope):
-        patch_tensor(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.item()))
-
-    monkeypatch.setattr(interpreter, "_patch_lang_tensor", patched)
 
 
 @pytest.fixture(scope="module")
 def kernels():
     """(grad_weight, grad_input): compiled on a GPU, interpreted on a CPU (tests/conftest.py sets
     `TRITON_INTERPRET=1` there before triton is imported)."""
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        if not GPU:
-            _patch_interpreter_scalars(monkeypatch)
-        modules = [importlib.import_module(name) for name in MODULES]
-        yield modules[0].grad_weight, modules[1].grad_input
+    modules = [importlib.import_module(name) for name in MODULES]
+    return modules[0].grad_weight, modules[1].grad_input
 
 
 @pytest.fixture
@@ -80,11 +61,6 @@ def reference_gradients(x, weight, supports, grad_out):
     return x64.grad, w64.grad
 
 
-def relative_error(actual, expected):
-    actual, expected = actual.double(), expected.double()
-    return ((actual - expected).norm() / expected.norm().clamp_min(1e-30)).item()
-
-
 def check(name, actual, expected, dtype):
     assert actual.dtype == dtype, f"{name} in {actual.dtype}, expected {dtype}"
     assert torch.isfinite(actual).all(), f"{name} has unwritten (NaN) or non-finite elements"
@@ -92,22 +68,8 @@ def check(name, actual, expected, dtype):
     assert error < TOLERANCE[dtype], f"{name}: relative error {error:.2e}"
 
 
-# (B, d, K, G, F): tensor-core shapes (G % 16 == 0, F % 32 == 0; wide d, G and F that are not powers of two,
-# batches that are not multiples of the tiles), then other shapes, which the masks serve too.
-GPU_SHAPES = [
-    (64, 768, 40, 32, 64),
-    (70, 768, 33, 16, 32),
-    (300, 768, 121, 48, 64),
-    (97, 1600, 11, 16, 128),
-    (1, 300, 1, 64, 128),
-    (129, 200, 7, 48, 96),
-    (256, 768, 25, 64, 32),
-    (33, 100, 9, 8, 32),
-    (17, 64, 5, 3, 7),
-    (5, 50, 4, 1, 1),
-]
 CPU_SHAPES = [(37, 100, 5, 16, 32), (70, 130, 3, 48, 96), (20, 64, 4, 32, 64), (9, 40, 3, 3, 7)]
-SHAPES = GPU_SHAPES if GPU else CPU_SHAPES
+SHAPES = [*GPU_SHAPES, (97, 1600, 11, 16, 128)] if GPU else CPU_SHAPES  # and a wide d
 DTYPES = [torch.bfloat16, torch.float16, torch.float32] if GPU else [torch.float16, torch.float32]
 shape_ids = "B{}-d{}-K{}-G{}-F{}".format
 
