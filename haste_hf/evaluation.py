@@ -210,6 +210,78 @@ def evaluate_split(
     return compute_xmc_metrics(top_ids, dataset["labels"], ks=ks, propensity=propensity)
 
 
+# The training counts of every label (int32) and the number of training points, written beside the model by
+# `train`: `haste-hf evaluate` takes the propensities from them instead of reading the training file again (60-70 s
+# at 10^8 labels), where the dataset's training files are the ones counted (names, sizes, modification times).
+TRAINING_COUNTS_FILE = "training_label_counts.safetensors"
+_TRAINING_COUNTS_VERSION = "1"
+
+
+def training_files_stamp(data) -> str:
+    """The training files of the dataset folder `data` (None: the embedded demo set): its path, and each file of the
+    training split's name, size and modification time, as JSON."""
+    from .data import demo_dataset_path
+
+    folder = Path(data if data is not None else demo_dataset_path()).resolve()
+    training = sorted(
+        path
+        for path in folder.iterdir()
+        if path.is_file()
+        and (path.name.startswith("trn") or path.name == "train.txt" or path.name.endswith("_train.txt"))
+    )
+    files = [[path.name, path.stat().st_size, path.stat().st_mtime_ns] for path in training]
+    return json.dumps({"folder": str(folder), "files": files})
+
+
+def write_training_counts(folder, label_frequencies, train_points: int, data) -> None:
+    """Writes `TRAINING_COUNTS_FILE` into `folder`: the training counts `[L]` (int32), `train_points` and the stamp
+    of `data`'s training files (`training_files_stamp`)."""
+    from safetensors.numpy import save_file
+
+    counts = np.asarray(label_frequencies)
+    if counts.max(initial=0) > np.iinfo(np.int32).max:
+        return  # past 2^31 - 1 points: evaluate reads the training file
+    metadata = {"version": _TRAINING_COUNTS_VERSION, "train_points": str(int(train_points))}
+    metadata["training_files"] = training_files_stamp(data)
+    save_file({"label_counts": counts.astype(np.int32, copy=False)}, str(Path(folder) / TRAINING_COUNTS_FILE), metadata)
+
+
+def saved_training_counts(model_dir, label_count: int, data) -> tuple[np.ndarray, int] | None:
+    """`(counts, train_points)` of `TRAINING_COUNTS_FILE` in `model_dir`, where it counted the training files of the
+    dataset folder `data` as they are now; None where the folder has no such file or it counted other files (then
+    read the training file). A file that is not what `train` writes is an error naming it."""
+    from safetensors import safe_open
+
+    path = Path(model_dir) / TRAINING_COUNTS_FILE
+    if not path.is_file():
+        return None
+    fix = "fix or delete the file (evaluate then reads the training file)"
+    try:
+        with safe_open(str(path), framework="numpy") as handle:
+            metadata = handle.metadata() or {}
+            names = handle.keys()
+            counts = handle.get_tensor("label_counts") if "label_counts" in names else None
+    except Exception as error:  # safetensors raises its own errors for a file that is not one
+        raise ValueError(f"{path} is not a safetensors file ({error}); {fix}") from None
+    points = metadata.get("train_points", "")
+    if metadata.get("version") != _TRAINING_COUNTS_VERSION or not points.isdigit() or counts is None:
+        raise ValueError(
+            f"{path} is not a file of training counts `train` writes (version, train_points, label_counts); {fix}"
+        )
+    points = int(points)
+    if counts.dtype != np.int32 or counts.shape != (label_count,):
+        raise ValueError(
+            f"{path} holds counts of dtype {counts.dtype} and shape {list(counts.shape)}, expected int32 [{label_count}] "
+            f"(the model's labels); {fix}"
+        )
+    if counts.size and (counts.min() < 0 or counts.max() > points):
+        raise ValueError(f"{path} holds counts outside [0, {points}] (its train_points); {fix}")
+    if metadata.get("training_files") != training_files_stamp(data):
+        logger.info(f"{path} counted other training files than those of {data}: the training file is read.")
+        return None
+    return counts, points
+
+
 def _is_positive_number(value) -> bool:
     """As `--propensity-a` / `--propensity-b` take them: NaN, 0 and negatives are no propensity parameters."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
