@@ -218,8 +218,11 @@ _TRAINING_COUNTS_VERSION = "1"
 
 
 def training_files_stamp(data) -> str:
-    """The training files of the dataset folder `data` (None: the embedded demo set): its path, and each file of the
-    training split's name, size and modification time, as JSON."""
+    """The training files of the dataset folder `data` (None: the embedded demo set): a SHA-256 of its path and of
+    each file of the training split's name, size and modification time (a hash: a folder pushed to the Hub does not
+    publish local paths)."""
+    import hashlib
+
     from .data import demo_dataset_path
 
     folder = Path(data if data is not None else demo_dataset_path()).resolve()
@@ -230,7 +233,7 @@ def training_files_stamp(data) -> str:
         and (path.name.startswith("trn") or path.name == "train.txt" or path.name.endswith("_train.txt"))
     )
     files = [[path.name, path.stat().st_size, path.stat().st_mtime_ns] for path in training]
-    return json.dumps({"folder": str(folder), "files": files})
+    return hashlib.sha256(json.dumps({"folder": str(folder), "files": files}).encode()).hexdigest()
 
 
 def write_training_counts(folder, label_frequencies, train_points: int, data) -> None:
