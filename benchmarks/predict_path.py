@@ -37,12 +37,13 @@ def build(encoder: str, labels: int, fan_in: int, device):
     import torch
 
     from haste_hf import HasteForExtremeClassification
+    from haste_hf.modeling.initialization import output_rows_on
 
-    model = HasteForExtremeClassification.from_encoder_pretrained(
-        encoder, label_count=labels, head_label_fraction=0.03, group_size=16, fan_in=fan_in
-    )
-    if device.type == "cuda":
-        model.output_layer.to(torch.bfloat16)
+    # The head and tail built where and in the dtype they are scored in, as `train` builds them.
+    with output_rows_on(device, torch.bfloat16 if device.type == "cuda" else None):
+        model = HasteForExtremeClassification.from_encoder_pretrained(
+            encoder, label_count=labels, head_label_fraction=0.03, group_size=16, fan_in=fan_in
+        )
     return model.to(device).eval()
 
 

@@ -100,3 +100,20 @@ def test_evaluate_split_metrics_equal_those_of_one_text_at_a_time(tmp_path, monk
     assert metrics.keys() == expected.keys() and {"P@5", "PSP@5", "nDCG@5"} <= metrics.keys()
     for name, value in expected.items():
         assert metrics[name] == value, name
+
+
+def test_ranks_call_the_model_as_often_whatever_their_batches(tmp_path):
+    # Under several processes each rank predicts its share, and a sharded output layer scores a batch on every rank
+    # together: the ranks agree on each chunk's batch count, and join with empty batches where theirs run out.
+    from distributed_predict_chunks import TEXTS
+    from launch import TESTS, torchrun
+
+    torchrun([str(TESTS / "distributed_predict_chunks.py"), str(tmp_path)], tmp_path, timeout=300)
+    ranks = [torch.load(tmp_path / f"rank-{rank}.pt", weights_only=False) for rank in (0, 1)]
+    assert ranks[1]["calls"] == [2, 2, 0]  # its chunk in two batches, then an empty batch beside rank 0's last chunk
+    assert ranks[0]["calls"] == [4, 0, 1]  # one batch, an empty one beside rank 1's second, then its last chunk
+    tokenizer = tiny_tokenizer(tmp_path / "tokenizer")
+    expected, expected_scores = predict_top_k(make_tiny_model(training=False), tokenizer, TEXTS, 3, 2, 16)
+    for rank in ranks:
+        assert rank["ids"].tolist() == expected.tolist()
+        np.testing.assert_allclose(rank["scores"], expected_scores, atol=1e-5)
