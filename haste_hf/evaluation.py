@@ -251,8 +251,9 @@ def write_training_counts(folder, label_frequencies, train_points: int, data) ->
 
 def saved_training_counts(model_dir, label_count: int, data) -> tuple[np.ndarray, int] | None:
     """`(counts, train_points)` of `TRAINING_COUNTS_FILE` in `model_dir`, where it counted the training files of the
-    dataset folder `data` as they are now; None where the folder has no such file or it counted other files (then
-    read the training file). A file that is not what `train` writes is an error naming it."""
+    dataset folder `data` as they are now, of `label_count` labels; None where the folder has no such file, or it
+    counted other files or another label count (`add-labels` into the folder): then read the training file. A file
+    that is not what `train` writes is an error naming it."""
     from safetensors import safe_open
 
     path = Path(model_dir) / TRAINING_COUNTS_FILE
@@ -272,11 +273,16 @@ def saved_training_counts(model_dir, label_count: int, data) -> tuple[np.ndarray
             f"{path} is not a file of training counts `train` writes (version, train_points, label_counts); {fix}"
         )
     points = int(points)
-    if counts.dtype != np.int32 or counts.shape != (label_count,):
+    if counts.dtype != np.int32 or counts.ndim != 1:
         raise ValueError(
-            f"{path} holds counts of dtype {counts.dtype} and shape {list(counts.shape)}, expected int32 [{label_count}] "
-            f"(the model's labels); {fix}"
+            f"{path} holds counts of dtype {counts.dtype} and shape {list(counts.shape)}, expected int32 "
+            f"[label count]; {fix}"
         )
+    if counts.size != label_count:  # the folder's labels before `add-labels` wrote into it: counts of another model
+        logger.warning(
+            f"{path} counts {counts.size:,} labels, the model has {label_count:,}: the training file is read."
+        )
+        return None
     if counts.size and (counts.min() < 0 or counts.max() > points):
         raise ValueError(f"{path} holds counts outside [0, {points}] (its train_points); {fix}")
     if metadata.get("training_files") != training_files_stamp(data):

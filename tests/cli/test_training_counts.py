@@ -113,7 +113,7 @@ def rewritten(trained, tmp_path, tensors=None, metadata=None, raw=None):
         (dict(metadata={"train_points": "-3"}), "is not a file of training counts"),
         (dict(tensors={"other": np.zeros(30, np.int32)}), "is not a file of training counts"),
         (dict(tensors={"label_counts": np.zeros(30, np.int64)}), "dtype int64 and shape \\[30\\], expected int32"),
-        (dict(tensors={"label_counts": np.zeros(29, np.int32)}), "shape \\[29\\], expected int32 \\[30\\]"),
+        (dict(tensors={"label_counts": np.zeros((2, 15), np.int32)}), "shape \\[2, 15\\], expected int32"),
         (dict(tensors={"label_counts": np.full(30, -1, np.int32)}), "outside \\[0, "),
         (dict(tensors={"label_counts": np.full(30, 10**6, np.int32)}), "outside \\[0, "),
     ],
@@ -125,3 +125,14 @@ def test_a_counts_file_not_as_train_writes_it_is_refused(trained, dataset_dir, t
     assert main(["evaluate", "--model", str(folder), "--data", str(dataset_dir)]) == 1
     error = capsys.readouterr().err
     assert TRAINING_COUNTS_FILE in error and "delete the file" in error
+
+
+def test_counts_of_another_label_count_are_not_used(trained, dataset_dir, tmp_path):
+    # `add-labels --overwrite-output-dir` into the trained folder leaves the file of the labels before: not used.
+    folder = rewritten(trained, tmp_path)
+    assert saved_training_counts(folder, 30, str(dataset_dir)) is not None
+    labels = tmp_path / "labels.json"
+    labels.write_text(json.dumps([{"name": "new", "text": "w1 w2"}]))
+    argv = ["add-labels", "--model", str(folder), "--labels", str(labels), "--output-dir", str(folder)]
+    assert main([*argv, "--overwrite-output-dir", "--max-length", "6"]) == 0
+    assert (folder / TRAINING_COUNTS_FILE).is_file() and saved_training_counts(folder, 31, str(dataset_dir)) is None
