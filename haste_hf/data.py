@@ -74,6 +74,9 @@ class XMCDataset:
         train_label_frequencies: int32 `[L]` label counts over the training file (before label-text
             augmentation; `label_frequencies`); use these for propensities, the head/tail split and grouping.
         num_train_points: number of training points in the file (before augmentation).
+        train_split_fingerprint: `labels.layout.count_labels`' fingerprint of `splits["train"]`, computed in the pass
+            that counts `train_label_frequencies` (a label layout of the whole training split takes both from here
+            instead of counting again); None once label-text points are added.
         format: the layout that was read: `json`, `text_sparse`, `bow` or `bow_split`.
     """
 
@@ -85,6 +88,15 @@ class XMCDataset:
     train_label_frequencies: np.ndarray | None = None
     num_train_points: int = 0
     format: str = "json"
+    train_split_fingerprint: str | None = None
+
+    def counts_of(self, split) -> tuple | None:
+        """`(train_label_frequencies, train_split_fingerprint, num_train_points)`, `labels.layout.count_labels`' result
+        for `split`, when `split` is the training split as read (no validation hold-out, no label-text points): the
+        read counted it; else None (count it)."""
+        if split is not self.splits.get("train") or self.train_split_fingerprint is None:
+            return None
+        return self.train_label_frequencies, self.train_split_fingerprint, self.num_train_points
 
 
 def label_frequencies(dataset: Dataset, label_count: int, label_column: str = "labels") -> np.ndarray:
@@ -154,6 +166,18 @@ def _bow_file(directory: Path, split: str) -> Path | None:
     return matches[0] if matches else None
 
 
+def _has_split(path: Path, format: str, split: str) -> bool:
+    """Whether the dataset folder `path` of `format` has the file(s) of `split`."""
+    prefix = _SPLIT_PREFIXES.get(split)
+    if prefix is None:
+        return False
+    if format == "json":
+        return _find(path, (f"{prefix}.json.gz", f"{prefix}.json")) is not None
+    if format == "bow":
+        return _bow_file(path, split) is not None
+    return (path / f"{prefix}_X_Y.txt").is_file()
+
+
 def load_xmc_dataset(
     path: str | Path,
     *,
@@ -163,6 +187,7 @@ def load_xmc_dataset(
     return_features: bool = False,
     cache_dir: str | Path | None = None,
     label_text_share: LabelTextShare | None = None,
+    only_split: str | None = None,
 ) -> XMCDataset:
     """Loads an Extreme Classification Repository dataset directory (train split required, test optional).
 
@@ -179,6 +204,9 @@ def load_xmc_dataset(
         label_text_share: of the label count, the `[start, stop)` of the ids whose texts to read (a rank's share of
             a label-sharded run: `label_texts` is then a `LabelNameTable` of every label holding those), or None
             for all (`xmc_files.read_json_label_texts`).
+        only_split: read this split alone where the folder has it (`haste-hf evaluate` and `predict` of a test
+            split need not read the training file: 60-70 s at 10^8 labels); the training counts are then unknown
+            (None, 0). Where the folder has no such split, every split is read, as without it.
     """
     path = Path(path)
     if format == "auto":
@@ -188,6 +216,8 @@ def load_xmc_dataset(
     if add_label_texts and label_text_share is not None:
         raise ValueError("add_label_texts=True adds a point of every label's text: it reads them all, not a share.")
 
+    if only_split is not None and not _has_split(path, format, only_split):
+        only_split = None
     label_texts, splits, features = None, {}, {}
     if format == "json":
         label_file = _find(path, ("lbl.json.gz", "lbl.json"))
@@ -196,13 +226,15 @@ def load_xmc_dataset(
         label_texts = read_json_label_texts(label_file, label_text_share)
         for split, prefix in _SPLIT_PREFIXES.items():
             source = _find(path, (f"{prefix}.json.gz", f"{prefix}.json"))
-            if source is not None:
+            if source is not None and only_split in (None, split):
                 splits[split] = read_json_split(
                     source, len(label_texts), text_fields=text_fields, split=split, cache_dir=cache_dir
                 )
     else:
         for split, prefix in _SPLIT_PREFIXES.items():
             labels_file = path / f"{prefix}_X_Y.txt"
+            if only_split not in (None, split):
+                continue
             if format == "text_sparse" and labels_file.is_file():
                 splits[split] = read_text_split(path / f"{prefix}_X.txt", labels_file, split=split, cache_dir=cache_dir)
             elif format == "bow_split" and labels_file.is_file():
@@ -215,10 +247,10 @@ def load_xmc_dataset(
                 )
         if format == "text_sparse" and (path / "Y.txt").is_file():
             label_texts = read_label_texts(path / "Y.txt", label_text_share)
-    if "train" not in splits:
+    if (only_split or "train") not in splits:
         raise ValueError(f"no training split found in {path} for format {format!r}")
 
-    label_count = splits["train"].label_count
+    label_count = splits[only_split or "train"].label_count
     for split, item in splits.items():
         if item.label_count != label_count:
             raise ValueError(f"{path}: the {split} split declares {item.label_count} labels, train {label_count}")
@@ -239,9 +271,22 @@ def load_xmc_dataset(
                 filter_file, num_points=len(splits[split].dataset), label_count=label_count
             )
 
+    if "train" not in splits:  # `only_split`: another split
+        return XMCDataset(
+            DatasetDict({only_split: splits[only_split].dataset}),
+            label_texts,
+            label_count,
+            filters,
+            features,
+            format=format,
+        )
+
+    from .labels.layout import count_labels
+
     train = splits["train"].dataset
-    frequencies = label_frequencies(train, label_count)
-    num_train_points = len(train)
+    # Counted once, with the split's fingerprint: the label layout of this split needs no pass of its own.
+    dtype = np.int32 if len(train) <= np.iinfo(np.int32).max else np.int64
+    frequencies, fingerprint, num_train_points = count_labels(train, label_count, dtype=dtype)
     if add_label_texts:
         if label_texts is None:
             raise ValueError(f"add_label_texts=True needs label texts, and {path} ({format}) has none")
@@ -249,6 +294,7 @@ def load_xmc_dataset(
             {"text": list(label_texts), "labels": [[label] for label in range(label_count)]}, features=TEXT_FEATURES
         )
         train = concatenate_datasets([train, label_points])
+        fingerprint = None
 
     return XMCDataset(
         splits=DatasetDict({"train": train, **{s: item.dataset for s, item in splits.items() if s != "train"}}),
@@ -259,7 +305,40 @@ def load_xmc_dataset(
         train_label_frequencies=frequencies,
         num_train_points=num_train_points,
         format=format,
+        train_split_fingerprint=fingerprint,
     )
+
+
+def load_dataset(
+    data,
+    format: str = "auto",
+    text_fields: str | None = None,
+    label_texts=False,
+    label_text_share=None,
+    only_split=None,
+):
+    """An `XMCDataset` from a folder, or the embedded demo set when `data` is None; `label_text_share` and
+    `only_split` as `load_xmc_dataset` takes them."""
+    path = data if data is not None else demo_dataset_path()
+    if (detect_format(path) if format == "auto" else format) in ("bow", "bow_split"):
+        raise ValueError(
+            f"{path} is a bag-of-words dataset (feature ids, no texts), and HASTE models read texts through their "
+            "encoder: use the dataset's raw-text release (e.g. LF-AmazonTitles-131K)."
+        )
+    return load_xmc_dataset(
+        path,
+        format=format,
+        text_fields=resolved_text_fields(data, text_fields),
+        add_label_texts=label_texts,
+        label_text_share=label_text_share,
+        only_split=only_split,
+    )
+
+
+def resolved_text_fields(data, text_fields: str | None) -> str:
+    """The text of a JSON-lines instance that `load_dataset` reads: `text_fields`, or by default the title (title +
+    content for the embedded demo set)."""
+    return text_fields or ("title_content" if data is None else "title")
 
 
 def demo_dataset_path() -> Path:

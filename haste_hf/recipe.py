@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from transformers.trainer_utils import IntervalStrategy, set_seed
 
+from .data import load_dataset, resolved_text_fields
 from .encoders import check_max_length, encoder_pooling, load_encoder
 from .evaluation import (
     EVALUATION_SETTINGS,
@@ -33,6 +34,7 @@ from .evaluation import (
     predict_top_k,
     process_rank_and_count,
     saved_evaluation_settings,
+    write_training_counts,
 )
 from .labels.layout import LabelLayout
 from .metrics import DEFAULT_KS
@@ -65,32 +67,6 @@ class TrainingRun:
 
 
 # ------------------------------------------------------------------------------------------------ steps
-
-
-def load_dataset(data, format: str = "auto", text_fields: str | None = None, label_texts=False, label_text_share=None):
-    """An `XMCDataset` from a folder, or the embedded demo set when `data` is None; `label_text_share` as
-    `load_xmc_dataset` takes it."""
-    from .data import demo_dataset_path, detect_format, load_xmc_dataset
-
-    path = data if data is not None else demo_dataset_path()
-    if (detect_format(path) if format == "auto" else format) in ("bow", "bow_split"):
-        raise ValueError(
-            f"{path} is a bag-of-words dataset (feature ids, no texts), and HASTE models read texts through their "
-            "encoder: use the dataset's raw-text release (e.g. LF-AmazonTitles-131K)."
-        )
-    return load_xmc_dataset(
-        path,
-        format=format,
-        text_fields=resolved_text_fields(data, text_fields),
-        add_label_texts=label_texts,
-        label_text_share=label_text_share,
-    )
-
-
-def resolved_text_fields(data, text_fields: str | None) -> str:
-    """The text of a JSON-lines instance that `load_dataset` reads: `text_fields`, or by default the title (title +
-    content for the embedded demo set)."""
-    return text_fields or ("title_content" if data is None else "title")
 
 
 def dataset_name_of(data, dataset_name: str | None = None) -> str:
@@ -138,8 +114,9 @@ def build_layout(
     label_texts=None,
     label_text_grouping_below: int = 0,
     frequency_bands=None,
+    counts: tuple | None = None,
 ) -> LabelLayout:
-    """The label layout of `train_split`.
+    """The label layout of `train_split`; `counts`: its `count_labels` result, known already (not counted again).
 
     A given `layout` (object or file) is checked against the split and against the structure options given
     (None: take the layout's); otherwise it is computed with those options (None: the defaults), the labels with
@@ -159,7 +136,7 @@ def build_layout(
                 "`label_text_grouping_below` shapes the groups, which the given label layout holds already: leave one "
                 "out (`haste-hf group` takes --label-text-grouping-below)."
             )
-        layout.check_split(train_split)
+        layout.check_split(train_split, fingerprint=None if counts is None else counts[1])
         layout.check_options(
             group_size=group_size,
             head_label_fraction=head_label_fraction,
@@ -185,6 +162,7 @@ def build_layout(
         label_texts=label_texts,
         label_text_grouping_below=label_text_grouping_below,
         frequency_bands=frequency_bands,
+        counts=counts,
     )
 
 
@@ -260,15 +238,19 @@ def save_trained(
     card: CardFields,
     *,
     evaluation_settings: dict | None = None,
+    training_counts: tuple | None = None,
 ) -> None:
     """The model, its tokenizer (whose `model_max_length` is the training length), its training arguments, its
-    model card and the settings its test metrics are computed with, switched into `output_dir` at once
+    model card, the settings its test metrics are computed with and `training_counts` (`write_training_counts`'
+    arguments after the folder), switched into `output_dir` at once
     (`RunFolder.save_trained`); `test_metrics.json` too unless `card.test_metrics` is None (not computed yet).
     Checkpoints and logs in `output_dir` stay."""
 
     def write_extra(folder: Path):
         if evaluation_settings is not None:
             (folder / EVALUATION_SETTINGS_FILE).write_text(json.dumps(evaluation_settings, indent=2))
+        if training_counts is not None:
+            write_training_counts(folder, *training_counts)
         write_results(folder, trainer, layout, output_dir, card)
 
     RunFolder(output_dir).save_trained(trainer, tokenizer, write_extra)
@@ -403,6 +385,7 @@ def _shared_layout(train_split, dataset, encoder_model, tokenizer, pooling, reci
             label_texts=label_texts,
             label_text_grouping_below=recipe.label_text_grouping_below,
             frequency_bands=recipe.frequency_bands,
+            counts=dataset.counts_of(train_split),  # counted by the read: not again
         )
     load_without_counts = lambda path: LabelLayout.load(path, label_frequencies=False)  # noqa: E731
     return broadcast_through_file(layout, training_args.output_dir, LabelLayout.save, load_without_counts)
@@ -562,8 +545,10 @@ def train(
         seconds = time.time() - started
         card = _card_fields(recipe, dataset_name, propensity, training_args)
         if save:  # before the test evaluation: whatever happens there, the trained model is kept
-            evaluation_settings = _evaluation_settings(recipe, training_args)
-            save_trained(trainer, tokenizer, layout, output_dir, card, evaluation_settings=evaluation_settings)
+            settings = dict(evaluation_settings=_evaluation_settings(recipe, training_args))
+            if data is None or isinstance(data, (str, os.PathLike)):  # read from recipe.data: its counts, kept
+                settings["training_counts"] = (dataset.train_label_frequencies, dataset.num_train_points, recipe.data)
+            save_trained(trainer, tokenizer, layout, output_dir, card, **settings)
         test_metrics = _test_metrics(trainer, tokenizer, dataset, propensity, recipe, training_args, evaluate_test)
         if save and is_main:
             card = dataclasses.replace(card, test_metrics=test_metrics)

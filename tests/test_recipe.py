@@ -248,3 +248,47 @@ def test_a_run_without_save_writes_no_model_card_or_metrics(dataset_dir, encoder
     assert run.output_dir is None and "P@1" in run.test_metrics
     written = {path.name for path in (tmp_path / "out").iterdir()} if (tmp_path / "out").exists() else set()
     assert not written & {"config.json", "model.safetensors", "README.md", "test_metrics.json"}, written
+
+
+def test_train_counts_the_training_labels_once(dataset_dir, encoder_dir, tmp_path, monkeypatch):
+    # The read counts the training split and fingerprints it in one pass; the layout (computed, or read from a file
+    # and checked against the split) takes both from there. A validation hold-out is another split: counted apart.
+    from haste_hf.labels import layout as layout_module
+    from haste_hf.recipe import load_dataset
+
+    counted = []
+    count_labels = layout_module.count_labels
+
+    def counting(labels, label_count, **kwargs):
+        counted.append(len(labels))
+        return count_labels(labels, label_count, **kwargs)
+
+    monkeypatch.setattr(layout_module, "count_labels", counting)
+    run = tiny_run(dataset_dir, encoder_dir, tmp_path / "computed")
+    train_split = load_dataset(str(dataset_dir)).splits["train"]
+    assert counted == [len(train_split)] * 2  # the run's read, then this test's
+    frequencies, fingerprint, points = count_labels(train_split, 30)
+    assert run.layout.split_fingerprint == fingerprint and run.layout.train_points == points == 160
+    assert run.layout.label_frequencies.tolist() == frequencies.tolist()
+    run.layout.save(tmp_path / "layout.safetensors")
+    counted.clear()
+    train(
+        dataset_dir,
+        str(encoder_dir),
+        str(tmp_path / "from-file"),
+        layout=str(tmp_path / "layout.safetensors"),
+        validation_fraction=0,
+        training_args={"max_steps": 1, "use_cpu": True},
+        **OPTIONS,
+    )
+    assert counted == [160]
+    counted.clear()
+    train(
+        dataset_dir,
+        str(encoder_dir),
+        str(tmp_path / "held-out"),
+        validation_fraction=0.25,
+        training_args={"max_steps": 1, "use_cpu": True},
+        **OPTIONS,
+    )
+    assert counted == [160, 120]

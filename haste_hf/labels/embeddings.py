@@ -387,18 +387,14 @@ def _sums_of_batches(embedder, pairs, label_count, batch_size, device, progress)
 CHUNK_RAMP = 4
 
 
-def _token_batch_embeddings(
-    embedder, backend, items, token_budget, device, label_count: int | None = None, total: int | None = None
-) -> Iterator[tuple[TokenChunk, int, int, torch.Tensor]]:
-    """`(chunk, start, end, embeddings)` of every batch of `items` (texts, or with `label_count` `(text, label ids)`
-    pairs), chunk by chunk of `CHUNK_TEXTS` items tokenised ahead in threads by the Rust `backend` (from
-    `tokenizer_processes.MIN_TEXTS` items, `total`, in worker processes), each chunk sorted by length into batches
-    of at most `token_budget` padded tokens (`token_batches`) and moved to `device`; `embeddings` float32 `[end -
-    start, d]` of the chunk's sorted texts `[start, end)` (`chunk.order` says where each came from, `chunk.labels`
-    what labels it has)."""
-    tokenizer = embedder.tokenizer
-    left = getattr(tokenizer, "padding_side", "right") == "left"
-    pad_type_id = getattr(tokenizer, "pad_token_type_id", 0) or 0
+def token_chunks_ahead(
+    tokenizer, backend, items, token_budget, device, label_count: int | None = None, total: int | None = None
+) -> Iterator[TokenChunk]:
+    """The `TokenChunk`s of `items` (texts, or with `label_count` `(text, label ids)` pairs) on `device`, chunk by
+    chunk of `CHUNK_TEXTS` items (the first ones smaller, `CHUNK_RAMP`) tokenised ahead in threads by the Rust
+    `backend` of `tokenizer` (from `tokenizer_processes.MIN_TEXTS` items, `total`, in worker processes), each chunk
+    sorted by length into batches of at most `token_budget` padded tokens (`token_batches`); a batch's encoder inputs
+    are `padded_inputs(chunk, start, end, tokenizer)`."""
     with_types = "token_type_ids" in getattr(tokenizer, "model_input_names", ()) and gives_token_types(backend)
     workers = tokenizer_processes.process_count() if (total or 0) >= tokenizer_processes.MIN_TEXTS else 0
     processes = tokenizer_processes.TokenizerProcesses(backend, workers, with_types) if workers else None
@@ -414,10 +410,27 @@ def _token_batch_embeddings(
 
         chunks = _batched(items, CHUNK_TEXTS, ramp=CHUNK_RAMP)
         for _, host_chunk in prepared_ahead(prepare, chunks, threads=workers or None):
-            chunk = host_chunk.to(device)
-            for start, end in zip(chunk.bounds, chunk.bounds[1:]):
-                inputs = chunk.padded_inputs(start, end, tokenizer.pad_token_id, pad_type_id, left)
-                yield chunk, start, end, _embed_batch(embedder.embed, inputs, range(end - start), device)
+            yield host_chunk.to(device)
+
+
+def padded_inputs(chunk: TokenChunk, start: int, end: int, tokenizer) -> dict:
+    """The encoder inputs of the sorted texts `[start, end)` of `chunk`, padded as `tokenizer` pads."""
+    left = getattr(tokenizer, "padding_side", "right") == "left"
+    pad_type_id = getattr(tokenizer, "pad_token_type_id", 0) or 0
+    return chunk.padded_inputs(start, end, tokenizer.pad_token_id, pad_type_id, left)
+
+
+def _token_batch_embeddings(
+    embedder, backend, items, token_budget, device, label_count: int | None = None, total: int | None = None
+) -> Iterator[tuple[TokenChunk, int, int, torch.Tensor]]:
+    """`(chunk, start, end, embeddings)` of every batch of `token_chunks_ahead(...)`: `embeddings` float32 `[end -
+    start, d]` of the chunk's sorted texts `[start, end)` (`chunk.order` says where each came from, `chunk.labels`
+    what labels it has)."""
+    tokenizer = embedder.tokenizer
+    for chunk in token_chunks_ahead(tokenizer, backend, items, token_budget, device, label_count, total):
+        for start, end in zip(chunk.bounds, chunk.bounds[1:]):
+            inputs = padded_inputs(chunk, start, end, tokenizer)
+            yield chunk, start, end, _embed_batch(embedder.embed, inputs, range(end - start), device)
 
 
 def _sums_of_token_chunks(embedder, backend, pairs, label_count, token_budget, device, progress) -> torch.Tensor | None:

@@ -139,8 +139,8 @@ def _column(split, name: str):
     return _BatchedColumn(split, name) if hasattr(split, "select_columns") else split[name]
 
 
-def count_labels(labels, label_count: int) -> tuple[np.ndarray, str, int]:
-    """Training counts `[label_count]` (int64), the split's fingerprint and its number of points, in one pass.
+def count_labels(labels, label_count: int, dtype=np.int64) -> tuple[np.ndarray, str, int]:
+    """Training counts `[label_count]` (of `dtype`), the split's fingerprint and its number of points, in one pass.
 
     `labels` is a `datasets.Dataset` with a `labels` column of positive ids, or an iterable of id lists. The
     fingerprint is a SHA-256 of every point's positive ids in order: two splits share it only if they hold the
@@ -163,7 +163,7 @@ def count_labels(labels, label_count: int) -> tuple[np.ndarray, str, int]:
             points[0] += lengths.size
             yield flat
 
-    counts = count_ids(checked_batches(), label_count)
+    counts = count_ids(checked_batches(), label_count, dtype=dtype)
     return counts, digest.hexdigest(), points[0]
 
 
@@ -305,10 +305,12 @@ class LabelLayout:
         seed: int = 0,
         device: str | torch.device | None = None,
         show_progress: bool = True,
+        counts: tuple | None = None,
     ) -> "LabelLayout":
         """The plan of a training split (a `datasets.Dataset` with `text` and `labels` columns).
 
-        Counts the labels, fingerprints the split and, for `strategy="semantic"`, embeds the labels with
+        Counts the labels, fingerprints the split (or takes `counts`, `count_labels`' result for this split, e.g.
+        from the read: `XMCDataset.train_label_frequencies`, `train_split_fingerprint`, `num_train_points`) and, for `strategy="semantic"`, embeds the labels with
         `encoder` (and `tokenizer`, `pooling`, `max_length`, `batch_size`; see `compute_label_embeddings`)
         unless `label_embeddings` are given. With `label_text_grouping_below` m > 0, the labels with fewer than m
         training points are grouped by their text (`label_texts`, by id) too (`embeddings.blend_label_texts_`).
@@ -322,9 +324,17 @@ class LabelLayout:
                 )
             if label_texts is None or encoder is None:
                 raise ValueError("`label_text_grouping_below` needs the `label_texts` and the `encoder` to embed them.")
-        started = time.perf_counter()
-        frequencies, fingerprint, points = count_labels(split, label_count)
-        logger.info(f"Counted the labels of {points:,} training points in {time.perf_counter() - started:.1f} s.")
+        if counts is not None:
+            frequencies, fingerprint, points = counts
+            if len(frequencies) != label_count or points != len(split):
+                raise ValueError(
+                    f"`counts` are of {len(frequencies):,} labels and {points:,} points, the split of {label_count:,} "
+                    f"labels and {len(split):,} points: give the counts of this split, or none to count them here."
+                )
+        else:
+            started = time.perf_counter()
+            frequencies, fingerprint, points = count_labels(split, label_count)
+            logger.info(f"Counted the labels of {points:,} training points in {time.perf_counter() - started:.1f} s.")
         embedding_options = dict(
             tokenizer=tokenizer,
             batch_size=batch_size,
@@ -405,11 +415,14 @@ class LabelLayout:
 
     # ------------------------------------------------------------------------------------------------ checks
 
-    def check_split(self, split, what: str = "the training split") -> None:
-        """Raises a ValueError unless `split` is the training split this layout was computed from."""
+    def check_split(self, split, what: str = "the training split", fingerprint: str | None = None) -> None:
+        """Raises a ValueError unless `split` is the training split this layout was computed from; `fingerprint`:
+        `split`'s, computed already (`XMCDataset.train_split_fingerprint`), else it is computed here."""
         if self.split_fingerprint is None:
             return
-        _, fingerprint, points = count_labels(split, self.label_count)
+        points = len(split)
+        if fingerprint is None:
+            _, fingerprint, points = count_labels(split, self.label_count)
         if fingerprint != self.split_fingerprint:
             sizes = (
                 f"({self.train_points:,} points) than {what} ({points:,} points)"
