@@ -23,8 +23,10 @@ real data and topics give semantic grouping something to find.
 
 Fast and of bounded memory: the label assignment is vectorised numpy over all positives of a split (int32
 arrays; Amazon-3M's 62M positives are the largest, about 2 GiB at peak); the JSON lines are built in
-chunks of `CHUNK_POINTS` points by worker processes (fork), each chunk compressed as its own gzip member
-(a concatenation of members is one valid gzip file) and written in order. Seeded and deterministic: every
+chunks of `CHUNK_POINTS` points by worker processes (fork), each chunk compressed (level 1: the writing, not the
+ratio, is the cost) as its own gzip member (a concatenation of members is one valid gzip file) and written in
+order; its header gives its size and line count (`haste_hf.gzip_members`), so that `haste-hf` parses the members
+on every core and a rank reads only its share of the label texts. Seeded and deterministic: every
 chunk draws from its own generator, so the files do not depend on `--processes`. `stats.json` records
 the realised statistics and the chance levels of P@k (random labels, and the most frequent training
 labels for every test point), which `scale.py` prints beside the model's.
@@ -36,11 +38,12 @@ import math
 import multiprocessing
 import os
 import time
-import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+
+from haste_hf.gzip_members import indexed_member
 
 
 @dataclass(frozen=True)
@@ -244,7 +247,7 @@ def _point_lines(split: str, chunk: int) -> bytes:
         )
         for row in range(num_points)
     ]
-    return _gzip_member(b"".join(lines))
+    return indexed_member(b"".join(lines), num_points)
 
 
 def _label_lines(chunk: int) -> bytes:
@@ -262,12 +265,7 @@ def _label_lines(chunk: int) -> bytes:
         b'{"uid":"lbl-%d","title":"%s"}\n' % (first + row, buffer[row * width : (row + 1) * width - 1])
         for row in range(ids.size)
     ]
-    return _gzip_member(b"".join(lines))
-
-
-def _gzip_member(data: bytes) -> bytes:
-    compressor = zlib.compressobj(1, zlib.DEFLATED, 31)  # level 1: the writing, not the ratio, is the cost
-    return compressor.compress(data) + compressor.flush()
+    return indexed_member(b"".join(lines), ids.size)
 
 
 def _run_task(task):
