@@ -22,6 +22,14 @@
 # SCALE 1 (output layer 163, label ids 8, label names 34); the data and the layout file take the rest, so at SCALE 1
 # keep SCALE_WORK on the largest disk, or add `--train-flag "--save-strategy no"` (the final save then the only copy).
 #
+# At SCALE 1 (issue 42 item 2; the estimate of branch onehost4's CPU profiles: data ~50 s, the read of a command
+# 10-20 s, the layout ~60 s, 5 steps ~40 s, the final save ~200 s) the checkpoint and the final save cannot both
+# be written: save once, at the end, and group the labels in train (no group process, no 16 GB layout file):
+#   MAX_STEPS=5 bash benchmarks/scale_1b_call.sh 1 4 --stages data,train,predict --group-in-train \
+#       --train-flag "--save-strategy no"
+# The data files are gzip members whose headers give their size and line count (`haste_hf.gzip_members`): every
+# command parses them on all cores, and a rank keeps only its share of the label texts.
+#
 #   bash benchmarks/scale_1b_call.sh SCALE [GPUS] [extra scale.py flags]
 #     SCALE  the preset's size (1: 10^9 labels; 0.5: 5 x 10^8; 0.00002: 20,000 labels, a CPU dry run)
 #     GPUS   processes of train (default: every visible GPU)

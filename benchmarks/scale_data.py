@@ -12,7 +12,8 @@ Mean points per label follows as N x labels-per-point / L (3.99, 22.1 and 2.12; 
 point (a preset's `trained_labels`, where set, have one and the others none: 10^9 labels need not 10^9
 positives); above that, a label's count follows a power law of its frequency rank r, 1 + floor(c x r^-a) (a:
 `--exponent`, c fitted to the total), which gives a head of a few labels seen in 1-12% of the points and a
-long tail seen once or twice. Label ids are a seeded permutation of the ranks (not sorted by frequency).
+long tail seen once or twice. Label ids are a seeded bijection of the ranks (not sorted by frequency;
+`RankPermutation`, computed for the trained ranks alone: no `[labels]` array at 10^9 labels).
 
 Texts carry learnable traces of their labels: label l owns three pseudo-words, each of four syllables; the
 first two syllables name l's topic (about 64 labels a topic), the last two l itself. A point's title holds
@@ -23,8 +24,10 @@ real data and topics give semantic grouping something to find.
 
 Fast and of bounded memory: the label assignment is vectorised numpy over all positives of a split (int32
 arrays; Amazon-3M's 62M positives are the largest, about 2 GiB at peak); the JSON lines are built in
-chunks of `CHUNK_POINTS` points by worker processes (fork), each chunk compressed as its own gzip member
-(a concatenation of members is one valid gzip file) and written in order. Seeded and deterministic: every
+chunks of `CHUNK_POINTS` points by worker processes (fork), each chunk compressed (level 1: the writing, not the
+ratio, is the cost) as its own gzip member (a concatenation of members is one valid gzip file) and written in
+order; its header gives its size and line count (`haste_hf.gzip_members`), so that `haste-hf` parses the members
+on every core and a rank reads only its share of the label texts. Seeded and deterministic: every
 chunk draws from its own generator, so the files do not depend on `--processes`. `stats.json` records
 the realised statistics and the chance levels of P@k (random labels, and the most frequent training
 labels for every test point), which `scale.py` prints beside the model's.
@@ -36,11 +39,12 @@ import math
 import multiprocessing
 import os
 import time
-import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+
+from haste_hf.gzip_members import indexed_member
 
 
 @dataclass(frozen=True)
@@ -99,13 +103,17 @@ def label_counts(labels: int, positives: int, points: int, exponent: float) -> n
     `points`, with c fitted so that the counts sum to `positives` (the remainder goes to the top ranks)."""
     weights = np.arange(1, labels + 1, dtype=np.float64) ** -exponent
     extra = positives - labels
-
-    def total(c):
-        return int(np.minimum(np.floor(c * weights), points - 1).sum())
-
     # sum(floor(c x w)) lies in (c x sum(w) - labels, c x sum(w)]: c is within labels / sum(w) of extra / sum(w).
     weight_sum = float(weights.sum())
     low, high = extra / weight_sum, (extra + labels) / weight_sum
+    # Below `high`, floor(c x w) is 0 past the rank where high x w < 1: the bisection sums the ranks before it (10^8
+    # trained labels: a few million, not 40 passes over all).
+    reach = int(np.searchsorted(-weights, -(1 - 1e-9) / high, side="right")) if high > 0 else 0  # a margin for rounding
+    reached = weights[:reach]
+
+    def total(c):
+        return int(np.minimum(np.floor(c * reached), points - 1).sum())
+
     for _ in range(40):
         middle = (low + high) / 2
         low, high = (middle, high) if total(middle) <= extra else (low, middle)
@@ -131,6 +139,46 @@ def _mix(values: np.ndarray) -> np.ndarray:
     return x
 
 
+FEISTEL_ROUNDS = 4
+
+
+class RankPermutation:
+    """The label id of each frequency rank: a seeded bijection of `[0, labels)` (a Feistel network on the bits of an
+    id, cycle-walked into the range), computed for the ranks asked for in either direction, so that no `[labels]`
+    array is drawn, scattered or gathered (10^9 labels: minutes of one core, 8 GB each)."""
+
+    def __init__(self, labels: int, seed: int):
+        self.labels = labels
+        self.half_bits = max(1, ((labels - 1).bit_length() + 1) // 2)
+        self.keys = [
+            _mix(np.array([seed * FEISTEL_ROUNDS + round_ + (7 << 50)]))[0] for round_ in range(FEISTEL_ROUNDS)
+        ]
+
+    def _rounds(self, values: np.ndarray, inverse: bool) -> np.ndarray:
+        bits, mask = np.uint64(self.half_bits), np.uint64((1 << self.half_bits) - 1)
+        left, right = values >> bits, values & mask
+        for key in reversed(self.keys) if inverse else self.keys:
+            if inverse:
+                left, right = right ^ (_mix(left ^ key) & mask), left
+            else:
+                left, right = right, left ^ (_mix(right ^ key) & mask)
+        return (left << bits) | right
+
+    def _walk(self, values, inverse: bool) -> np.ndarray:
+        result = self._rounds(np.asarray(values, dtype=np.uint64), inverse)
+        outside = np.flatnonzero(result >= np.uint64(self.labels))
+        while outside.size:  # cycle walking: the network's domain is up to 4x the range
+            result[outside] = self._rounds(result[outside], inverse)
+            outside = outside[result[outside] >= np.uint64(self.labels)]
+        return result.astype(np.int64)
+
+    def label_of(self, ranks) -> np.ndarray:
+        return self._walk(ranks, inverse=False)
+
+    def rank_of(self, labels) -> np.ndarray:
+        return self._walk(labels, inverse=True)
+
+
 def topic_of(label_ids: np.ndarray, topic_count: int) -> np.ndarray:
     return (_mix(label_ids) % np.uint64(topic_count)).astype(np.int64)
 
@@ -143,23 +191,26 @@ def label_word_syllables(label_ids: np.ndarray, word_index: np.ndarray, topic_co
     return np.stack([topic_code % 100, topic_code // 100 % 100, own % 100, own // 100 % 100], axis=1)
 
 
-def assign_points(occurrences: np.ndarray, counts: np.ndarray, points: int, topic_count: int, rng) -> tuple:
-    """Deals the label occurrences (label ids, one per positive) out to `points` points: ordered by a key that
-    keeps rare labels near their topic, cut at random places (every point gets at least one); a label drawn twice
-    for a point moves to a random point (dropped after `REDEALS` rounds). Returns `(offsets [points + 1], labels)`, int64 / int32, each point's labels sorted."""
+def assign_points(
+    occurrences: np.ndarray, occurrence_counts: np.ndarray, label_count: int, points: int, topic_count: int, rng
+) -> tuple:
+    """Deals the label occurrences (label ids, one per positive; `occurrence_counts`: the training count of each
+    one's label) out to `points` points: ordered by a key that keeps rare labels near their topic, cut at random
+    places (every point gets at least one); a label drawn twice for a point moves to a random point (dropped after
+    `REDEALS` rounds). Returns `(offsets [points + 1], labels)`, int64 / int32, each point's labels sorted."""
     total = occurrences.size
-    topical = rng.random(total) * counts[occurrences] < TOPICAL_COUNT
+    topical = rng.random(total) * occurrence_counts < TOPICAL_COUNT
     key = np.where(
         topical,
         topic_of(occurrences, topic_count) + rng.random(total) * TOPIC_SPREAD,
         rng.random(total) * topic_count,
     )
     occurrences = occurrences[np.argsort(key)]
-    del key, topical
+    del key, topical, occurrence_counts
     cuts = np.sort(rng.choice(total - 1, size=points - 1, replace=False) + 1) if points > 1 else np.empty(0, np.int64)
     sizes = np.diff(np.concatenate([[0], cuts, [total]]))
     owner = np.repeat(np.arange(points, dtype=np.int64), sizes)
-    pairs = np.sort(owner * counts.size + occurrences)  # a point's labels together, ascending
+    pairs = np.sort(owner * label_count + occurrences)  # a point's labels together, ascending
     del owner, occurrences
     for round_ in range(REDEALS + 1):
         repeated = np.zeros(pairs.size, dtype=bool)
@@ -167,11 +218,11 @@ def assign_points(occurrences: np.ndarray, counts: np.ndarray, points: int, topi
         if not repeated.any():
             break
         # A label drawn twice for one point goes to a random point instead (the last round drops it).
-        moved = pairs[repeated] % counts.size
+        moved = pairs[repeated] % label_count
         pairs = pairs[~repeated]
         if round_ < REDEALS:
-            pairs = np.sort(np.concatenate([pairs, rng.integers(0, points, moved.size) * counts.size + moved]))
-    owner, labels = np.divmod(pairs, counts.size)
+            pairs = np.sort(np.concatenate([pairs, rng.integers(0, points, moved.size) * label_count + moved]))
+    owner, labels = np.divmod(pairs, label_count)
     offsets = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=points))])
     return offsets, labels.astype(np.int32)
 
@@ -244,7 +295,7 @@ def _point_lines(split: str, chunk: int) -> bytes:
         )
         for row in range(num_points)
     ]
-    return _gzip_member(b"".join(lines))
+    return indexed_member(b"".join(lines), num_points)
 
 
 def _label_lines(chunk: int) -> bytes:
@@ -262,12 +313,7 @@ def _label_lines(chunk: int) -> bytes:
         b'{"uid":"lbl-%d","title":"%s"}\n' % (first + row, buffer[row * width : (row + 1) * width - 1])
         for row in range(ids.size)
     ]
-    return _gzip_member(b"".join(lines))
-
-
-def _gzip_member(data: bytes) -> bytes:
-    compressor = zlib.compressobj(1, zlib.DEFLATED, 31)  # level 1: the writing, not the ratio, is the cost
-    return compressor.compress(data) + compressor.flush()
+    return indexed_member(b"".join(lines), ids.size)
 
 
 def _run_task(task):
@@ -288,14 +334,11 @@ def _write(path: Path, kind: str, chunk_count: int, pool) -> None:
 # ------------------------------------------------------------------------------------------------ chance levels
 
 
-def chance_levels(
-    test_offsets: np.ndarray, test_labels: np.ndarray, rank_of: np.ndarray, label_count: int, ks=(1, 3, 5)
-):
+def chance_levels(test_offsets: np.ndarray, ranks: np.ndarray, label_count: int, ks=(1, 3, 5)):
     """P@k of two predictors that ignore the text: k labels drawn at random (expected value), and the k most
-    frequent training labels for every point."""
+    frequent training labels for every point (`ranks`: the frequency rank of each test positive)."""
     sizes = np.diff(test_offsets)
     owner = np.repeat(np.arange(sizes.size), sizes)
-    ranks = rank_of[test_labels]
     levels = {}
     for k in ks:
         hits = np.bincount(owner[ranks < k], minlength=sizes.size)
@@ -323,17 +366,14 @@ def generate(
     sizes = scaled(PRESETS[preset], scale, test_points)
     label_count = sizes["labels"]
     topic_count = max(1, label_count // LABELS_PER_TOPIC)
-    rng = np.random.default_rng([seed, 0])
-    counts_by_rank = np.zeros(label_count, dtype=np.int64)  # ranks past the trained labels: no training point
-    trained = sizes["trained_labels"]
-    counts_by_rank[:trained] = label_counts(trained, sizes["train_positives"], sizes["train_points"], exponent)
-    label_of_rank = rng.permutation(label_count)
-    rank_of = np.empty(label_count, dtype=np.int64)
-    rank_of[label_of_rank] = np.arange(label_count)
-    counts = counts_by_rank[rank_of]  # by label id
-
-    occurrences = np.repeat(label_of_rank.astype(np.int32), counts_by_rank)
-    train = assign_points(occurrences, counts, sizes["train_points"], topic_count, np.random.default_rng([seed, 1]))
+    trained = sizes["trained_labels"]  # the most frequent ranks; the others have no training point
+    counts_by_rank = label_counts(trained, sizes["train_positives"], sizes["train_points"], exponent)
+    permutation = RankPermutation(label_count, seed)
+    occurrences = np.repeat(permutation.label_of(np.arange(trained)).astype(np.int32), counts_by_rank)
+    train = assign_points(
+        occurrences, np.repeat(counts_by_rank, counts_by_rank), label_count, sizes["train_points"], topic_count,
+        np.random.default_rng([seed, 1]),
+    )  # fmt: skip
     del occurrences
     test_rng = np.random.default_rng([seed, 2])
     test_positives = max(
@@ -341,7 +381,10 @@ def generate(
     )
     cumulative = np.cumsum(counts_by_rank)
     drawn = np.searchsorted(cumulative, test_rng.integers(0, cumulative[-1], size=test_positives), side="right")
-    test = assign_points(label_of_rank[drawn].astype(np.int32), counts, sizes["test_points"], topic_count, test_rng)
+    test = assign_points(
+        permutation.label_of(drawn).astype(np.int32), counts_by_rank[drawn], label_count, sizes["test_points"],
+        topic_count, test_rng,
+    )  # fmt: skip
     del drawn
     assigned = time.time() - started
 
@@ -382,7 +425,7 @@ def generate(
         "head_share_of_points": float(train_counts.max() / (train[0].size - 1)),
         "labels_seen_once": int((train_counts == 1).sum()),
         "labels_without_training_point": int((train_counts == 0).sum()),
-        "chance": chance_levels(test[0], test[1], rank_of, label_count),
+        "chance": chance_levels(test[0], permutation.rank_of(test[1]), label_count),
         "seconds": {"assignment": round(assigned, 2), "total": round(time.time() - started, 2)},
         "processes": processes,
         "bytes": {name: (out / name).stat().st_size for name in ("trn.json.gz", "tst.json.gz", "lbl.json.gz")},

@@ -23,6 +23,7 @@ import numpy as np
 from datasets import Dataset, Features, List, NamedSplit, Value
 from datasets.exceptions import DatasetGenerationError
 
+from .gzip_members import read_json_members, read_json_title_share
 from .modeling.label_names import LabelNameTable
 
 
@@ -297,6 +298,8 @@ def read_json_label_texts(path: str | Path, share: LabelTextShare | None = None)
     """
     path = Path(path)
     if share is not None:
+        if (shared := read_json_title_share(path, share)) is not None:  # indexed gzip members: on every core
+            return shared
         count = _streamed_json_titles(path)
         window = None if count is None else share(count)
         if window is not None:
@@ -333,6 +336,9 @@ def _read_json_columns(path: Path, columns: dict):
     import pyarrow.json as pa_json
 
     options = pa_json.ParseOptions(explicit_schema=pa.schema(list(columns.items())), unexpected_field_behavior="ignore")
+    members = read_json_members(path, options.explicit_schema)  # a file of indexed members: parsed on every core
+    if members is not None:
+        return members[1]
     try:
         with pa.input_stream(str(path), compression="gzip" if path.suffix == ".gz" else None) as stream:
             return pa_json.read_json(stream, parse_options=options)

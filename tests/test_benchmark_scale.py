@@ -115,6 +115,18 @@ def test_the_largest_presets_train_100m_labels_on_the_same_points(scale_data, pr
     assert scale_data.scaled(scale_data.PRESETS[preset], 1e-5, 10)["trained_labels"] == 1000
 
 
+@pytest.mark.parametrize("labels", [1, 2, 7, 64, 2010, 65537])
+def test_label_ids_are_a_seeded_bijection_of_the_ranks(scale_data, labels):
+    """`RankPermutation`: every id once, its inverse gives the ranks back, another seed another order."""
+    permutation = scale_data.RankPermutation(labels, seed=3)
+    ids = permutation.label_of(np.arange(labels))
+    assert np.array_equal(np.sort(ids), np.arange(labels))
+    assert np.array_equal(permutation.rank_of(ids), np.arange(labels))
+    if labels > 7:
+        assert not np.array_equal(ids, scale_data.RankPermutation(labels, seed=4).label_of(np.arange(labels)))
+        assert not np.array_equal(ids, np.arange(labels))
+
+
 def test_the_100m_preset_has_every_label_in_few_points(scale_data):
     counts = scale_data.label_counts(10_000, 11_000, 400, exponent=0.7)  # the preset at 10^-4
     assert counts.min() == 1 and counts.sum() == 11_000 and counts[0] > 10  # every label seen, a power-law head

@@ -393,8 +393,11 @@ def group_labels(
     if label_ids.numel():
         if int(label_ids.min()) < 0:
             raise ValueError("`label_ids` must be non-negative label ids.")
-        if int(torch.bincount(label_ids).max()) > 1:
+        seen = torch.zeros(int(label_ids.max()) + 1, dtype=torch.bool)  # a bool per id, not an int64 count
+        seen[label_ids] = True
+        if int(seen.sum()) != label_ids.numel():
             raise ValueError("`label_ids` must not contain duplicates.")
+        del seen
     max_id = int(label_ids.max()) if label_ids.numel() else -1
 
     if frequency_bands:

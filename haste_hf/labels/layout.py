@@ -61,8 +61,11 @@ def split_head_tail(
         raise ValueError(f"`label_frequencies` must be one-dimensional, got shape {counts.shape}.")
     if counts.size and not np.issubdtype(counts.dtype, np.number):
         raise ValueError(f"`label_frequencies` must be numeric, got dtype {counts.dtype}.")
-    counts = counts.astype(np.float64)
-    if not np.all(np.isfinite(counts)) or np.any(counts < 0):
+    if not np.issubdtype(counts.dtype, np.integer):
+        counts = counts.astype(np.float64)
+        if not np.all(np.isfinite(counts)):
+            raise ValueError("`label_frequencies` must be finite and non-negative.")
+    if counts.size and counts.min() < 0:
         raise ValueError("`label_frequencies` must be finite and non-negative.")
     label_count = counts.shape[0]
 
@@ -82,8 +85,19 @@ def split_head_tail(
             f"`head_label_count` must be in [0, {label_count}] (the number of labels), got {head_label_count}."
         )
 
-    by_frequency = np.argsort(-counts, kind="stable").astype(np.int64)
+    by_frequency = _by_descending_count(counts)
     return by_frequency[:head_label_count], by_frequency[head_label_count:]
+
+
+def _by_descending_count(counts: np.ndarray) -> np.ndarray:
+    """The label ids by descending count, ties by ascending id: a stable argsort of `-counts`. Integer counts sort
+    only those above one; the labels seen once, then those never seen, follow in id order (10^9 labels, a tenth of
+    them seen: a sort of ~4M counts, not a stable sort of 10^9 floats, minutes of one core)."""
+    if not np.issubdtype(counts.dtype, np.integer):
+        return np.argsort(-counts, kind="stable").astype(np.int64)
+    frequent = np.flatnonzero(counts > 1)
+    frequent = frequent[np.argsort(-counts[frequent].astype(np.int64), kind="stable")]
+    return np.concatenate([frequent, np.flatnonzero(counts == 1), np.flatnonzero(counts == 0)]).astype(np.int64)
 
 
 def _int64_vector(values, name: str) -> torch.Tensor:

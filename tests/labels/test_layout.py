@@ -209,3 +209,20 @@ def test_from_encoder_pretrained_builds_the_layout_and_checks_it(split, encoder_
     ):
         with pytest.raises(ValueError, match=message):
             HasteForExtremeClassification.from_encoder_pretrained(encoder, layout=layout, fan_in=8, **wrong)
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "uint8", "float64"])
+def test_the_head_tail_split_of_counts_is_a_stable_sort_by_descending_count(dtype):
+    """Integer counts sort only those above one (10^9 labels: no stable sort of 10^9 floats); the split is the stable
+    argsort of `-counts` still: most frequent first, ties by ascending id, the labels seen once and never after."""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        size = int(rng.integers(0, 400))
+        counts = (rng.integers(0, 4, size) * rng.integers(0, 3, size) ** rng.integers(0, 5, size)).astype(dtype)
+        expected = np.argsort(-counts.astype(np.float64), kind="stable")
+        for fraction in (0.0, 0.03, 0.5, 1.0):
+            head, tail = split_head_tail(counts, head_label_fraction=fraction)
+            assert head.dtype == tail.dtype == np.int64
+            assert np.array_equal(np.concatenate([head, tail]), expected)
