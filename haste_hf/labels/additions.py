@@ -290,14 +290,17 @@ class NewLabelWeights(torch.nn.Module):
 
     def label_supports(self) -> torch.Tensor:
         """`[count, F]` the tail support of each new label (rows of head labels unused)."""
-        supports = torch.zeros(self.count, self.filled_weight.shape[1], dtype=torch.int64, device=self.kind.device)
-        if self.filled_labels.numel():
-            supports[self.filled_labels] = self.filled_support
-        flat = self.group_labels.flatten()
-        if flat.numel():
-            group_size = self.group_labels.shape[1]
-            slots = torch.nonzero(flat >= 0).squeeze(1)
-            supports[flat[slots]] = self.group_supports[slots // group_size].long()
+        return self.supports_of(torch.arange(self.count, device=self.kind.device))
+
+    def supports_of(self, labels: torch.Tensor) -> torch.Tensor:
+        """`[m, F]` the tail supports of the new labels `labels` (zeros for head labels), without every label's."""
+        kind, row = self.kind[labels], self.row[labels]
+        supports = torch.zeros(labels.numel(), self.filled_weight.shape[1], dtype=torch.int64, device=kind.device)
+        filled, grouped = kind == 1, kind == 2
+        if filled.any():
+            supports[filled] = self.filled_support.to(kind.device)
+        if grouped.any():
+            supports[grouped] = self.group_supports[row[grouped] // self.group_labels.shape[1]].long()
         return supports
 
     def logits(self, head_x: torch.Tensor | None, tail_x: torch.Tensor | None) -> torch.Tensor:
@@ -328,14 +331,40 @@ class NewLabelWeights(torch.nn.Module):
             out = out.masked_scatter(in_head, (head_x[rows[in_head]] * self.head_weight[row[in_head]]).sum(1) + bias)
         in_tail = ~in_head
         if in_tail.any():
-            weights = torch.cat([self.filled_weight, self.group_weight.reshape(-1, self.group_weight.shape[-1])])
-            offset = torch.where(kind[in_tail] == 1, 0, self.filled_weight.shape[0])
-            supports = self.label_supports()[labels[in_tail]]
-            gathered = tail_x[rows[in_tail].unsqueeze(1), supports]
-            scores = (gathered * weights[row[in_tail] + offset]).sum(1)
+            gathered = tail_x[rows[in_tail].unsqueeze(1), self.supports_of(labels[in_tail])]
+            scores = (gathered * self._tail_rows(labels[in_tail])).sum(1)
             if self.tail_bias is not None:
                 scores = scores + self.tail_bias[labels[in_tail]]
             out = out.masked_scatter(in_tail, scores)
+        return out
+
+    def _tail_rows(self, labels: torch.Tensor) -> torch.Tensor:
+        """`[m, F]` the weights of the tail labels `labels` (filled slots or slots of the new groups)."""
+        kind, row = self.kind[labels], self.row[labels]
+        rows = torch.zeros(labels.numel(), self.filled_weight.shape[1], device=kind.device)
+        filled, grouped = kind == 1, kind == 2
+        if filled.any():
+            rows = rows.masked_scatter(filled.unsqueeze(1), self.filled_weight[row[filled]])
+        if grouped.any():
+            slots = self.group_weight.view(-1, self.group_weight.shape[-1])[row[grouped]]
+            rows = rows.masked_scatter(grouped.unsqueeze(1), slots)
+        return rows
+
+    def logits_of(self, head_x: torch.Tensor | None, tail_x: torch.Tensor | None, labels: torch.Tensor) -> torch.Tensor:
+        """`[n, m]` the logits of the new labels `labels` on every text: `logits(...)[:, labels]` without scoring
+        the others (a calibration of 10^6 new labels on 2,048 texts held all their scores at once: 16 GB)."""
+        kind, row = self.kind[labels], self.row[labels]
+        batch_size = (head_x if head_x is not None else tail_x).shape[0]
+        out = torch.zeros(batch_size, labels.numel(), device=self.kind.device)
+        in_head = (kind == 0).nonzero().squeeze(1)
+        if in_head.numel():
+            bias = None if self.head_bias is None else self.head_bias[row[in_head]]
+            out[:, in_head] = F.linear(head_x, self.head_weight[row[in_head]], bias)
+        in_tail = (kind != 0).nonzero().squeeze(1)
+        if in_tail.numel():
+            tail_labels = labels[in_tail]
+            scores = torch.einsum("nmf,mf->nm", tail_x[:, self.supports_of(tail_labels)], self._tail_rows(tail_labels))
+            out[:, in_tail] = scores if self.tail_bias is None else scores + self.tail_bias[tail_labels]
         return out
 
     @torch.no_grad()

@@ -401,20 +401,22 @@ def _scatter_logsumexp(values: torch.Tensor, index: torch.Tensor, count: int) ->
 
 @torch.no_grad()
 def nearest_log_masses(label_x: torch.Tensor, log_masses: torch.Tensor, new_x: torch.Tensor) -> torch.Tensor:
-    """`[count]` the mean log-mass of the `NEAREST_LABELS` trained labels whose texts `label_x` `[n, d]` are the
-    most cosine-similar to each new text of `new_x` `[count, d]` (both centred on the trained texts' mean). A ridge
-    regression of the log-mass on the text shrinks every label toward the mean frequency (deps, one H200: new labels
-    seen once in training got 11x an old one's level, those seen 256 times or more 1/300 of it); the neighbours keep
-    the spread of the frequencies that resemble the text."""
+    """`[count]` (or `[count, k]` for `log_masses` `[n, k]`) the mean log-mass of the `NEAREST_LABELS` trained
+    labels whose texts `label_x` `[n, d]` are the most cosine-similar to each new text of `new_x` `[count, d]` (both
+    centred on the trained texts' mean). A ridge regression of the log-mass on the text shrinks every label toward
+    the mean frequency (deps, one H200: new labels seen once in training got 11x an old one's level, those seen 256
+    times or more 1/300 of it); the neighbours keep the spread of the frequencies that resemble the text. New texts
+    are compared a chunk at a time, about 2^26 similarities each."""
     centre = label_x.float().mean(dim=0)
     known = F.normalize(label_x.float() - centre, dim=1)
     k = min(NEAREST_LABELS, known.shape[0])
+    chunk = max(1, (1 << 26) // max(known.shape[0], 1))
     parts = []
-    for start in range(0, new_x.shape[0], LABEL_CHUNK):
-        query = F.normalize(new_x[start : start + LABEL_CHUNK].float() - centre, dim=1)
+    for start in range(0, new_x.shape[0], chunk):
+        query = F.normalize(new_x[start : start + chunk].float() - centre, dim=1)
         nearest = (query @ known.T).topk(k, dim=1).indices
         parts.append(log_masses.to(nearest.device)[nearest].mean(dim=1))
-    return torch.cat(parts) if parts else log_masses.new_zeros(0)
+    return torch.cat(parts) if parts else log_masses.new_zeros(0, *log_masses.shape[1:])
 
 
 def fit_new_labels(
@@ -506,21 +508,41 @@ def calibrate_new_labels(layer, weights, embedded, features, reference, examples
     if fit_ids.numel() > 2:
         ids = fit_ids.to(log_masses[0].device)
         common = log_masses[1][ids].mean()
-        mass, false_positive = (nearest_log_masses(embedded[fit_rows], v[ids], embedded[:count]) for v in log_masses)
+        mass, false_positive = nearest_log_masses(
+            embedded[fit_rows], torch.stack([v[ids] for v in log_masses], dim=1), embedded[:count]
+        ).unbind(1)
         # Head rows: the trained labels' mean level plus a damped part of each label's own (`HEAD_LEVEL_SPREAD`).
         false_positive[head] = common + HEAD_LEVEL_SPREAD * (false_positive[head] - common)
     else:
         mass, false_positive = (v.median().expand(count) for v in log_masses)
-    scores = weights.logits(*inputs).double()
-    offsets = solve_offsets(lambda labels: (scores[:, labels], 1.0), false_positive.double())
-    if examples is not None and examples[0].numel():
+    with_examples = examples is not None and examples[0].numel()
+    if with_examples:
         example_rows, example_labels = examples
         branch_x = tuple(features.get(branch) for branch in ("head", "tail"))
-        example_scores = weights.pair_logits(*branch_x, example_rows, example_labels)
         density = (mass.exp() / rows.numel()).clamp(1e-7, 0.5)
-        balanced = balanced_offsets(scores, example_scores, example_labels, density)
-        has_examples = torch.bincount(example_labels, minlength=count).to(offsets.device) > 0
-        offsets = torch.where(has_examples, balanced, offsets)
+        order = example_labels.argsort()
+        example_rows, example_labels = example_rows[order], example_labels[order]
+        bounds = torch.searchsorted(example_labels, torch.arange(count + 1, device=example_labels.device)).tolist()
+    # Scored a chunk of new labels at a time: every label's scores on the reference at once were 16 GB in float64
+    # at 10^6 new labels; a chunk holds about 2^24 of them.
+    chunk = max(1, min(LABEL_CHUNK, (1 << 24) // max(rows.numel(), 1)))
+    offsets = torch.zeros(count, dtype=torch.float64, device=false_positive.device)
+    for start in range(0, count, chunk):
+        labels = torch.arange(start, min(start + chunk, count), device=weights.kind.device)
+        end = start + labels.numel()
+        scores = weights.logits_of(*inputs, labels).double()
+        solved = solve_offsets(
+            lambda columns, scores=scores: (scores[:, columns], 1.0), false_positive[start:end].double()
+        )
+        if with_examples and bounds[end] > bounds[start]:
+            pairs = slice(bounds[start], bounds[end])
+            example_scores = weights.pair_logits(*branch_x, example_rows[pairs], example_labels[pairs])
+            local = example_labels[pairs] - start
+            balanced = balanced_offsets(scores, example_scores, local, density[start:end])
+            solved = torch.where(
+                torch.bincount(local, minlength=labels.numel()).to(solved.device) > 0, balanced, solved
+            )
+        offsets[start:end] = solved
     weights.add_offsets(offsets)
 
 

@@ -233,3 +233,54 @@ def test_a_head_label_keeps_a_damped_part_of_its_neighbours_level():
         priors.calibrate_new_labels(layer, weights, embedded, features, (rows, fit_rows, fit_ids))
         scores = weights.logits(features["head"][rows], features["tail"][rows]).double()
         torch.testing.assert_close(torch.sigmoid(scores).sum(dim=0).log(), expected.double(), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("head", [True, False])
+def test_new_labels_are_calibrated_a_chunk_at_a_time(head, monkeypatch):
+    """`calibrate_new_labels` scores a bounded chunk of new labels at a time (`logits_of`, never every label's
+    scores on the reference at once: 16 GB at 10^6 new labels) and gives the offsets of one pass over all of them,
+    with examples spread over the chunks and labels without examples among them (issue 36)."""
+    from haste_hf.labels import priors
+    from haste_hf.labels.additions import NewLabelWeights, branch_features, place_new_labels
+
+    model = make_tiny_model(label_count=43, head_label_count=5, shuffle_labels=True, training=False)
+    layer = model.output_layer
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in layer.parameters():
+            if parameter.is_floating_point():
+                parameter.normal_(generator=generator)
+    width = layer.head.weight.shape[1]
+    count = 7
+    embedded = torch.randn(count + 30 + 43, width, generator=generator)
+    features = {branch: branch_features(layer, embedded, branch) for branch in ("head", "tail")}
+    reference = (torch.arange(count, count + 30), torch.arange(count + 30, count + 73), torch.arange(43))
+    examples = (torch.tensor([count + 3, count + 9, count + 1, count + 4, count + 12]), torch.tensor([5, 0, 5, 2, 6]))
+    directions = None if head else torch.randn(count, layer.tail.in_features, generator=generator)
+    weights = NewLabelWeights(layer, place_new_labels(layer, count, directions, 0), count)
+    with torch.no_grad():
+        for parameter in weights.parameters():
+            parameter.normal_(generator=generator)
+    start = {name: value.detach().clone() for name, value in weights.state_dict().items()}
+    every = weights.logits(features["head"], features["tail"])
+    picked = torch.tensor([6, 0, 3])
+    torch.testing.assert_close(weights.logits_of(features["head"], features["tail"], picked), every[:, picked])
+
+    def offsets_with(chunk):
+        weights.load_state_dict(start)
+        monkeypatch.setattr(priors, "LABEL_CHUNK", chunk)
+        priors.calibrate_new_labels(layer, weights, embedded, features, reference, examples)
+        return torch.cat([(value - start[name]).flatten() for name, value in weights.state_dict().items()])
+
+    whole = offsets_with(8192)
+    scored = []
+    original = NewLabelWeights.logits_of
+
+    def spy(self, head_x, tail_x, labels):
+        scored.append(labels.numel())
+        return original(self, head_x, tail_x, labels)
+
+    monkeypatch.setattr(NewLabelWeights, "logits", lambda *_: pytest.fail("every new label scored at once"))
+    monkeypatch.setattr(NewLabelWeights, "logits_of", spy)
+    torch.testing.assert_close(offsets_with(2), whole, atol=1e-5, rtol=0)
+    assert scored == [2, 2, 2, 1] and whole.abs().sum() > 0
