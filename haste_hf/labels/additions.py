@@ -271,11 +271,8 @@ class NewLabelWeights(torch.nn.Module):
             layer.tail.bias is not None or bool(placement.filled or len(placement.groups))
         )
         self.filled_weight = torch.nn.Parameter(torch.zeros(len(placement.filled), layer.fan_in, device=device))
-        self.filled_support = (
-            layer.tail.supports[-1].long().clone()
-            if placement.filled
-            else torch.zeros(0, dtype=torch.int64, device=device)
-        )
+        empty = torch.zeros(0, dtype=torch.int64, device=device)
+        self.filled_support = layer.tail.supports[-1].long().clone() if placement.filled else empty
         self.group_weight = torch.nn.Parameter(torch.zeros(*placement.groups.shape, layer.fan_in, device=device))
         self.group_supports = placement.supports.to(device)
         self.tail_bias = torch.nn.Parameter(torch.zeros(count, device=device)) if with_bias else None
@@ -288,20 +285,21 @@ class NewLabelWeights(torch.nn.Module):
         kind[flat[flat >= 0]], row[flat[flat >= 0]] = 2, torch.nonzero(flat >= 0).squeeze(1)
         self.kind, self.row = kind.to(device), row.to(device)
 
-    def label_supports(self) -> torch.Tensor:
-        """`[count, F]` the tail support of each new label (rows of head labels unused)."""
-        return self.supports_of(torch.arange(self.count, device=self.kind.device))
-
-    def supports_of(self, labels: torch.Tensor) -> torch.Tensor:
-        """`[m, F]` the tail supports of the new labels `labels` (zeros for head labels), without every label's."""
+    def tail_slots(self, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`([m, F] supports, [m, F] weights)` of the new tail labels `labels` (filled slots or slots of the new
+        groups), gathered for these alone."""
         kind, row = self.kind[labels], self.row[labels]
         supports = torch.zeros(labels.numel(), self.filled_weight.shape[1], dtype=torch.int64, device=kind.device)
+        weights = torch.zeros(labels.numel(), self.filled_weight.shape[1], device=kind.device)
         filled, grouped = kind == 1, kind == 2
         if filled.any():
             supports[filled] = self.filled_support.to(kind.device)
+            weights = weights.masked_scatter(filled.unsqueeze(1), self.filled_weight[row[filled]])
         if grouped.any():
             supports[grouped] = self.group_supports[row[grouped] // self.group_labels.shape[1]].long()
-        return supports
+            slots = self.group_weight.view(-1, self.group_weight.shape[-1])[row[grouped]]
+            weights = weights.masked_scatter(grouped.unsqueeze(1), slots)
+        return supports, weights
 
     def logits(self, head_x: torch.Tensor | None, tail_x: torch.Tensor | None) -> torch.Tensor:
         batch_size = (head_x if head_x is not None else tail_x).shape[0]
@@ -329,42 +327,27 @@ class NewLabelWeights(torch.nn.Module):
         if in_head.any():
             bias = 0 if self.head_bias is None else self.head_bias[row[in_head]]
             out = out.masked_scatter(in_head, (head_x[rows[in_head]] * self.head_weight[row[in_head]]).sum(1) + bias)
-        in_tail = ~in_head
-        if in_tail.any():
-            gathered = tail_x[rows[in_tail].unsqueeze(1), self.supports_of(labels[in_tail])]
-            scores = (gathered * self._tail_rows(labels[in_tail])).sum(1)
-            if self.tail_bias is not None:
-                scores = scores + self.tail_bias[labels[in_tail]]
-            out = out.masked_scatter(in_tail, scores)
+        if not in_head.all():
+            supports, tail_weights = self.tail_slots(labels[~in_head])
+            bias = 0 if self.tail_bias is None else self.tail_bias[labels[~in_head]]
+            out = out.masked_scatter(
+                ~in_head, (tail_x[rows[~in_head].unsqueeze(1), supports] * tail_weights).sum(1) + bias
+            )
         return out
-
-    def _tail_rows(self, labels: torch.Tensor) -> torch.Tensor:
-        """`[m, F]` the weights of the tail labels `labels` (filled slots or slots of the new groups)."""
-        kind, row = self.kind[labels], self.row[labels]
-        rows = torch.zeros(labels.numel(), self.filled_weight.shape[1], device=kind.device)
-        filled, grouped = kind == 1, kind == 2
-        if filled.any():
-            rows = rows.masked_scatter(filled.unsqueeze(1), self.filled_weight[row[filled]])
-        if grouped.any():
-            slots = self.group_weight.view(-1, self.group_weight.shape[-1])[row[grouped]]
-            rows = rows.masked_scatter(grouped.unsqueeze(1), slots)
-        return rows
 
     def logits_of(self, head_x: torch.Tensor | None, tail_x: torch.Tensor | None, labels: torch.Tensor) -> torch.Tensor:
         """`[n, m]` the logits of the new labels `labels` on every text: `logits(...)[:, labels]` without scoring
         the others (a calibration of 10^6 new labels on 2,048 texts held all their scores at once: 16 GB)."""
-        kind, row = self.kind[labels], self.row[labels]
-        batch_size = (head_x if head_x is not None else tail_x).shape[0]
-        out = torch.zeros(batch_size, labels.numel(), device=self.kind.device)
-        in_head = (kind == 0).nonzero().squeeze(1)
-        if in_head.numel():
-            bias = None if self.head_bias is None else self.head_bias[row[in_head]]
-            out[:, in_head] = F.linear(head_x, self.head_weight[row[in_head]], bias)
-        in_tail = (kind != 0).nonzero().squeeze(1)
-        if in_tail.numel():
-            tail_labels = labels[in_tail]
-            scores = torch.einsum("nmf,mf->nm", tail_x[:, self.supports_of(tail_labels)], self._tail_rows(tail_labels))
-            out[:, in_tail] = scores if self.tail_bias is None else scores + self.tail_bias[tail_labels]
+        in_head = self.kind[labels] == 0
+        out = torch.zeros((head_x if head_x is not None else tail_x).shape[0], labels.numel(), device=self.kind.device)
+        if in_head.any():
+            rows = self.row[labels[in_head]]
+            bias = None if self.head_bias is None else self.head_bias[rows]
+            out[:, in_head] = F.linear(head_x, self.head_weight[rows], bias)
+        if not in_head.all():
+            supports, tail_weights = self.tail_slots(labels[~in_head])
+            bias = 0 if self.tail_bias is None else self.tail_bias[labels[~in_head]]
+            out[:, ~in_head] = torch.einsum("nmf,mf->nm", tail_x[:, supports], tail_weights) + bias
         return out
 
     @torch.no_grad()
@@ -375,7 +358,7 @@ class NewLabelWeights(torch.nn.Module):
             if self.head_bias is not None:
                 self.head_bias.copy_(start.bias[self.head_labels])
         if self.filled_labels.numel() or self.group_labels.numel():
-            on_support = start.on_supports(self.label_supports())
+            on_support = start.on_supports(self.tail_slots(torch.arange(self.count, device=self.kind.device))[0])
             if self.filled_labels.numel():
                 self.filled_weight.copy_(on_support[self.filled_labels])
             flat = self.group_labels.flatten()
