@@ -646,7 +646,7 @@ def report(out: Path) -> str:
                     f"| {name} | " + " | ".join(cells) + f" | {f'{np.mean(seconds):.1f}' if seconds else ''} |"
                 )
         lines += ["", *(f"- {line}" for line in target_lines(runs)), ""]
-        for name in ("text", "text+5"):
+        for name in ADDITIONS:  # issue 36 item 4: the calibration table of every mode
             lines += calibration_lines(runs, name)
     return "\n".join(lines)
 
