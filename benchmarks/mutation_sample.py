@@ -157,7 +157,9 @@ def mutants_of(path: Path, root: Path = ROOT) -> list[Mutant]:
             line = lines[node.lineno - 1]
             start = line.index("raise")
             head = line[start:]
-            # A multi-line refusal: `raise X(` becomes `X(` (built, not raised).
+            # A multi-line refusal: `raise X(` becomes `X(` (built, not raised); with a cause (`) from None` on a
+            # later line, where `X(...) from None` would not compile, and a syntax error is no kill) the statement
+            # stays and never runs: `if False: raise X(`.
             if head.startswith("raise "):
                 found.append(
                     Mutant(
@@ -165,7 +167,7 @@ def mutants_of(path: Path, root: Path = ROOT) -> list[Mutant]:
                         node.lineno,
                         "refusal removed",
                         head,
-                        head[len("raise ") :],
+                        head[len("raise ") :] if node.cause is None else f"if False: {head}",
                         _gpu_only(relative, parents, lines),
                     )
                 )

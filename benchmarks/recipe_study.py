@@ -110,6 +110,10 @@ LEVERS = {
     "bands1": {"--frequency-bands": "1"},
     "bands1-5": {"--frequency-bands": "1 5"},
     "bands1-5-20": {"--frequency-bands": "1 5 20"},
+    # The grouping study (issue 37 item 5, `grouping_quality_call.sh`): semantic grouping against random, and the
+    # group-dependent parts of training (rewiring's scope, the label-text init) beside each.
+    "randomgroup": {"--grouping": "random"},
+    "rewiregroup": {"--rewiring-scope": "group"},
     # The tail's learning rate as a multiple of the head's (same cosine schedule).
     "tailx0.5": {"--output-tail-lr-scale": "0.5"},
     "tailx2": {"--output-tail-lr-scale": "2"},

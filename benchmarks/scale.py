@@ -3,7 +3,8 @@
 (`scale_data.py`), every stage in one run, each stage a child process.
 
 Stages: `data` (write the dataset), `group` (`haste-hf group`: label counts, embeddings, clustering, greedy
-groups), `train` (`haste-hf train --layout-file ... --max-steps N`: read, layout check, model, training, a
+groups), `train` (`haste-hf train --layout-file ... --max-steps N`: read, layout check, model, label texts (the output
+layer started from the labels' texts), training, a
 checkpoint, the final save, the test evaluation), `resume` (`--resume-from-checkpoint`, more steps), `evaluate`,
 `predict` (top 5 of the test split to a file), `export` (ONNX), `reload` (the export served by `OnnxClassifier`,
 or the saved folder by `from_pretrained`, its top-1 checked against `predict`'s) and `add-labels` (`NEW_LABELS`
@@ -151,6 +152,8 @@ def _wrap(owner, name, phases, phase_name):
 
     @functools.wraps(original)
     def timed(*args, **kwargs):
+        if any(phase["name"] == phase_name for phase in phases.stack):  # within itself (a rank's share of the
+            return original(*args, **kwargs)  # label-text init runs the whole one's code): timed once
         with phases.phase(phase_name):
             return original(*args, **kwargs)
 
@@ -189,7 +192,7 @@ def instrument(phases: Phases, steps: list) -> None:
     import haste_hf
     from haste_hf import data, evaluation, export, recipe
     from haste_hf.cli import commands
-    from haste_hf.labels import grouping, layout
+    from haste_hf.labels import grouping, layout, text_init
     from haste_hf.modeling import saving
 
     trainer = haste_hf.HasteTrainer
@@ -203,6 +206,8 @@ def instrument(phases: Phases, steps: list) -> None:
         (grouping, "_split_large_buckets", "clustering"),
         (grouping, "_greedy_groups", "greedy groups"),
         (recipe, "build_model", "model"),
+        (text_init, "init_from_label_texts_", "label texts"),
+        (text_init, "init_share_from_label_texts_", "label texts"),
         (trainer, "train", "training"),
         (trainer, "_save_checkpoint", "checkpoint"),
         (trainer, "_load_from_checkpoint", "resume load"),
@@ -407,7 +412,9 @@ class Runner:
 
     def train_flags(self, steps: int) -> list[str]:
         a = self.args
-        flags = ["--encoder", self.encoder, "--layout-file", str(self.layout), "--output-dir", str(self.model)]
+        # --group-in-train: train groups the labels itself (the group flags its own), the data read once, not twice.
+        layout = [*a.group_flag] if a.group_in_train else ["--layout-file", str(self.layout)]
+        flags = ["--encoder", self.encoder, *layout, "--output-dir", str(self.model)]
         flags += ["--max-steps", str(steps), "--save-strategy", "steps", "--save-steps", str(a.max_steps)]
         flags += ["--logging-steps", str(max(1, a.max_steps // 10)), "--dataloader-num-workers", str(a.workers)]
         if a.batch_size:
@@ -445,7 +452,10 @@ class Runner:
         self.run("group", command, ran=lambda: f"{one_device()}, grouping {self.grouping()}")
 
     def grouping(self) -> str:
-        """The layout file's grouping strategy (what `group` wrote)."""
+        """The layout file's grouping strategy (what `group` wrote); with --group-in-train, what train was told."""
+        if self.args.group_in_train:
+            flags = self.args.group_flag
+            return f"{flags[flags.index('--grouping') + 1] if '--grouping' in flags else 'semantic'} (in train)"
         if not self.layout.is_file():
             return "? (no layout file)"
         from safetensors import safe_open
@@ -455,7 +465,9 @@ class Runner:
 
     def training_run(self, steps: int) -> str:
         gpus = f"{self.args.gpus} processes (torchrun, output layer sharded)" if self.args.gpus > 1 else one_device()
-        return f"{gpus}, {steps} steps, grouping {self.grouping()} (layout file)"
+        return f"{gpus}, {steps} steps, grouping {self.grouping()}" + (
+            "" if self.args.group_in_train else " (layout file)"
+        )
 
     def test_texts(self, processes: int = 1) -> str:
         where = f"{processes} processes (torchrun, output layer sharded)" if processes > 1 else one_device()
@@ -583,6 +595,11 @@ def parse_args(argv=None):
     parser.add_argument("--workers", type=int, default=4, help="Data-loader workers of training.")
     parser.add_argument("--train-flag", action="append", default=[], help="An extra `train` flag (repeat it).")
     parser.add_argument("--group-flag", action="append", default=[], help="An extra `group` flag (repeat it).")
+    parser.add_argument(
+        "--group-in-train",
+        action="store_true",
+        help="Train groups the labels itself, with the group flags (no layout file): the data is read once.",
+    )
     parser.add_argument("--stage-timeout", type=float, default=3600.0, help="Seconds before a stage is killed.")
     parser.add_argument("--keep-going", action="store_true", help="Run the next stages after a failed one.")
     parser.add_argument(

@@ -10,9 +10,11 @@
 # initialisation: `python benchmarks/memory_plan_at.py --labels 1e9 --gpus 4 --fan-in 64` plans 77.2 GiB a rank with
 # momentum (34.3 GiB of bf16 weights and as much momentum), over the 67.3 GiB (85%) of an H100, and 44.8 GiB with
 # `--output_momentum 0`; label-text init (the recipe's default where the data has label texts, as this preset has)
-# embeds every label's text and builds the whole layer on every rank (10^9 texts: it is not sharded yet), so it is
-# off. Each stage's wall time, peak GPU and peak host
-# RSS; the table last. Checkpoints and the final save are written by every rank, its rows of the output layer in a
+# is off: each rank would embed its own labels' texts (10^9 in all) and read every label's text, where without it a
+# rank reads only the quarter of lbl.json.gz whose names it saves (`label_text_share`), its layout without the int64
+# training counts, and holds the propensities as int32 counts; `predict` reads no label text. Flags without a value
+# go as `--train-flag=--flag` (argparse takes `--train-flag --flag` for two options and stops). Each stage's wall
+# time, peak GPU and peak host RSS; the table last. Checkpoints and the final save are written by every rank, its rows of the output layer in a
 # file of its own (nothing gathered), with its label ids and its range of label names. Weights-only checkpoints
 # (`--save-only-model`): at 10^9 labels the bf16 output layer is 147 GB (163 GB with the int32 supports) and its
 # momentum as much again, where a 4-GPU machine has 235 GB of disk. The final save links the last checkpoint's
@@ -35,7 +37,7 @@ name=scale_1b_x${scale}_${card}_${gpus}gpu
 python3 benchmarks/scale.py --preset synthetic-1b --scale "$scale" --encoder "$encoder" --gpus "$gpus" \
     --work "${SCALE_WORK:-/tmp/haste-scale-1b}" --stages data,group,train,predict \
     --group-flag "--grouping random" --train-flag "--fan-in 64" --train-flag "--output_momentum 0" \
-    --train-flag "--no_init_from_label_texts" --train-flag "--save-only-model true" --max-steps "${MAX_STEPS:-20}" --test-points 1000 \
+    --train-flag=--no_init_from_label_texts --train-flag "--save-only-model true" --max-steps "${MAX_STEPS:-20}" --test-points 1000 \
     --keep-going --budget-s $((555 - (SECONDS - started))) --json "$out/$name.json" --out "$out/$name.md" "$@" \
     2>&1 | tee "$out/$name.log" | tr '\r' '\n' \
     | grep --line-buffered -E '^\[scale\]|Error|Traceback|Counted the labels|memory plan|Memory plan' || true

@@ -33,7 +33,22 @@ VARIANTS = {
     "HASTE semantic": ("HASTE, semantic grouping (the default)", ["--grouping", "semantic"]),
     "HASTE random": ("HASTE, random grouping", ["--grouping", "random"]),
     "Dense": ("every label in the dense head (head fraction 1)", ["--head-fraction", "1"]),
-}
+    # The grouping study (issue 37 item 5, `grouping_quality_call.sh`): which group-dependent part of training costs
+    # semantic grouping its P@1. With a frozen encoder a label's logit depends on its group only through rewiring
+    # (the group's shared score picks the support); the label-text init and the encoder's gradients are the others.
+    "HASTE semantic, no rewiring": ("semantic grouping, rewiring off", ["--grouping", "semantic", "--rewiring-interval", "0"]),
+    "HASTE random, no rewiring": ("random grouping, rewiring off", ["--grouping", "random", "--rewiring-interval", "0"]),
+    "HASTE semantic, rewiring per group": ("semantic grouping, each group prunes its own weakest slots",
+                                           ["--grouping", "semantic", "--rewiring-scope", "group"]),
+    "HASTE semantic, label-normalised rewiring": ("semantic grouping, each label one vote in its group's score",
+                                                  ["--grouping", "semantic", "--rewiring-score", "label_normalized"]),
+    "HASTE semantic, random init": ("semantic grouping, no label-text init",
+                                    ["--grouping", "semantic", "--no-init-from-label-texts"]),
+    "HASTE random, random init": ("random grouping, no label-text init", ["--grouping", "random", "--no-init-from-label-texts"]),
+    "HASTE semantic, frequency bands": ("semantic grouping inside bands of training count (<= 3, 4-6, 7+)",
+                                        ["--grouping", "semantic", "--frequency-bands", "3", "6"]),
+}  # fmt: skip
+DEFAULT_VARIANTS = ["HASTE semantic", "HASTE random", "Dense"]
 
 
 def sibling(name: str):
@@ -47,7 +62,7 @@ def sibling(name: str):
 
 
 def train_command(args, data: Path, encoder: str, name: str) -> list[str]:
-    folder = Path(args.work) / name.replace(" ", "-").lower()
+    folder = Path(args.work) / name.replace(",", "").replace(" ", "-").lower()
     cli = ["train", "--data", str(data), "--encoder", encoder, "--output-dir", str(folder), "--overwrite-output-dir"]
     cli += ["--epochs", str(args.epochs), "--seed", str(args.seed), "--dataset-name", args.preset]
     cli += ["--dataloader-num-workers", str(args.workers), "--report-to", "none", "--save-strategy", "no"]
@@ -59,7 +74,7 @@ def train_command(args, data: Path, encoder: str, name: str) -> list[str]:
 def start_side_by_side(args, data: Path, encoder: str) -> dict:
     """The variants' trainings, started at once."""
     runs = {}
-    for name in VARIANTS:
+    for name in args.variants:
         command, folder, report = train_command(args, data, encoder, name)
         log = open(Path(args.work) / f"{folder.name}.log", "w")  # noqa: SIM115  (closed when its run ends)
         print(f"[quality] {name}: {' '.join(command)}", flush=True)
@@ -119,7 +134,7 @@ def table(args, stats: dict, runs: dict, chance: dict, commit: str) -> str:
         "",
         f"Data: {stats['train_points']:,} train / {stats['test_points']:,} test points, {stats['labels']:,} labels, "
         f"{stats['labels_per_train_point']:.2f} labels per point, {stats['labels_seen_once']:,} labels seen once. "
-        f"Encoder {args.encoder}; `haste-hf train` defaults, seed {args.seed}, the three runs side by side on one "
+        f"Encoder {args.encoder}; `haste-hf train` defaults, seed {args.seed}, the {len(runs)} runs side by side on one "
         f"GPU; other train flags {' '.join(args.train_args) or '(none)'}. PSP with the {args.preset} propensities.",
         "",
         "| model | what ran | " + " | ".join(COLUMNS) + " | wall s | peak GPU GiB |",
@@ -136,7 +151,7 @@ def table(args, stats: dict, runs: dict, chance: dict, commit: str) -> str:
     for name, metrics in chance.items():
         cells = [f"{100 * metrics[c]:.2f}" if c in metrics else "-" for c in COLUMNS]
         lines.append(f"| {name} | ignores the text | " + " | ".join(cells) + " | - | - |")
-    p1 = {name: (run["metrics"] or {}).get("P@1") for name, run in runs.items()}
+    p1 = {name: (runs[name]["metrics"] or {}).get("P@1") if name in runs else None for name in VARIANTS}
     lines += ["", "| target | goal | measured |", "|---|---|---|"]
     if p1["HASTE semantic"] is not None and p1["Dense"] is not None:
         gap = 100 * (p1["HASTE semantic"] - p1["Dense"])
@@ -144,6 +159,10 @@ def table(args, stats: dict, runs: dict, chance: dict, commit: str) -> str:
     if p1["HASTE semantic"] is not None and p1["HASTE random"] is not None:
         gap = 100 * (p1["HASTE semantic"] - p1["HASTE random"])
         lines.append(f"| HASTE semantic vs HASTE random, P@1 | >= 0 | {gap:+.2f} |")
+    for semantic, random in (("HASTE semantic, no rewiring", "HASTE random, no rewiring"),
+                             ("HASTE semantic, random init", "HASTE random, random init")):  # fmt: skip
+        if p1[semantic] is not None and p1[random] is not None:
+            lines.append(f"| {semantic} vs {random}, P@1 | (diagnosis) | {100 * (p1[semantic] - p1[random]):+.2f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -162,6 +181,9 @@ def main(argv=None) -> int:
     parser.add_argument("--work", default="/tmp/haste-quality")
     parser.add_argument(
         "--budget-s", type=float, default=520.0, help="Runs still going this long after the start are stopped."
+    )
+    parser.add_argument(
+        "--variants", nargs="+", default=DEFAULT_VARIANTS, choices=list(VARIANTS), help="Trainings run side by side."
     )
     parser.add_argument("--json", default=None)
     parser.add_argument("--out", default=None)

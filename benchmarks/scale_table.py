@@ -15,6 +15,7 @@ TRAIN_PHASES = (
     "clustering",
     "greedy groups",
     "model",
+    "label texts",
     "training",
     "checkpoint",
     "resume load",

@@ -27,7 +27,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
@@ -66,13 +65,15 @@ def propensity_parameters(
     return (preset[0] if a is None else float(a), preset[1] if b is None else float(b))
 
 
-@dataclass(frozen=True)
 class Propensity:
-    """Inverse propensities q_l = 1/p_l `[L]` (float64) with the (A, B) that produced them."""
+    """Inverse propensities q_l = 1/p_l of `L` labels with the (A, B) that produced them: given as a float64 `[L]`
+    array (`Propensity(inverse, a, b)`), or from training counts (`from_frequencies`), which are then all it holds
+    (int32 where they fit: 4 bytes a label) and turns into q only for the labels asked for (`of`). Every rank of a
+    sharded run holds one: a float64 `[L]` array is 8 GB at 10^9 labels where the counts are 4."""
 
-    inverse: np.ndarray
-    a: float
-    b: float
+    def __init__(self, inverse, a: float, b: float):
+        self._inverse, self._counts, self._scale = np.asarray(inverse, dtype=np.float64), None, None
+        self.a, self.b = a, b
 
     @classmethod
     def from_frequencies(
@@ -83,21 +84,53 @@ class Propensity:
         a: float | None = None,
         b: float | None = None,
     ) -> Propensity:
-        """q_l = 1 + C (N_l + B)^(-A), C = (ln N - 1)(B + 1)^A, from training counts N_l and N training points."""
+        """q_l = 1 + C (N_l + B)^(-A), C = (ln N - 1)(B + 1)^A, from training counts N_l and N training points.
+        The counts are read, not copied, where they are int32 or narrower (or not integers); wider integers that fit
+        int32 are held as int32."""
         a, b = propensity_parameters(dataset_name, a, b)
-        # One float64 array, computed in place: every rank of a sharded run holds it (8 GB at 10^9 labels, where the
-        # expression took twice that at its peak).
-        inverse = np.array(label_frequencies, dtype=np.float64)
-        if inverse.ndim != 1 or (inverse.size and inverse.min() < 0):
+        counts = np.asarray(label_frequencies)
+        if counts.ndim != 1 or not np.issubdtype(counts.dtype, np.number) or (counts.size and counts.min() < 0):
             raise ValueError("label_frequencies must be a 1-D array of non-negative training counts")
         if num_train_points < 1:
             raise ValueError(f"num_train_points must be positive, got {num_train_points}")
-        c = (math.log(num_train_points) - 1.0) * (b + 1.0) ** a
-        inverse += b
-        np.power(inverse, -a, out=inverse)
-        inverse *= c
+        narrow = np.iinfo(np.int32).max
+        if (
+            np.issubdtype(counts.dtype, np.integer)
+            and counts.itemsize > 4
+            and (not counts.size or counts.max() <= narrow)
+        ):
+            counts = counts.astype(np.int32)
+        propensity = cls(np.zeros(0), a, b)
+        propensity._inverse, propensity._counts = None, counts
+        propensity._scale = (math.log(num_train_points) - 1.0) * (b + 1.0) ** a
+        return propensity
+
+    @property
+    def label_count(self) -> int:
+        return len(self._inverse if self._counts is None else self._counts)
+
+    def of(self, label_ids) -> np.ndarray:
+        """q of each id of the integer array `label_ids` (any shape; ids in `[0, label_count)`), float64."""
+        if self._counts is None:
+            return self._inverse[label_ids]
+        return self._from_counts(self._counts[label_ids])
+
+    @property
+    def inverse(self) -> np.ndarray:
+        """q of every label, float64 `[L]` (computed anew from counts: `of` takes only the labels needed)."""
+        return self._inverse if self._counts is None else self._from_counts(self._counts)
+
+    def _from_counts(self, counts: np.ndarray) -> np.ndarray:
+        inverse = np.array(counts, dtype=np.float64)  # one array, computed in place
+        inverse += self.b
+        np.power(inverse, -self.a, out=inverse)
+        inverse *= self._scale
         inverse += 1.0
-        return cls(inverse=inverse, a=a, b=b)
+        return inverse
+
+    def __repr__(self) -> str:
+        held = "given" if self._counts is None else f"from {self._counts.dtype} counts"
+        return f"Propensity({self.label_count} labels, {held}, a={self.a}, b={self.b})"
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -164,7 +197,6 @@ def compute_xmc_metrics(
     num_points = top_k_ids.shape[0]
     if len(true_labels) != num_points:
         raise ValueError(f"{num_points} predictions but {len(true_labels)} true label sets")
-    inverse = None if propensity is None else np.asarray(propensity.inverse, dtype=np.float64)
 
     discounts = 1.0 / np.log2(np.arange(2, max_k + 2))
     ideal_dcg = np.concatenate([[1.0], np.cumsum(discounts)])  # ideal_dcg[m] = IDCG of m true labels, m>=1
@@ -183,8 +215,8 @@ def compute_xmc_metrics(
         if _has_repeats(true).any():
             row = start + int(np.flatnonzero(_has_repeats(true))[0])
             raise ValueError(f"point {row} lists a true label twice")
-        if inverse is not None and max(predicted.max(initial=-1), true.max(initial=-1)) >= inverse.shape[0]:
-            raise ValueError(f"label ids must be below the propensity size {inverse.shape[0]}")
+        if propensity is not None and max(predicted.max(initial=-1), true.max(initial=-1)) >= propensity.label_count:
+            raise ValueError(f"label ids must be below the propensity size {propensity.label_count}")
 
         num_true = (true >= 0).sum(axis=1)
         if drop_empty_points:
@@ -201,9 +233,9 @@ def compute_xmc_metrics(
         sums["P"] += hits_at.sum(axis=0) / np.asarray(ks)
         sums["R"] += (hits_at[has_true] / num_true[has_true, None]).sum(axis=0)
         sums["nDCG"] += (np.cumsum(hits * discounts, axis=1)[:, k_index] / ideal).sum(axis=0)
-        if inverse is not None:
-            gains = np.where(hits, inverse[np.maximum(predicted, 0)], 0.0)
-            best = -np.sort(-np.where(true >= 0, inverse[np.maximum(true, 0)], 0.0), axis=1)
+        if propensity is not None:
+            gains = np.where(hits, propensity.of(np.maximum(predicted, 0)), 0.0)
+            best = -np.sort(-np.where(true >= 0, propensity.of(np.maximum(true, 0)), 0.0), axis=1)
             best = np.pad(best, ((0, 0), (0, max(0, max_k - best.shape[1]))))[:, :max_k]
             sums["PSP"] += np.cumsum(gains, axis=1)[:, k_index].sum(axis=0) / np.asarray(ks)
             sums["PSP_best"] += np.cumsum(best, axis=1)[:, k_index].sum(axis=0) / np.asarray(ks)
@@ -215,7 +247,7 @@ def compute_xmc_metrics(
         return np.divide(numerator, denominator, out=np.zeros_like(numerator), where=denominator > 0)
 
     averages = {name: ratio(sums[name], counted) for name in ("P", "nDCG", "R")}
-    if inverse is not None:
+    if propensity is not None:
         for name in ("PSP", "PSnDCG"):
             averages[name] = ratio(sums[name], sums[f"{name}_best"] if normalize_propensity else counted)
     results = {
@@ -287,9 +319,8 @@ def metrics_by_frequency(
     hit_bucket = bucket[np.maximum(predicted, 0)]
     true_bucket = np.where(true >= 0, bucket[np.maximum(true, 0)], -1)
     if propensity is not None:
-        inverse = np.asarray(propensity.inverse, dtype=np.float64)
-        gains = np.where(hits, inverse[np.maximum(predicted, 0)], 0.0)
-        best = -np.sort(-np.where(true >= 0, inverse[np.maximum(true, 0)], 0.0), axis=1)
+        gains = np.where(hits, propensity.of(np.maximum(predicted, 0)), 0.0)
+        best = -np.sort(-np.where(true >= 0, propensity.of(np.maximum(true, 0)), 0.0), axis=1)
         best_total = np.pad(best, ((0, 0), (0, max(0, k - best.shape[1]))))[:, :k].sum()
     table = {}
     for index, name in enumerate(names):

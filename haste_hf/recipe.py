@@ -67,10 +67,9 @@ class TrainingRun:
 # ------------------------------------------------------------------------------------------------ steps
 
 
-def load_dataset(
-    data: str | os.PathLike | None, format: str = "auto", text_fields: str | None = None, label_texts: bool = False
-):
-    """An `XMCDataset` from a folder, or the embedded demo set when `data` is None."""
+def load_dataset(data, format: str = "auto", text_fields: str | None = None, label_texts=False, label_text_share=None):
+    """An `XMCDataset` from a folder, or the embedded demo set when `data` is None; `label_text_share` as
+    `load_xmc_dataset` takes it."""
     from .data import demo_dataset_path, detect_format, load_xmc_dataset
 
     path = data if data is not None else demo_dataset_path()
@@ -80,7 +79,11 @@ def load_dataset(
             "encoder: use the dataset's raw-text release (e.g. LF-AmazonTitles-131K)."
         )
     return load_xmc_dataset(
-        path, format=format, text_fields=resolved_text_fields(data, text_fields), add_label_texts=label_texts
+        path,
+        format=format,
+        text_fields=resolved_text_fields(data, text_fields),
+        add_label_texts=label_texts,
+        label_text_share=label_text_share,
     )
 
 
@@ -337,14 +340,15 @@ def _run_arguments(training_args, output_dir: str | None, recipe: RecipeArgument
     return training_args, push, True if resume_from_checkpoint == LAST_CHECKPOINT else resume_from_checkpoint
 
 
-def _dataset_of(data, recipe: RecipeArguments):
-    """`(dataset, label_texts, recipe)`: the `XMCDataset` given, or the one `recipe.data` names, refused when no
-    training point has a label; its label texts where an option reads them (`label_texts_for`); the recipe, its
-    `init_from_label_texts` off where the dataset has no label texts (the fallback: random rows, one warning)."""
+def _dataset_of(data, recipe: RecipeArguments, share=None):
+    """`(dataset, label_texts, recipe)`: the `XMCDataset` given, or the one `recipe.data` names (`share`: the label
+    texts it reads, `label_text_share`), refused when no training point has a label; its label texts where an option
+    reads them (`label_texts_for`); the recipe, its `init_from_label_texts` off where the dataset has no label texts
+    (the fallback: random rows, one warning)."""
     dataset = (
         data
         if data is not None and not isinstance(data, (str, os.PathLike))
-        else load_dataset(recipe.data, recipe.format, recipe.text_fields, recipe.label_texts)
+        else load_dataset(recipe.data, recipe.format, recipe.text_fields, recipe.label_texts, share)
     )
     if dataset.train_label_frequencies is not None and not np.asarray(dataset.train_label_frequencies).any():
         raise ValueError(
@@ -377,7 +381,8 @@ def _encoder_of(recipe: RecipeArguments):
 
 def _shared_layout(train_split, dataset, encoder_model, tokenizer, pooling, recipe, training_args, layout, label_texts):
     """The label layout, computed (or checked) once by the main process: the other ranks take rank 0's (CUDA
-    reductions need not agree between runs), read from a file rank 0 writes (16 GB at 10^9 labels: not pickled)."""
+    reductions need not agree between runs), read from a file rank 0 writes (16 GB at 10^9 labels: not pickled),
+    without its training counts (rank 0's model card alone reads them)."""
     from .training.distributed import broadcast_through_file
 
     if process_rank_and_count()[0] == 0:
@@ -399,7 +404,8 @@ def _shared_layout(train_split, dataset, encoder_model, tokenizer, pooling, reci
             label_text_grouping_below=recipe.label_text_grouping_below,
             frequency_bands=recipe.frequency_bands,
         )
-    return broadcast_through_file(layout, training_args.output_dir, LabelLayout.save, LabelLayout.load)
+    load_without_counts = lambda path: LabelLayout.load(path, label_frequencies=False)  # noqa: E731
+    return broadcast_through_file(layout, training_args.output_dir, LabelLayout.save, load_without_counts)
 
 
 def _model_of(
@@ -414,15 +420,17 @@ def _model_of(
 ):
     """The new model; its head and tail started from the label texts where asked for. A sharded run's ranks build
     only their own rows of the head and tail (the same rows as one process: `haste_hf.modeling.initialization`), and
-    start them from their own labels' texts (`init_share_from_label_texts_`)."""
+    start them from their own labels' texts (`init_share_from_label_texts_`); one process builds them where and in
+    the dtype they train in (`output_rows_on`), never whole in fp32 on the host."""
     import torch
 
-    from .modeling.initialization import deferred_output_rows
+    from .modeling.initialization import deferred_output_rows, output_rows_on
     from .training.sharded_output_layer import resolve_shard_output_layer, shard_output_layer_
 
     sharded = resolve_shard_output_layer(training_args.shard_output_layer, training_args.world_size)
     from_label_texts = recipe.init_from_label_texts and label_texts is not None
-    with deferred_output_rows(sharded):
+    dtype = training_args.output_layer_dtype and getattr(torch, training_args.output_layer_dtype)
+    with deferred_output_rows() if sharded else output_rows_on(training_args.device, dtype):
         model = build_model(
             encoder_model,
             layout,
@@ -517,6 +525,7 @@ def train(
         resume_from_checkpoint: continue the training of `output_dir` from its last complete checkpoint (True,
             or `"last"`) or from the checkpoint folder given; default: `training_args.resume_from_checkpoint`.
     """
+    from .recipe_arguments import label_text_share
     from .training.callbacks import TrainingSplitFingerprint
 
     recipe = _recipe_arguments(data, encoder, recipe_args, options)
@@ -530,7 +539,7 @@ def train(
     is_main = process_rank_and_count()[0] == 0
     # Held from here to the end: a second run into this folder is refused now, not after its training.
     with run_folder.held(is_main):
-        dataset, label_texts, recipe = _dataset_of(data, recipe)
+        dataset, label_texts, recipe = _dataset_of(data, recipe, label_text_share(recipe, training_args))
         train_split, validation_split = split_validation(dataset.splits["train"], recipe.validation_fraction, seed)
         encoder_model, tokenizer = _encoder_of(recipe)
         pooling = encoder_pooling(recipe.encoder, encoder_model, recipe.pooling)

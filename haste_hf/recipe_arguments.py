@@ -202,3 +202,20 @@ def label_texts_for(dataset, data, **options) -> list[str] | None:
             "lbl.json.gz or Y.txt): use the dataset's raw-text release, or leave the option out."
         )
     return dataset.label_texts if reading else None
+
+
+def label_text_share(recipe: RecipeArguments, training_args):
+    """Of the label count, the ids whose label texts this process reads (`load_xmc_dataset`'s `label_text_share`):
+    in a label-sharded run of more labels than config.json names (`MAX_CONFIG_LABEL_NAMES`), where no option reads
+    every label's text (label points, label-text init, grouping by label texts), the range of the names its rank
+    saves (`balanced_ranges`, as `save_sharded_folder` writes them); else None, every text."""
+    from .evaluation import process_rank_and_count
+    from .modeling.configuration_haste import MAX_CONFIG_LABEL_NAMES
+    from .training.distributed import balanced_ranges
+    from .training.sharded_output_layer import resolve_shard_output_layer
+
+    reads_all = recipe.label_texts or recipe.init_from_label_texts or recipe.label_text_grouping_below
+    if reads_all or not resolve_shard_output_layer(training_args.shard_output_layer, training_args.world_size):
+        return None
+    rank, world_size = process_rank_and_count()
+    return lambda count: balanced_ranges(count, world_size)[rank] if count > MAX_CONFIG_LABEL_NAMES else None

@@ -14,7 +14,7 @@ import gzip
 import hashlib
 import json
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -278,15 +278,38 @@ def _generate(generator, gen_kwargs: dict[str, Any], features: Features, split: 
         raise
 
 
-def read_json_label_texts(path: str | Path) -> list[str] | LabelNameTable:
+# A share of the label texts (`read_json_label_texts`, `read_label_texts`): of the label count, the `[start, stop)` of
+# the ids whose texts a process keeps (a rank's share of a label-sharded run), or None for all of them.
+LabelTextShare = Callable[[int], "tuple[int, int] | None"]
+
+
+def read_json_label_texts(path: str | Path, share: LabelTextShare | None = None) -> list[str] | LabelNameTable:
     """Reads label texts (`title`) from an `lbl.json[.gz]` file, one label per non-blank line, in id order (from
     `COMPACT_LABEL_TEXTS_FROM` labels as a compact, read-only `LabelNameTable`).
 
     pyarrow's JSON reader parses the file on all cores (8.6M labels: seconds, where a `json.loads` per line takes
     tens of seconds, in every command that reads the data); a file it cannot read into one string column is read
     again line by line, which names the line at fault.
+
+    `share`: where it gives a range of the label count, the file is streamed twice (to count the labels, then to the
+    range's end) and only the range's texts are kept, in a `LabelNameTable` of every label that holds those (at 10^9
+    labels a rank of four holds a quarter of the ~34 GB of texts, not all of them).
     """
     path = Path(path)
+    if share is not None:
+        count = _streamed_json_titles(path)
+        window = None if count is None else share(count)
+        if window is not None:
+            start, stop = window
+            kept = []
+            if start < stop:
+                _streamed_json_titles(
+                    path, lambda first, titles: kept.append(_overlap(titles, first, start, stop)), stop
+                )
+            import pyarrow as pa
+
+            titles = pa.chunked_array([chunk for chunk in kept if chunk is not None], type=pa.string())
+            return LabelNameTable.from_arrow(titles, source=str(path), first_label=start, label_count=count)
     texts = _fast_json_label_texts(path)
     if texts is not None:
         return texts
@@ -339,9 +362,57 @@ def _fast_json_label_texts(path: Path) -> list[str] | None:
     return titles.to_pylist()
 
 
-def read_label_texts(path: str | Path) -> list[str]:
-    """Reads `Y.txt`: one label text per line, in id order."""
-    return [line for _, line in _iter_lines(Path(path))]
+def _streamed_json_titles(path: Path, batch=None, stop: int | None = None) -> int | None:
+    """Streams the `title`s of `path` (pyarrow, one block at a time): `batch(first id, titles)` of each block up to
+    the one holding id `stop - 1`; the titles read, or None where pyarrow reads no string column without a gap (the
+    exact reader then says what is wrong)."""
+    import pyarrow as pa
+    import pyarrow.json as pa_json
+
+    options = pa_json.ParseOptions(
+        explicit_schema=pa.schema([("title", pa.string())]), unexpected_field_behavior="ignore"
+    )
+    count = 0
+    try:
+        with pa.input_stream(str(path), compression="gzip" if path.suffix == ".gz" else None) as stream:
+            for block in pa_json.open_json(stream, parse_options=options):
+                titles = block.column(0)
+                if titles.null_count:
+                    return None
+                if batch is not None:
+                    batch(count, titles)
+                count += len(titles)
+                if stop is not None and count >= stop:
+                    break
+    except (pa.ArrowException, OSError):
+        return None
+    return count
+
+
+def _overlap(texts, first: int, start: int, stop: int):
+    """The part of `texts` (of ids from `first`) with ids in `[start, stop)`, or None."""
+    low, high = max(start, first), min(stop, first + len(texts))
+    return texts[low - first : high - first] if low < high else None
+
+
+def read_label_texts(path: str | Path, share: LabelTextShare | None = None) -> list[str] | LabelNameTable:
+    """Reads `Y.txt`: one label text per line, in id order; `share` as `read_json_label_texts` takes it (the lines
+    counted first)."""
+    path = Path(path)
+    if share is not None:
+        count = _line_count(path)
+        window = share(count)
+        if window is not None:
+            start, stop = window
+            kept = []
+            for line_number, line in _iter_lines(path):
+                if line_number > stop:
+                    break
+                if line_number > start:
+                    kept.append(line)
+            table = LabelNameTable.from_strings(kept)
+            return LabelNameTable(table.pieces, str(path), first_label=start, label_count=count)
+    return [line for _, line in _iter_lines(path)]
 
 
 def read_json_split(
@@ -403,19 +474,31 @@ def _fast_json_split(path: Path, label_count: int, text_fields: TextFields, spli
         content = strings[1]
         text = pc.if_else(pc.equal(pc.utf8_length(content), 0), text, pc.binary_join_element_wise(text, content, " "))
     labels = labels.chunk(0) if labels.num_chunks else pa.array([], labels.type)
-    ids = labels.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+    ids = np.asarray(labels.flatten().to_numpy(zero_copy_only=False), dtype=np.int64)
     lengths = pc.list_value_length(labels).to_numpy(zero_copy_only=False).astype(np.int64)
     if ids.size and (ids.min() < 0 or ids.max() >= label_count):
         return None
-    rows = np.repeat(np.arange(lengths.size), lengths)
-    order = np.lexsort((ids, rows))
-    if np.any((np.diff(rows[order]) == 0) & (np.diff(ids[order]) == 0)):
-        return None  # a point lists a label twice
+    if _lists_a_label_twice(ids, lengths):
+        return None
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
     columns = {"text": text, "labels": pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids.astype(np.int32)))}
     arrow = pa.table(columns).cast(TEXT_FEATURES.arrow_schema)
     info = DatasetInfo(features=TEXT_FEATURES)
     return Dataset(InMemoryTable(arrow), info=info, split=split, fingerprint=fingerprint)
+
+
+def _lists_a_label_twice(ids: np.ndarray, lengths: np.ndarray) -> bool:
+    """Whether a point lists a label twice (`ids`: every point's ids in turn, `lengths`: how many each). Where every
+    point lists its ids in increasing order, as the repository's files do, one pass says no; else a sort of (point,
+    id) pairs decides (a lexsort of 110M positives took tens of seconds)."""
+    ends = np.cumsum(lengths)
+    increasing = np.diff(ids) > 0
+    increasing[ends[(ends > 0) & (ends < ids.size)] - 1] = True  # a point's last id against the next one's first
+    if increasing.all():
+        return False
+    rows = np.repeat(np.arange(lengths.size), lengths)
+    order = np.lexsort((ids, rows))
+    return bool(np.any((np.diff(rows[order]) == 0) & (np.diff(ids[order]) == 0)))
 
 
 def read_text_split(

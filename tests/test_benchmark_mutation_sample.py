@@ -69,3 +69,39 @@ def test_module_lists_every_mutant_of_one_module_in_order(mutation_sample):
     every = mutation_sample.mutants_of(mutation_sample.ROOT / path)
     assert listed[0] == f"{path}: every one of its {len(every)} mutants" and len(every) > 100
     assert listed[1:] == [f"{index:3d} {mutant.describe()}" for index, mutant in enumerate(every)]
+
+
+def test_every_mutant_of_a_module_compiles(mutation_sample, tmp_path):
+    """A mutant that does not compile fails every test that imports its module: a kill that says nothing of the
+    tests. A multi-line refusal with a cause (`) from None`) stays a statement that never runs."""
+    (tmp_path / "haste_hf").mkdir()
+    module = tmp_path / "haste_hf" / "refusals.py"
+    module.write_text(
+        "def check(value):\n"
+        "    try:\n"
+        "        int(value)\n"
+        "    except ValueError:\n"
+        "        raise ValueError(\n"
+        "            f'bad {value!r}'\n"
+        "        ) from None\n"
+        "    if value == '':\n"
+        "        raise TypeError(\n"
+        "            'empty'\n"
+        "        )\n"
+        "    return value\n"
+    )
+    mutants = mutation_sample.mutants_of(module, tmp_path)
+    refusals = [mutant for mutant in mutants if mutant.kind == "refusal removed"]
+    assert [(mutant.old, mutant.new) for mutant in refusals] == [
+        ("raise ValueError(", "if False: raise ValueError("),
+        ("raise TypeError(", "TypeError("),
+    ]
+    original = module.read_text()
+    for mutant in mutants:
+        mutation_sample.apply(mutant, tmp_path)
+        compile(module.read_text(), str(module), "exec")
+        module.write_text(original)
+    namespace = {}
+    mutation_sample.apply(refusals[0], tmp_path)
+    exec(module.read_text(), namespace)
+    assert namespace["check"]("x") == "x"  # the refusal is gone

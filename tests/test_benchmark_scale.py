@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -185,6 +186,32 @@ def test_a_phases_host_rss_is_its_own_sampled_peak():
     assert load_script("scale")._current_rss_bytes() > 2**20  # this process's resident memory now
 
 
+def test_the_label_text_init_is_a_phase_of_its_own_timed_once_on_a_rank(monkeypatch):
+    """The train stage's label-text init is its own row ("label texts", after "model"), timed once where a rank's
+    share of it runs the whole one's code (`init_share_from_label_texts_` calls `init_from_label_texts_`)."""
+    from haste_hf.labels import text_init
+
+    scale, table = load_script("scale"), load_script("scale_table")
+    wrapped = []
+    monkeypatch.setattr(scale, "_wrap", lambda owner, name, phases, phase: wrapped.append((owner, name, phase)))
+    monkeypatch.setattr(scale, "_record_steps", lambda trainer, steps: None)
+    scale.instrument(None, [])
+    assert {(name, phase) for owner, name, phase in wrapped if owner is text_init} == {
+        ("init_from_label_texts_", "label texts"),
+        ("init_share_from_label_texts_", "label texts"),
+    }
+    assert table.TRAIN_PHASES.index("label texts") == table.TRAIN_PHASES.index("model") + 1
+    monkeypatch.undo()
+
+    phases = scale.Phases()
+    monkeypatch.setattr(text_init, "init_from_label_texts_", lambda: time.sleep(0.01) or 3)
+    monkeypatch.setattr(text_init, "init_share_from_label_texts_", lambda: text_init.init_from_label_texts_())
+    for name in ("init_from_label_texts_", "init_share_from_label_texts_"):
+        scale._wrap(text_init, name, phases, "label texts")
+    assert text_init.init_share_from_label_texts_() == 3 and text_init.init_from_label_texts_() == 3
+    assert [phase["name"] for phase in phases.report()["phases"]] == ["label texts", "label texts"]  # not 3
+
+
 def test_a_stage_cut_by_the_calls_budget_is_reported_stopped_not_failed(tmp_path, monkeypatch):
     """A stage that the call's budget (`--budget-s`) or `--stage-timeout` kills is a stopped stage in the log and the
     table ("stopped at ..., unfinished"), not a "FAILED (exit -9)" one; a stage that fails by itself still FAILs."""
@@ -205,6 +232,30 @@ def test_a_stage_cut_by_the_calls_budget_is_reported_stopped_not_failed(tmp_path
     row = next(line for line in text.splitlines() if line.startswith("| add-labels |"))
     assert "1,000 labels from their texts" in row and "stopped at the call's budget" in row and "FAILED" not in row
     assert "FAILED (exit 3)" in next(line for line in text.splitlines() if line.startswith("| reload |"))
+
+
+def test_train_groups_the_labels_itself_where_asked_and_its_row_says_so(tmp_path):
+    """`--group-in-train` (the 10^8-label call): train takes the group flags and no layout file, so the data is read
+    once, not by `group` and again by `train`; its row names the grouping and where it ran."""
+    scale = load_script("scale")
+    argv = [
+        "--preset",
+        "synthetic-100m",
+        "--work",
+        str(tmp_path),
+        "--stages",
+        "train",
+        "--group-flag",
+        "--grouping random",
+    ]
+    runner = scale.Runner(scale.parse_args([*argv, "--group-in-train"]))
+    runner.encoder = "minilm"  # what `main` sets
+    flags = runner.train_flags(30)
+    assert "--layout-file" not in flags and flags[flags.index("--grouping") + 1] == "random"
+    assert runner.training_run(30).endswith("30 steps, grouping random (in train)")
+    apart = scale.Runner(scale.parse_args(argv))
+    apart.encoder = "minilm"
+    assert "--layout-file" in apart.train_flags(30) and "--grouping" not in apart.train_flags(30)
 
 
 @pytest.mark.slow

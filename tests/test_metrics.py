@@ -145,22 +145,34 @@ def test_propensity_presets_and_override():
     assert (result["propensity_a"], result["propensity_b"]) == (0.5, 0.4)
 
 
-def test_propensities_of_many_labels_take_one_float64_array():
-    """Every rank of a sharded run computes the propensities: 1M labels' take their own 8 MB array and no more than a
-    quarter of it besides (the expression peaked at 16 MB), the same values to the bit, and the caller's counts are
-    left as they were."""
+def test_propensities_of_many_labels_hold_int32_counts_and_no_float64_array():
+    """Every rank of a sharded run holds the propensities: 1M labels' int64 counts are held as int32 (4 MB, where a
+    float64 array took 8 MB and its expression 16 MB), the caller's counts are left as they were, the metrics read q
+    at the ids they score only (no `[L]` array), and q is the formula's to the bit, at any ids and in whole."""
     import tracemalloc
 
-    counts = np.random.default_rng(0).integers(0, 1000, 1_000_000).astype(np.float64)
+    counts = np.random.default_rng(0).integers(0, 1000, 1_000_000)
     original = counts.copy()
+    top = np.random.default_rng(1).permutation(1_000_000)[:3000].reshape(1000, 3)
+    true = [[int(row[1])] for row in top]
     tracemalloc.start()
     propensity = Propensity.from_frequencies(counts, 5000, a=0.55, b=1.5)
     peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.reset_peak()
+    held = tracemalloc.get_traced_memory()[0]
+    metrics = compute_xmc_metrics(top, true, ks=(1, 3), propensity=propensity)
+    metrics_peak = tracemalloc.get_traced_memory()[1] - held
     tracemalloc.stop()
-    assert peak < 1.25 * counts.nbytes, peak
+    assert peak < 0.55 * counts.nbytes and metrics_peak < 0.2 * counts.nbytes, (peak, metrics_peak)
+    assert metrics["PSP@1"] == 0 and metrics["PSP@3"] > 0
     c = (math.log(5000) - 1) * 2.5**0.55
-    np.testing.assert_array_equal(propensity.inverse, 1 + c * (original + 1.5) ** -0.55)
+    expected = 1 + c * (original.astype(np.float64) + 1.5) ** -0.55
+    np.testing.assert_array_equal(propensity.inverse, expected)
+    np.testing.assert_array_equal(propensity.of(top), expected[top])
     np.testing.assert_array_equal(counts, original)
+    assert propensity.label_count == 1_000_000
+    with pytest.raises(ValueError, match="non-negative training counts"):
+        Propensity.from_frequencies(np.array([1, -1]), 10)
 
 
 def test_input_errors():
@@ -175,6 +187,45 @@ def test_input_errors():
     for ks in ((), (0, 1), (-1, 1), (0,)):
         with pytest.raises(ValueError, match=r"ks must be positive integers, got \["):
             compute_xmc_metrics(PREDICTIONS, TRUE, ks=ks)
+    for top in (PREDICTIONS[0], PREDICTIONS.astype(np.float32)):  # one row without its batch dimension; floats
+        with pytest.raises(ValueError, match=r"^top_k_ids must be an integer \[N, K\] array, got "):
+            compute_xmc_metrics(top, TRUE, ks=(1,))
+    with pytest.raises(ValueError, match=r"^point 1 lists a true label twice$"):
+        compute_xmc_metrics(PREDICTIONS, [[1, 2], [4, 4], []], ks=(1,))
+
+
+def test_propensities_and_buckets_refuse_counts_that_are_not_a_vector_of_non_negative_integers():
+    from haste_hf.metrics import frequency_buckets, metrics_by_frequency
+
+    for counts in ([3, -1, 2], [[1, 2]]):
+        with pytest.raises(
+            ValueError, match=r"^label_frequencies must be a 1-D array of non-negative training counts$"
+        ):
+            Propensity.from_frequencies(counts, 10)
+        with pytest.raises(
+            ValueError, match=r"^train_frequencies must be a 1-D array of non-negative training counts$"
+        ):
+            frequency_buckets(counts)
+    for points in (0, -3):
+        with pytest.raises(ValueError, match=rf"^num_train_points must be positive, got {points}$"):
+            Propensity.from_frequencies([3, 1, 2], points)
+    assert Propensity.from_frequencies([], 1).inverse.shape == (0,)  # no labels, one training point: nothing to refuse
+    with pytest.raises(ValueError, match=r"^label ids must be below the frequency table's size 3$"):
+        metrics_by_frequency(np.array([[0], [3]]), [[0], [1]], np.array([5, 1, 1]), k=1)
+    with pytest.raises(ValueError, match=r"^label ids must be below the frequency table's size 3$"):
+        metrics_by_frequency(np.array([[0], [1]]), [[0], [3]], np.array([5, 1, 1]), k=1)
+
+
+def test_filter_top_k_refuses_a_ranking_that_is_not_a_matrix():
+    with pytest.raises(ValueError, match=r"^top_ids must be \[N, K\], got shape \(3,\)$"):
+        filter_top_k(np.array([4, 2, 7]), np.array([[0, 2]]), k=2)
+
+
+def test_compute_metrics_reads_the_rankings_from_a_tuple_of_predictions():
+    compute = make_compute_metrics(ks=(1, 3))
+    expected = compute_xmc_metrics(PREDICTIONS, pad_label_ids(TRUE), ks=(1, 3))
+    for predictions in (PREDICTIONS, (PREDICTIONS, np.zeros((3, 3))), [PREDICTIONS]):
+        assert compute(EvalPrediction(predictions=predictions, label_ids=pad_label_ids(TRUE))) == expected
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -307,3 +358,6 @@ def test_metrics_by_frequency_shares_add_up_to_the_ranking_metrics_and_recall_is
     for bad in (top[:, :4], top[0]):  # fewer columns than k; one row without its batch dimension
         with pytest.raises(ValueError, match=r"top_k_ids must be \[N, >= 5\], got \("):
             metrics_by_frequency(bad, truth, counts, k=5)
+    for short in (truth[:-1], truth[:5]):  # a true label set for each ranking, however many columns it has
+        with pytest.raises(ValueError, match=rf"^200 predictions but {len(short)} true label sets$"):
+            metrics_by_frequency(top, short, counts, k=5)

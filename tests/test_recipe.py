@@ -198,3 +198,65 @@ def test_label_texts_are_read_only_where_an_option_reads_them():
     assert label_texts_for(with_texts, "data/x", init_from_label_texts=True) == ["zero", "one"]
     with pytest.raises(ValueError, match=r"`label_text_grouping_below` \(--label-text-grouping-below\) .* data/x has"):
         label_texts_for(without, "data/x", init_from_label_texts=False, label_text_grouping_below=5)
+
+
+def test_the_output_layer_is_built_in_the_dtype_it_trains_in(dataset_dir, encoder_dir, tmp_path, monkeypatch):
+    """One process builds its head and tail in `output_layer_dtype` (at 10^8 labels the fp32 build held 25 GB of host
+    memory before the Trainer cast it), with the weights of the fp32 build cast: the trained model is the same."""
+    import contextlib
+
+    from haste_hf import recipe
+    from haste_hf.modeling import initialization
+
+    built, build_model = [], recipe.build_model
+
+    def recording_build(*args, **kwargs):
+        model = build_model(*args, **kwargs)
+        built.append((model.output_layer.head.weight.dtype, model.output_layer.tail.weight.dtype))
+        return model
+
+    monkeypatch.setattr(recipe, "build_model", recording_build)
+    run = tiny_run(dataset_dir, encoder_dir, tmp_path / "born", max_steps=2, output_layer_dtype="bfloat16")
+    assert built == [(torch.bfloat16, torch.bfloat16)]
+    monkeypatch.setattr(initialization, "output_rows_on", lambda *args: contextlib.nullcontext())
+    cast = tiny_run(dataset_dir, encoder_dir, tmp_path / "cast", max_steps=2, output_layer_dtype="bfloat16")
+    assert built[1] == (torch.float32, torch.float32)
+    for name, tensor in run.model.state_dict().items():
+        assert torch.equal(tensor, cast.model.state_dict()[name]), name
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_one_process_builds_its_output_layer_on_the_gpu_it_trains_on(dataset_dir, encoder_dir, tmp_path, monkeypatch):
+    """On a GPU the head and tail are born there in bf16 (no host copy of the layer), label-text init included, and the
+    run trains and saves."""
+    from haste_hf import recipe
+
+    built, build_model = [], recipe.build_model
+
+    def recording_build(*args, **kwargs):
+        model = build_model(*args, **kwargs)
+        built.extend(module.weight for module in (model.output_layer.head, model.output_layer.tail))
+        return model
+
+    monkeypatch.setattr(recipe, "build_model", recording_build)
+    run = tiny_run(dataset_dir, encoder_dir, tmp_path / "gpu", max_steps=2, use_cpu=False, bf16=True)
+    assert [(weight.device.type, weight.dtype) for weight in built] == [("cuda", torch.bfloat16)] * 2
+    assert run.model.output_layer.tail.weight.isfinite().all() and run.test_metrics
+
+
+def test_a_run_without_save_writes_no_model_card_or_metrics(dataset_dir, encoder_dir, tmp_path):
+    """`train(save=False)`: the trained model and its test metrics come back; the folder gets no model, card or
+    `test_metrics.json` (what a saved run writes there)."""
+    run = train(
+        dataset_dir,
+        str(encoder_dir),
+        str(tmp_path / "out"),
+        save=False,
+        validation_fraction=0,
+        training_args={"max_steps": 2, "per_device_train_batch_size": 16, "use_cpu": True, "save_strategy": "no"},
+        **OPTIONS,
+    )
+    assert run.output_dir is None and "P@1" in run.test_metrics
+    written = {path.name for path in (tmp_path / "out").iterdir()} if (tmp_path / "out").exists() else set()
+    assert not written & {"config.json", "model.safetensors", "README.md", "test_metrics.json"}, written

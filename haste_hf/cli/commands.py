@@ -60,10 +60,11 @@ def is_main_process() -> bool:
     return process_rank_and_count()[0] == 0
 
 
-def load_data(args):
+def load_data(args, label_text_share=None):
     from ..recipe import load_dataset
 
-    return load_dataset(args.data, args.format, args.text_fields, getattr(args, "label_texts", False))
+    label_texts = getattr(args, "label_texts", False)
+    return load_dataset(args.data, args.format, args.text_fields, label_texts, label_text_share)
 
 
 def propensity_for(args, data):
@@ -256,7 +257,9 @@ def command_predict(args) -> int:
     if args.k > model.config.label_count:
         raise UsageError(f"argument -k: {args.k} exceeds the {model.config.label_count} labels of the model")
     if texts is None:
-        data = load_data(args)
+        # The labels' texts only tell whether the model is the demo set's (without --data); none is read otherwise
+        # (~34 GB at 10^9 labels, in every process of a run on several GPUs).
+        data = load_data(args, None if args.data is None else lambda count: (0, 0))
         check_split(args, data)
         if args.data is None and not labels_match(model, data):
             raise UsageError(
@@ -322,7 +325,9 @@ def command_group(args) -> int:
         logger.warning(
             f"Ignored by `haste-hf group` (they are `train` options): {', '.join('--' + n.replace('_', '-') for n in ignored)}."
         )
-    data = load_dataset(recipe.data, recipe.format, recipe.text_fields, recipe.label_texts)
+    reads_texts = recipe.label_texts or recipe.label_text_grouping_below  # else none is read (~34 GB at 10^9 labels)
+    share = None if reads_texts else lambda count: (0, 0)
+    data = load_dataset(recipe.data, recipe.format, recipe.text_fields, recipe.label_texts, share)
     label_texts = label_texts_for(data, recipe.data, label_text_grouping_below=recipe.label_text_grouping_below)
     train_split, _ = split_validation(data.splits["train"], recipe.validation_fraction, args.seed)
     encoder, tokenizer = load_encoder(recipe.encoder)

@@ -2,6 +2,7 @@
 """`--config FILE`: a YAML or JSON file of flag values, read strictly (no duplicate keys, no unknown keys) and
 checked against the flags' types, naming the key at fault."""
 
+import argparse
 import json
 import os
 from pathlib import Path
@@ -116,7 +117,7 @@ def check_config_values(path: str, values: dict, flag_records: list[dict], may_b
             elif isinstance(item, str):  # as the flag's text: "1e-4" (YAML reads it as a string), "true"
                 try:
                     ok = kind(item) is not None
-                except (TypeError, ValueError):
+                except (TypeError, ValueError, argparse.ArgumentTypeError):  # string_to_bool's refusal
                     ok = False
                 expected = {int: "an integer", float: "a number", string_to_bool: "true or false"}[kind]
             elif kind is int:

@@ -9,6 +9,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from itertools import chain, islice, repeat
 from typing import NamedTuple
 
@@ -21,8 +22,10 @@ from ..modeling.configuration_haste import POOLING_MODES, check_one_of, default_
 from ..modeling.defaults import DEFAULT_EVAL_BATCH_SIZE, DEFAULT_MAX_LENGTH, LABEL_PADDING_ID
 from ..modeling.encoder import pool_hidden_states
 from ..modeling.logging_utils import get_logger
+from . import tokenizer_processes
 from .grouping import ArrayLike, _default_device
-from .token_batches import CHUNK_TEXTS, TokenChunk, fast_backend, gives_token_types, tokenize_chunk
+from .token_batches import CHUNK_TEXTS, TokenChunk, fast_backend, gives_token_types, token_chunk
+from .tokenizer_processes import encode_rows
 
 
 logger = get_logger(__name__)
@@ -104,26 +107,29 @@ def _as_is(texts: list[str]) -> list[str]:
 PREPARE_THREADS = min(8, os.cpu_count() or 1)
 
 
-def prepared_ahead(prepare, batches: Iterable[list], texts_of=_as_is) -> Iterator[tuple[list, object]]:
-    """`(batch, prepare(texts_of(batch)))` for each batch, in order, with up to 2 x `PREPARE_THREADS` batches
-    prepared ahead.
+def prepared_ahead(
+    prepare, batches: Iterable[list], texts_of=_as_is, threads: int | None = None
+) -> Iterator[tuple[list, object]]:
+    """`(batch, prepare(texts_of(batch)))` for each batch, in order, with up to 2 x `threads` (default
+    `PREPARE_THREADS`) batches prepared ahead.
 
     The first batch is prepared in the calling thread before any other: a fast tokenizer's first call sets its
     truncation and padding on the Rust tokenizer, which fails ("Already borrowed") while another thread encodes.
     """
     batches = iter(batches)
-    if prepare is _as_is or PREPARE_THREADS == 1:
+    threads = PREPARE_THREADS if threads is None else threads
+    if prepare is _as_is or threads == 1:
         yield from ((batch, prepare(texts_of(batch))) for batch in batches)
         return
     first = next(batches, None)
     if first is None:
         return
     first_prepared = prepare(texts_of(first))
-    with ThreadPoolExecutor(PREPARE_THREADS) as pool:
+    with ThreadPoolExecutor(threads) as pool:
         pending = deque([(first, None)])
         for batch in batches:
             pending.append((batch, pool.submit(lambda batch: prepare(texts_of(batch)), batch)))
-            if len(pending) == 2 * PREPARE_THREADS:
+            if len(pending) == 2 * threads:
                 batch, prepared = pending.popleft()
                 yield batch, first_prepared if prepared is None else prepared.result()
         while pending:
@@ -255,7 +261,8 @@ def _chunks_in_order(embedder, backend, texts, token_budget, device, progress) -
     """The embeddings of `texts`, a chunk at a time (`_token_batch_embeddings`), each chunk's rows put back in the
     order of its texts: one `[chunk, d]` float32 block on `device` is all the memory it holds."""
     block = None
-    for chunk, start, end, embeddings in _token_batch_embeddings(embedder, backend, texts, token_budget, device):
+    batches = _token_batch_embeddings(embedder, backend, texts, token_budget, device, total=progress.total)
+    for chunk, start, end, embeddings in batches:
         if start == 0:
             block = embeddings.new_empty(chunk.size, embeddings.shape[1])
         block[chunk.order[start:end]] = embeddings
@@ -381,30 +388,36 @@ CHUNK_RAMP = 4
 
 
 def _token_batch_embeddings(
-    embedder, backend, items, token_budget, device, label_count: int | None = None
+    embedder, backend, items, token_budget, device, label_count: int | None = None, total: int | None = None
 ) -> Iterator[tuple[TokenChunk, int, int, torch.Tensor]]:
     """`(chunk, start, end, embeddings)` of every batch of `items` (texts, or with `label_count` `(text, label ids)`
-    pairs), chunk by chunk of `CHUNK_TEXTS` items tokenised ahead in threads by the Rust `backend`, each chunk
-    sorted by length into batches of at most `token_budget` padded tokens (`token_batches`) and moved to `device`;
-    `embeddings` float32 `[end - start, d]` of the chunk's sorted texts `[start, end)` (`chunk.order` says where
-    each came from, `chunk.labels` what labels it has)."""
+    pairs), chunk by chunk of `CHUNK_TEXTS` items tokenised ahead in threads by the Rust `backend` (from
+    `tokenizer_processes.MIN_TEXTS` items, `total`, in worker processes), each chunk sorted by length into batches
+    of at most `token_budget` padded tokens (`token_batches`) and moved to `device`; `embeddings` float32 `[end -
+    start, d]` of the chunk's sorted texts `[start, end)` (`chunk.order` says where each came from, `chunk.labels`
+    what labels it has)."""
     tokenizer = embedder.tokenizer
     left = getattr(tokenizer, "padding_side", "right") == "left"
     pad_type_id = getattr(tokenizer, "pad_token_type_id", 0) or 0
     with_types = "token_type_ids" in getattr(tokenizer, "model_input_names", ()) and gives_token_types(backend)
-    options = dict(with_types=with_types, pin=device.type == "cuda")
+    workers = tokenizer_processes.process_count() if (total or 0) >= tokenizer_processes.MIN_TEXTS else 0
+    processes = tokenizer_processes.TokenizerProcesses(backend, workers, with_types) if workers else None
+    with processes or nullcontext():
 
-    def prepare(chunk):
-        if label_count is None:
-            return tokenize_chunk(backend, chunk, token_budget, **options)
-        texts, label_lists = [text for text, _ in chunk], [ids for _, ids in chunk]
-        return tokenize_chunk(backend, texts, token_budget, label_lists=label_lists, label_count=label_count, **options)
+        def prepare(chunk):
+            label_lists = None
+            if label_count is not None:
+                chunk, label_lists = [text for text, _ in chunk], [ids for _, ids in chunk]
+            rows = processes.encode(chunk) if processes else encode_rows(backend, chunk, with_types)
+            options = dict(label_lists=label_lists, label_count=label_count, pin=device.type == "cuda")
+            return token_chunk(*rows, token_budget, **options)
 
-    for _, host_chunk in prepared_ahead(prepare, _batched(items, CHUNK_TEXTS, ramp=CHUNK_RAMP)):
-        chunk = host_chunk.to(device)
-        for start, end in zip(chunk.bounds, chunk.bounds[1:]):
-            inputs = chunk.padded_inputs(start, end, tokenizer.pad_token_id, pad_type_id, left)
-            yield chunk, start, end, _embed_batch(embedder.embed, inputs, range(end - start), device)
+        chunks = _batched(items, CHUNK_TEXTS, ramp=CHUNK_RAMP)
+        for _, host_chunk in prepared_ahead(prepare, chunks, threads=workers or None):
+            chunk = host_chunk.to(device)
+            for start, end in zip(chunk.bounds, chunk.bounds[1:]):
+                inputs = chunk.padded_inputs(start, end, tokenizer.pad_token_id, pad_type_id, left)
+                yield chunk, start, end, _embed_batch(embedder.embed, inputs, range(end - start), device)
 
 
 def _sums_of_token_chunks(embedder, backend, pairs, label_count, token_budget, device, progress) -> torch.Tensor | None:
@@ -412,7 +425,9 @@ def _sums_of_token_chunks(embedder, backend, pairs, label_count, token_budget, d
     on the device beside its tokens: each batch's embeddings are added to the sums of its texts' labels in one
     `index_add_`."""
     sums = None
-    batches = _token_batch_embeddings(embedder, backend, pairs, token_budget, device, label_count=label_count)
+    batches = _token_batch_embeddings(
+        embedder, backend, pairs, token_budget, device, label_count=label_count, total=progress.total
+    )
     for chunk, start, end, embeddings in batches:
         embeddings = F.normalize(embeddings, dim=1)
         if sums is None:
@@ -427,7 +442,10 @@ def _sums_of_token_chunks(embedder, backend, pairs, label_count, token_budget, d
 def _with_text(texts: Sequence[str], what: str) -> torch.Tensor:
     """Indices into `texts` of the texts that are not blank, with a warning naming `what` when some are: a blank text
     embeds as the special tokens alone and says nothing of its label."""
-    has_text = torch.tensor([bool(text.strip()) for text in texts], dtype=torch.bool)
+    # Blank: empty or all whitespace (what `str.strip` removes), read by C loops over the texts (8.6M in a second).
+    has_text = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)) > 0
+    has_text &= ~np.fromiter(map(str.isspace, texts), dtype=bool, count=len(texts))
+    has_text = torch.from_numpy(has_text)
     blank = has_text.numel() - int(has_text.sum())
     if blank:
         logger.warning(f"{blank:,} of {has_text.numel():,} labels have a blank text: {what}.")

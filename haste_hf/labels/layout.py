@@ -147,19 +147,24 @@ def count_labels(labels, label_count: int) -> tuple[np.ndarray, str, int]:
     same label lists in the same order, so a plan computed on another split (another validation hold-out, a
     filtered or shuffled copy) is caught before it trains a model.
     """
-    counts = np.zeros(label_count, dtype=np.int64)
+    from ..data import count_ids
+
     digest = hashlib.sha256(f"haste-label-split-v1:{label_count}".encode())
-    points = 0
-    for lengths, flat in _label_batches(labels):
-        if flat.size and (flat.min() < 0 or flat.max() >= label_count):
-            raise ValueError(
-                f"Training label ids must lie in [0, {label_count}) (the label count), found [{flat.min()}, {flat.max()}]."
-            )
-        counts += np.bincount(flat, minlength=label_count)
-        digest.update(lengths.tobytes())
-        digest.update(flat.tobytes())
-        points += lengths.size
-    return counts, digest.hexdigest(), points
+    points = [0]
+
+    def checked_batches():
+        for lengths, flat in _label_batches(labels):
+            if flat.size and (flat.min() < 0 or flat.max() >= label_count):
+                raise ValueError(
+                    f"Training label ids must lie in [0, {label_count}) (the label count), found [{flat.min()}, {flat.max()}]."
+                )
+            digest.update(lengths.tobytes())
+            digest.update(flat.tobytes())
+            points[0] += lengths.size
+            yield flat
+
+    counts = count_ids(checked_batches(), label_count)
+    return counts, digest.hexdigest(), points[0]
 
 
 @dataclass(eq=False)
@@ -477,7 +482,9 @@ class LabelLayout:
             save_file({name: tensor.contiguous() for name, tensor in tensors.items()}, staging, metadata=metadata)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "LabelLayout":
+    def load(cls, path: str | os.PathLike, label_frequencies: bool = True) -> "LabelLayout":
+        """The layout of a file `save` wrote; `label_frequencies=False` leaves its training counts out (int64 `[L]`,
+        8 GB at 10^9 labels: the ranks of a sharded run other than the first, whose model card alone reads them)."""
         from safetensors import SafetensorError, safe_open
 
         try:
@@ -505,7 +512,9 @@ class LabelLayout:
                 group_size=int(metadata["group_size"]),
                 strategy=metadata["strategy"],
                 seed=int(metadata["seed"]),
-                label_frequencies=f.get_tensor("label_frequencies") if "label_frequencies" in names else None,
+                label_frequencies=(
+                    f.get_tensor("label_frequencies") if label_frequencies and "label_frequencies" in names else None
+                ),
                 split_fingerprint=metadata.get("split_fingerprint"),
                 train_points=int(metadata.get("train_points", 0)),
                 frequency_bands=tuple(int(b) for b in metadata.get("frequency_bands", "").split(",") if b),

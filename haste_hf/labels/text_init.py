@@ -15,14 +15,23 @@ from .grouping import ArrayLike, _as_int64_vector
 CENTER_SAMPLE = 4096
 
 
+def _mean(blocks, count: int, features: int) -> torch.Tensor:
+    """The mean of the rows of `blocks` (`count` in all); zeros `[features]` where there are none."""
+    total = torch.zeros(features)
+    for block in blocks:
+        total = total.to(block.device) + block.sum(0)
+    return total / max(1, count)
+
+
 @torch.no_grad()
 def _center(model, label_texts: Sequence[str], kept: torch.Tensor, options: dict) -> torch.Tensor:
     """The mean embedding of `CENTER_SAMPLE` of the texts `kept` (indices into `label_texts`) drawn at random (seeded;
-    all of them when fewer)."""
+    all of them when fewer; zeros when there are none)."""
     order = torch.randperm(kept.numel(), generator=torch.Generator().manual_seed(0))
     sample = kept[order[:CENTER_SAMPLE].sort().values].tolist()
     texts = [label_texts[i] for i in sample]
-    return sum(block.sum(0) for block in label_text_embeddings(model.encoder, texts, **options)) / max(1, len(sample))
+    blocks = label_text_embeddings(model.encoder, texts, **options)
+    return _mean(blocks, len(sample), model.output_layer.in_features)
 
 
 def init_share_from_label_texts_(model, label_texts: Sequence[str], *, tokenizer, group=None, **options) -> int:
@@ -40,15 +49,30 @@ def init_share_from_label_texts_(model, label_texts: Sequence[str], *, tokenizer
     embedding_options = dict(tokenizer=tokenizer, pooling=model.config.pooling, normalize=model.config.normalize)
     embedding_options |= {name: options[name] for name in ("batch_size", "max_length", "device") if name in options}
     embedding_options.setdefault("device", model.device)
-    center = torch.zeros(layer.in_features, dtype=torch.float32)
+    # The center, and a last entry that is 1 where rank 0 computed it: a rank 0 that fails says so in the broadcast
+    # the others wait in, and every rank raises, where the others would wait for it forever.
+    message = torch.zeros(layer.in_features + 1, dtype=torch.float32)
+    error = None
     if dist.get_rank(group) == 0:
-        kept = _with_text(label_texts, "they keep their default initial weights")
-        center = _center(model, label_texts, kept, embedding_options).float().cpu()
-    center = center.to(communication_device(group))
-    dist.broadcast(center, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
+        try:
+            kept = _with_text(label_texts, "they keep their default initial weights")
+            message[:-1] = _center(model, label_texts, kept, embedding_options).float().cpu()
+            message[-1] = 1
+        except Exception as caught:  # raised below, once the other ranks know
+            error = caught
+    message = message.to(communication_device(group))
+    dist.broadcast(message, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
+    if error is not None:
+        raise error
+    message = message.cpu()
+    if message[-1] != 1:
+        raise RuntimeError(
+            "Rank 0 failed to embed the label texts' mean (the center of the label-text initialisation): its error "
+            "is in its output."
+        )
     ids = layer.output_labels[layer.output_labels >= 0].cpu()
     texts = [label_texts[i] for i in ids.tolist()]
-    return init_from_label_texts_(model, texts, tokenizer=tokenizer, label_ids=ids, center=center.cpu(), **options)
+    return init_from_label_texts_(model, texts, tokenizer=tokenizer, label_ids=ids, center=message[:-1], **options)
 
 
 def init_from_label_texts_(
@@ -102,12 +126,17 @@ def init_from_label_texts_(
         device=model.device if device is None else device,
         show_progress=show_progress,
     )
-    if center is True:
+    # A sequence (the texts, or references to those kept), not a generator: its length sizes the progress bar, whose
+    # percentage the command line's error tests tell from a message.
+    texts = label_texts if kept.numel() == len(label_texts) else [label_texts[i] for i in kept.tolist()]
+    blocks = label_text_embeddings(model.encoder, texts, **options)
+    if center is True and kept.numel() <= CENTER_SAMPLE:  # the center's sample is every text: embedded once for both
+        blocks = list(blocks)
+        center = _mean(blocks, kept.numel(), layer.in_features)
+    elif center is True:
         center = _center(model, label_texts, kept, options)
     start = 0
-    # A list (references to the texts), not a generator: its length sizes the progress bar, whose percentage the
-    # command line's error tests tell from a message.
-    for block in label_text_embeddings(model.encoder, [label_texts[i] for i in kept.tolist()], **options):
+    for block in blocks:
         layer.init_from_label_embeddings_(
             ids[kept[start : start + block.shape[0]]],
             block,

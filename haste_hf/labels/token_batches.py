@@ -8,15 +8,17 @@ share the cores; the GIL is released), unpadded; its token ids become one flat a
 token budget of padded tokens, so the padding is small and short texts go many to a batch. The chunk's arrays
 (tokens, where each sorted text came from in the chunk, the texts' label ids in the same order) go to the device in
 one pinned, non-blocking copy each; a batch's padded `input_ids` and `attention_mask` are gathered there from the
-flat tokens (`padded_inputs`). Chunks are prepared in threads ahead of the encoder (`embeddings.prepared_ahead`).
+flat tokens (`padded_inputs`). Chunks are prepared in threads ahead of the encoder (`embeddings.prepared_ahead`),
+and from `tokenizer_processes.MIN_TEXTS` texts tokenised in worker processes (`tokenizer_processes`).
 """
 
 import bisect
 from dataclasses import dataclass
-from itertools import chain
 
 import numpy as np
 import torch
+
+from .tokenizer_processes import csr_rows, encode_rows
 
 
 # Texts tokenised (and sorted by length) at once: the sort leaves little padding at this size, and a chunk's
@@ -51,16 +53,6 @@ def gives_token_types(backend) -> bool:
     the text: one probe answers for every text, where reading each text's `type_ids` would turn every token's into a
     Python int (a quarter of a chunk's Python time, under the GIL the encoder's thread needs)."""
     return any(backend.encode("a").type_ids)
-
-
-def _flat(rows: list, count: int) -> np.ndarray:
-    return np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=count)
-
-
-def csr_rows(rows: list) -> tuple[np.ndarray, np.ndarray]:
-    """`(flat int64 values, int64 lengths)` of a list of integer sequences."""
-    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
-    return _flat(rows, int(lengths.sum())), lengths
 
 
 def reorder_rows(flat: np.ndarray, lengths: np.ndarray, order: np.ndarray) -> np.ndarray:
@@ -158,26 +150,25 @@ class TokenChunk:
         return inputs
 
 
-def tokenize_chunk(
-    backend,
-    texts: list[str],
+def tokenize_chunk(backend, texts: list[str], token_budget: int, *, with_types: bool = False, **options) -> TokenChunk:
+    """`texts` tokenised by `backend` (see `fast_backend`) in this process, as a `TokenChunk` (`token_chunk`)."""
+    return token_chunk(*encode_rows(backend, texts, with_types), token_budget, **options)
+
+
+def token_chunk(
+    flat_tokens: np.ndarray,
+    lengths: np.ndarray,
+    flat_types: np.ndarray | None,
     token_budget: int,
     *,
     label_lists: list | None = None,
     label_count: int | None = None,
-    with_types: bool = False,
     pin: bool = False,
 ) -> TokenChunk:
-    """`texts` tokenised by `backend` (see `fast_backend`), sorted by length and cut into batches of at most
-    `token_budget` padded tokens, as a `TokenChunk`: with `label_lists`, each text's label ids (in `[0,
-    label_count)`, checked) beside it; with `with_types` (the tokenizer's `model_input_names` has `token_type_ids`),
-    the token types too unless all are zero; with `pin`, in pinned memory for non-blocking copies."""
-    encode = getattr(backend, "encode_batch_fast", backend.encode_batch)  # `_fast`: no character offsets
-    encodings = encode(texts)
-    flat_tokens, lengths = csr_rows([encoding.ids for encoding in encodings])
-    flat_types = None
-    if with_types and any(any(encoding.type_ids) for encoding in encodings):
-        flat_types = _flat((encoding.type_ids for encoding in encodings), flat_tokens.size)
+    """Texts tokenised (`tokenizer_processes.encode_rows`: their flat token ids, lengths and token types or None),
+    sorted by length and cut into batches of at most `token_budget` padded tokens, as a `TokenChunk`: with
+    `label_lists`, each text's label ids (in `[0, label_count)`, checked) beside it; with `pin`, in pinned memory for
+    non-blocking copies."""
     order = np.argsort(lengths, kind="stable")
     sorted_lengths = lengths[order]
 
@@ -195,7 +186,7 @@ def tokenize_chunk(
             )
         sorted_label_lengths = label_lengths[order]
         labels = tensor(reorder_rows(flat_labels, label_lengths, order))
-        label_rows = tensor(np.repeat(np.arange(len(texts), dtype=np.int64), sorted_label_lengths))
+        label_rows = tensor(np.repeat(np.arange(lengths.size, dtype=np.int64), sorted_label_lengths))
         label_bounds = np.concatenate([[0], np.cumsum(sorted_label_lengths)])
 
     return TokenChunk(

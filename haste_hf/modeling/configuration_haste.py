@@ -417,11 +417,13 @@ class HasteConfig(PretrainedConfig):
 
     @property
     def label_names(self) -> list[str] | None:
-        """The names in `id2label`, or None where it holds only `LABEL_{id}` placeholders (or nothing)."""
+        """The names in `id2label`, or None where it holds only `LABEL_{id}` placeholders (or nothing); a compact
+        table as it is (a list of 10^9 names is 80 GB, and a rank of a sharded run holds its share's names only)."""
         if self.id2label is None:
             return None
         if isinstance(self.id2label, LabelNames):
-            return None if self.id2label.names is None else list(self.id2label.names)
+            names = self.id2label.names
+            return None if names is None else names if getattr(names, "holds_names_compactly", False) else list(names)
         names = [self.id2label[label_id] for label_id in range(self.label_count)]
         return None if all(name == f"LABEL_{label_id}" for label_id, name in enumerate(names)) else names
 

@@ -31,19 +31,45 @@ INITIAL_BLOCK_ROWS = 4096
 SUPPORTS_STREAM, TAIL_WEIGHT_STREAM, HEAD_WEIGHT_STREAM = 0, 1, 2
 _MASK = (1 << 64) - 1
 
-# The device of the head and tail built by `HasteForExtremeClassification.__init__`: None (the CPU) or "meta".
-OUTPUT_ROWS_DEVICE = contextvars.ContextVar("haste_output_rows_device", default=None)
+# Where `HasteForExtremeClassification.__init__` builds its head and tail, as `HasteOutputLayer` keywords: None (fp32
+# on the CPU), `rows_device="meta"` (`deferred_output_rows`), or a device and dtype (`output_rows_on`).
+OUTPUT_ROWS = contextvars.ContextVar("haste_output_rows", default=None)
 
 
 @contextlib.contextmanager
-def deferred_output_rows(defer: bool = True):
-    """Within the block, new HASTE models build their head and tail on the meta device (no memory, no values):
-    `shard_output_layer_` then builds each rank's share of them directly. Nothing else may use those rows first."""
-    token = OUTPUT_ROWS_DEVICE.set("meta" if defer else None)
+def _output_rows(placement: dict | None):
+    token = OUTPUT_ROWS.set(placement)
     try:
         yield
     finally:
-        OUTPUT_ROWS_DEVICE.reset(token)
+        OUTPUT_ROWS.reset(token)
+
+
+def deferred_output_rows(defer: bool = True):
+    """Within the block, new HASTE models build their head and tail on the meta device (no memory, no values):
+    `shard_output_layer_` then builds each rank's share of them directly. Nothing else may use those rows first."""
+    return _output_rows({"rows_device": "meta"} if defer else None)
+
+
+def output_rows_on(device=None, dtype: torch.dtype | None = None):
+    """Within the block, new HASTE models build their head and tail on `device` (None: the CPU) in `dtype` (None:
+    fp32), the rows drawn as ever (fp32, block by block on the CPU) and each block cast into place: the same values as
+    a build on the CPU cast after, without the whole layer in fp32 on the host first (at 10^8 labels and fan-in 64,
+    25 GB of host memory and as long again to copy it to the GPU)."""
+    return _output_rows({"rows_device": device, "rows_dtype": dtype})
+
+
+def cast_beside_output_rows(model, dtype: torch.dtype):
+    """`model.to(dtype)` (a new model takes its encoder's dtype), but for a head and tail built in a dtype of their
+    own (`output_rows_on`), which are left as they are rather than cast (and copied whole) twice."""
+    layer = model.output_layer
+    placed = (OUTPUT_ROWS.get() or {}).get("rows_dtype") is not None
+    rows = {name: layer._modules[name] for name in ("head", "tail")} if placed else {}
+    layer._modules.update(dict.fromkeys(rows))
+    try:
+        return model.to(dtype)
+    finally:
+        layer._modules.update(rows)
 
 
 def block_seed(seed: int, stream: int, block: int) -> int:
@@ -95,15 +121,18 @@ def build_threads() -> int:
     return max(1, cores // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
 
 
-def random_supports(group_count: int, fan_in: int, in_features: int, seed: int, first_group: int = 0) -> torch.Tensor:
+def random_supports(
+    group_count: int, fan_in: int, in_features: int, seed: int, first_group: int = 0, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """`[group_count, fan_in]` int32 supports of the groups `[first_group, first_group + group_count)`, each row
-    `fan_in` distinct features drawn uniformly (sorted), from `seed` and the group's index alone."""
+    `fan_in` distinct features drawn uniformly (sorted), from `seed` and the group's index alone; into `out` (on any
+    device) where given, a block at a time."""
 
     def draw(generator, rows):
         keys = torch.rand(rows, in_features, generator=generator, device="cpu")
         return keys.topk(fan_in, dim=1, sorted=False).indices.sort(dim=1).values.int()
 
-    out = torch.empty(group_count, fan_in, dtype=torch.int32, device="cpu")
+    out = torch.empty(group_count, fan_in, dtype=torch.int32, device="cpu") if out is None else out
     return fill_rows_(out, first_group, seed, SUPPORTS_STREAM, draw)
 
 
@@ -145,4 +174,4 @@ def initialize_output_rows_(layer, weight_seed: int, head_std: float) -> None:
             layer.tail.bias.zero_()
         if _unset(layer.tail.supports):
             groups, in_features = layer.tail.supports.shape[0], layer.tail.in_features
-            layer.tail.supports.copy_(random_supports(groups, fan_in, in_features, layer.supports_seed, first))
+            random_supports(groups, fan_in, in_features, layer.supports_seed, first, out=layer.tail.supports)

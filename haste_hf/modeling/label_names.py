@@ -9,6 +9,10 @@ decodes a name when it is asked for. It is a read-only sequence of strings: `nam
 slices as lists. As a model's names, an empty name reads `LABEL_{id}`, as `HasteForExtremeClassification.set_label_names`
 names it.
 
+A table may hold the names of one range of ids only (`first_label`, `label_count`): the share of one rank of a
+label-sharded run, which writes the names of that range and no other (a rank reads 1/W of a label file of 10^9 names,
+not the ~34 GB of all). It has the length of all the labels; asked for a name it does not hold, it says so.
+
 A label-sharded save (`haste_hf.training.shard_checkpoints`) writes the names in files of one rank each, the names of
 a contiguous range of label ids per file (`model-label-names-0000r-of-0000W.safetensors`: an `offsets` I64 tensor of n + 1
 entries from 0 and a `bytes` U8 tensor), listed in the output shards' index (`"label_names"`); `open_name_files`
@@ -37,16 +41,34 @@ def label_names_file(rank: int, world_size: int) -> str:
 
 class LabelNameTable(Sequence):
     """Names of consecutive label ids from pieces of `(offsets, data)` (numpy int64 `[n + 1]` from 0, uint8 bytes),
-    each piece the names of the ids after the previous one's; `source` names them in errors."""
+    each piece the names of the ids after the previous one's, the first of `first_label`; `source` names them in
+    errors. `label_count`: the labels named (default: to the last held), of which the table holds `held`."""
 
     # Read by `configuration_haste.LabelNames` (which imports no sibling) to keep a table as it is.
     holds_names_compactly = True
 
-    def __init__(self, pieces: list[tuple[np.ndarray, np.ndarray]], source: str = "label names", empty_as_id=False):
+    def __init__(
+        self,
+        pieces: list[tuple[np.ndarray, np.ndarray]],
+        source: str = "label names",
+        empty_as_id=False,
+        first_label: int = 0,
+        label_count: int | None = None,
+    ):
         self.pieces, self.source, self.empty_as_id = pieces, source, empty_as_id
-        self.starts = [0]
+        self.starts = [first_label]
         for offsets, _ in pieces:
             self.starts.append(self.starts[-1] + len(offsets) - 1)
+        self.label_count = self.starts[-1] if label_count is None else label_count
+        if not 0 <= first_label <= self.starts[-1] <= self.label_count:
+            raise ValueError(
+                f"{source}: names of ids {first_label} to {self.starts[-1]} do not lie in {self.label_count} labels."
+            )
+
+    @property
+    def held(self) -> tuple[int, int]:
+        """`[start, stop)` of the ids whose names the table holds (all of them but in a rank's share)."""
+        return self.starts[0], self.starts[-1]
 
     @classmethod
     def from_strings(cls, names) -> "LabelNameTable":
@@ -56,8 +78,9 @@ class LabelNameTable(Sequence):
         return cls([(offsets, np.frombuffer(b"".join(encoded), dtype=np.uint8))])
 
     @classmethod
-    def from_arrow(cls, strings, source: str = "label names") -> "LabelNameTable":
-        """The names of a pyarrow string array (chunked or not, no nulls), from its buffers: no string objects."""
+    def from_arrow(cls, strings, source: str = "label names", **window) -> "LabelNameTable":
+        """The names of a pyarrow string array (chunked or not, no nulls), from its buffers: no string objects;
+        `window`: `first_label` and `label_count` of a share."""
         pieces = []
         for chunk in getattr(strings, "chunks", [strings]):
             offset_type = np.int64 if str(chunk.type) == "large_string" else np.int32
@@ -66,10 +89,10 @@ class LabelNameTable(Sequence):
             offsets = offsets.astype(np.int64)
             data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
             pieces.append((offsets - offsets[0], data[offsets[0] : offsets[-1]]))
-        return cls(pieces, source)
+        return cls(pieces, source, **window)
 
     def __len__(self) -> int:
-        return self.starts[-1]
+        return self.label_count
 
     def __getitem__(self, label_id):
         if isinstance(label_id, slice):
@@ -79,6 +102,7 @@ class LabelNameTable(Sequence):
             label_id += len(self)
         if not 0 <= label_id < len(self):
             raise IndexError(f"label id {label_id} is outside the {len(self)} names.")
+        self._check_held(label_id, label_id + 1)
         piece = bisect.bisect_right(self.starts, label_id) - 1
         offsets, data = self.pieces[piece]
         row = label_id - self.starts[piece]
@@ -91,7 +115,14 @@ class LabelNameTable(Sequence):
 
     def as_label_names(self) -> "LabelNameTable":
         """The same names, an empty one read as `LABEL_{id}` (a model's names; the data's label texts are as given)."""
-        return LabelNameTable(self.pieces, self.source, empty_as_id=True)
+        return LabelNameTable(self.pieces, self.source, True, self.starts[0], self.label_count)
+
+    def _check_held(self, start: int, stop: int) -> None:
+        if start < stop and not self.starts[0] <= start <= stop <= self.starts[-1]:
+            raise ValueError(
+                f"{self.source}: this process holds the names of labels {self.starts[0]:,} to {self.starts[-1]:,} of "
+                f"{self.label_count:,} only (its share of a label-sharded run), not those of {start:,} to {stop:,}."
+            )
 
     def __iter__(self):
         for start in range(0, len(self), _BLOCK):
@@ -105,10 +136,12 @@ class LabelNameTable(Sequence):
     __hash__ = None
 
     def __repr__(self) -> str:
-        return f"LabelNameTable({len(self)} names)"
+        share = "" if self.held == (0, len(self)) else f", those of {self.held[0]} to {self.held[1]} held"
+        return f"LabelNameTable({len(self)} names{share})"
 
     def byte_range(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
         """`(offsets from 0, bytes)` of the names of ids `[start, stop)`, views where one piece holds them."""
+        self._check_held(start, stop)
         offsets, data = [np.zeros(1, dtype=np.int64)], []
         for piece, (piece_offsets, piece_data) in enumerate(self.pieces):
             low, high = max(start, self.starts[piece]), min(stop, self.starts[piece + 1])
@@ -122,14 +155,16 @@ class LabelNameTable(Sequence):
         return np.concatenate(offsets), (np.concatenate(data) if data else np.zeros(0, dtype=np.uint8))
 
 
-def first_difference(names, other) -> int | None:
+def first_difference(names, other, within: tuple[int, int] | None = None) -> int | None:
     """The first label id whose name differs between `names` and `other` (sequences of names, tables or lists), the
     shorter's length where one is a prefix of the other, or None where they are equal. Two tables are compared block by
-    block as bytes; only a block that differs is decoded (an empty name reads as `LABEL_{id}` in both)."""
+    block as bytes; only a block that differs is decoded (an empty name reads as `LABEL_{id}` in both). `within`:
+    `[start, stop)`, the ids compared (a share's names; the lengths are compared still)."""
     count = min(len(names), len(other))
+    low, high = (0, count) if within is None else (within[0], min(within[1], count))
     both_tables = isinstance(names, LabelNameTable) and isinstance(other, LabelNameTable)
-    for start in range(0, count, _BLOCK):
-        stop = min(start + _BLOCK, count)
+    for start in range(low, high, _BLOCK):
+        stop = min(start + _BLOCK, high)
         if both_tables and names.empty_as_id == other.empty_as_id:
             (ours, our_bytes), (theirs, their_bytes) = names.byte_range(start, stop), other.byte_range(start, stop)
             if np.array_equal(ours, theirs) and np.array_equal(our_bytes, their_bytes):

@@ -34,7 +34,7 @@ from .encoder import (
     pool_hidden_states,
     pooler_free_kwargs,
 )
-from .initialization import OUTPUT_ROWS_DEVICE, initialize_output_rows_, linear_init_std
+from .initialization import OUTPUT_ROWS, cast_beside_output_rows, initialize_output_rows_, linear_init_std
 from .label_positions import default_output_labels, label_count_and_head, output_labels_from_frequencies
 from .logging_utils import get_logger
 from .model_sources import resolve_encoder
@@ -172,7 +172,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         )
         self.dropout = nn.Dropout(config.classifier_dropout)
         # Initialised by `post_init` (transformers' initialisation, which loading skips), not by the layer.
-        self.output_layer = HasteOutputLayer.from_config(config, initialize=False, rows_device=OUTPUT_ROWS_DEVICE.get())
+        self.output_layer = HasteOutputLayer.from_config(config, initialize=False, **(OUTPUT_ROWS.get() or {}))
         self.label_names: list[str] | None = config.label_names  # `label_names.json` replaces them on loading
         self.post_init()
         self._keys_to_ignore_on_load_missing = set(self._keys_to_ignore_on_load_missing or ()) | NAMES_IN_SHARDS.get()
@@ -251,7 +251,7 @@ class HasteForExtremeClassification(HastePreTrainedModel):
         config = HasteConfig(
             encoder=encoder.config, label_count=label_count, head_label_count=head_label_count, **config_kwargs
         )
-        model = cls(config, encoder=encoder).to(encoder.dtype)
+        model = cast_beside_output_rows(cls(config, encoder=encoder), encoder.dtype)
         if layout is not None:
             model.output_layer.set_output_labels_(layout)
         else:

@@ -109,8 +109,8 @@ class HasteOutputLayer(nn.Module):
         loss / loss_reduction: a name of `losses.LOSSES`; `"sum"` over labels (averaged over the batch) or
             `"mean"` over labels too.
         supports_seed: seed of the initial random supports.
-        rows_device: where the head and tail are built: None (the CPU), or "meta" for a sharded run's rows that
-            each rank builds its share of (`haste_hf.modeling.initialization`).
+        rows_device / rows_dtype: where and in what dtype the head and tail are built: None (the CPU; fp32), or "meta"
+            for a sharded run's rows that each rank builds its share of (`haste_hf.modeling.initialization`).
 
     `layer(features, labels)` gives the loss (labels as ids padded with -100, or a dense multi-hot),
     `layer.topk(features, k)` the best labels, `layer.logits(features)` the `[B, L]` logits (small L).
@@ -140,6 +140,7 @@ class HasteOutputLayer(nn.Module):
         supports_seed: int = 0,
         initialize: bool = True,
         rows_device=None,
+        rows_dtype: torch.dtype | None = None,
     ):
         super().__init__()
         output_labels = None
@@ -174,17 +175,17 @@ class HasteOutputLayer(nn.Module):
             if head_projection_dim:
                 self.head_projection = nn.Linear(in_features, head_projection_dim)
             # Not initialised here (no draw from torch's generator): where the rows are changes no other weight.
-            head_device = rows_device or torch.get_default_device()
-            self.head = skip_init(nn.Linear, head_projection_dim or in_features, head_label_count, device=head_device)
+            rows = dict(device=rows_device or torch.get_default_device(), dtype=rows_dtype)
+            self.head = skip_init(nn.Linear, head_projection_dim or in_features, head_label_count, **rows)
         if head_label_count < label_count:
             if tail_projection_dim:
                 self.tail_projection = nn.Linear(in_features, tail_projection_dim)
             tail_width = tail_projection_dim or in_features
-            self.tail = GroupSparseLinear(tail_width, self.tail_group_count, group_size, fan_in, tail_bias, rows_device)
-        padded, labels_device = head_label_count + self.tail_group_count * group_size, rows_device == "meta"
-        self.register_buffer(
-            "output_labels", torch.empty(padded, dtype=torch.int64, device="meta" if labels_device else None)
-        )
+            self.tail = GroupSparseLinear(
+                tail_width, self.tail_group_count, group_size, fan_in, tail_bias, rows_device, rows_dtype
+            )
+        padded = head_label_count + self.tail_group_count * group_size
+        self.register_buffer("output_labels", torch.empty(padded, dtype=torch.int64, device=rows_device))
         self._label_positions_cache = self._checked_supports = self.output_label_source = None
         if initialize:  # a `HasteForExtremeClassification` initialises its layer itself, the transformers way
             self.reset_parameters()
@@ -273,9 +274,10 @@ class HasteOutputLayer(nn.Module):
             )
         projection = self.head_projection or self.tail_projection
         dtype = projection.weight.dtype if projection is not None else torch.float32
-        head_x, tail_x = self.branch_inputs(embeddings.to(device, dtype))
+        # Not cast to the rows' dtype: bf16 rows start from the fp32 rows rounded, not from rounded embeddings.
+        head_x, tail_x = self.branch_inputs(embeddings.to(device, dtype), cast=False)
         if center is not None:  # through the projections, so that their biases cancel
-            head_c, tail_c = self.branch_inputs(center.to(device, dtype).unsqueeze(0))
+            head_c, tail_c = self.branch_inputs(center.to(device, dtype).unsqueeze(0), cast=False)
             head_x = None if head_x is None else head_x.float() - head_c.float()
             tail_x = None if tail_x is None else tail_x.float() - tail_c.float()
         norm = scale * INITIAL_ROW_NORM
@@ -345,18 +347,18 @@ class HasteOutputLayer(nn.Module):
             )
         self._checked_supports = key
 
-    def branch_inputs(self, features: torch.Tensor):
-        """Inputs of the head and the tail, each projected if configured and cast to its branch's dtype
-        (the output layer may train in bf16 under an fp32 encoder); None for an absent branch."""
+    def branch_inputs(self, features: torch.Tensor, cast: bool = True):
+        """Inputs of the head and the tail, each projected if configured and cast to its branch's dtype (the output
+        layer may train in bf16 under an fp32 encoder; `cast=False`: not); None for an absent branch."""
         self.check_features(features)
         self._check_supports()
         head_x = tail_x = None
         if self.head is not None:
             head_x = self.head_projection(features) if self.head_projection is not None else features
-            head_x = head_x.to(self.head.weight.dtype)
+            head_x = head_x.to(self.head.weight.dtype) if cast else head_x
         if self.tail is not None:
             tail_x = self.tail_projection(features) if self.tail_projection is not None else features
-            tail_x = tail_x.to(self.tail.weight.dtype)
+            tail_x = tail_x.to(self.tail.weight.dtype) if cast else tail_x
         return head_x, tail_x
 
     def position_logits(self, features: torch.Tensor) -> torch.Tensor:

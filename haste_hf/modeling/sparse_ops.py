@@ -185,12 +185,19 @@ class GroupSparseLinear(nn.Module):
     `in_features` inputs through its support (`supports[k]`, distinct int32 indices)."""
 
     def __init__(
-        self, in_features: int, group_count: int, group_size: int, fan_in: int, bias: bool = False, device=None
+        self,
+        in_features: int,
+        group_count: int,
+        group_size: int,
+        fan_in: int,
+        bias: bool = False,
+        device=None,
+        dtype=None,
     ):
         super().__init__()
         self.in_features = in_features
-        self.weight = nn.Parameter(torch.empty(group_count, group_size, fan_in, device=device))
-        self.bias = nn.Parameter(torch.empty(group_count * group_size, device=device)) if bias else None
+        self.weight = nn.Parameter(torch.empty(group_count, group_size, fan_in, device=device, dtype=dtype))
+        self.bias = nn.Parameter(torch.empty(group_count * group_size, device=device, dtype=dtype)) if bias else None
         self.register_buffer("supports", torch.empty(group_count, fan_in, dtype=torch.int32, device=device))
 
     @property

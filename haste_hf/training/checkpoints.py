@@ -63,7 +63,9 @@ def checkpoint_model_differences(folder: str | os.PathLike, config) -> list[str]
 
 
 def _name_at(names, index: int):
-    """`names[index]`, or None where `names` is None or shorter."""
+    """`names[index]`, or None where `names` is None, shorter or (a share) does not hold it."""
+    if isinstance(names, LabelNameTable) and not names.held[0] <= index < names.held[1]:
+        return None
     return names[index] if isinstance(names, (list, LabelNameTable)) and index < len(names) else None
 
 
@@ -89,16 +91,28 @@ def _saved_label_names(checkpoint: str):
 
 def check_label_names(checkpoint: str, ours) -> None:
     """Refuses a checkpoint trained under other label names than `ours` (the names of this run's model; same count,
-    other names or order: the weights would continue under the wrong names)."""
+    other names or order: the weights would continue under the wrong names). Where `ours` holds one rank's share of
+    the names (a label-sharded run's, `LabelNameTable.held`), each rank compares its share and all of them refuse the
+    first difference of any (collective: a rank alone refusing would leave the others waiting)."""
     theirs = _saved_label_names(checkpoint)
     if theirs is None:
         return
     named = isinstance(theirs, (list, LabelNameTable)) and ours is not None
-    first = first_difference(theirs, ours) if named else 0
-    if first is not None:
+    share = ours.held if isinstance(ours, LabelNameTable) and ours.held != (0, len(ours)) else None
+    first = first_difference(theirs, ours, within=share) if named else 0
+    difference = None if first is None else (first, _name_at(theirs, first), _name_at(ours, first))
+    if share is not None:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            found = [None] * dist.get_world_size()
+            dist.all_gather_object(found, difference)
+            difference = min((each for each in found if each is not None), default=None)
+    if difference is not None:
+        first, their_name, our_name = difference
         raise ValueError(
-            f"{checkpoint} was trained under other label names: label {first} is {_name_at(theirs, first)!r} there "
-            f"and {_name_at(ours, first)!r} in this run. Resume it with the data it was trained with, or start "
+            f"{checkpoint} was trained under other label names: label {first} is {their_name!r} there "
+            f"and {our_name!r} in this run. Resume it with the data it was trained with, or start "
             "afresh (--overwrite-output-dir)."
         )
 

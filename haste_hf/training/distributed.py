@@ -9,7 +9,9 @@ without a hang.
 import gc
 import math
 import os
+import sys
 import tempfile
+import types
 
 import torch
 import torch.distributed as dist
@@ -172,11 +174,36 @@ def end_process_group() -> None:
     the GIL held, the group's last reference goes in a C++ destructor that joins gloo's threads, one of which can be
     waiting for that GIL: the rank hangs after its work (py-spy: the main thread in native code at the caller's line,
     beside a thread with no Python frame), or aborts ("terminate called without an active exception"). Collected
-    here, the last reference goes in `destroy_process_group`, whose binding releases the GIL while the group ends."""
+    here, and torch's own import-time references dropped (`_release_import_time_references`), the last reference goes
+    in `destroy_process_group`, with no collective in flight: gloo's threads have ended when this returns."""
     if not (dist.is_available() and dist.is_initialized()):
         return
     gc.collect()
+    _release_import_time_references(dist.group.WORLD)
     dist.destroy_process_group()
+
+
+def _release_import_time_references(group) -> None:
+    """Rebinds to None every default argument of a function of torch.distributed that is `group`. Some take
+    `group=group.WORLD`, a default evaluated when their module is first imported (`torch.distributed.nn.functional`'s
+    collectives, ZeroRedundancyOptimizer's helpers): imported after `init_process_group` (DDP's constructor imports
+    `torch.distributed.nn` through `torch._dynamo`), they hold the default group for the interpreter's life, past
+    `destroy_process_group`, with its gloo threads running until the interpreter's teardown frees it. None is what the
+    default meant: the default group at the call."""
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith("torch.distributed"):
+            continue
+        for value in list(vars(module).values()):
+            if not isinstance(value, types.FunctionType) or value.__module__ != name:
+                continue  # a function imported from another module is released there
+            defaults = value.__defaults__
+            if defaults and any(default is group for default in defaults):
+                value.__defaults__ = tuple(None if default is group else default for default in defaults)
+            keyword_defaults = value.__kwdefaults__
+            if keyword_defaults and any(default is group for default in keyword_defaults.values()):
+                value.__kwdefaults__ = {
+                    key: None if default is group else default for key, default in keyword_defaults.items()
+                }
 
 
 __all__ = [

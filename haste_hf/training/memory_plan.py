@@ -53,7 +53,9 @@ CHECKPOINT_CHOICES = (0, 4, 3, 2, 1)
 @dataclass(frozen=True)
 class MemoryPlan:
     """The resolved options. `checkpoint_every`: None where the user set encoder checkpointing (the Trainer applies
-    it), else 0 (none) or N (every N-th block). The planned peak and the device's memory in bytes (None on CPUs)."""
+    it), else 0 (none) or N (every N-th block). The planned peak and the device's memory in bytes (None on CPUs).
+    `momentum_buffer`: whether the output layer keeps momentum (`output_momentum` > 0); without it the momentum
+    dtype is moot, counts no bytes and the plan's line says "no momentum"."""
 
     output_momentum_dtype: str
     output_chunked_backward: bool
@@ -61,6 +63,7 @@ class MemoryPlan:
     checkpoint_every: int | None
     planned_peak: int | None = None
     device_memory: int | None = None
+    momentum_buffer: bool = True
 
 
 def device_memory_of(device: torch.device) -> int | None:
@@ -187,8 +190,9 @@ def plan_memory(args, model, *, tokens: int, sharded: bool, device_memory: int |
                 f"output_fused_update is off: {', '.join(conflicts)} needs the whole output-layer gradient before the "
                 "step (pass output_fused_update=False to say so)."
             )
+    momentum = args.output_momentum > 0
     if args._checkpointing_given:
-        plan = MemoryPlan(momentum_dtype, chunked, fused, None, device_memory=device_memory)
+        plan = MemoryPlan(momentum_dtype, chunked, fused, None, device_memory=device_memory, momentum_buffer=momentum)
         logger.info(describe(plan, lean))
         return plan
     loss_rows = args.per_device_train_batch_size * (args.world_size if sharded else 1)
@@ -202,7 +206,7 @@ def plan_memory(args, model, *, tokens: int, sharded: bool, device_memory: int |
             tokens=tokens,
             loss_rows=loss_rows,
             momentum_dtype=momentum_dtype,
-            momentum=args.output_momentum > 0,
+            momentum=momentum,
             chunked_backward=chunked,
             fused_update=fused,
             checkpoint_every=every,
@@ -217,7 +221,13 @@ def plan_memory(args, model, *, tokens: int, sharded: bool, device_memory: int |
             "max_length, or shard the output layer over more GPUs."
         )
     plan = MemoryPlan(
-        momentum_dtype, chunked, fused, every, planned_peak=peak if on_gpu else None, device_memory=device_memory
+        momentum_dtype,
+        chunked,
+        fused,
+        every,
+        planned_peak=peak if on_gpu else None,
+        device_memory=device_memory,
+        momentum_buffer=momentum,
     )
     logger.info(describe(plan, lean))
     return plan
@@ -225,8 +235,9 @@ def plan_memory(args, model, *, tokens: int, sharded: bool, device_memory: int |
 
 def describe(plan: MemoryPlan, lean: bool) -> str:
     """One line: what `plan` chose and why (`lean`: the output layer trains in bf16 on a GPU)."""
+    momentum = f"momentum {plan.output_momentum_dtype}" if plan.momentum_buffer else "no momentum"
     output = (
-        f"momentum {plan.output_momentum_dtype}, chunked backward {'on' if plan.output_chunked_backward else 'off'}, "
+        f"{momentum}, chunked backward {'on' if plan.output_chunked_backward else 'off'}, "
         f"fused update {'on' if plan.output_fused_update else 'off'}"
     )
     if plan.device_memory is None:

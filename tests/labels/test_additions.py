@@ -415,3 +415,21 @@ def test_readme_example(tmp_path, monkeypatch):
     assert namespace["ids"] == [LABELS]
     loaded = HasteForExtremeClassification.from_pretrained(tmp_path / "haste-demo-more")
     assert loaded.config.label_count == LABELS + 1 and loaded.label_names[LABELS] == "python3-gi"
+
+
+@pytest.mark.parametrize("branch", ["head", "tail"])
+def test_calibration_offsets_are_added_to_the_new_labels_biases_in_float32(branch):
+    """`NewLabelWeights.add_offsets`: each new label's offset (float64, as the calibration computes them) is added
+    to its own bias at float32, not rounded to another precision on the way."""
+    from haste_hf.labels.additions import NewLabelWeights, place_new_labels
+
+    model = make_tiny_model()
+    layer = model.output_layer
+    torch.manual_seed(0)
+    directions = None if branch == "head" else torch.randn(3, model.config.tail_input_dim)
+    weights = NewLabelWeights(layer, place_new_labels(layer, 3, directions, seed=0), 3)
+    offsets = torch.tensor([0.123456789, -1 / 3, 2.718281828], dtype=torch.float64)
+    weights.add_offsets(offsets)
+    weights.add_offsets(offsets)
+    bias = weights.head_bias if branch == "head" else weights.tail_bias
+    assert bias.dtype == torch.float32 and torch.equal(bias, offsets.float() + offsets.float())

@@ -182,6 +182,37 @@ def test_label_texts_sorted_by_length_start_the_rows_of_their_own_labels(tmp_pat
     check_rows(layer, expected, before, rtol=1e-4, atol=3e-5)  # tolerance: see the test above
 
 
+@pytest.mark.parametrize("sample", [4096, 16])
+def test_label_texts_within_the_center_sample_are_embedded_once(tmp_path, monkeypatch, sample):
+    """Up to `CENTER_SAMPLE` texts the center's sample is every text: they are embedded once, for the center and
+    the rows, and the rows are those of the center embedded apart, bit for bit; above it, the sample is embedded
+    apart."""
+    from haste_hf.labels import text_init
+
+    monkeypatch.setattr(text_init, "CENTER_SAMPLE", sample)
+    monkeypatch.setattr("haste_hf.labels.embeddings.CHUNK_TEXTS", 8)
+    tokenizer = tiny_tokenizer(tmp_path)
+    texts = varied_texts(40, seed=6)
+    options = dict(tokenizer=tokenizer, batch_size=3, max_length=24, show_progress=False)
+    models = [make_tiny_model(label_count=40, head_label_count=8, shuffle_labels=True) for _ in range(2)]
+    embedded = []
+    original = text_init.label_text_embeddings
+
+    def counted(encoder, texts, **embedding_options):
+        embedded.append(len(texts))
+        return original(encoder, texts, **embedding_options)
+
+    monkeypatch.setattr(text_init, "label_text_embeddings", counted)
+    assert init_from_label_texts_(models[0], texts, **options) == 39
+    assert embedded == ([39] if sample >= 39 else [39, sample])
+    kept = torch.tensor([i for i in range(40) if i != 20])
+    center_options = dict(pooling=models[1].config.pooling, normalize=models[1].config.normalize, device="cpu")
+    center = text_init._center(models[1], texts, kept, options | center_options)
+    init_from_label_texts_(models[1], texts, center=center, **options)
+    for name in ("output_layer.head.weight", "output_layer.tail.weight"):
+        assert torch.equal(models[0].state_dict()[name], models[1].state_dict()[name]), name
+
+
 def test_label_texts_sorted_by_length_blend_into_their_own_labels(tmp_path, monkeypatch):
     monkeypatch.setattr("haste_hf.labels.embeddings.CHUNK_TEXTS", 8)
     tokenizer = tiny_tokenizer(tmp_path)
@@ -383,3 +414,52 @@ def test_label_text_grouping_refused_beside_a_layout_that_fixes_the_groups(descr
             label_text_grouping_below=2,
             **RECIPE,
         )
+
+
+def test_an_encoder_given_by_its_folder_embeds_with_the_tokenizer_given_else_its_own(tmp_path):
+    """`label_text_embeddings` of an encoder named by a path: the tokenizer passed wins over the folder's; without
+    one, the folder's tokenizer is loaded. The folder's tokenizer here numbers the words backwards, so the two
+    embed a text differently."""
+    from tiny_encoders import SPECIAL_TOKENS, tiny_encoder_config
+    from transformers import BertModel, BertTokenizer
+
+    torch.manual_seed(0)
+    BertModel(tiny_encoder_config("bert"), add_pooling_layer=False).save_pretrained(tmp_path / "encoder")
+    backwards = BertTokenizer(vocab={token: i for i, token in enumerate(SPECIAL_TOKENS + WORDS[::-1])})
+    backwards.save_pretrained(tmp_path / "encoder")
+    given = tiny_tokenizer(tmp_path / "given")
+    model = BertModel.from_pretrained(tmp_path / "encoder").eval()
+    texts = ["w1 w2 w3", "w7"]
+
+    def embedded(encoder, tokenizer):
+        return torch.cat(list(label_text_embeddings(encoder, texts, tokenizer=tokenizer, pooling="mean")))
+
+    by_path_given = embedded(str(tmp_path / "encoder"), given)
+    by_path_own = embedded(str(tmp_path / "encoder"), None)
+    torch.testing.assert_close(by_path_given, embedded(model, given))
+    torch.testing.assert_close(by_path_own, embedded(model, backwards))
+    assert not torch.allclose(by_path_given, by_path_own, atol=1e-3)
+
+
+def test_label_texts_of_another_count_than_the_labels_are_refused():
+    model = make_tiny_model(label_count=11, head_label_count=3)
+    with pytest.raises(ValueError, match=r"^`label_texts` has 10 texts for 11 labels: give one text per label\.$"):
+        init_from_label_texts_(model, ["w1"] * 10, tokenizer=None)
+    with pytest.raises(ValueError, match=r"^`label_texts` has 3 texts for 2 labels: give one text per label\.$"):
+        init_from_label_texts_(model, ["w1"] * 3, tokenizer=None, label_ids=[4, 5])
+
+
+def test_a_model_without_a_tokenizer_is_refused_naming_the_argument(tmp_path):
+    from haste_hf.labels.embeddings import resolve_tokenizer
+
+    model = make_tiny_model()
+    given = tiny_tokenizer(tmp_path / "given")
+    assert resolve_tokenizer(model, given) is given
+    with pytest.raises(ValueError, match=r"^`tokenizer`: the model has no tokenizer to embed the label texts \("):
+        resolve_tokenizer(model, None)
+    model.save_pretrained(tmp_path / "model")  # a folder without a tokenizer
+    with pytest.raises(ValueError, match=r"pass tokenizer=AutoTokenizer\.from_pretrained\(<its folder or encoder>\)"):
+        resolve_tokenizer(type(model).from_pretrained(tmp_path / "model"), None)
+    given.save_pretrained(tmp_path / "model")
+    loaded = resolve_tokenizer(type(model).from_pretrained(tmp_path / "model"), None)
+    assert loaded("w3 w5")["input_ids"] == given("w3 w5")["input_ids"]

@@ -53,3 +53,17 @@ def test_the_command_refuses_a_duplicate_name_in_one_line(cli_files, tmp_path, c
     errors = [line for line in capsys.readouterr().err.splitlines() if "twice" in line]
     assert status != 0 and len(errors) == 1 and "'tag a'" in errors[0], errors
     assert not (tmp_path / "out").exists()
+
+
+def test_examples_of_labels_outside_the_new_ones_are_refused_naming_the_range():
+    from datasets import Dataset
+
+    from haste_hf.labels.new_label_files import examples_from_split
+
+    split = Dataset.from_dict({"text": ["a", "b", "c"], "labels": [[0], [1, 0], []]})
+    assert examples_from_split(split, 2) == [["a", "b"], ["b"]]
+    for bad, count in (([[0], [2]], 2), ([[0], [-1]], 3)):
+        with pytest.raises(
+            ValueError, match=rf"^the examples tag label {bad[1][0]}, and the new labels are 0 to {count - 1}$"
+        ):
+            examples_from_split(Dataset.from_dict({"text": ["a", "b"], "labels": bad}), count)

@@ -1,6 +1,8 @@
 """`priors`' access to the trained tail labels: gathered for the labels asked alone (issue 37: every tail label's
 weights and per-label supports at once held three copies of an 8.6M-label tail while labels were added)."""
 
+import math
+
 import pytest
 import torch
 from tiny_haste import make_tiny_model
@@ -284,3 +286,82 @@ def test_new_labels_are_calibrated_a_chunk_at_a_time(head, monkeypatch):
     monkeypatch.setattr(NewLabelWeights, "logits_of", spy)
     torch.testing.assert_close(offsets_with(2), whole, atol=1e-5, rtol=0)
     assert scored == [2, 2, 2, 1] and whole.abs().sum() > 0
+
+
+def test_the_tail_maps_scale_is_distilled_on_a_quarter_of_the_labels_held_out_of_its_fit(monkeypatch):
+    """`distilled_blend`: the labels its second map is scored on (a quarter, up to `SCALE_LABELS`) are kept out of
+    that map's fit, and every other trained label is in it."""
+    from haste_hf.labels import priors
+
+    fitted, predicted = [], []
+    real_fitter, real_blended_map = priors.RidgeFitter, priors.blended_map
+
+    def fitter(inputs):
+        fitted.append(inputs.clone())
+        return real_fitter(inputs)
+
+    def blended_map(*args):
+        predict = real_blended_map(*args)
+        return lambda texts, copies: (predicted.append(texts.clone()), predict(texts, copies))[1]
+
+    monkeypatch.setattr(priors, "RidgeFitter", fitter)
+    monkeypatch.setattr(priors, "blended_map", blended_map)
+    model = make_tiny_model(label_count=43, head_label_count=5, shuffle_labels=True, training=False)
+    layer = model.output_layer
+    generator = torch.Generator().manual_seed(0)
+    width = layer.head.weight.shape[1]
+    for trained, held in ((16, 4), (23, 5)):
+        fitted.clear(), predicted.clear()
+        label_x = torch.randn(trained, width, generator=generator)
+        reference = torch.randn(20, layer.tail.in_features, generator=generator)
+        new_x = torch.randn(3, width, generator=generator)
+        label_ids = tail_label_positions(layer)[0][:trained]
+        priors.mapped_weights(layer, "tail", new_x, label_x, label_ids, reference, priors.BLENDS)
+        fit_rows = {tuple(row.tolist()) for row in fitted[0]}  # the distillation's map, then the final one
+        held_rows = {tuple(row.tolist()) for row in predicted[0]}
+        assert len(fitted[0]) == trained - held and len(predicted[0]) == held, trained
+        assert not fit_rows & held_rows and fit_rows | held_rows == {tuple(row.tolist()) for row in label_x}
+        assert len(fitted[-1]) == trained and torch.equal(predicted[-1], new_x)  # the final map: every label
+
+
+def test_the_floor_of_a_log_mass_divides_by_the_reference_count_and_takes_no_reference():
+    from haste_hf.labels.priors import log_mass_floor
+
+    assert log_mass_floor(10) == pytest.approx(math.log(1e-4)) and log_mass_floor(1) == pytest.approx(math.log(1e-3))
+    assert log_mass_floor(0) == pytest.approx(math.log(1e-3))  # no reference texts: the floor of one
+
+
+def test_label_masses_of_a_bfloat16_layer_score_float32_reference_features_in_its_dtype():
+    """`label_masses` gives the layer its inputs in the dtype of its weights (`_input_dtype`): a bf16 layer scores
+    float32 features as their bf16 rounding, whichever module reads its inputs first."""
+    from haste_hf.labels.priors import _input_dtype, label_masses
+
+    for fields in ({}, {"head_label_count": 0}, {"tail_projection_dim": 16, "head_projection_dim": 8}):
+        layer = make_tiny_model(label_count=43, training=False, **fields).output_layer.to(torch.bfloat16)
+        assert _input_dtype(layer) == torch.bfloat16
+        reference = torch.randn(6, layer.in_features, generator=torch.Generator().manual_seed(0))
+        mass, false_mass = label_masses(layer, reference)
+        probabilities = torch.sigmoid(layer.logits(reference.to(torch.bfloat16)).float()).double()
+        torch.testing.assert_close(mass, probabilities.sum(dim=0))
+        torch.testing.assert_close(false_mass, (probabilities * (1 - probabilities)).sum(dim=0))
+
+
+def test_a_head_map_is_fitted_from_two_trained_head_labels_and_none_from_one():
+    """Where the head reads its own features (a projection), only head labels teach its map: two are enough for a
+    ridge map, one is not (`mapped_weights` gives None, and the caller falls back to the texts' directions)."""
+    from haste_hf.labels.priors import mapped_weights
+
+    model = make_tiny_model(label_count=43, head_label_count=5, head_projection_dim=8, training=False)
+    layer = model.output_layer
+    generator = torch.Generator().manual_seed(0)
+    head_ids = layer.output_labels[: layer.head_label_count]
+    tail_ids = tail_label_positions(layer)[0][:6]
+    new_x = torch.randn(3, layer.in_features, generator=generator)
+    for head_count in (0, 1, 2, 3):
+        label_ids = torch.cat([head_ids[:head_count], tail_ids])
+        label_x = torch.randn(label_ids.numel(), layer.in_features, generator=generator)
+        start = mapped_weights(layer, "head", new_x, label_x, label_ids)
+        if head_count < 2:
+            assert start is None, head_count
+        else:
+            assert start.weights.shape == (3, 8) and bool(start.weights.isfinite().all()), head_count

@@ -9,7 +9,7 @@ import torch
 from tiny_encoders import WORDS, planted_texts, tiny_encoder_config, tiny_tokenizer
 from transformers import BertModel
 
-from haste_hf.labels import embeddings
+from haste_hf.labels import embeddings, tokenizer_processes
 from haste_hf.labels.embeddings import compute_label_embeddings
 from haste_hf.labels.layout import LabelLayout
 from haste_hf.labels.token_batches import (
@@ -99,6 +99,9 @@ def test_token_types_are_read_only_where_the_template_gives_a_text_any(tiny_bert
     expected = [encoding.type_ids for encoding in backend.encode_batch(texts)]
     got = [chunk.token_types[s : s + n].tolist() for s, n in zip(chunk.starts.tolist(), chunk.lengths.tolist())]
     assert sorted(got) == sorted(expected) and any(map(any, got))
+    moved = chunk.to(torch.device("cpu"))  # a chunk's size is its texts', and a move keeps every field
+    assert chunk.size == moved.size == len(texts)
+    assert all(torch.equal(getattr(moved, name), getattr(chunk, name)) for name in ("tokens", "token_types", "order"))
 
 
 def test_a_gpu_batch_of_the_label_embeddings_reads_at_least_the_gpu_token_budget():
@@ -266,3 +269,92 @@ def test_short_label_texts_go_thousands_to_a_forward(tiny_bert):
     finally:
         handle.remove()
     assert rows == 10_000 and len(shapes) <= 16, len(shapes)
+
+
+# ------------------------------------------------------------------------------------------------ worker processes
+
+
+def test_worker_processes_tokenise_as_this_process(tiny_bert):
+    """Chunks sent to 2 worker processes come back as the flat arrays this process makes of them (token types too,
+    where a template gives some), whichever worker takes them; an error in a worker is raised here."""
+    from tokenizers.processors import TemplateProcessing
+
+    _, tokenizer = tiny_bert
+    backend = fast_backend(tokenizer, 24)
+    texts = random_texts(300, seed=8) + ["", "Héllo, Wörld!"]
+    with tokenizer_processes.TokenizerProcesses(backend, 2, with_types=False) as workers:
+        for start in range(0, len(texts), 37):
+            chunk = texts[start : start + 37]
+            got, expected = workers.encode(chunk), tokenizer_processes.encode_rows(backend, chunk, False)
+            assert all(np.array_equal(a, b) for a, b in zip(got[:2], expected[:2])) and got[2] is expected[2] is None
+        with pytest.raises(RuntimeError, match="failed: TypeError"):
+            workers.encode([None])
+        assert np.array_equal(workers.encode(["w1 w2"])[0], backend.encode("w1 w2").ids)  # the worker carries on
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    backend.post_processor = TemplateProcessing(
+        single="[CLS]:0 $A:1 [SEP]:0", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    with tokenizer_processes.TokenizerProcesses(backend, 2, with_types=True) as workers:
+        got, expected = workers.encode(texts), tokenizer_processes.encode_rows(backend, texts, True)
+    assert all(np.array_equal(a, b) for a, b in zip(got, expected)) and got[2].any()
+
+
+def test_an_ended_worker_process_is_an_error_not_a_hang(tiny_bert):
+    _, tokenizer = tiny_bert
+    with tokenizer_processes.TokenizerProcesses(fast_backend(tokenizer, 24), 1, with_types=False) as workers:
+        worker = workers._workers[0]
+        worker.kill()
+        worker.wait()
+        for _ in range(2):  # the ended worker stays in the pool: every later call says so too
+            with pytest.raises(RuntimeError, match="worker process ended"):
+                workers.encode(["w1"])
+
+
+def test_label_texts_tokenised_in_worker_processes_embed_as_in_this_process(tiny_bert, monkeypatch):
+    """From `MIN_TEXTS` texts the chunks are tokenised in worker processes (here 2, from 1 text): the blocks are
+    the ones tokenised in this process, bit for bit, and the workers have ended when the iteration ends."""
+    model, tokenizer = tiny_bert
+    texts = random_texts(700, seed=9)
+    monkeypatch.setattr(embeddings, "CHUNK_TEXTS", 64)
+    options = dict(tokenizer=tokenizer, max_length=32, batch_size=5, device="cpu", show_progress=False)
+    here = torch.cat(list(embeddings.label_text_embeddings(model, texts, **options)))
+    started = []
+    original = tokenizer_processes.TokenizerProcesses.__init__
+
+    def recorded(self, backend, count, with_types):
+        original(self, backend, count, with_types)
+        started.append(list(self._workers))
+
+    monkeypatch.setattr(tokenizer_processes, "MIN_TEXTS", 1)
+    monkeypatch.setattr(tokenizer_processes, "process_count", lambda: 2)
+    monkeypatch.setattr(tokenizer_processes.TokenizerProcesses, "__init__", recorded)
+    monkeypatch.setattr(tokenizer_processes, "encode_rows", lambda *args: 1 / 0)  # nothing tokenised here
+    monkeypatch.setattr(embeddings, "encode_rows", lambda *args: 1 / 0)
+    in_workers = torch.cat(list(embeddings.label_text_embeddings(model, texts, **options)))
+    assert torch.equal(in_workers, here)
+    assert len(started) == 1 and len(started[0]) == 2 and all(worker.poll() == 0 for worker in started[0])
+
+
+def test_label_embeddings_of_training_texts_tokenised_in_worker_processes_are_this_process_s(tiny_bert, monkeypatch):
+    """The grouping's pass (texts with their label ids) through 2 worker processes: the label embeddings are the
+    ones tokenised in this process, bit for bit."""
+    model, tokenizer = tiny_bert
+    texts = random_texts(500, seed=10)
+    labels = [np.random.default_rng(i).choice(23, size=i % 4, replace=False).tolist() for i in range(500)]
+    monkeypatch.setattr(embeddings, "CHUNK_TEXTS", 64)
+    options = dict(tokenizer=tokenizer, max_length=32, batch_size=5, device="cpu", show_progress=False)
+    here = compute_label_embeddings(model, texts, labels, 23, **options)
+    monkeypatch.setattr(tokenizer_processes, "MIN_TEXTS", 1)
+    monkeypatch.setattr(tokenizer_processes, "process_count", lambda: 2)
+    monkeypatch.setattr(embeddings, "encode_rows", lambda *args: 1 / 0)  # nothing tokenised here
+    assert torch.equal(compute_label_embeddings(model, texts, labels, 23, **options), here)
+
+
+def test_worker_processes_share_the_cpus_of_the_ranks_of_a_machine(monkeypatch):
+    monkeypatch.setattr(tokenizer_processes.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert tokenizer_processes.process_count() == 14
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert tokenizer_processes.process_count() == 6
+    monkeypatch.setattr(tokenizer_processes.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    assert tokenizer_processes.process_count() == 0  # fewer than 2 workers: none

@@ -122,5 +122,7 @@ def test_a_save_that_failed_midway_is_finished_at_once_not_waited_for(tmp_path, 
     monkeypatch.setattr(os, "replace", original)
     started = time.monotonic()
     loaded = HasteForExtremeClassification.from_pretrained(tmp_path)
-    assert time.monotonic() - started < 5
+    # A load waits up to 60 s for a save that is switching its files in (`read_one_save`): half of that tells a wait
+    # from a slow load on a loaded 2-core machine.
+    assert time.monotonic() - started < 30
     assert torch.equal(loaded.output_layer.tail.weight, new.output_layer.tail.weight)

@@ -170,3 +170,120 @@ def test_label_names_past_the_config_limit_answer_integer_ids_in_range_only(name
         assert key not in id2label and id2label.get(key) is None
         with pytest.raises(KeyError):
             id2label[key]
+
+
+@pytest.mark.parametrize("names", [None, ["zero", "one", "two"]])
+def test_label_ids_past_the_config_limit_answer_each_name_its_id(names):
+    """`label2id` beside a `LabelNames`: the id of each name (`LABEL_{id}` without names), a KeyError for any other
+    key; both say in their repr how many labels they hold and whether they are named."""
+    from haste_hf.modeling.configuration_haste import LabelIds, LabelNames
+
+    id2label = LabelNames(3, names)
+    label2id = LabelIds(id2label)
+    expected = names or ["LABEL_0", "LABEL_1", "LABEL_2"]
+    assert [label2id[name] for name in expected] == [0, 1, 2]
+    assert len(label2id) == 3 and list(label2id) == expected and dict(label2id.items()) == dict(zip(expected, range(3)))
+    with pytest.raises(KeyError):
+        label2id["three"]
+    named = ", named" if names else ""
+    assert repr(id2label) == f"LabelNames(3 labels{named})"
+    assert repr(label2id) == f"LabelIds(LabelNames(3 labels{named}))"
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"format_version": 0}, r"`format_version` must be an integer in \[1, \d+\], got 0: config.json is damaged"),
+        ({"format_version": True}, r"`format_version` must be an integer in \[1, \d+\], got True"),
+        ({"format_version": "3"}, r"`format_version` must be an integer in \[1, \d+\], got '3'"),
+        ({"eval_top_k": 0}, r"`eval_top_k` must be a positive integer, got 0\."),
+        ({"fan_in": True}, r"`fan_in` must be a positive integer, got True\."),
+        ({"head_projection_dim": 2.0}, r"`head_projection_dim` must be a positive integer or None, got 2\.0\."),
+        ({"head_label_count": True}, r"`head_label_count` must be an integer, got True\."),
+        ({"head_label_count": 1.5}, r"`head_label_count` must be an integer, got 1\.5\."),
+        ({"head_label_count": 101}, r"`head_label_count` \(101\) must lie in \[0, label_count=100\]"),
+        ({"fan_in": 33}, r"`fan_in` \(33\) exceeds the tail's input size \(32\)"),
+        ({"loss": "mse"}, r"`loss` must be one of"),
+        ({"classifier_dropout": -0.1}, r"`classifier_dropout` must lie in \[0, 1\), got -0\.1\."),
+    ],
+)
+def test_each_invalid_field_gets_its_own_message(overrides, message):
+    with pytest.raises(ValueError, match="^" + message):
+        make_config(**overrides)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"format_version": 1},
+        {"format_version": HASTE_FORMAT_VERSION},
+        {"group_size": 1, "fan_in": 1, "eval_top_k": 1, "label_count": 1, "head_label_count": 0},
+        {"head_label_count": 0},
+        {"head_label_count": 100},
+        {"fan_in": 32},
+        {"fan_in": 16, "tail_projection_dim": 16, "head_projection_dim": 1},
+        {"classifier_dropout": 0.0},
+        {"classifier_dropout": 0.99},
+    ],
+)
+def test_fields_at_the_ends_of_their_ranges_are_valid(overrides):
+    config = make_config(**overrides)
+    assert all(getattr(config, name) == value for name, value in overrides.items())
+
+
+def test_a_key_near_a_haste_field_is_refused_and_other_unknown_keys_pass():
+    from haste_hf.modeling.configuration_haste import check_unknown_keys
+
+    with pytest.raises(ValueError, match=r"^HasteConfig: `group_sise` is not a field; did you mean `group_size`\?"):
+        check_unknown_keys(["label_count", "group_sise"])
+    check_unknown_keys(["model_type", "_private", "qqqqzzzz", "num_labels", "fan_in"])  # kept with a warning at most
+
+
+def test_a_config_of_another_model_type_is_refused():
+    with pytest.raises(ValueError, match=r"^This checkpoint holds a 'bert' model, not a HASTE one"):
+        HasteConfig.from_dict({"model_type": "bert", "label_count": 4})
+
+
+def test_num_labels_at_loading_is_the_label_count_and_keeps_the_heads_share(tmp_path):
+    make_config(label_count=100, head_label_count=10).save_pretrained(tmp_path)
+    loaded = HasteConfig.from_pretrained(tmp_path, num_labels=40)
+    assert loaded.label_count == loaded.num_labels == 40 and loaded.head_label_count == 4
+    assert HasteConfig.from_pretrained(tmp_path, num_labels=40, label_count=40).label_count == 40
+    with pytest.raises(ValueError, match=r"^`num_labels` \(40\) and `label_count` \(50\) differ"):
+        HasteConfig.from_pretrained(tmp_path, num_labels=40, label_count=50)
+
+
+def test_the_custom_pipeline_is_named_only_where_the_package_does_not_register_it(monkeypatch):
+    from haste_hf.modeling.configuration_haste import TEXT_CLASSIFICATION_PIPELINE
+
+    config = make_config()
+    monkeypatch.setattr(HasteConfig, "pipeline_is_installed", True)
+    assert config.custom_pipelines == {}
+    monkeypatch.setattr(HasteConfig, "pipeline_is_installed", False)
+    pipelines = config.custom_pipelines
+    assert pipelines == TEXT_CLASSIFICATION_PIPELINE and pipelines is not TEXT_CLASSIFICATION_PIPELINE
+
+
+def test_the_notice_of_code_downloaded_from_the_models_own_repository_is_dropped_once_its_files_are_here(tmp_path):
+    """`_RepeatedCodeNotice`: transformers' notice of downloaded files is dropped where the repository is the one
+    this module was loaded from and every file listed is beside it; anything else passes."""
+    import logging
+
+    from haste_hf.modeling.configuration_haste import _RepeatedCodeNotice
+
+    folder = tmp_path / "user" / "my_2d_model" / "abc123"
+    folder.mkdir(parents=True)
+    (folder / "modeling_haste.py").write_text("")
+    (folder / "output_layer.py").write_text("")
+    notice = _RepeatedCodeNotice(str(folder), lambda name: name.replace("-", "_"))
+
+    def passes(message):
+        return notice.filter(logging.LogRecord("t", logging.WARNING, "", 0, message, None, None))
+
+    files = "\n- modeling_haste.py\n- output_layer.py\n. Make sure to double-check they do not contain malicious code."
+    assert not passes(_RepeatedCodeNotice.NOTICE + "user/my-2d-model:" + files)
+    assert passes(_RepeatedCodeNotice.NOTICE + "user/other-model:" + files)  # another repository
+    assert passes(_RepeatedCodeNotice.NOTICE + "user/my-2d-model:" + files.replace("output_layer", "checks"))
+    assert passes(_RepeatedCodeNotice.NOTICE + "user/my-2d-model:\n. No file listed.")
+    assert passes(_RepeatedCodeNotice.NOTICE + "user/my-2d-model without a colon and a new line")
+    assert passes("Some other warning:\n- modeling_haste.py")

@@ -5,7 +5,13 @@ import torch
 from tiny_haste import make_tiny_model
 
 from haste_hf.modeling import initialization
-from haste_hf.modeling.initialization import block_seed, deferred_output_rows, initialize_output_rows_, random_supports
+from haste_hf.modeling.initialization import (
+    block_seed,
+    deferred_output_rows,
+    initialize_output_rows_,
+    output_rows_on,
+    random_supports,
+)
 
 
 @pytest.fixture
@@ -54,6 +60,28 @@ def test_a_deferred_model_is_the_same_model_with_its_rows_left_to_build(small_bl
         assert torch.equal(share.tail.weight, reference.tail.weight[slice(*tail_groups)])
         assert torch.equal(share.tail.supports, reference.tail.supports[slice(*tail_groups)])
         assert torch.equal(share.tail.bias, torch.zeros((tail_groups[1] - tail_groups[0]) * 4))
+
+
+def test_rows_built_in_their_dtype_are_the_rows_built_in_fp32_then_cast(small_blocks):
+    """Within `output_rows_on`, the head and tail are born in the dtype asked for (a 10^8-label tail is not held whole
+    in fp32 first), with the values of the fp32 build cast, and everything else as the fp32 build."""
+    fields = dict(label_count=90, head_label_count=13, seed=3, tail_bias=True)
+    whole = make_tiny_model(**fields)
+    with output_rows_on("cpu", torch.bfloat16):
+        built = make_tiny_model(**fields)
+    layer, reference = built.output_layer, whole.output_layer
+    for module, fp32 in ((layer.head, reference.head), (layer.tail, reference.tail)):
+        assert module.weight.dtype == module.bias.dtype == torch.bfloat16
+        assert torch.equal(module.weight, fp32.weight.to(torch.bfloat16)) and not module.bias.any()
+    assert torch.equal(layer.tail.supports, reference.tail.supports) and layer.tail.supports.dtype == torch.int32
+    assert torch.equal(layer.output_labels, reference.output_labels)
+    assert torch.equal(built.encoder.embeddings.word_embeddings.weight, whole.encoder.embeddings.word_embeddings.weight)
+
+
+def test_supports_are_drawn_into_the_tensor_given(small_blocks):
+    out = torch.full((9, 4), -1, dtype=torch.int32)
+    assert random_supports(9, 4, 16, seed=7, first_group=3, out=out) is out
+    assert torch.equal(out, random_supports(23, 4, 16, seed=7)[3:12])
 
 
 def test_loaded_and_meta_tensors_are_left_alone():

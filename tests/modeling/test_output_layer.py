@@ -119,3 +119,59 @@ def test_rewiring_scores_a_tail_label_0_and_leaves_only_the_padding_slots_out():
     result, count = layer.rewire_(fraction=0.25, scope="group", init="zero", seed=0, step=1)
     assert count == 3  # one slot of each of the 3 groups
     assert result.slots[result.groups == 2].tolist() == [1]
+
+
+def test_rows_from_label_embeddings_are_their_centred_texts_scaled_to_the_default_norm():
+    """`init_from_label_embeddings_` without projections: a head label's row is its embedding less the center, a tail
+    label's weights that difference on its group's support, each normalised to `scale * INITIAL_ROW_NORM`; the other
+    labels keep their rows."""
+    from haste_hf.modeling.output_layer import INITIAL_ROW_NORM
+
+    torch.manual_seed(0)
+    layer = HasteOutputLayer(12, 30, 4, group_size=4, fan_in=5)
+    before = layer.head.weight.clone(), layer.tail.weight.clone()
+    ids = torch.tensor([int(layer.output_labels[1]), int(layer.output_labels[9])])  # a head label, a tail label
+    embeddings, center = torch.randn(2, 12), torch.randn(12)
+    layer.init_from_label_embeddings_(ids, embeddings, scale=0.5, center=center)
+    norm = 0.5 * INITIAL_ROW_NORM
+    torch.testing.assert_close(
+        layer.head.weight[1], torch.nn.functional.normalize(embeddings[0] - center, dim=0) * norm
+    )
+    group, member = divmod(9 - 4, 4)
+    on_support = (embeddings[1] - center)[layer.tail.supports[group].long()]
+    torch.testing.assert_close(
+        layer.tail.weight[group, member], torch.nn.functional.normalize(on_support, dim=0) * norm
+    )
+    head_kept = torch.ones(4, dtype=torch.bool)
+    head_kept[1] = False
+    assert torch.equal(layer.head.weight[head_kept], before[0][head_kept])
+    tail_kept = torch.ones(layer.tail.weight.shape[:2], dtype=torch.bool)
+    tail_kept[group, member] = False
+    assert torch.equal(layer.tail.weight[tail_kept], before[1][tail_kept])
+
+
+@pytest.mark.parametrize(
+    ("ids", "embeddings", "scale", "message"),
+    [
+        ([0, -1], (2, 12), 1.0, r"`label_ids` holds ids outside \[0, 30\): give label ids of this layer\."),
+        ([0, 30], (2, 12), 1.0, r"`label_ids` holds ids outside \[0, 30\): give label ids of this layer\."),
+        ([3, 3], (2, 12), 1.0, r"`label_ids` lists a label twice: give each label once\."),
+        (
+            [0, 1],
+            (2, 11),
+            1.0,
+            r"Give one embedding of 12 features per label id: got \(2,\) ids and embeddings of shape \(2, 11\)",
+        ),
+        ([0, 1], (3, 12), 1.0, r"Give one embedding of 12 features per label id"),
+        ([[0, 1]], (2, 12), 1.0, r"Give one embedding of 12 features per label id: got \(1, 2\) ids"),
+        ([0, 1], (2, 12), 0.0, r"`scale` \(of the rows' norm\) must be a positive number, got 0\.0\."),
+        ([0, 1], (2, 12), float("inf"), r"`scale` \(of the rows' norm\) must be a positive number, got inf\."),
+        ([0, 1], (2, 12), True, r"`scale` \(of the rows' norm\) must be a positive number, got True\."),
+    ],
+)
+def test_rows_from_label_embeddings_refuse_ids_out_of_range_repeated_or_unmatched(ids, embeddings, scale, message):
+    layer = HasteOutputLayer(12, 30, 4, group_size=4, fan_in=5)
+    before = layer.head.weight.clone(), layer.tail.weight.clone()
+    with pytest.raises(ValueError, match="^" + message):
+        layer.init_from_label_embeddings_(ids, torch.randn(*embeddings), scale=scale)
+    assert torch.equal(layer.head.weight, before[0]) and torch.equal(layer.tail.weight, before[1])

@@ -179,6 +179,18 @@ def test_each_rank_starts_its_share_from_its_own_labels_texts(tmp_path):
         assert not torch.equal(result["whole"]["output_layer.tail.weight"], make_whole_random_tail()), "not started"
 
 
+@pytest.mark.slow
+def test_the_center_of_a_sharded_label_text_init_ends_on_every_rank(tmp_path):
+    """Rank 0 alone embeds the center and broadcasts it: where every text is blank, each rank initialises none of
+    its labels, as one process does (rank 0 raised alone, and rank 1 waited in the broadcast); where rank 0 fails to
+    embed it, every rank raises (rank 0 its own error), none waits."""
+    torchrun([str(TESTS / "distributed_label_text_center.py"), str(tmp_path)], tmp_path, timeout=300)
+    results = [json.loads((tmp_path / f"rank-{rank}.json").read_text()) for rank in range(2)]
+    assert [(r["initialised"], r["unchanged"]) for r in results] == [(0, True), (0, True)]
+    assert results[0]["error"] == "ValueError: planted: the center's embedding failed"
+    assert results[1]["error"].startswith("RuntimeError: Rank 0 failed to embed the label texts' mean")
+
+
 def make_whole_random_tail():
     import distributed_label_text_init as script
 
@@ -191,7 +203,7 @@ def test_row_gather_and_its_backward_with_unequal_shares(tmp_path):
     row's gradient is the sum over ranks of what their losses give it, times the gradient scale."""
     import distributed_gather as script
 
-    torchrun([str(TESTS / "distributed_gather.py"), str(tmp_path)], tmp_path, timeout=180)
+    torchrun([str(TESTS / "distributed_gather.py"), str(tmp_path)], tmp_path, timeout=420)
     results = [torch.load(tmp_path / f"rank-{rank}.pt") for rank in range(2)]
     for counts in script.COUNTS:
         every_row = torch.cat([script.rows(rank, counts) for rank in range(2)])
@@ -346,8 +358,8 @@ def test_cli_train_on_two_processes_equals_one(tmp_path):
 
 @pytest.mark.parametrize("action", ["stop", "skip"])
 def test_a_nan_on_one_rank_stops_or_skips_on_every_rank(tmp_path, action):
-    # Ranks that disagreed would wait for each other in the next collective: a hang, cut short here.
-    torchrun([str(TESTS / "distributed_non_finite.py"), str(tmp_path), action], tmp_path, timeout=180)
+    # Ranks that disagreed would wait for each other in the next collective: a hang, cut short here (a run: ~100 s).
+    torchrun([str(TESTS / "distributed_non_finite.py"), str(tmp_path), action], tmp_path, timeout=420)
     outcomes = [json.loads((tmp_path / f"rank-{rank}.json").read_text()) for rank in range(2)]
     if action == "stop":
         assert all(outcome["error"] and "diverged at step 3" in outcome["error"] for outcome in outcomes)
@@ -487,6 +499,17 @@ def test_broadcast_of_an_object_without_a_process_group_is_the_object_itself():
 
     value = {"seed": 3}
     assert broadcast_object(value) is value
+
+
+def test_broadcast_through_a_file_without_a_process_group_is_the_value_itself_and_writes_nothing(tmp_path):
+    from haste_hf.training.distributed import broadcast_through_file
+
+    def refused(*args):
+        raise AssertionError("one process writes and reads no file")
+
+    value = {"layout": 3}
+    assert broadcast_through_file(value, tmp_path / "shared", refused, refused) is value
+    assert not (tmp_path / "shared").exists()
 
 
 def test_multi_hot_labels_become_positive_ids_padded_to_the_longest_row():

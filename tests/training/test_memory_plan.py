@@ -97,6 +97,34 @@ def test_a_replicated_output_layer_on_several_processes_takes_no_fused_update(tm
     assert "replicated output layer" in caplog.text
 
 
+@pytest.mark.parametrize("checkpointing", [None, False], ids=["planned", "checkpointing-given"])
+def test_no_momentum_counts_no_bytes_and_the_line_says_so(tmp_path, caplog, checkpointing):
+    """`output_momentum=0` keeps no buffer: the planned peak is smaller by exactly the bf16 momentum of the output
+    layer's parameters (2 bytes each), and the plan's line says "no momentum", not a dtype."""
+    model = make_tiny_model()
+    parameters = sum(param.numel() for param in model.output_layer.parameters())
+    fields = dict(output_layer_dtype="bfloat16", output_fused_update=False, gradient_checkpointing=checkpointing)
+    fields = {name: value for name, value in fields.items() if value is not None}
+    lines = {}
+    plans = {}
+    for momentum in (0.9, 0.0):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger=PLAN_LOGGER):
+            plans[momentum] = plan_memory(
+                arguments(tmp_path, output_momentum=momentum, **fields),
+                model,
+                tokens=16,
+                sharded=False,
+                device_memory=GPU,
+            )
+        lines[momentum] = [record.getMessage() for record in caplog.records if record.name == PLAN_LOGGER]
+    assert len(lines[0.0]) == 1 and lines[0.0][0].startswith("Memory plan: output layer no momentum, chunked backward")
+    assert lines[0.9][0].startswith("Memory plan: output layer momentum bfloat16, chunked backward")
+    if checkpointing is None:  # (with checkpointing given, the plan plans no peak)
+        assert plans[0.9].planned_peak - plans[0.0].planned_peak == 2 * parameters
+    assert plans[0.9].momentum_buffer and not plans[0.0].momentum_buffer
+
+
 def peaks(model, **fields):
     every = (0, 4, 3, 2, 1)
     common = dict(batch_size=8, tokens=16, loss_rows=8, momentum_dtype="bfloat16", momentum=True, autocast_bf16=False)

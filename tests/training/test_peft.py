@@ -225,3 +225,11 @@ def test_the_lora_path_prints_no_deprecation_or_pinning_warning(base_dir, tokeni
         if "is_gradient_checkpointing" in str(warning.message) or "pin_memory" in str(warning.message)
     ]
     assert not noise, noise
+
+
+def test_no_model_is_a_peft_model_where_peft_is_not_installed(monkeypatch):
+    from haste_hf.training import peft_utils
+
+    model = make_tiny_model()
+    monkeypatch.setattr(peft_utils, "is_peft_available", lambda: False)
+    assert peft_utils.is_peft_model(model) is False

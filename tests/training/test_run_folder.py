@@ -65,3 +65,25 @@ def test_results_added_later_join_the_saved_folder(tmp_path):
     folder = finished_run(tmp_path / "out")
     RunFolder(folder).add_files(lambda staging: (staging / "test_metrics.json").write_text('{"P@1": 1.0}'))
     assert (folder / "test_metrics.json").read_text() == '{"P@1": 1.0}' and (folder / "config.json").exists()
+
+
+@pytest.mark.parametrize("is_main", [True, False])
+def test_the_trained_model_is_saved_by_the_main_process_only(tmp_path, is_main):
+    from types import SimpleNamespace
+
+    from tiny_haste import make_tiny_model
+
+    trainer = SimpleNamespace(
+        model=make_tiny_model(),
+        args={"seed": 0},
+        state=SimpleNamespace(global_step=4),
+        is_world_process_zero=lambda: is_main,
+    )
+    folder = tmp_path / "out"
+    RunFolder(folder).save_trained(trainer, None, lambda staging: (staging / "card.md").write_text("card"))
+    if is_main:
+        assert {"config.json", "model.safetensors", "training_args.bin", "card.md"} <= {
+            p.name for p in folder.iterdir()
+        }
+    else:
+        assert not folder.exists()  # the other ranks leave the folder to the main one
