@@ -33,6 +33,14 @@ def timed(device, function):
     return result, time.perf_counter() - started
 
 
+class Rows(list):
+    """The table's rows, each printed as it is appended."""
+
+    def append(self, row) -> None:
+        super().append(row)
+        print(f"| {row[0]} | {row[1]} |", flush=True)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--labels", type=int, default=10_000_000)
@@ -48,7 +56,11 @@ def main(argv=None) -> int:
     texts = torch.randn(map_count, args.features, device=device)
     label_ids = priors.map_labels(args.labels, 0).to(device)
     new_x = torch.randn(args.new, args.features, device=device)
-    rows = [("labels", args.labels), ("new labels", args.new)]
+    # Each row is printed as it is measured: a call cut by its time limit keeps the parts it measured.
+    print("| part | value |\n|---|---|", flush=True)
+    rows = Rows()
+    rows.append(("labels", args.labels))
+    rows.append(("new labels", args.new))
     (_, masses), seconds = timed(device, lambda: priors.label_masses(layer, reference))
     rows.append(("trained labels' masses on the reference (s)", f"{seconds:.1f}"))
     head = args.branch == "head"
@@ -87,9 +99,6 @@ def main(argv=None) -> int:
     if device.type == "cuda":
         peak = (torch.cuda.max_memory_allocated() - held) / 1e9
         rows.append(("  its peak memory above what was held (GB)", f"{peak:.2f}"))
-    print("| part | value |\n|---|---|")
-    for name, value in rows:
-        print(f"| {name} | {value} |")
     return 0
 
 
