@@ -1,6 +1,8 @@
 """`haste_hf/labels/rank_caps.py`: a new label enters the top-1 and top-5 of reference texts that do not carry it
 at most as often as trained labels of its frequency do (issue 36, "never worse than before adding")."""
 
+import math
+
 import pytest
 import torch
 
@@ -14,14 +16,28 @@ def test_the_cap_lowers_each_label_just_enough_and_never_raises_one():
     thresholds = torch.randn(300, 2, generator=generator).sort(dim=1, descending=True).values + 1
     allowed = torch.tensor([[0, 0], [0.5, 3.7], [2, 10], [40, 80], [300, 300], [1, 1], [0, 299]], dtype=torch.float64)
     shift = rank_caps.rank_caps(scores, thresholds, allowed)
+    kept = rank_caps.poisson_median(allowed.flatten()).view(7, 2)
+    assert kept[1].tolist() == [0, 4] and kept[5].tolist() == [1, 1]  # the median, not the mean rounded down
     assert (shift >= 0).all() and shift[4] == 0
     for label in range(7):
         for rank in range(2):
             above = scores[:, label].double() - shift[label] > thresholds[:, rank].double()
-            assert above.sum() <= allowed[label, rank].floor()
+            assert above.sum() <= kept[label, rank]
         if shift[label] > 0:  # any less and one rank's top is entered once too often
             less = scores[:, label].double() - shift[label] + rank_caps.CAP_CLEARANCE + 1e-6
-            assert any((less > thresholds[:, rank]).sum() > allowed[label, rank].floor() for rank in range(2))
+            assert any((less > thresholds[:, rank]).sum() > kept[label, rank] for rank in range(2))
+
+
+def test_a_label_keeps_the_median_count_of_a_poisson_draw_of_its_allowance():
+    """`poisson_median`: the smallest count whose Poisson distribution function reaches 1/2, against the sum of the
+    probabilities; 0 for an allowance of 0.01 (deps' typical one), 1 from ln 2 on."""
+    expected = torch.tensor([0.0, 0.01, 0.5, 0.69, 0.7, 0.82, 1.0, 1.67, 1.68, 2.5, 3.7, 10.0, 37.3, 299.6])
+    medians = rank_caps.poisson_median(expected)
+    for mean, median in zip(expected.double().tolist(), medians.tolist()):
+        counts = torch.arange(0, 400, dtype=torch.float64)
+        cdf = torch.exp(counts * math.log(max(mean, 1e-300)) - mean - torch.lgamma(counts + 1)).cumsum(0)
+        assert median == int((cdf < 0.5).sum()), (mean, median)
+    assert medians[:6].tolist() == [0, 0, 0, 0, 1, 1]
 
 
 def test_the_thresholds_and_false_counts_are_the_trained_tops():
@@ -91,7 +107,7 @@ def test_a_level_ten_logits_too_high_is_capped_where_trained_labels_rank(capped,
         .mean()
     )
     if capped:
-        assert (entries <= allowed.floor()).all(), (entries, allowed)
+        assert (entries <= rank_caps.poisson_median(allowed.flatten()).view(allowed.shape)).all(), (entries, allowed)
         assert topped < 0.1
     else:
-        assert (entries > allowed.floor()).any() and topped > 0.5
+        assert (entries > rank_caps.poisson_median(allowed.flatten()).view(allowed.shape)).any() and topped > 0.5
