@@ -2,7 +2,8 @@
 # Issue 36, branch calib: the unseen-labels study on deps and tags (3 seeds each) and the 10^7-label timing of the
 # calibration, in ONE device call on a 2-GPU machine, <= 540 s wall. Run from the repository root of the device copy:
 #
-#   run(kind="nvidia-h100-x2", timeout_s=600, command="bash .wt/calib/benchmarks/unseen_labels_call.sh",
+#   run(kind="nvidia-h100-x2", timeout_s=600,
+#       command="HASTE_COMMIT=$(calib's short commit) bash .wt/calib/benchmarks/unseen_labels_call.sh",
 #       carry=[".wt/calib", ".device-data/debian-xmc", ".device-data/minilm-int8", ".whl"])
 #
 #   GPU0, cores 0-15:  unseen_labels.py --datasets deps --seeds 0 1 2, then (if >= TIMING_FLOOR_S are left)
@@ -40,6 +41,10 @@ else
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$root"/.whl/*.whl
 fi
 export PYTHONPATH=$tree:/tmp/site PYTHONUNBUFFERED=1
+[ $dry = 1 ] || python3 -c "import datasets, torch, transformers; print('torch', torch.__version__, 'transformers',
+    transformers.__version__, [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])" \
+    | tee "$out/env.txt"
+echo "commit: ${HASTE_COMMIT:-not given (pass HASTE_COMMIT=<the calib commit>)}" | tee -a "$out/env.txt"
 
 study() {  # study GPU DATASET
   local gpu=$1 dataset=$2 cores="$((16 * $1))-$((16 * $1 + 15))"
