@@ -500,10 +500,8 @@ def calibrate_new_labels(layer, weights, embedded, features, reference, examples
     reference rows are then the negatives) gets the bias at which its BCE over the training texts is stationary, the
     fraction of them that carries it being the nearest trained labels' mass on the negatives over their count
     (`balanced_offsets`): its examples say how sure of them it is. Then each label's bias is lowered, never raised,
-    until it is expected to enter the top-1 and the top-5 of fresh texts like the reference at most
-    `RANK_CAP_FACTOR` times as often as those nearest trained labels enter them falsely (`rank_caps`, whose
-    exponential tail bounds the fresh texts' entries, not the reference's count alone), however high its level.
-    New labels are scored a chunk at a time."""
+    until it enters the top-1 and the top-5 of the reference texts at most `RANK_CAP_FACTOR` times as often as those
+    nearest trained labels enter them falsely (`rank_caps`). New labels are scored a chunk at a time."""
     if reference is None:
         return
     rows, fit_rows, fit_ids = reference
