@@ -18,6 +18,8 @@ import time
 import torch
 
 from haste_hf.labels import priors
+from haste_hf.labels.additions import NewLabelWeights, place_new_labels
+from haste_hf.labels.rank_caps import rank_thresholds
 from haste_hf.modeling.output_layer import HasteOutputLayer
 
 
@@ -29,6 +31,14 @@ def timed(device, function):
     if device.type == "cuda":
         torch.cuda.synchronize()
     return result, time.perf_counter() - started
+
+
+class Rows(list):
+    """The table's rows, each printed as it is appended."""
+
+    def append(self, row) -> None:
+        super().append(row)
+        print(f"| {row[0]} | {row[1]} |", flush=True)
 
 
 def main(argv=None) -> int:
@@ -46,10 +56,15 @@ def main(argv=None) -> int:
     texts = torch.randn(map_count, args.features, device=device)
     label_ids = priors.map_labels(args.labels, 0).to(device)
     new_x = torch.randn(args.new, args.features, device=device)
-    rows = [("labels", args.labels), ("new labels", args.new)]
+    # Each row is printed as it is measured: a call cut by its time limit keeps the parts it measured.
+    print("| part | value |\n|---|---|", flush=True)
+    rows = Rows()
+    rows.append(("labels", args.labels))
+    rows.append(("new labels", args.new))
     (_, masses), seconds = timed(device, lambda: priors.label_masses(layer, reference))
     rows.append(("trained labels' masses on the reference (s)", f"{seconds:.1f}"))
-    if args.branch == "tail":
+    head = args.branch == "head"
+    if not head:
         start, seconds = timed(
             device,
             lambda: priors.mapped_weights(
@@ -64,21 +79,26 @@ def main(argv=None) -> int:
         rows.append(("ridge map of the head rows from every map label (s)", f"{seconds:.1f}"))
     _, seconds = timed(device, lambda: priors.nearest_log_masses(texts, masses[label_ids].log(), new_x))
     rows.append(("expected masses from the nearest trained labels' texts (s)", f"{seconds:.1f}"))
-    if args.branch == "head":
-        scores, seconds = timed(
-            device, lambda: (reference @ start.weights.T + (0 if start.bias is None else start.bias)).double()
-        )  # what `calibrate_new_labels` holds at once: [reference texts, new labels] in float64
-        rows.append(("the new rows' scores on the reference (s)", f"{seconds:.1f}"))
-        rows.append(("  their memory (GB)", f"{scores.numel() * 8 / 1e9:.1f}"))
-        rows.append(("the new head rows' weights, float32 (GB)", f"{start.weights.numel() * 4 / 1e9:.2f}"))
-    else:
-        scores = torch.randn(priors.REFERENCE_TEXTS, args.new, device=device, dtype=torch.float64) - 4
-    target = torch.full((args.new,), 1.0, device=device, dtype=torch.float64)
-    _, seconds = timed(device, lambda: priors.solve_offsets(lambda labels: (scores[:, labels], 1.0), target))
-    rows.append(("offsets of the new labels (s)", f"{seconds:.1f}"))
-    print("| part | value |\n|---|---|")
-    for name, value in rows:
-        print(f"| {name} | {value} |")
+    (_, seconds) = timed(device, lambda: rank_thresholds(layer, reference))
+    rows.append(("trained labels' top-1 / top-5 on the reference, for the rank caps (s)", f"{seconds:.1f}"))
+    # The whole calibration of `add_labels` on these rows: levels, rank caps, a chunk of new labels at a time.
+    weights = NewLabelWeights(layer, place_new_labels(layer, args.new, None if head else start.weights, 0), args.new)
+    weights.initialize(layer, start)
+    embedded = torch.cat([new_x, reference, texts])
+    features = {"head": embedded, "tail": embedded}
+    references = torch.arange(args.new, args.new + reference.shape[0], device=device)
+    fit_rows = torch.arange(args.new + reference.shape[0], embedded.shape[0], device=device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        held = torch.cuda.memory_allocated()
+    _, seconds = timed(
+        device,
+        lambda: priors.calibrate_new_labels(layer, weights, embedded, features, (references, fit_rows, label_ids)),
+    )
+    rows.append(("calibrate_new_labels: levels and rank caps of the new labels (s)", f"{seconds:.1f}"))
+    if device.type == "cuda":
+        peak = (torch.cuda.max_memory_allocated() - held) / 1e9
+        rows.append(("  its peak memory above what was held (GB)", f"{peak:.2f}"))
     return 0
 
 

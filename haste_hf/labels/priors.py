@@ -46,9 +46,10 @@ whose scores stay bit-identical (`x + 0.0 == x`). (The level could instead ride 
 mean, but MiniLM's features have no direction of near-constant projection: such an offset would add noise of a
 third of itself to every score.)
 
-Cost at L trained labels: their masses on 2,048 reference texts (one pass of the output layer, O(L)); the ridge
-map on at most `MAX_MAP_LABELS` of them (O(n d^2)); the nearest trained labels of each new text (one matmul of the
-new texts against those label texts); the distillation on 256 trained labels. Seconds at 43K labels; at 10^7,
+Cost at L trained labels: their masses on 2,048 reference texts (one pass of the output layer, O(L)), and their
+top-1 / top-5 there for the rank caps (`rank_caps.py`, a second pass); the new labels scored a chunk at a time; the
+ridge map on at most `MAX_MAP_LABELS` of them (O(n d^2)); the nearest trained labels of each new text (one matmul of
+the new texts against those label texts); the distillation on 256 trained labels. Seconds at 43K labels; at 10^7,
 `benchmarks/label_addition_scale.py` times each part (under a minute on an H200).
 """
 
@@ -59,6 +60,8 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers.utils.logging import is_progress_bar_enabled
+
+from .rank_caps import RANK_CAP_FACTOR, rank_caps, rank_thresholds
 
 
 # The ridge penalties tried, as multiples of the mean squared singular value of the centred inputs.
@@ -496,7 +499,9 @@ def calibrate_new_labels(layer, weights, embedded, features, reference, examples
     trained labels' mean in the head. A label with `examples` `(rows, labels)` (the
     reference rows are then the negatives) gets the bias at which its BCE over the training texts is stationary, the
     fraction of them that carries it being the nearest trained labels' mass on the negatives over their count
-    (`balanced_offsets`): its examples say how sure of them it is."""
+    (`balanced_offsets`): its examples say how sure of them it is. Then each label's bias is lowered, never raised,
+    until it enters the top-1 and the top-5 of the reference texts at most `RANK_CAP_FACTOR` times as often as those
+    nearest trained labels enter them falsely (`rank_caps`). New labels are scored a chunk at a time."""
     if reference is None:
         return
     rows, fit_rows, fit_ids = reference
@@ -505,16 +510,19 @@ def calibrate_new_labels(layer, weights, embedded, features, reference, examples
     log_masses = [values.clamp(min=floor).log() for values in label_masses(layer, embedded[rows])]
     count = weights.count
     head = weights.head_labels.to(log_masses[0].device)
+    thresholds, false_counts = rank_thresholds(layer, embedded[rows].to(_input_dtype(layer)))
     if fit_ids.numel() > 2:
         ids = fit_ids.to(log_masses[0].device)
         common = log_masses[1][ids].mean()
-        mass, false_positive = nearest_log_masses(
-            embedded[fit_rows], torch.stack([v[ids] for v in log_masses], dim=1), embedded[:count]
-        ).unbind(1)
+        per_label = torch.stack([*(v[ids] for v in log_masses), *false_counts[:, ids]], dim=1)
+        nearest = nearest_log_masses(embedded[fit_rows], per_label, embedded[:count])
+        mass, false_positive, allowed = nearest[:, 0], nearest[:, 1], nearest[:, 2:]
         # Head rows: the trained labels' mean level plus a damped part of each label's own (`HEAD_LEVEL_SPREAD`).
         false_positive[head] = common + HEAD_LEVEL_SPREAD * (false_positive[head] - common)
     else:
         mass, false_positive = (v.median().expand(count) for v in log_masses)
+        allowed = false_counts.median(dim=1).values.expand(count, -1)
+    allowed = RANK_CAP_FACTOR * allowed
     with_examples = examples is not None and examples[0].numel()
     if with_examples:
         example_rows, example_labels = examples
@@ -542,7 +550,7 @@ def calibrate_new_labels(layer, weights, embedded, features, reference, examples
             solved = torch.where(
                 torch.bincount(local, minlength=labels.numel()).to(solved.device) > 0, balanced, solved
             )
-        offsets[start:end] = solved
+        offsets[start:end] = solved - rank_caps(scores + solved, thresholds, allowed[start:end])
     weights.add_offsets(offsets)
 
 
