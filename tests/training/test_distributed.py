@@ -748,3 +748,16 @@ def test_the_default_group_bound_at_import_is_released_from_torch_distributeds_o
     for untouched in (own.imported, outside.collective):
         assert untouched.__defaults__ == (group, other)
         assert untouched.__kwdefaults__ == {"keyword_group": group, "keyword_op": other}
+
+
+def test_releasing_the_default_group_reads_no_deprecated_name_of_torch_distributed():
+    """Ending a run's process group looked at every value of torch.distributed's modules with `isinstance`, which
+    reads `__class__` and made the deprecated `reduce_op` print a FutureWarning at the end of every torchrun run."""
+    import warnings
+
+    from haste_hf.training.distributed import _release_import_time_references
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _release_import_time_references(object())
+    assert [str(warning.message) for warning in caught] == []
