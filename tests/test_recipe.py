@@ -260,3 +260,25 @@ def test_a_run_without_save_writes_no_model_card_or_metrics(dataset_dir, encoder
     assert run.output_dir is None and "P@1" in run.test_metrics
     written = {path.name for path in (tmp_path / "out").iterdir()} if (tmp_path / "out").exists() else set()
     assert not written & {"config.json", "model.safetensors", "README.md", "test_metrics.json"}, written
+
+
+def test_without_a_validation_split_evaluation_during_training_and_best_model_selection_are_off(tmp_path):
+    from haste_hf.recipe import _training_arguments
+    from haste_hf.training.training_args import HasteTrainingArguments
+
+    given = HasteTrainingArguments(
+        output_dir=str(tmp_path),
+        eval_strategy="steps",
+        save_strategy="steps",
+        eval_steps=5,
+        save_steps=5,
+        load_best_model_at_end=True,
+        push_to_hub=True,
+    )
+    args, push = _training_arguments(given, None, has_validation=False)
+    assert args.eval_strategy == "no" and args.load_best_model_at_end is False
+    assert push is True and args.push_to_hub is False  # the recipe pushes once, with the test metrics and card
+    assert given.eval_strategy == "steps" and given.load_best_model_at_end is True  # the caller's are left as given
+    kept, _ = _training_arguments(given, str(tmp_path / "elsewhere"), has_validation=True)
+    assert kept.eval_strategy == "steps" and kept.load_best_model_at_end is True
+    assert kept.output_dir == str(tmp_path / "elsewhere")

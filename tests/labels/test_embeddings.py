@@ -56,6 +56,11 @@ def test_a_batch_size_that_is_not_a_positive_integer_is_refused(batch_size):
         label_text_embeddings(lambda texts: torch.ones(len(texts), 2), ["a"], batch_size=batch_size)
 
 
+def test_a_batch_of_one_text_is_a_batch():
+    blocks = list(label_text_embeddings(lambda texts: torch.ones(len(texts), 2), ["a", "b"], batch_size=1))
+    assert [block.shape[0] for block in blocks] == [1, 1]
+
+
 def test_texts_are_embedded_in_batches_of_the_size_given_in_order():
     seen = []
 
