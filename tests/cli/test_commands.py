@@ -249,3 +249,47 @@ def test_the_arguments_default_to_the_command_lines(monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["haste-hf", "train", "--config", "/nonexistent/run.yaml"])
     assert commands.main() == 2
     assert capsys.readouterr().err.startswith("haste-hf train: error: argument --config")
+
+
+@pytest.mark.parametrize("logits, names", [(True, ["zero", "one", "two"]), (False, None)])
+def test_predictions_are_written_one_json_line_a_text_scores_as_sigmoids_to_6_places(
+    tmp_path, monkeypatch, capsys, logits, names
+):
+    import json
+
+    import numpy as np
+
+    (tmp_path / "texts.txt").write_text("first\nsecond\n")
+    model = types.SimpleNamespace(label_names=names, config=types.SimpleNamespace(label_count=3))
+    monkeypatch.setattr(commands, "load_trained", lambda args: (model, "tokenizer"))
+    raw = np.array([[2.123456789, -0.5], [0.0, -1.987654321]], dtype=np.float32)
+    monkeypatch.setattr(evaluation, "predict_top_k", lambda *args: (np.array([[2, 0], [1, 2]]), raw))
+    args = types.SimpleNamespace(
+        input=str(tmp_path / "texts.txt"),
+        k=2,
+        logits=logits,
+        output=str(tmp_path / "out.jsonl"),
+        eval_batch_size=8,
+        max_length=16,
+    )
+    assert commands.command_predict(args) == 0
+    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    sigmoid = 1 / (1 + np.exp(-raw.astype(np.float64)))
+    assert [record["label_ids"] for record in records] == [[2, 0], [1, 2]]
+    assert [record["scores"] for record in records] == [[round(s, 6) for s in row] for row in sigmoid.tolist()]
+    if logits:
+        assert [record["logits"] for record in records] == [[round(s, 6) for s in row] for row in raw.tolist()]
+        assert [record["labels"] for record in records] == [["two", "zero"], ["one", "two"]]
+    else:
+        assert all("logits" not in record and "labels" not in record for record in records)
+    assert "Wrote the top 2 labels of 2 texts to" in capsys.readouterr().out
+
+
+def test_predicting_more_labels_than_the_model_has_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "texts.txt").write_text("first\n")
+    model = types.SimpleNamespace(label_names=None, config=types.SimpleNamespace(label_count=3))
+    monkeypatch.setattr(commands, "load_trained", lambda args: (model, "tokenizer"))
+    args = types.SimpleNamespace(input=str(tmp_path / "texts.txt"), k=4, output=str(tmp_path / "out.jsonl"))
+    with pytest.raises(UsageError, match="argument -k: 4 exceeds the 3 labels of the model"):
+        commands.command_predict(args)
+    assert not (tmp_path / "out.jsonl").exists()
