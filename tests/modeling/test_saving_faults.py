@@ -343,3 +343,12 @@ def test_where_folders_cannot_be_locked_the_journals_owner_decides_whether_a_sav
     start = time.monotonic()
     assert not _wait_for_running_save(str(tmp_path), None)  # no wait would end
     assert time.monotonic() - start < 5
+
+
+@pytest.mark.parametrize(
+    "value, is_pid", [(1, True), (4321, True), (0, False), (-3, False), (True, False), ("7", False)]
+)
+def test_a_journals_owner_is_a_pid_only_as_a_positive_integer(value, is_pid):
+    from haste_hf.modeling.saving import _is_pid
+
+    assert _is_pid(value) is is_pid

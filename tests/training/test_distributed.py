@@ -105,6 +105,18 @@ def test_the_fingerprint_of_a_layer_left_to_build_tells_apart_seeds_past_2_to_th
     assert len({tuple(fingerprint.tolist()) for fingerprint in fingerprints.values()}) == len(fingerprints)
 
 
+def test_the_fingerprint_tells_apart_label_orders_that_differ_past_2_to_the_24_positions():
+    """Positions weigh the labels in float64: in float32, positions 2^24 and 2^24 + 1 are one number, and ranks whose
+    orders swap those two labels would shard together."""
+    import types
+
+    labels = torch.arange(2**24 + 2)
+    layer = types.SimpleNamespace(output_labels=labels, head=None, tail=None)
+    before = _fingerprint(layer)
+    labels[[2**24 - 1, 2**24]] = labels[[2**24, 2**24 - 1]].clone()
+    assert not torch.equal(_fingerprint(layer), before)
+
+
 def test_sharding_without_a_process_group_is_refused_naming_the_launchers():
     import torch.distributed as dist
 
