@@ -615,3 +615,22 @@ def test_stock_training_arguments_are_taken_with_hastes_defaults_for_the_rest_an
     assert "output_learning_rate" in named and "learning_rate" not in named and "seed" not in named
     with pytest.raises(ValueError, match="`args` must be TrainingArguments or HasteTrainingArguments, got dict"):
         trainer_module._as_haste_arguments({"output_dir": str(tmp_path)})
+
+
+def test_a_checkpoint_is_read_row_by_row_where_the_run_or_the_checkpoint_is_sharded(tmp_path):
+    from haste_hf.modeling.output_shards import OUTPUT_SHARDS_INDEX
+
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "sharded").mkdir()
+    (tmp_path / "sharded" / OUTPUT_SHARDS_INDEX).write_text("{}")
+    whole, share = (
+        types.SimpleNamespace(sharded_output_layer=None),
+        types.SimpleNamespace(sharded_output_layer=object()),
+    )
+    reads = HasteTrainer._reads_rows_itself
+    assert [reads(whole, None), reads(whole, str(tmp_path / "plain")), reads(whole, str(tmp_path / "sharded"))] == [
+        False,
+        False,
+        True,
+    ]
+    assert [reads(share, None), reads(share, str(tmp_path / "plain"))] == [False, True]
