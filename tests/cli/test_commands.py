@@ -120,13 +120,13 @@ def test_labels_match_in_count_and_in_names_where_both_have_names(
 
 def test_label_names_that_differ_are_refused_naming_how_many_and_the_first_unless_ignored():
     args = types.SimpleNamespace(model="out", ignore_label_names=False)
-    model, data = model_with(["a", "b", "c", "d"], 4), data_with(["a", "x", "c", "y"], 4)
-    with pytest.raises(UsageError, match=r"2 of 4 names differ \(label 1 is 'b' in the model, 'x' in the dataset\)"):
+    model, data = model_with(["a", "b", "c", "d", "e"], 5), data_with(["a", "x", "c", "y", "z"], 5)
+    with pytest.raises(UsageError, match=r"3 of 5 names differ \(label 1 is 'b' in the model, 'x' in the dataset\)"):
         commands.check_label_names(args, model, data)
     commands.check_label_names(types.SimpleNamespace(model="out", ignore_label_names=True), model, data)
-    commands.check_label_names(args, model, data_with(["a", "b", "c", "d"], 4))
-    commands.check_label_names(args, model_with(None, 4), data)
-    commands.check_label_names(args, model, data_with(None, 4))
+    commands.check_label_names(args, model, data_with(["a", "b", "c", "d", "e"], 5))
+    commands.check_label_names(args, model_with(None, 5), data)
+    commands.check_label_names(args, model, data_with(None, 5))
 
 
 def test_texts_are_read_one_a_line_blank_lines_kept(tmp_path):
@@ -137,7 +137,7 @@ def test_texts_are_read_one_a_line_blank_lines_kept(tmp_path):
 
 @pytest.mark.parametrize(
     "content, line, column",
-    [(b"\xff starts", 1, 1), (b"ok\nab\xfe", 2, 3), (b"one\ntwo\nthree \xc3(", 3, 7)],
+    [(b"\xff starts", 1, 1), (b"ok\nab\xfe", 2, 3), (b"\nab\xfe", 2, 3), (b"one\ntwo\nthree \xc3(", 3, 7)],
 )
 def test_a_text_file_that_is_not_utf8_is_refused_naming_its_line_byte_and_column(tmp_path, content, line, column):
     path = tmp_path / "texts.txt"
