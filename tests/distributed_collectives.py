@@ -16,6 +16,7 @@ from haste_hf.training import distributed
 
 
 COUNTS = [3, 1]
+SHORT_FIRST = [1, 3]  # a rank before the last with fewer rows: its padding must not land on the next rank's rows
 EQUAL = [2, 2]
 
 
@@ -47,7 +48,7 @@ def main(output: Path):
         x = rows(rank, counts[rank])
         results[f"gather_{name}"] = distributed.all_gather_rows(x, counts)
         results[f"reduce_{name}"] = distributed.reduce_scatter_rows(rows(rank, sum(counts)), counts)
-    for scale in (1.0, 0.5, 2.0):
+    for scale in (1.0, 0.5, 2.0, 0.0):
         x = rows(rank, COUNTS[rank]).requires_grad_()
         gathered = distributed.gather_rows_with_gradient(x, COUNTS, grad_scale=scale)
         (gathered * weights(sum(COUNTS))).sum().backward()
@@ -55,6 +56,8 @@ def main(output: Path):
     for dst in (0, 1):
         for chunk_rows in (1, 2):
             results[f"to_cpu_{dst}_{chunk_rows}"] = gathered_to_cpu(rows(rank, COUNTS[rank]), COUNTS, dst, chunk_rows)
+    for dst in (0, 1):
+        results[f"to_cpu_short_first_{dst}"] = gathered_to_cpu(rows(rank, SHORT_FIRST[rank]), SHORT_FIRST, dst, 1)
     results["broadcast_from_1"] = distributed.broadcast_object({"rank": rank}, src=1)
 
     calls = []

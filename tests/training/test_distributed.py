@@ -666,7 +666,7 @@ def test_rows_summed_over_ranks_are_scattered_back_to_the_rank_that_holds_them(c
             torch.testing.assert_close(results[f"reduce_{name}"], expected, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("scale", [1.0, 0.5, 2.0])
+@pytest.mark.parametrize("scale", [1.0, 0.5, 2.0, 0.0])
 def test_the_gathers_gradient_is_the_sum_over_ranks_times_the_scale_on_each_rows_rank(collectives, scale):
     script, ranks = collectives
     counts, weights = script.COUNTS, script.weights(sum(script.COUNTS))
@@ -691,6 +691,14 @@ def test_rows_reach_the_cpu_of_the_destination_rank_alone_in_pieces_of_the_bound
             assert full.device == torch.device("cpu") and torch.equal(full, expected)
         else:
             assert full is None
+
+
+@pytest.mark.parametrize("dst", [0, 1])
+def test_a_rank_with_fewer_rows_before_the_last_sends_no_padding_into_the_next_ranks_rows(collectives, dst):
+    script, ranks = collectives
+    expected = torch.cat([script.rows(rank, count) for rank, count in enumerate(script.SHORT_FIRST)])
+    full, sent = ranks[dst][f"to_cpu_short_first_{dst}"]
+    assert sent == 3 and torch.equal(full, expected)
 
 
 def test_an_object_reaches_every_rank_from_the_rank_named(collectives):
