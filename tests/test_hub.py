@@ -4,11 +4,13 @@ talking HTTP to the test Hub server (`tests/hub_server.py`), and read-only throu
 import importlib.util
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import textwrap
 import time
+import types
 import uuid
 from functools import partial
 from pathlib import Path
@@ -17,15 +19,15 @@ import processes
 import pytest
 import torch
 from datasets import Dataset
-from huggingface_hub import HfApi, ModelCard, hf_hub_download
+from huggingface_hub import CommitOperationDelete, HfApi, ModelCard, hf_hub_download
 from tiny_encoders import VOCAB_SIZE, planted_texts, tiny_encoder_config, tiny_tokenizer
 from tiny_haste import make_tiny_model, make_tiny_trainer
 from transformers import AutoModel, BertModel
 
-import haste_hf  # noqa: F401  (registers the auto classes)
+import haste_hf.hub  # registers the auto classes; its HfApi is replaced offline
 from haste_hf import HASTE_FORMAT_VERSION, HasteForExtremeClassification
 from haste_hf.hub import AUTO_MAP, push_to_hub
-from haste_hf.modeling.saving import LABEL_NAMES_FILE
+from haste_hf.modeling.saving import LABEL_NAMES_FILE, exported_code_files
 
 
 LABELS = 40
@@ -117,6 +119,300 @@ def load_with_remote_code(repo_id, revisions, tmp_path):
     )
     run_python(script, env={"HF_MODULES_CACHE": str(tmp_path / "modules"), "PYTHONPATH": str(tmp_path)}, cwd=tmp_path)
     return torch.load(tmp_path / "remote.pt")
+
+
+# ---- what a push sends, offline: a recording HfApi in place of the Hub ------------------------------------------
+
+
+class RecordingApi:
+    """`HfApi` as `push_to_hub` calls it: a repository that holds `REMOTE`, the calls recorded, each file of the
+    commit read when it is made (the staging folder is gone after)."""
+
+    REMOTE: list[str] = []
+    calls: list = []
+
+    def __init__(self, token=None):
+        RecordingApi.calls.append(("token", token))
+
+    def create_repo(self, repo_id, private=None, exist_ok=False):
+        RecordingApi.calls.append(("create_repo", repo_id, private))
+        return types.SimpleNamespace(repo_id=repo_id if "/" in repo_id else f"me/{repo_id}")
+
+    def create_branch(self, repo_id, branch, exist_ok=False):
+        RecordingApi.calls.append(("create_branch", repo_id, branch))
+
+    def list_repo_files(self, repo_id, revision=None):
+        RecordingApi.calls.append(("list_repo_files", revision))
+        return list(RecordingApi.REMOTE)
+
+    def create_commit(self, repo_id, operations, **fields):
+        added, deleted = {}, []
+        for operation in operations:
+            if isinstance(operation, CommitOperationDelete):
+                deleted.append(operation.path_in_repo)
+                continue
+            source = operation.path_or_fileobj
+            assert operation.path_in_repo not in added, operation.path_in_repo  # each file once
+            added[operation.path_in_repo] = Path(source).read_bytes() if isinstance(source, str) else source.read()
+        RecordingApi.calls.append(("create_commit", repo_id, added, deleted, fields))
+        return "https://hub.example/commit/1"
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """Pushes go to a `RecordingApi`; returns a function giving the last commit's `(added, deleted, fields)`."""
+    monkeypatch.setattr(haste_hf.hub, "HfApi", RecordingApi)
+    RecordingApi.REMOTE, RecordingApi.calls = [], []
+
+    def last_commit():
+        _, _, added, deleted, fields = [call for call in RecordingApi.calls if call[0] == "create_commit"][-1]
+        return added, deleted, fields
+
+    return last_commit
+
+
+def saved_folder(tmp_path, **files):
+    folder = tmp_path / "model"
+    make_model().save_pretrained(folder)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+def test_a_folder_push_sends_its_files_the_code_and_a_config_naming_the_code_in_one_commit(tmp_path, recorded):
+    folder = saved_folder(tmp_path, **{"notes.txt": "kept"})
+    (folder / "checkpoint-2").mkdir()
+    (folder / "checkpoint-2" / "optimizer.pt").write_bytes(b"never published")
+    (folder / ".hidden").write_text("never published")
+    RecordingApi.REMOTE = ["model-00001-of-00002.safetensors", "model.safetensors.index.json", "old.txt"]
+    assert push_to_hub(folder, "tiny", token="secret") == "https://hub.example/commit/1"
+    added, deleted, fields = recorded()
+    code = {os.path.basename(path) for path in exported_code_files()}
+    assert set(added) == {"config.json", "model.safetensors", "notes.txt", "README.md"} | code
+    assert added["model.safetensors"] == (folder / "model.safetensors").read_bytes() and added["notes.txt"] == b"kept"
+    assert json.loads(added["config.json"])["auto_map"] == AUTO_MAP
+    assert sorted(deleted) == ["model-00001-of-00002.safetensors", "model.safetensors.index.json"]  # shadowing weights
+    assert fields == dict(commit_message="Upload HASTE model", commit_description=None, revision=None, create_pr=False)
+    assert ("token", "secret") in RecordingApi.calls and ("list_repo_files", None) in RecordingApi.calls
+    assert not any(call[0] == "create_branch" for call in RecordingApi.calls)
+
+
+@pytest.mark.parametrize(
+    "revision, create_pr, branch, listed",
+    [("dev", False, "dev", "dev"), ("refs/pr/3", False, None, "refs/pr/3"), ("dev", True, "dev", "main")],
+)
+def test_a_push_to_a_revision_makes_its_branch_and_a_pull_request_compares_with_main(
+    tmp_path, recorded, revision, create_pr, branch, listed
+):
+    push_to_hub(saved_folder(tmp_path), "me/tiny", revision=revision, create_pr=create_pr, commit_message="Mine")
+    _, _, fields = recorded()
+    assert fields["revision"] == revision and fields["create_pr"] is create_pr and fields["commit_message"] == "Mine"
+    branches = [call[2] for call in RecordingApi.calls if call[0] == "create_branch"]
+    assert branches == ([] if branch is None else [branch])
+    assert ("list_repo_files", listed) in RecordingApi.calls
+
+
+def test_a_model_object_push_is_saved_in_the_shards_asked(tmp_path, recorded):
+    model = make_model()
+    push_to_hub(model, "me/tiny", max_shard_size="20KB")
+    added, _, _ = recorded()
+    shards = sorted(name for name in added if name.startswith("model-"))
+    assert len(shards) > 1 and "model.safetensors.index.json" in added and "model.safetensors" not in added
+    push_to_hub(model, "me/tiny")
+    added, _, _ = recorded()
+    assert "model.safetensors" in added and not any(name.startswith("model-") for name in added)
+
+
+def test_label_names_a_tokenizer_and_tags_go_with_the_push(tmp_path, recorded):
+    folder = saved_folder(tmp_path, **{"README.md": "---\ntags:\n- haste\n---\n# Our card\n"})
+    names = [f"label {i}" for i in range(LABELS)]
+    push_to_hub(folder, "me/tiny", label_names=names, tokenizer=tiny_tokenizer(tmp_path / "tok"), tags=["demo"])
+    added, _, _ = recorded()
+    assert json.loads(added[LABEL_NAMES_FILE]) == names
+    assert "tokenizer_config.json" in added and "tokenizer.json" in added
+    card = added["README.md"].decode()
+    assert "# Our card" in card and "- haste\n- demo" in card
+
+
+@pytest.mark.parametrize("kind", ["text", "card", "data"])
+def test_a_card_given_replaces_the_folders(tmp_path, recorded, kind):
+    from haste_hf.model_card import HasteModelCardData
+
+    given = {
+        "text": "# Given card\n",
+        "card": ModelCard("---\nlicense: mit\n---\n# Given card\n"),
+        "data": HasteModelCardData.from_model(make_model(), model_id="me/given-card"),
+    }[kind]
+    push_to_hub(saved_folder(tmp_path, **{"README.md": "# Folder card\n"}), "me/tiny", model_card=given)
+    card = recorded()[0]["README.md"].decode()
+    assert "Folder card" not in card and ("me/given-card" in card if kind == "data" else "# Given card" in card)
+
+
+def test_without_a_card_one_is_rendered_from_the_config(tmp_path, recorded):
+    push_to_hub(saved_folder(tmp_path), "me/tiny")
+    assert "me/tiny" in recorded()[0]["README.md"].decode()
+
+
+@pytest.mark.parametrize(
+    "arguments, error, message",
+    [
+        (dict(max_shard_size="1MB"), ValueError, "`max_shard_size` re-shards a model object's weights"),
+        (dict(label_names=["a", "b"]), ValueError, f"`label_names` has 2 entries for {LABELS} labels"),
+        (dict(model_card=3), TypeError, "`model_card` must be a ModelCard, a str or a HasteModelCardData, got int"),
+    ],
+)
+def test_a_push_with_arguments_that_cannot_hold_is_refused_before_a_commit(
+    tmp_path, recorded, arguments, error, message
+):
+    with pytest.raises(error, match=re.escape(message)):
+        push_to_hub(saved_folder(tmp_path), "me/tiny", **arguments)
+    assert not any(call[0] == "create_commit" for call in RecordingApi.calls)
+
+
+def test_a_model_that_is_not_a_haste_model_is_refused(recorded):
+    with pytest.raises(TypeError, match=r"`model` must be a HASTE model .* got BertModel \(model_type 'bert'\)"):
+        push_to_hub(BertModel(tiny_encoder_config("bert")), "me/tiny")
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (None, "has no config.json: give the folder a HASTE model was saved to"),
+        ("{not json", "config.json is not JSON"),
+        ("[1, 2]", "holds a None model, not a HASTE one"),
+        ('{"model_type": "bert"}', "holds a 'bert' model, not a HASTE one"),
+    ],
+)
+def test_a_folder_that_holds_no_haste_model_is_refused_naming_why(tmp_path, recorded, config, message):
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "weights.bin").symlink_to(tmp_path / "elsewhere")  # named only once the folder holds a model
+    if config is not None:
+        (folder / "weights.bin").unlink()
+        (folder / "config.json").write_text(config)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        push_to_hub(folder, "me/tiny")
+
+
+def test_the_files_published_are_the_regular_ones_sent_sorted_never_checkpoints_logs_or_hidden(tmp_path):
+    from haste_hf.hub import IGNORED_IN_FOLDERS, publishable_files
+
+    for name in ("b.txt", "a.txt", "sub/c.txt", "checkpoint-3/optimizer.pt", "runs/events", ".hidden/x", ".git/HEAD"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(name)
+    assert publishable_files(tmp_path, IGNORED_IN_FOLDERS) == ["a.txt", "b.txt", "sub/c.txt"]
+    assert publishable_files(tmp_path, []) == [
+        ".hidden/x",
+        "a.txt",
+        "b.txt",
+        "checkpoint-3/optimizer.pt",
+        "runs/events",
+        "sub/c.txt",
+    ]
+
+
+def test_a_link_or_a_fifo_in_a_published_folder_is_refused_naming_it(tmp_path):
+    from haste_hf.hub import publishable_files
+
+    (tmp_path / "a.txt").write_text("a")
+    (tmp_path / "link").symlink_to(tmp_path / "a.txt")
+    with pytest.raises(ValueError, match=r"link is a link \(to .*a\.txt\): only regular files inside the folder"):
+        publishable_files(tmp_path, [])
+    (tmp_path / "link").unlink()
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(ValueError, match="pipe is not a regular file: only regular files are published; remove it"):
+        publishable_files(tmp_path, [])
+    assert publishable_files(tmp_path, ["pipe"]) == ["a.txt"]
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_published_file_is_read_as_opened_and_leaves_no_descriptor_open(tmp_path):
+    from haste_hf.hub import open_published_file
+
+    (tmp_path / "sub" / "deeper").mkdir(parents=True)
+    (tmp_path / "sub" / "deeper" / "file.bin").write_bytes(b"weights")
+    (tmp_path / "top.bin").write_bytes(b"top")
+    before = open_descriptors()
+    for relative, content in (("sub/deeper/file.bin", b"weights"), ("top.bin", b"top")):
+        with open_published_file(tmp_path, relative) as file:
+            assert file.read() == content
+    assert open_descriptors() == before
+
+
+@pytest.mark.parametrize("kind", ["last link", "folder link", "fifo"])
+def test_a_published_file_behind_a_link_or_not_regular_is_refused_and_leaves_no_descriptor_open(tmp_path, kind):
+    from haste_hf.hub import open_published_file
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "file.bin").write_bytes(b"secret")
+    if kind == "last link":
+        (tmp_path / "real" / "link.bin").symlink_to(tmp_path / "real" / "file.bin")
+        relative = "real/link.bin"
+    elif kind == "folder link":
+        (tmp_path / "linked").symlink_to(tmp_path / "real")
+        relative = "linked/file.bin"
+    else:
+        os.mkfifo(tmp_path / "real" / "pipe")  # opened without blocking: refused, not a hang
+        relative = "real/pipe"
+    before = open_descriptors()
+    with pytest.raises(ValueError, match="is a link, or not a regular file"):
+        open_published_file(tmp_path, relative)
+    assert open_descriptors() == before
+
+
+def test_a_missing_published_file_is_the_systems_error(tmp_path):
+    from haste_hf.hub import open_published_file
+
+    before = open_descriptors()
+    with pytest.raises(FileNotFoundError):
+        open_published_file(tmp_path, "gone/file.bin")
+    assert open_descriptors() == before
+
+
+def test_the_staged_files_leave_out_hidden_files_and_folders(tmp_path):
+    from haste_hf.hub import _staged_files
+
+    for name in ("b.json", "a.json", "code/x.py", ".marks/id", ".save-id"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    assert _staged_files(tmp_path) == ["a.json", "b.json", "code/x.py"]
+
+
+@pytest.mark.parametrize("given", [None, "*.tmp", ["*.tmp", "logs/**"]])
+def test_the_trainers_uploads_leave_out_the_marks_of_saves_beside_the_patterns_given(monkeypatch, given):
+    import transformers.trainer
+
+    from haste_hf.hub import INTERNAL_PATTERNS, trainer_uploads_without_internal_files
+
+    uploads = []
+    shared = types.SimpleNamespace(
+        upload_folder=lambda *args, **kwargs: uploads.append((args, kwargs)) or "uploaded", repo_info=lambda: "info"
+    )
+    monkeypatch.setattr(transformers.trainer, "hf_api", lambda: shared, raising=False)
+    original = transformers.trainer.hf_api
+    with trainer_uploads_without_internal_files():
+        api = transformers.trainer.hf_api()
+        assert api.upload_folder("folder", ignore_patterns=given, repo_id="me/run") == "uploaded"
+        assert api.repo_info() == "info"  # everything else is the shared api's
+    assert transformers.trainer.hf_api is original
+    expected = [] if given is None else [given] if isinstance(given, str) else given
+    assert uploads == [(("folder",), {"ignore_patterns": [*expected, *INTERNAL_PATTERNS], "repo_id": "me/run"})]
+
+
+def test_a_transformers_whose_trainer_uploads_through_no_hf_api_is_refused(monkeypatch):
+    import transformers.trainer
+
+    from haste_hf.hub import trainer_uploads_without_internal_files
+
+    monkeypatch.delattr(transformers.trainer, "hf_api", raising=False)
+    with (
+        pytest.raises(RuntimeError, match="uploads through no `hf_api\\(\\)`.*haste-hf push"),
+        trainer_uploads_without_internal_files(),
+    ):
+        pass
 
 
 # ---- push, then load with and without the package ------------------------------------------------

@@ -292,3 +292,25 @@ def test_train_counts_the_training_labels_once(dataset_dir, encoder_dir, tmp_pat
         **OPTIONS,
     )
     assert counted == [160, 120]
+
+
+def test_without_a_validation_split_evaluation_during_training_and_best_model_selection_are_off(tmp_path):
+    from haste_hf.recipe import _training_arguments
+    from haste_hf.training.training_args import HasteTrainingArguments
+
+    given = HasteTrainingArguments(
+        output_dir=str(tmp_path),
+        eval_strategy="steps",
+        save_strategy="steps",
+        eval_steps=5,
+        save_steps=5,
+        load_best_model_at_end=True,
+        push_to_hub=True,
+    )
+    args, push = _training_arguments(given, None, has_validation=False)
+    assert args.eval_strategy == "no" and args.load_best_model_at_end is False
+    assert push is True and args.push_to_hub is False  # the recipe pushes once, with the test metrics and card
+    assert given.eval_strategy == "steps" and given.load_best_model_at_end is True  # the caller's are left as given
+    kept, _ = _training_arguments(given, str(tmp_path / "elsewhere"), has_validation=True)
+    assert kept.eval_strategy == "steps" and kept.load_best_model_at_end is True
+    assert kept.output_dir == str(tmp_path / "elsewhere")

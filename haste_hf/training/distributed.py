@@ -194,7 +194,8 @@ def _release_import_time_references(group) -> None:
         if module is None or not name.startswith("torch.distributed"):
             continue
         for value in list(vars(module).values()):
-            if not isinstance(value, types.FunctionType) or value.__module__ != name:
+            # `type`, not `isinstance`: that reads `__class__`, which warns on torch's deprecated `reduce_op`.
+            if type(value) is not types.FunctionType or value.__module__ != name:
                 continue  # a function imported from another module is released there
             defaults = value.__defaults__
             if defaults and any(default is group for default in defaults):

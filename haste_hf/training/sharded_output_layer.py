@@ -113,14 +113,21 @@ def _output_labels_into(layer: HasteOutputLayer, out: torch.Tensor, start: int) 
     return out
 
 
+# The label order's term of the fingerprint is taken modulo this prime: exact in integers (a float64 sum of label x
+# position, ~L^3 / 3, drops the difference a swap of two neighbouring labels makes from a few 10^5 labels on), and a
+# swap of two labels, which changes the sum by (a - b) x (q - p), both below it, is never a multiple of it.
+_ORDER_MODULUS = 2**31 - 1
+
+
 def _fingerprint(layer: HasteOutputLayer) -> torch.Tensor:
     """A float64 vector that differs between ranks whose output layers (or label order) differ."""
-    weighted, block = 0.0, torch.empty(min(LABEL_BLOCK, layer.output_labels.numel()), dtype=torch.int64)
+    weighted, block = 0, torch.empty(min(LABEL_BLOCK, layer.output_labels.numel()), dtype=torch.int64)
     for rows in chunks(layer.output_labels.numel(), 1, LABEL_BLOCK):
         labels = _output_labels_into(layer, block[: rows.stop - rows.start], rows.start)
-        positions = torch.arange(rows.start + 1, rows.stop + 1, dtype=torch.float64)
-        weighted = weighted + labels.double().mul(positions).sum()
-    values = [torch.as_tensor(weighted, dtype=torch.float64)]
+        positions = torch.arange(rows.start + 1, rows.stop + 1, dtype=torch.int64)
+        # Each product (labels and positions below 2^31) fits an int64, each remainder 2^31, a block's sum 2^47.
+        weighted = (weighted + int(labels.mul(positions).remainder_(_ORDER_MODULUS).sum())) % _ORDER_MODULUS
+    values = [torch.tensor(float(weighted), dtype=torch.float64)]
     if _rows_deferred(layer):  # no values yet: the seeds they will be drawn from (float64 holds 2**53 exactly)
         seeds = (layer.initial_weight_seed % 2**53, layer.initial_weight_seed >> 53, layer.supports_seed)
         values.extend(torch.tensor(float(seed), dtype=torch.float64) for seed in seeds)

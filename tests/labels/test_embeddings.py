@@ -56,6 +56,11 @@ def test_a_batch_size_that_is_not_a_positive_integer_is_refused(batch_size):
         label_text_embeddings(lambda texts: torch.ones(len(texts), 2), ["a"], batch_size=batch_size)
 
 
+def test_a_batch_of_one_text_is_a_batch():
+    blocks = list(label_text_embeddings(lambda texts: torch.ones(len(texts), 2), ["a", "b"], batch_size=1))
+    assert [block.shape[0] for block in blocks] == [1, 1]
+
+
 def test_texts_are_embedded_in_batches_of_the_size_given_in_order():
     seen = []
 
@@ -99,3 +104,37 @@ def test_a_gpu_budget_is_at_least_the_minimum_and_a_cpu_one_the_batch_times_the_
     assert embeddings.embedding_token_budget(4, 16, cpu) == 64
     assert embeddings.embedding_token_budget(4, None, cpu) == 4 * embeddings.DEFAULT_MAX_LENGTH
     assert embeddings.embedding_token_budget(1024, 256, torch.device("cuda")) == 1024 * 256
+
+
+@pytest.mark.parametrize(
+    "listed, typed, gathered",
+    [(True, False, False), (True, True, True), (False, True, False), (False, False, False)],
+    ids=["bert", "a template typing the text", "an encoder that reads no types", "neither"],
+)
+def test_token_types_are_gathered_only_where_the_encoder_reads_them_and_the_template_gives_some(
+    tmp_path, monkeypatch, listed, typed, gathered
+):
+    """Gathering a text's type ids costs a Python int a token: done only where the tokenizer names `token_type_ids`
+    among the encoder's inputs and its template gives a single text a type other than 0."""
+    from tiny_encoders import tiny_encoder_config, tiny_tokenizer
+    from tokenizers.processors import TemplateProcessing
+    from transformers import BertModel
+
+    tokenizer = tiny_tokenizer(tmp_path)
+    if typed:
+        cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+        tokenizer.backend_tokenizer.post_processor = TemplateProcessing(
+            single="[CLS]:0 $A:1 [SEP]:0", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+        )
+    if not listed:
+        tokenizer.model_input_names = ["input_ids", "attention_mask"]
+    asked, encode_rows = [], embeddings.encode_rows
+    monkeypatch.setattr(
+        embeddings,
+        "encode_rows",
+        lambda backend, texts, with_types: asked.append(with_types) or encode_rows(backend, texts, with_types),
+    )
+    encoder = BertModel(tiny_encoder_config("bert"), add_pooling_layer=False).eval()
+    blocks = list(label_text_embeddings(encoder, ["w1 w2", "w3"], tokenizer=tokenizer, device="cpu"))
+    assert sum(block.shape[0] for block in blocks) == 2
+    assert asked and set(asked) == {gathered}

@@ -34,6 +34,7 @@ def assert_valid_grouping(grouping, label_ids, group_size):
     assert grouping.order.dtype == torch.int64
     assert torch.equal(torch.sort(grouping.order).values, torch.sort(torch.as_tensor(label_ids)).values)
     groups = grouping.groups()
+    assert groups.dtype == torch.int64  # label ids past 2^31 (10^9 labels and more) stay exact
     assert groups.shape == (math.ceil(len(label_ids) / group_size), group_size)
     filled = (groups >= 0).sum(dim=1)
     assert bool((filled[:-1] == group_size).all())

@@ -49,6 +49,15 @@ def test_a_table_from_arrow_takes_its_buffers_chunk_by_chunk():
     assert offsets.tolist() == [0, 0, 11] and bytes(data) == b"delta delta"
 
 
+def test_a_byte_range_within_one_piece_is_a_view_of_it_and_an_empty_range_is_empty():
+    table = LabelNameTable.from_arrow(pa.chunked_array([pa.array(NAMES[:2]), pa.array(NAMES[2:])]))
+    offsets, data = table.byte_range(2, 4)  # the second piece alone: no copy of a piece of 10^9 names
+    assert offsets.tolist() == [0, len("γάμμα".encode()), len("γάμμαdelta delta".encode())]
+    assert bytes(data) == "γάμμαdelta delta".encode() and np.shares_memory(data, table.pieces[1][1])
+    offsets, data = table.byte_range(3, 3)
+    assert offsets.tolist() == [0] and data.size == 0 and data.dtype == np.uint8
+
+
 def test_first_difference_of_tables_and_lists():
     table = LabelNameTable.from_strings(NAMES)
     assert first_difference(table, LabelNameTable.from_strings(NAMES)) is None

@@ -126,6 +126,38 @@ def test_a_save_stopped_by_an_error_while_its_files_move_in_is_finished_by_the_n
     assert_no_leftovers(tmp_path)
 
 
+def test_an_interrupted_save_that_cannot_be_finished_for_want_of_write_access_is_refused_saying_so(
+    tmp_path, monkeypatch
+):
+    """A load that must finish a stopped switch in a folder it may not write to says so (root writes anywhere: the
+    refusal of the move is made here), instead of loading a folder that mixes two saves."""
+    from haste_hf.modeling import saving
+
+    make_model(seed=0).save_pretrained(tmp_path)
+    moved, replace = [], os.replace
+
+    def replace_then_stop(source, destination):
+        if len(moved) == 2:
+            raise KeyboardInterrupt
+        moved.append(destination)
+        replace(source, destination)
+
+    monkeypatch.setattr(os, "replace", replace_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        make_model(seed=1, fan_in=4).save_pretrained(tmp_path)
+    monkeypatch.setattr(os, "replace", replace)
+
+    def refused(target, journal):
+        raise PermissionError(13, "Permission denied", target)
+
+    monkeypatch.setattr(saving, "_switch_in", refused)
+    with pytest.raises(
+        OSError, match=r"stopped while its files moved in; finishing it needs write access \(Permission"
+    ):
+        saving.finish_interrupted_save(tmp_path)
+    assert (tmp_path / INCOMPLETE_SAVE_FILE).exists()
+
+
 def test_a_mark_without_a_journal_to_finish_is_refused_at_load_and_repaired_by_a_save(tmp_path):
     """A mark of a version that wrote no journal (or one whose staging folder is gone) cannot be finished."""
     make_model(seed=0).save_pretrained(tmp_path)
@@ -311,3 +343,12 @@ def test_where_folders_cannot_be_locked_the_journals_owner_decides_whether_a_sav
     start = time.monotonic()
     assert not _wait_for_running_save(str(tmp_path), None)  # no wait would end
     assert time.monotonic() - start < 5
+
+
+@pytest.mark.parametrize(
+    "value, is_pid", [(1, True), (4321, True), (0, False), (-3, False), (True, False), ("7", False)]
+)
+def test_a_journals_owner_is_a_pid_only_as_a_positive_integer(value, is_pid):
+    from haste_hf.modeling.saving import _is_pid
+
+    assert _is_pid(value) is is_pid

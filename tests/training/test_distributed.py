@@ -106,6 +106,18 @@ def test_the_fingerprint_of_a_layer_left_to_build_tells_apart_seeds_past_2_to_th
     assert len({tuple(fingerprint.tolist()) for fingerprint in fingerprints.values()}) == len(fingerprints)
 
 
+def test_the_fingerprint_tells_apart_label_orders_that_differ_past_2_to_the_24_positions():
+    """Positions weigh the labels in float64: in float32, positions 2^24 and 2^24 + 1 are one number, and ranks whose
+    orders swap those two labels would shard together."""
+    import types
+
+    labels = torch.arange(2**24 + 2)
+    layer = types.SimpleNamespace(output_labels=labels, head=None, tail=None)
+    before = _fingerprint(layer)
+    labels[[2**24 - 1, 2**24]] = labels[[2**24, 2**24 - 1]].clone()
+    assert not torch.equal(_fingerprint(layer), before)
+
+
 def test_sharding_without_a_process_group_is_refused_naming_the_launchers():
     import torch.distributed as dist
 
@@ -595,3 +607,151 @@ def test_sharding_a_layer_left_on_the_meta_device_without_its_seed_is_refused_na
     layer.head.to("meta"), layer.tail.to("meta")
     with pytest.raises(ValueError, match=r"on the meta device with no initial weight seed: .*deferred_output_rows\(\)"):
         ShardedOutputLayer.shard(layer)
+
+
+@pytest.fixture(scope="module")
+def collectives(tmp_path_factory):
+    """What each collective gave on each of two gloo ranks (tests/distributed_collectives.py)."""
+    import distributed_collectives
+
+    output = tmp_path_factory.mktemp("collectives")
+    torchrun([str(TESTS / "distributed_collectives.py"), str(output)], output, timeout=300)
+    return distributed_collectives, [torch.load(output / f"rank-{rank}.pt", weights_only=False) for rank in range(2)]
+
+
+def test_sizes_and_rows_of_every_rank_are_gathered_in_rank_order(collectives):
+    script, ranks = collectives
+    for results in ranks:
+        assert results["device"] == torch.device("cpu")
+        assert results["sizes"].dtype == torch.int64
+        assert results["sizes"].tolist() == [[0, 2**40], [1, 2**40 + 1]]
+        for name, counts in (("unequal", script.COUNTS), ("equal", script.EQUAL)):
+            expected = torch.cat([script.rows(rank, count) for rank, count in enumerate(counts)])
+            assert torch.equal(results[f"gather_{name}"], expected), name
+
+
+def test_rows_summed_over_ranks_are_scattered_back_to_the_rank_that_holds_them(collectives):
+    script, ranks = collectives
+    for name, counts in (("unequal", script.COUNTS), ("equal", script.EQUAL)):
+        summed = script.rows(0, sum(counts)) + script.rows(1, sum(counts))
+        starts = [0, counts[0]]
+        for rank, results in enumerate(ranks):
+            expected = summed[starts[rank] : starts[rank] + counts[rank]]
+            torch.testing.assert_close(results[f"reduce_{name}"], expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.5, 2.0, 0.0])
+def test_the_gathers_gradient_is_the_sum_over_ranks_times_the_scale_on_each_rows_rank(collectives, scale):
+    script, ranks = collectives
+    counts, weights = script.COUNTS, script.weights(sum(script.COUNTS))
+    expected_rows = torch.cat([script.rows(rank, count) for rank, count in enumerate(counts)])
+    starts = [0, counts[0]]
+    for rank, results in enumerate(ranks):
+        gathered, gradient = results[f"gradient_{scale}"]
+        assert torch.equal(gathered, expected_rows)
+        expected = 2 * scale * weights[starts[rank] : starts[rank] + counts[rank]]  # two ranks' losses
+        torch.testing.assert_close(gradient, expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dst", [0, 1])
+@pytest.mark.parametrize("chunk_rows, pieces", [(1, 3), (2, 2)])
+def test_rows_reach_the_cpu_of_the_destination_rank_alone_in_pieces_of_the_bound(collectives, dst, chunk_rows, pieces):
+    script, ranks = collectives
+    expected = torch.cat([script.rows(rank, count) for rank, count in enumerate(script.COUNTS)])
+    for rank, results in enumerate(ranks):
+        full, sent = results[f"to_cpu_{dst}_{chunk_rows}"]
+        assert sent == pieces  # the largest share (3 rows) in pieces of `chunk_rows` rows
+        if rank == dst:
+            assert full.device == torch.device("cpu") and torch.equal(full, expected)
+        else:
+            assert full is None
+
+
+@pytest.mark.parametrize("dst", [0, 1])
+def test_a_rank_with_fewer_rows_before_the_last_sends_no_padding_into_the_next_ranks_rows(collectives, dst):
+    script, ranks = collectives
+    expected = torch.cat([script.rows(rank, count) for rank, count in enumerate(script.SHORT_FIRST)])
+    full, sent = ranks[dst][f"to_cpu_short_first_{dst}"]
+    assert sent == 3 and torch.equal(full, expected)
+
+
+def test_an_object_reaches_every_rank_from_the_rank_named(collectives):
+    _, ranks = collectives
+    assert [results["broadcast_from_1"] for results in ranks] == [{"rank": 1}, {"rank": 1}]
+
+
+def test_a_value_through_a_file_is_written_by_rank_0_read_by_the_others_then_removed(collectives):
+    """Rank 0 writes and keeps its own value; the others load it; the file is gone after. A rank that cannot read it,
+    or a rank 0 that cannot write it, sends every rank to the broadcast copy."""
+    _, ranks = collectives
+    for key in ("through_file", "through_file_failing", "through_file_unwritable"):
+        assert [results[key] for results in ranks] == [{"rank": 0}, {"rank": 0}], key
+    assert ranks[0]["through_file_left"] == []
+    assert ranks[0]["calls"] == [("save", 0), ("save", 0)]  # the unwritable folder: no save
+    assert ranks[1]["calls"] == [("load", 1), ("load", 1)]
+
+
+def test_ending_the_group_ends_it_and_without_a_group_is_a_no_op(collectives):
+    _, ranks = collectives
+    assert [results["ended"] for results in ranks] == [False, False]
+
+
+def test_parts_below_one_are_refused():
+    with pytest.raises(ValueError, match="`parts` must be >= 1, got 0"):
+        balanced_ranges(5, 0)
+    assert balanced_ranges(5, 1) == [(0, 5)]
+    assert balanced_ranges(0, 2) == [(0, 0), (0, 0)]
+
+
+def test_the_tensor_collectives_are_torchs_current_names_where_it_has_them():
+    import torch.distributed as dist
+
+    from haste_hf.training import distributed
+
+    assert distributed._all_gather_single is getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
+    assert distributed._reduce_scatter_single is getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+
+
+def test_the_default_group_bound_at_import_is_released_from_torch_distributeds_own_functions(monkeypatch):
+    """Only functions of a `torch.distributed` module defined there lose the group as a default, positional or
+    keyword; other defaults, other modules' functions and other packages are left as they were."""
+    import sys
+    import types
+
+    from haste_hf.training.distributed import _release_import_time_references
+
+    group, other = object(), object()
+
+    def make(module_name):
+        def collective(tensor, group=group, op=other, *, keyword_group=group, keyword_op=other):
+            return group
+
+        collective.__module__ = module_name
+        return collective
+
+    own = types.ModuleType("torch.distributed._haste_test")
+    own.collective, own.imported = make(own.__name__), make("torch.distributed._elsewhere")
+    outside = types.ModuleType("haste_test_outside")
+    outside.collective = make(outside.__name__)
+    monkeypatch.setitem(sys.modules, own.__name__, own)
+    monkeypatch.setitem(sys.modules, outside.__name__, outside)
+    monkeypatch.setitem(sys.modules, "torch.distributed._haste_test_missing", None)
+    _release_import_time_references(group)
+    assert own.collective.__defaults__ == (None, other)
+    assert own.collective.__kwdefaults__ == {"keyword_group": None, "keyword_op": other}
+    for untouched in (own.imported, outside.collective):
+        assert untouched.__defaults__ == (group, other)
+        assert untouched.__kwdefaults__ == {"keyword_group": group, "keyword_op": other}
+
+
+def test_releasing_the_default_group_reads_no_deprecated_name_of_torch_distributed():
+    """Ending a run's process group looked at every value of torch.distributed's modules with `isinstance`, which
+    reads `__class__` and made the deprecated `reduce_op` print a FutureWarning at the end of every torchrun run."""
+    import warnings
+
+    from haste_hf.training.distributed import _release_import_time_references
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _release_import_time_references(object())
+    assert [str(warning.message) for warning in caught] == []

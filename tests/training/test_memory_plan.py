@@ -389,3 +389,18 @@ def test_a_size_the_encoders_config_does_not_name_counts_no_activations(monkeypa
         planned[name] = planned_peak_bytes(model, **common)
     attention = 2 * 2 * 8 * 16 * memory_plan.ATTENTION_BYTES_PER_HEAD_TOKEN * 2 * 16  # fp32: twice the bf16 bytes
     assert planned["unnamed"] == planned["zero"] == planned["no layers"] + attention
+
+
+@pytest.mark.parametrize("partial", [True, False])
+def test_checkpointing_every_block_needs_no_partial_checkpointing_every_other_does(monkeypatch, partial):
+    calls = []
+    model = types.SimpleNamespace(**{memory_plan.CHECKPOINTING_ENABLE: lambda **kwargs: calls.append(kwargs)})
+    monkeypatch.setattr(memory_plan, "partial_checkpointing_supported", lambda: partial)
+    memory_plan.enable_encoder_checkpointing(model, 1)
+    assert calls == [{}]
+    if partial:
+        memory_plan.enable_encoder_checkpointing(model, 3)
+        assert calls == [{}, {"every_n_layers": 3}]
+    else:
+        with pytest.raises(ValueError, match="Checkpointing every 3-th encoder block needs a transformers whose"):
+            memory_plan.enable_encoder_checkpointing(model, 3)

@@ -533,3 +533,13 @@ def test_fused_true_without_a_fused_path_raises():
     param.grad = torch.ones(4)
     with pytest.raises(RuntimeError, match="fused=True"):
         StochasticRoundingSGD([param], fused=True).step()
+
+
+def test_a_scalar_is_one_chunk_and_rows_are_cut_into_chunks_of_the_bound(monkeypatch):
+    import haste_hf.training.optimization as optimization
+
+    assert list(optimization._row_chunks(torch.tensor(3.0))) == [slice(None)]
+    monkeypatch.setattr(optimization, "_CHUNK_ELEMENTS", 30)
+    chunks = list(optimization._row_chunks(torch.zeros(7, 3, 5)))  # 2 rows (30 elements) a chunk
+    assert [(chunk.start, chunk.stop) for chunk in chunks] == [(0, 2), (2, 4), (4, 6), (6, 7)]
+    assert list(optimization._row_chunks(torch.zeros(0, 4))) == []  # a rank's share without rows

@@ -1,4 +1,5 @@
 import pickle
+import types
 from functools import partial
 
 import numpy as np
@@ -549,3 +550,82 @@ def test_the_ddp_kwargs_wrapper_renames_broadcast_buffers_and_passes_the_rest_of
     assert _ForwardSyncBuffersKwargs(DistributedDataParallelKwargs()).to_kwargs() == {}
     assert wrapped.comm_hook is DDPCommunicationHookType.FP16
     assert wrapped.register_comm_hook == handler.register_comm_hook
+
+
+@pytest.mark.parametrize("takes_new_name", [True, False])
+@pytest.mark.parametrize("has_handler", [True, False])
+def test_the_accelerators_ddp_handler_is_wrapped_only_where_there_is_one_and_torch_renamed_the_kwarg(
+    monkeypatch, takes_new_name, has_handler
+):
+    """`create_accelerator_and_postprocess` after the Trainer's own: a DDP kwargs handler (one-process runs have one
+    too) is wrapped on a torch whose DDP takes `forward_sync_buffers`; no handler stays none; an older torch keeps
+    the handler as it is."""
+    from accelerate.utils import DistributedDataParallelKwargs
+    from transformers import Trainer
+
+    from haste_hf.training import trainer as trainer_module
+
+    handler = DistributedDataParallelKwargs(broadcast_buffers=False) if has_handler else None
+    monkeypatch.setattr(trainer_module, "DDP_TAKES_FORWARD_SYNC_BUFFERS", takes_new_name)
+    monkeypatch.setattr(
+        Trainer,
+        "create_accelerator_and_postprocess",
+        lambda self: setattr(self, "accelerator", types.SimpleNamespace(ddp_handler=handler)),
+    )
+    trainer = object.__new__(HasteTrainer)
+    trainer.create_accelerator_and_postprocess()
+    result = trainer.accelerator.ddp_handler
+    if has_handler and takes_new_name:
+        assert isinstance(result, trainer_module._ForwardSyncBuffersKwargs) and result.handler is handler
+        assert result.to_kwargs() == {"forward_sync_buffers": False}
+    else:
+        assert result is handler
+
+
+def test_a_trainers_ddp_handler_passes_broadcast_buffers_under_the_name_this_torchs_ddp_takes(tmp_path):
+    from haste_hf.training import trainer as trainer_module
+
+    args = HasteTrainingArguments(output_dir=str(tmp_path), ddp_broadcast_buffers=False, report_to="none")
+    trainer = HasteTrainer(model=make_model(), args=args, data_collator=lambda examples: examples)
+    kwargs = trainer.accelerator.ddp_handler.to_kwargs()
+    name, old = "forward_sync_buffers", "broadcast_buffers"
+    if not trainer_module.DDP_TAKES_FORWARD_SYNC_BUFFERS:
+        name, old = old, name
+    assert kwargs.get(name) is False and old not in kwargs
+
+
+def test_stock_training_arguments_are_taken_with_hastes_defaults_for_the_rest_and_other_arguments_refused(tmp_path):
+    from transformers import TrainingArguments
+    from transformers.testing_utils import CaptureLogger
+
+    from haste_hf.training import trainer as trainer_module
+
+    stock = TrainingArguments(output_dir=str(tmp_path), learning_rate=3e-4, seed=11, report_to="none")
+    with CaptureLogger(trainer_module.logger) as captured:
+        args = trainer_module._as_haste_arguments(stock)
+    assert isinstance(args, HasteTrainingArguments)
+    assert (args.learning_rate, args.seed, args.output_dir) == (3e-4, 11, str(tmp_path))
+    assert args.output_learning_rate == HasteTrainingArguments(output_dir=str(tmp_path)).output_learning_rate
+    named = captured.out.split("own (")[1].split(")")[0].split(", ")
+    assert "output_learning_rate" in named and "learning_rate" not in named and "seed" not in named
+    with pytest.raises(ValueError, match="`args` must be TrainingArguments or HasteTrainingArguments, got dict"):
+        trainer_module._as_haste_arguments({"output_dir": str(tmp_path)})
+
+
+def test_a_checkpoint_is_read_row_by_row_where_the_run_or_the_checkpoint_is_sharded(tmp_path):
+    from haste_hf.modeling.output_shards import OUTPUT_SHARDS_INDEX
+
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "sharded").mkdir()
+    (tmp_path / "sharded" / OUTPUT_SHARDS_INDEX).write_text("{}")
+    whole, share = (
+        types.SimpleNamespace(sharded_output_layer=None),
+        types.SimpleNamespace(sharded_output_layer=object()),
+    )
+    reads = HasteTrainer._reads_rows_itself
+    assert [reads(whole, None), reads(whole, str(tmp_path / "plain")), reads(whole, str(tmp_path / "sharded"))] == [
+        False,
+        False,
+        True,
+    ]
+    assert [reads(share, None), reads(share, str(tmp_path / "plain"))] == [False, True]
