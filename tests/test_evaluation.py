@@ -165,6 +165,7 @@ def test_rank_1_of_2_predicts_its_share_without_a_bar_and_returns_every_rank_s_r
 
     monkeypatch.setattr(evaluation, "process_rank_and_count", lambda: (1, 2))
     monkeypatch.setattr(torch.distributed, "all_gather_object", all_gather_object)
+    monkeypatch.setattr(torch.distributed, "all_reduce", lambda tensor, op=None: None)  # this rank's chunk count rules
     ids, scores = predict_top_k(model, tokenizer, texts, 3, batch_size=4, max_length=16)
     assert bars[-1] is True
     np.testing.assert_array_equal(gathered[0][0], whole[0][5:])
@@ -183,7 +184,7 @@ def test_fewer_texts_than_a_batch_are_one_batch_and_no_text_is_no_row(tmp_path):
     ids, scores = predict_top_k(model, counting, random_texts(3), 2, batch_size=8, max_length=16)
     assert len(calls) == 1 and ids.shape == scores.shape == (3, 2)
     ids, scores = predict_top_k(model, counting, [], 2, batch_size=8, max_length=16)
-    assert ids.shape == scores.shape == (0, 2) and calls[-1] == [""]  # an empty batch still joins the collective
+    assert ids.shape == scores.shape == (0, 2) and len(calls) == 1  # one process with no text tokenizes nothing
 
 
 def test_texts_scored_nan_or_infinite_are_refused_naming_how_many_and_the_first(tmp_path, monkeypatch):
